@@ -1,0 +1,154 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Config describes one node of a chain. Only the fields that place the node
+// in the chain are needed; every limit and timeout has a safe default.
+type Config struct {
+	// Name labels this node in logs (e.g. "B"). Optional.
+	Name string
+	// Listen is where this node accepts its predecessor ("host:port").
+	// Empty means the node has no predecessor: it is the Head.
+	Listen string
+	// Listener, if set, is used instead of binding Listen (tests, socket
+	// activation). The node closes it on Close.
+	Listener net.Listener
+	// Prev is the predecessor's address, used only in logs. The predecessor
+	// dials this node; this node never dials it.
+	Prev string
+	// Next is the successor's address, which this node dials. Empty means
+	// the node has no successor: it is the Tail.
+	Next string
+
+	// Task runs this node's work for a round, once per round, when the
+	// chain reaches this node. A non-nil error halts the chain here: no
+	// COMPLETE is sent on. It must return soon after ctx is cancelled (the
+	// node is closing). Nil means an empty task.
+	Task func(ctx context.Context, round string) error
+
+	// Rounds, if non-nil, is the set of round ids this node takes part in;
+	// a predecessor's READY for any other round is a protocol violation.
+	// Nil means any round a predecessor opens is accepted (up to MaxRounds).
+	Rounds []string
+	// UnnamedColon sends the unnamed round as "COMMAND:" instead of the
+	// draft's bare "COMMAND", for peers that require the colon (the draft
+	// author's reference implementation does).
+	UnnamedColon bool
+	// MaxRounds bounds the rounds in progress at once. Default 1024.
+	MaxRounds int
+	// MaxParallelTasks bounds the tasks running at once on this node.
+	// Default 1: one task at a time, in the order the rounds reach it.
+	MaxParallelTasks int
+
+	// Secure, if set, secures both links (TLS; see package secure).
+	// Nil means plain TCP, which the node says in its log.
+	Secure Securer
+
+	// ConnectTimeout, if positive, is how long a link may be down (before
+	// its first connection or after a loss) while a round is in progress
+	// before the node reports a fault and aborts its unfinished rounds.
+	// Zero waits forever, which is the draft's behaviour.
+	ConnectTimeout time.Duration
+	// PhaseTimeout, if positive, is how long a round may wait for a
+	// neighbour in one state (for READY, START or COMPLETE) before the
+	// node reports a fault and aborts that round. Zero waits forever.
+	PhaseTimeout time.Duration
+	// WriteTimeout bounds one write to a neighbour; a peer that stops
+	// reading is disconnected after it. Default 10s.
+	WriteTimeout time.Duration
+	// PendingTimeout is how long a newly accepted connection may take to
+	// complete its handshake and send its first protocol line before it
+	// is closed. Default 10s.
+	PendingTimeout time.Duration
+	// MaxPending bounds accepted connections that have not yet sent a
+	// protocol line; more are refused at once. Default 16.
+	MaxPending int
+	// BackoffMin and BackoffMax bound the delay between dial attempts.
+	// Defaults 50ms and 2s.
+	BackoffMin, BackoffMax time.Duration
+
+	// Logger receives the node's log: Info for every state change and
+	// message, Warn for peer misbehaviour, Error for faults. Nil: silent.
+	Logger *slog.Logger
+	// Trace, if set, is called for every event of note, synchronously and
+	// with the node's lock held: it must be quick and must not call the
+	// node. Tools (the demo's ladder diagram, metrics) hook in here.
+	Trace func(TraceEvent)
+}
+
+// Securer secures a link's connection before any protocol line crosses it.
+// *secure.Config implements it.
+type Securer interface {
+	// Client secures a connection this node dialed to its successor at addr.
+	Client(ctx context.Context, raw net.Conn, addr string) (net.Conn, error)
+	// Server secures a connection accepted from a would-be predecessor.
+	Server(ctx context.Context, raw net.Conn) (net.Conn, error)
+	// Describe says in a few words what protects the links, for the log.
+	Describe() string
+}
+
+// ErrConfig wraps every configuration error from Start.
+var ErrConfig = errors.New("chainsync: invalid configuration")
+
+func (c *Config) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if c.Prev != "" && c.Listen == "" && c.Listener == nil {
+		return bad("a node with a predecessor (Prev %q) needs Listen, the address its predecessor dials", c.Prev)
+	}
+	if c.Next != "" {
+		if _, _, err := net.SplitHostPort(c.Next); err != nil {
+			return bad("Next %q is not host:port: %v", c.Next, err)
+		}
+	}
+	if c.Listen != "" && c.Listener == nil {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return bad("Listen %q is not host:port: %v", c.Listen, err)
+		}
+	}
+	for _, r := range c.Rounds {
+		if !protocol.ValidRound(r) {
+			return bad("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
+		}
+	}
+	if c.MaxRounds < 0 || c.MaxParallelTasks < 0 || c.MaxPending < 0 {
+		return bad("limits must not be negative")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.PendingTimeout, 10*time.Second)
+	if c.MaxPending == 0 {
+		c.MaxPending = 16
+	}
+	if c.MaxParallelTasks == 0 {
+		c.MaxParallelTasks = 1
+	}
+	if c.MaxRounds == 0 {
+		c.MaxRounds = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Task == nil {
+		c.Task = func(context.Context, string) error { return nil }
+	}
+	return nil
+}
+
+func (c *Config) role() protocol.Role {
+	return protocol.RoleOf(c.Listen != "" || c.Listener != nil, c.Next != "")
+}

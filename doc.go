@@ -1,0 +1,33 @@
+// Package chainsync runs one node of a ChainSync chain over real TCP (or
+// TLS): a fixed chain of processes A -> B -> ... -> N that run their tasks
+// strictly in order, and only once every one of them is ready
+// (draft-dohmeyer-chainsync, read through the project's DECISIONS.md).
+//
+// A node knows only its neighbours. It listens for its predecessor (unless
+// it is the Head) and dials its successor (unless it is the Tail), with
+// backoff, because neighbours start at very different times:
+//
+//	node, err := chainsync.Start(chainsync.Config{
+//		Name:   "B",
+//		Listen: ":7001",          // the predecessor A dials this
+//		Next:   "10.0.0.3:7001",  // this node dials its successor C
+//		Task: func(ctx context.Context, round string) error {
+//			return upgradeSwitch(ctx) // runs after A's task, before C's
+//		},
+//	})
+//	if err != nil { ... }
+//	defer node.Close()
+//	node.Ready("")                                // locally ready for the unnamed round
+//	res, err := node.Wait(ctx, "")                // done, task failed, fault or stopped
+//
+// A task that returns an error halts the chain at that node: no COMPLETE is
+// sent on, and the Result says why. Bad input from a peer never stops the
+// node or moves a round: it is logged, that connection is closed, and the
+// node waits for a well-behaved neighbour. A lost link is re-established
+// and the last message sent on it is re-sent for every unfinished round, so
+// a transient disconnect loses nothing and never runs a task twice.
+//
+// The protocol logic itself is package protocol, which does no I/O; the
+// line codec is package wire, TCP plumbing is package transport and TLS is
+// package secure.
+package chainsync

@@ -1,0 +1,313 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/transport"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// DECISIONS.md, "Roles and connections": every node but the Tail dials its
+// successor, every node but the Head listens for its predecessor.
+
+// acceptLoop accepts would-be predecessors. Each is pending until its first
+// protocol line is accepted by the machine; only then does it replace the
+// current predecessor connection.
+func (n *Node) acceptLoop() {
+	defer n.wg.Done()
+	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			if n.ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("accept failed; retrying", "err", err)
+			if !n.sleep(b.Next()) {
+				return
+			}
+			continue
+		}
+		b.Reset()
+		transport.Tune(c)
+		l := &link{c: c, side: protocol.Pred, peer: c.RemoteAddr().String()}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			c.Close()
+			return
+		}
+		if len(n.pending) >= n.cfg.MaxPending {
+			n.mu.Unlock()
+			n.log.Warn("refused connection: too many connections that have not sent a protocol line yet",
+				"peer", l.peer, "limit", n.cfg.MaxPending)
+			c.Close()
+			continue
+		}
+		n.pending[l] = true
+		n.wg.Add(1)
+		n.mu.Unlock()
+		go n.servePred(l)
+	}
+}
+
+// servePred secures a pending connection and reads from it.
+func (n *Node) servePred(l *link) {
+	defer n.wg.Done()
+	deadline := time.Now().Add(n.cfg.PendingTimeout)
+	if n.cfg.Secure != nil {
+		ctx, cancel := context.WithDeadline(n.ctx, deadline)
+		sc, err := n.cfg.Secure.Server(ctx, l.c)
+		cancel()
+		n.mu.Lock()
+		if err != nil || n.closed {
+			if err != nil && !n.closed {
+				n.log.Warn("refused would-be predecessor", "peer", l.peer, "reason", err.Error())
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+			}
+			delete(n.pending, l)
+			l.c.Close()
+			if sc != nil {
+				sc.Close()
+			}
+			n.mu.Unlock()
+			return
+		}
+		l.c = sc
+		n.mu.Unlock()
+	}
+	_ = l.c.SetReadDeadline(deadline)
+	l.r = wire.NewReader(l.c)
+	n.readLoop(l)
+}
+
+// dialLoop keeps a connection to the successor, re-dialing whenever it is
+// lost.
+func (n *Node) dialLoop() {
+	defer n.wg.Done()
+	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
+	onRetry := func(err error, attempt int, next time.Duration) {
+		if attempt == 1 || attempt%20 == 0 {
+			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempt,
+				"retry_in", next.Round(time.Millisecond), "err", err)
+		}
+	}
+	for {
+		c, err := transport.Dial(n.ctx, n.cfg.Next, &b, onRetry)
+		if err != nil {
+			return // closing
+		}
+		if n.cfg.Secure != nil {
+			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PendingTimeout)
+			sc, err := n.cfg.Secure.Client(ctx, c, n.cfg.Next)
+			cancel()
+			if err != nil {
+				c.Close()
+				if n.ctx.Err() != nil {
+					return
+				}
+				n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
+					"next", n.cfg.Next, "reason", err.Error())
+				n.mu.Lock()
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
+				n.mu.Unlock()
+				if !n.sleep(b.Next()) {
+					return
+				}
+				continue
+			}
+			c = sc
+		}
+		l := &link{c: c, side: protocol.Succ, peer: c.RemoteAddr().String(), r: wire.NewReader(c)}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			c.Close()
+			return
+		}
+		n.succ = l
+		n.linkUp(l)
+		n.mu.Unlock()
+		n.readLoop(l)
+		if !n.sleep(b.Next()) {
+			return
+		}
+	}
+}
+
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// readLoop reads l until it fails or is closed.
+func (n *Node) readLoop(l *link) {
+	for {
+		msg, err := l.r.ReadMessage()
+		if err != nil {
+			n.readFailed(l, err)
+			return
+		}
+		if !n.handle(l, msg) {
+			return
+		}
+	}
+}
+
+// handle acts on one message; false means l is closed.
+func (n *Node) handle(l *link, msg protocol.Message) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	cur := n.succ
+	if l.side == protocol.Pred {
+		cur = n.pred
+		if cur != l && !n.pending[l] {
+			return false // already dropped
+		}
+	} else if cur != l {
+		return false
+	}
+	n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	if cur == l {
+		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
+			n.violation(l, err)
+			return false
+		}
+		return true
+	}
+	// A pending predecessor connection: it replaces the current one only if
+	// its first line is one the machine accepts.
+	n.pred = l
+	if err := n.step(protocol.Recv(l.side, msg)); err != nil {
+		n.pred = cur
+		n.violation(l, err)
+		return false
+	}
+	delete(n.pending, l)
+	_ = l.c.SetReadDeadline(time.Time{})
+	if cur != nil {
+		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
+		cur.c.Close()
+	}
+	n.linkUp(l)
+	return true
+}
+
+// violation reports bad input on l and closes it. Caller holds mu.
+func (n *Node) violation(l *link, err error) {
+	what := "predecessor"
+	if l.side == protocol.Succ {
+		what = "successor"
+	}
+	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what,
+		"peer", l.peer, "err", err.Error())
+	n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	n.drop(l, err)
+}
+
+// readFailed handles the end of l's stream.
+func (n *Node) readFailed(l *link, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	var pe *wire.ProtocolError
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
+		n.violation(l, err)
+		return
+	case n.pending[l] && errors.As(err, &ne) && ne.Timeout():
+		n.log.Warn("closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
+	case n.pending[l]:
+		n.log.Info("connection closed before sending a protocol line", "peer", l.peer)
+	}
+	n.drop(l, err)
+}
+
+// drop closes l and, if it was a current link, marks that link down.
+// Caller holds mu.
+func (n *Node) drop(l *link, err error) {
+	l.c.Close()
+	delete(n.pending, l)
+	if n.pred != l && n.succ != l {
+		return
+	}
+	if n.pred == l {
+		n.pred = nil
+		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
+	} else {
+		n.succ = nil
+		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
+	}
+	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
+	n.linkDown(l.side)
+}
+
+// linkUp records l as the current link on its side and re-sends what the
+// machine says. Caller holds mu.
+func (n *Node) linkUp(l *link) {
+	if t := n.down[l.side]; t != nil {
+		t.Stop()
+		n.down[l.side] = nil
+	}
+	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
+	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
+	if err := n.step(protocol.LinkUp(l.side)); err != nil {
+		n.log.Error("internal error: link up", "err", err)
+	}
+}
+
+// linkDown starts the ConnectTimeout watchdog for side. Caller holds mu.
+func (n *Node) linkDown(side protocol.Side) {
+	d := n.cfg.ConnectTimeout
+	if d <= 0 || n.closed {
+		return
+	}
+	if t := n.down[side]; t != nil {
+		t.Stop()
+	}
+	n.down[side] = time.AfterFunc(d, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		up := n.succ != nil
+		if side == protocol.Pred {
+			up = n.pred != nil
+		}
+		if n.closed || up {
+			return
+		}
+		reason := fmt.Sprintf("successor %s not connected", n.cfg.Next)
+		if side == protocol.Pred {
+			reason = fmt.Sprintf("no predecessor connected on %s", n.ln.Addr())
+		}
+		faulted := false
+		for id, ri := range n.rounds {
+			select {
+			case <-ri.done:
+			default:
+				n.abort(id, reason, d)
+				faulted = true
+			}
+		}
+		if !faulted {
+			n.linkDown(side) // nothing in progress yet: keep watching
+		}
+	})
+}

@@ -1,0 +1,419 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/transport"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// Node is one running member of a chain. Create it with Start; all its
+// methods are safe for concurrent use.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	role protocol.Role
+	ln   net.Listener
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	tasks  chan struct{} // semaphore: MaxParallelTasks
+
+	mu      sync.Mutex
+	closed  bool
+	m       *protocol.Machine
+	acts    []protocol.Action // scratch for Step
+	wbuf    []byte            // scratch for encoding
+	pred    *link             // the current predecessor connection, nil when down
+	succ    *link             // the current successor connection, nil when down
+	pending map[*link]bool    // accepted, not yet promoted to pred
+	rounds  map[string]*roundInfo
+	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
+}
+
+// roundInfo is the driver's view of one round: its waiters and its timer.
+type roundInfo struct {
+	done   chan struct{}
+	res    Result
+	timer  *time.Timer // PhaseTimeout
+	taskEr error       // the task's error, once it failed
+}
+
+// link is one connection to a neighbour.
+type link struct {
+	c    net.Conn
+	side protocol.Side
+	peer string
+	r    *wire.Reader
+}
+
+// Start validates cfg, binds the listener (if the node has a predecessor)
+// and starts dialing the successor (if it has one). The node then runs
+// until Close. Rounds begin with Ready.
+func Start(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		role:    cfg.role(),
+		tasks:   make(chan struct{}, cfg.MaxParallelTasks),
+		pending: make(map[*link]bool),
+		rounds:  make(map[string]*roundInfo),
+	}
+	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds}
+	if cfg.Rounds != nil {
+		set := make(map[string]bool, len(cfg.Rounds))
+		for _, r := range cfg.Rounds {
+			set[r] = true
+		}
+		pc.AcceptRound = func(r string) bool { return set[r] }
+	}
+	n.m = protocol.New(pc)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+
+	if n.role.HasPred() {
+		n.ln = cfg.Listener
+		if n.ln == nil {
+			ln, err := transport.Listen(n.ctx, cfg.Listen)
+			if err != nil {
+				n.cancel()
+				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
+			}
+			n.ln = ln
+		}
+	}
+	sec := "plain TCP (no TLS: use only on loopback or a trusted network)"
+	if cfg.Secure != nil {
+		sec = cfg.Secure.Describe()
+	}
+	attrs := []any{"role", n.role.String(), "links", sec}
+	if n.ln != nil {
+		attrs = append(attrs, "listen", n.ln.Addr().String())
+		if cfg.Prev != "" {
+			attrs = append(attrs, "prev", cfg.Prev)
+		}
+	}
+	if cfg.Next != "" {
+		attrs = append(attrs, "next", cfg.Next)
+	}
+	n.log.Info("node started", attrs...)
+
+	n.mu.Lock()
+	if n.ln != nil {
+		n.linkDown(protocol.Pred)
+		n.wg.Add(1)
+		go n.acceptLoop()
+	}
+	if n.role.HasSucc() {
+		n.linkDown(protocol.Succ)
+		n.wg.Add(1)
+		go n.dialLoop()
+	}
+	n.mu.Unlock()
+	return n, nil
+}
+
+// Role returns the node's role in the chain.
+func (n *Node) Role() protocol.Role { return n.role }
+
+// Addr returns the address the node listens on for its predecessor, or
+// nil for the Head.
+func (n *Node) Addr() net.Addr {
+	if n.ln == nil {
+		return nil
+	}
+	return n.ln.Addr()
+}
+
+// Ready tells the node it is locally ready for round ("" is the unnamed
+// round). The node moves as soon as its predecessor is ready too.
+func (n *Node) Ready(round string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrStopped
+	}
+	if n.cfg.Rounds != nil && !contains(n.cfg.Rounds, round) {
+		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
+	}
+	ri := n.round(round)
+	if err := n.step(protocol.LocalReady(round)); err != nil {
+		return err
+	}
+	if st, _ := n.m.State(round); st == protocol.StateSync {
+		n.armPhase(round, ri, st) // now waiting for the predecessor's READY
+	}
+	return nil
+}
+
+// Wait blocks until round is over at this node, or ctx ends.
+func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
+	n.mu.Lock()
+	ri := n.round(round)
+	n.mu.Unlock()
+	select {
+	case <-ri.done:
+		return ri.res, nil
+	case <-ctx.Done():
+		return Result{Round: round}, ctx.Err()
+	}
+}
+
+// Close stops the node: it cancels running tasks' contexts, closes every
+// connection and the listener, and waits for all its goroutines (so tasks
+// must honour their context). Unfinished rounds end with StatusStopped.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	for _, l := range []*link{n.pred, n.succ} {
+		if l != nil {
+			l.c.Close()
+		}
+	}
+	for l := range n.pending {
+		l.c.Close()
+	}
+	for _, t := range n.down {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	n.mu.Unlock()
+	n.cancel()
+	if n.ln != nil {
+		n.ln.Close()
+	}
+	n.wg.Wait()
+	n.mu.Lock()
+	for id, ri := range n.rounds {
+		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+	}
+	n.mu.Unlock()
+	n.log.Info("node stopped")
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// round returns the driver's record of id, creating it. Caller holds mu.
+func (n *Node) round(id string) *roundInfo {
+	ri := n.rounds[id]
+	if ri == nil {
+		ri = &roundInfo{done: make(chan struct{})}
+		n.rounds[id] = ri
+	}
+	return ri
+}
+
+// step feeds ev to the machine and carries out the actions. Caller holds mu.
+func (n *Node) step(ev protocol.Event) error {
+	acts, err := n.m.Step(ev, n.acts[:0])
+	if err != nil {
+		return err
+	}
+	n.acts = acts
+	for i := range acts {
+		n.act(&acts[i])
+	}
+	return nil
+}
+
+func (n *Node) act(a *protocol.Action) {
+	switch a.Kind {
+	case protocol.ActSend:
+		n.send(a.To, a.Msg, a.Resend)
+	case protocol.ActRunTask:
+		n.wg.Add(1)
+		go n.runTask(a.Round)
+	case protocol.ActState:
+		ri := n.round(a.Round)
+		n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
+		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
+		n.armPhase(a.Round, ri, a.State)
+	case protocol.ActDone:
+		ri := n.round(a.Round)
+		res := Result{Round: a.Round, Status: StatusDone}
+		switch a.Outcome {
+		case protocol.TaskFailed:
+			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.taskEr}
+		case protocol.Aborted:
+			res.Status = StatusFault
+			if res.Err = ri.res.Err; res.Err == nil {
+				res.Err = errors.New("chainsync: round aborted")
+			}
+		}
+		n.resolve(a.Round, ri, res)
+	}
+}
+
+// resolve ends a round for its waiters. Caller holds mu.
+func (n *Node) resolve(id string, ri *roundInfo, res Result) {
+	select {
+	case <-ri.done:
+		return
+	default:
+	}
+	if ri.timer != nil {
+		ri.timer.Stop()
+	}
+	ri.res = res
+	close(ri.done)
+	lvl := slog.LevelInfo
+	if res.Status != StatusDone {
+		lvl = slog.LevelError
+	}
+	args := []any{"round", id, "status", res.Status.String()}
+	if res.Err != nil {
+		args = append(args, "err", res.Err.Error())
+	}
+	n.log.Log(context.Background(), lvl, "round over", args...)
+	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+}
+
+// send writes msg to the neighbour on side, if that link is up; if it is
+// down the message is not lost: the machine re-sends it on LinkUp.
+// Caller holds mu.
+func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
+	l := n.succ
+	if side == protocol.Pred {
+		l = n.pred
+	}
+	if l == nil {
+		n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
+		return
+	}
+	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
+	_ = l.c.SetWriteDeadline(time.Now().Add(n.cfg.WriteTimeout))
+	if _, err := l.c.Write(n.wbuf); err != nil {
+		n.log.Warn("write failed; closing link", "to", side.String(), "peer", l.peer, "err", err)
+		n.drop(l, err)
+		return
+	}
+	n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
+	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
+}
+
+func (n *Node) trace(ev TraceEvent) {
+	if n.cfg.Trace != nil {
+		ev.Time = time.Now()
+		ev.Node = n.cfg.Name
+		n.cfg.Trace(ev)
+	}
+}
+
+func (n *Node) runTask(round string) {
+	defer n.wg.Done()
+	select {
+	case n.tasks <- struct{}{}:
+	case <-n.ctx.Done():
+		return
+	}
+	n.mu.Lock()
+	n.log.Info("task started", "round", round)
+	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
+	n.mu.Unlock()
+	err := n.cfg.Task(n.ctx, round)
+	<-n.tasks
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	if err != nil {
+		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
+		n.round(round).taskEr = err
+	} else {
+		n.log.Info("task finished", "round", round)
+	}
+	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
+	if err := n.step(protocol.TaskDone(round, err != nil)); err != nil {
+		n.log.Error("internal error: task done", "round", round, "err", err)
+	}
+}
+
+// armPhase (re)starts the round's PhaseTimeout for a state in which it waits
+// for a neighbour. Caller holds mu.
+func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
+	if ri.timer != nil {
+		ri.timer.Stop()
+		ri.timer = nil
+	}
+	d := n.cfg.PhaseTimeout
+	if d <= 0 || !n.waitsForNeighbour(st) {
+		return
+	}
+	ri.timer = time.AfterFunc(d, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if cur, _ := n.m.State(id); n.closed || cur != st {
+			return
+		}
+		n.abort(id, fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st)), d)
+	})
+}
+
+// waitsForNeighbour reports whether a round in st is waiting on a
+// neighbour rather than on this node.
+func (n *Node) waitsForNeighbour(st protocol.State) bool {
+	switch st {
+	case protocol.StateSync:
+		return n.role.HasPred()
+	case protocol.StateReady, protocol.StateComplete:
+		return n.role.HasSucc()
+	case protocol.StateWatch:
+		return true
+	}
+	return false
+}
+
+func waitingFor(st protocol.State) string {
+	switch st {
+	case protocol.StateReady:
+		return "START"
+	case protocol.StateWatch, protocol.StateComplete:
+		return "COMPLETE"
+	}
+	return "READY"
+}
+
+func waitSide(st protocol.State) string {
+	if st == protocol.StateReady || st == protocol.StateComplete {
+		return "successor"
+	}
+	return "predecessor"
+}
+
+// abort ends round id with a fault. Caller holds mu.
+func (n *Node) abort(id, reason string, after time.Duration) {
+	ri := n.round(id)
+	st, _ := n.m.State(id)
+	ri.res.Err = &FaultError{Round: id, State: st, Reason: reason, After: after}
+	n.log.Error("fault detected", "round", id, "state", st.String(), "reason", reason, "after", after)
+	if err := n.step(protocol.Abort(id)); err != nil {
+		// The machine never saw this round (e.g. not locally ready yet).
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.res.Err})
+	}
+}

@@ -1,0 +1,26 @@
+// Package protocol is the ChainSync state machine: the per-node, per-round
+// logic of draft-dohmeyer-chainsync (the four waves READY, START, COMPLETE
+// forward and COMPLETE backward) as read by the project's DECISIONS.md.
+//
+// It does no I/O: no sockets, goroutines, clocks or files. A Machine takes
+// events (a message from a neighbour, local readiness, a finished task, a
+// link that came back, an abort) and returns actions (send a message, run
+// the task, a state change, a finished round). That makes the whole
+// protocol testable deterministically, the way etcd's raft package is.
+//
+// # Usage
+//
+// The caller (a driver, such as package chainsync) owns one Machine per
+// node and must, in order:
+//
+//  1. Create it with New, giving the node's Role.
+//  2. Feed every event to Step, one at a time, with a reusable action slice.
+//  3. Carry out the returned actions in order: ActSend writes the message on
+//     that link (dropping it if the link is down is fine: it is re-sent on
+//     EvLinkUp); ActRunTask starts the task and later reports TaskDone;
+//     ActState and ActDone are for logs and waiters.
+//  4. On a *Violation error, report it and close that connection; the
+//     Machine has not changed. Other errors are the caller's own misuse.
+//  5. Report LinkUp each time a link is (re-)established, so the last
+//     message sent on it is re-sent for every unfinished round.
+package protocol

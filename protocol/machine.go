@@ -1,0 +1,516 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// State is a round's state at one node: the draft's five states, plus the
+// terminal states a round ends in.
+type State uint8
+
+// Round states. StateSync to StateComplete are the draft's (section
+// "States"); the rest are terminal.
+const (
+	StateSync     State = iota + 1 // waiting for READY from the predecessor and/or local readiness
+	StateReady                     // READY sent to the successor; waiting for START
+	StateWatch                     // START sent to the predecessor; waiting for its COMPLETE
+	StateStart                     // the local task is running
+	StateComplete                  // task done, COMPLETE sent; waiting for the exit wave
+	StateDone                      // this node's part of the round is finished
+	StateFailed                    // the local task failed; the chain halts here
+	StateAborted                   // the driver aborted the round (a fault or a stop)
+)
+
+var stateNames = [...]string{
+	StateSync: "SYNC", StateReady: "READY", StateWatch: "WATCH", StateStart: "START",
+	StateComplete: "COMPLETE", StateDone: "DONE", StateFailed: "FAILED", StateAborted: "ABORTED",
+}
+
+// String returns the state's name in upper case, as the draft writes it.
+func (s State) String() string {
+	if s >= StateSync && s <= StateAborted {
+		return stateNames[s]
+	}
+	return "State(?)"
+}
+
+// Terminal reports whether a round in state s is over at this node.
+func (s State) Terminal() bool { return s >= StateDone }
+
+// Role is a node's position in the chain, inferred from which neighbours it
+// has (draft section "Topology and Configuration").
+type Role uint8
+
+// The four roles. Single is a one-node chain: both Head and Tail.
+const (
+	Head Role = iota + 1
+	Middle
+	Tail
+	Single
+)
+
+// RoleOf returns the role of a node with or without a predecessor and a
+// successor.
+func RoleOf(hasPred, hasSucc bool) Role {
+	switch {
+	case hasPred && hasSucc:
+		return Middle
+	case hasPred:
+		return Tail
+	case hasSucc:
+		return Head
+	}
+	return Single
+}
+
+// String returns "head", "middle", "tail" or "single".
+func (r Role) String() string {
+	switch r {
+	case Head:
+		return "head"
+	case Middle:
+		return "middle"
+	case Tail:
+		return "tail"
+	case Single:
+		return "single"
+	}
+	return "Role(?)"
+}
+
+// HasPred reports whether a node in this role has a predecessor.
+func (r Role) HasPred() bool { return r == Middle || r == Tail }
+
+// HasSucc reports whether a node in this role has a successor.
+func (r Role) HasSucc() bool { return r == Head || r == Middle }
+
+// EventKind says what happened.
+type EventKind uint8
+
+// The events a Machine accepts.
+const (
+	EvRecv       EventKind = iota + 1 // a message arrived from a neighbour
+	EvLocalReady                      // the application is locally ready for a round
+	EvTaskDone                        // the local task of a round finished (Failed says how)
+	EvLinkUp                          // the link to a neighbour was (re-)established
+	EvAbort                           // the driver gives up on a round (timeout, stop)
+)
+
+// Event is one input to Machine.Step. Build it with Recv, LocalReady,
+// TaskDone, LinkUp or Abort.
+type Event struct {
+	Kind   EventKind
+	From   Side    // EvRecv: who sent it; EvLinkUp: which link
+	Msg    Message // EvRecv
+	Round  string  // EvLocalReady, EvTaskDone, EvAbort
+	Failed bool    // EvTaskDone: the task reported failure
+}
+
+// Recv is the event "msg arrived from the neighbour on side from".
+func Recv(from Side, msg Message) Event { return Event{Kind: EvRecv, From: from, Msg: msg} }
+
+// LocalReady is the event "this node is locally ready for round".
+func LocalReady(round string) Event { return Event{Kind: EvLocalReady, Round: round} }
+
+// TaskDone is the event "the task of round finished"; failed means it failed.
+func TaskDone(round string, failed bool) Event {
+	return Event{Kind: EvTaskDone, Round: round, Failed: failed}
+}
+
+// LinkUp is the event "the link to side is (re-)established".
+func LinkUp(side Side) Event { return Event{Kind: EvLinkUp, From: side} }
+
+// Abort is the event "the driver gives up on round".
+func Abort(round string) Event { return Event{Kind: EvAbort, Round: round} }
+
+// ActionKind says what the caller must do.
+type ActionKind uint8
+
+// The actions a Machine asks for.
+const (
+	ActSend    ActionKind = iota + 1 // send Msg to the neighbour on side To
+	ActRunTask                       // run the local task of Round, then report EvTaskDone
+	ActState                         // Round moved from From to State (for logs and traces)
+	ActDone                          // Round is over at this node with Outcome
+)
+
+// Outcome is how a round ended at this node.
+type Outcome uint8
+
+// Round outcomes.
+const (
+	Done       Outcome = iota + 1 // this node's part of the round finished normally
+	TaskFailed                    // the local task failed; no COMPLETE was sent on
+	Aborted                       // the driver aborted the round
+)
+
+// String returns "done", "task failed" or "aborted".
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "done"
+	case TaskFailed:
+		return "task failed"
+	case Aborted:
+		return "aborted"
+	}
+	return "Outcome(?)"
+}
+
+// Action is one output of Machine.Step.
+type Action struct {
+	Kind    ActionKind
+	To      Side    // ActSend
+	Msg     Message // ActSend
+	Resend  bool    // ActSend: a re-send after a link came back, or a reply to a duplicate
+	Round   string  // ActRunTask, ActState, ActDone
+	From    State   // ActState
+	State   State   // ActState: the new state
+	Outcome Outcome // ActDone
+}
+
+// Violation is a peer's protocol violation: a message that is well formed
+// but impossible in the receiving round's state or from that side. Step
+// returns it without changing any state.
+type Violation struct {
+	From   Side
+	Msg    Message
+	State  State // the round's state, 0 if the round is unknown
+	Reason string
+}
+
+func (v *Violation) Error() string {
+	st := "unknown round"
+	if v.State != 0 {
+		st = "state " + v.State.String()
+	}
+	return fmt.Sprintf("chainsync: protocol violation: %s from %s (%s): %s", v.Msg, v.From, st, v.Reason)
+}
+
+// Errors for local misuse of a Machine (never caused by a peer).
+var (
+	ErrRoundFinished = errors.New("chainsync: round already finished at this node")
+	ErrTooManyRounds = errors.New("chainsync: too many concurrent rounds")
+	ErrBadRound      = errors.New("chainsync: invalid round id (1-128 of A-Z a-z 0-9 - _ .)")
+	ErrNotRunning    = errors.New("chainsync: no task is running for this round")
+)
+
+// Config fixes a Machine's place in the chain and its limits.
+type Config struct {
+	Role Role
+	// MaxRounds bounds the rounds that are not finished at once; a READY
+	// that would open one more is a violation. Zero means 1024.
+	MaxRounds int
+	// KeepFinished is how many finished rounds are remembered, so that
+	// duplicates of their messages stay no-ops. Zero means 16384.
+	KeepFinished int
+	// AcceptRound, if set, says which round ids a predecessor may open; a
+	// READY for any other round is a violation.
+	AcceptRound func(round string) bool
+}
+
+type round struct {
+	id    string
+	state State
+	// What has happened, so that each event acts once and an exact
+	// duplicate is recognised.
+	localReady, predReady, startRecv, completeRecv, exitRecv bool
+	// The last command sent to each neighbour, re-sent on EvLinkUp.
+	lastPred, lastSucc Command
+}
+
+// Machine is one node's ChainSync state machine for any number of rounds.
+// It does no I/O and is not safe for concurrent use.
+type Machine struct {
+	cfg      Config
+	rounds   map[string]*round
+	active   int
+	finished []string // finished round ids, oldest first
+}
+
+// New returns a Machine for a node in the given configuration.
+func New(cfg Config) *Machine {
+	if cfg.MaxRounds <= 0 {
+		cfg.MaxRounds = 1024
+	}
+	if cfg.KeepFinished <= 0 {
+		cfg.KeepFinished = 16384
+	}
+	if cfg.Role == 0 {
+		cfg.Role = Single
+	}
+	return &Machine{cfg: cfg, rounds: make(map[string]*round)}
+}
+
+// Role returns the node's role.
+func (m *Machine) Role() Role { return m.cfg.Role }
+
+// State returns the state of round, and false if the round is unknown.
+func (m *Machine) State(round string) (State, bool) {
+	r := m.rounds[round]
+	if r == nil {
+		return 0, false
+	}
+	return r.state, true
+}
+
+// Active returns the number of rounds that are not finished.
+func (m *Machine) Active() int { return m.active }
+
+// Step applies ev and appends the resulting actions to out. A *Violation
+// error means the peer misbehaved; any other error is local misuse. On
+// error no state has changed and out is returned as given.
+func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
+	switch ev.Kind {
+	case EvRecv:
+		return m.recv(ev.From, ev.Msg, out)
+	case EvLocalReady:
+		return m.localReady(ev.Round, out)
+	case EvTaskDone:
+		return m.taskDone(ev.Round, ev.Failed, out)
+	case EvLinkUp:
+		return m.linkUp(ev.From, out), nil
+	case EvAbort:
+		return m.abort(ev.Round, out)
+	}
+	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
+}
+
+func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
+	violation := func(st State, reason string) ([]Action, error) {
+		return out, &Violation{From: from, Msg: msg, State: st, Reason: reason}
+	}
+	role := m.cfg.Role
+	if from == Pred && !role.HasPred() || from == Succ && !role.HasSucc() {
+		return violation(0, "this node ("+role.String()+") has no such neighbour")
+	}
+	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
+		return violation(0, "malformed message")
+	}
+	r := m.rounds[msg.Round]
+	var st State
+	if r != nil {
+		st = r.state
+		if st == StateFailed || st == StateAborted {
+			return out, nil // the round is halted here; late messages change nothing
+		}
+	}
+	switch {
+	case from == Pred && msg.Cmd == Ready:
+		if r == nil {
+			if m.cfg.AcceptRound != nil && !m.cfg.AcceptRound(msg.Round) {
+				return violation(0, "round not configured at this node")
+			}
+			if m.active >= m.cfg.MaxRounds {
+				return violation(0, fmt.Sprintf("too many concurrent rounds (limit %d)", m.cfg.MaxRounds))
+			}
+			r = m.open(msg.Round)
+		} else if r.predReady {
+			return out, nil // duplicate
+		}
+		r.predReady = true
+		return m.advance(r, out), nil
+
+	case from == Pred && msg.Cmd == Complete:
+		switch {
+		case r == nil:
+			return violation(0, "COMPLETE for a round this node has not seen")
+		case r.completeRecv:
+			if st == StateDone {
+				// The predecessor re-sent COMPLETE after a reconnect, so
+				// it may have missed our exit-wave COMPLETE: send it again.
+				out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{r.lastPred, r.id}, Resend: true})
+			}
+			return out, nil
+		case st != StateWatch:
+			return violation(st, "COMPLETE from the predecessor before this node is in WATCH")
+		}
+		r.completeRecv = true
+		return m.advance(r, out), nil
+
+	case from == Succ && msg.Cmd == Start:
+		switch {
+		case r == nil:
+			return violation(0, "START for a round this node has not sent READY for")
+		case r.startRecv:
+			return out, nil
+		case st != StateReady:
+			return violation(st, "START before this node sent READY")
+		}
+		r.startRecv = true
+		return m.advance(r, out), nil
+
+	case from == Succ && msg.Cmd == Complete:
+		switch {
+		case r == nil:
+			return violation(0, "COMPLETE for a round this node has not seen")
+		case r.exitRecv:
+			return out, nil
+		case st != StateComplete:
+			return violation(st, "exit-wave COMPLETE from the successor before this node completed")
+		}
+		r.exitRecv = true
+		return m.advance(r, out), nil
+	}
+	if msg.Cmd == Start {
+		return violation(st, "START travels backward; the predecessor must not send it")
+	}
+	return violation(st, "READY travels forward; the successor must not send it")
+}
+
+func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
+	if !ValidRound(id) {
+		return out, ErrBadRound
+	}
+	r := m.rounds[id]
+	if r == nil {
+		if m.active >= m.cfg.MaxRounds {
+			return out, ErrTooManyRounds
+		}
+		r = m.open(id)
+	} else if r.state.Terminal() {
+		return out, ErrRoundFinished
+	}
+	if r.localReady {
+		return out, nil
+	}
+	r.localReady = true
+	return m.advance(r, out), nil
+}
+
+func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
+	r := m.rounds[id]
+	if r == nil || r.state != StateStart {
+		return out, ErrNotRunning
+	}
+	if failed {
+		out = m.set(r, StateFailed, out)
+		return m.finish(r, TaskFailed, out), nil
+	}
+	out = m.set(r, StateComplete, out)
+	if m.cfg.Role.HasSucc() {
+		out = m.send(r, Succ, Complete, out) // triggers the successor's task
+	} else {
+		r.exitRecv = true // the Tail starts the exit wave itself
+	}
+	return m.advance(r, out), nil
+}
+
+func (m *Machine) abort(id string, out []Action) ([]Action, error) {
+	r := m.rounds[id]
+	if r == nil {
+		return out, ErrBadRound
+	}
+	if r.state.Terminal() {
+		return out, nil
+	}
+	out = m.set(r, StateAborted, out)
+	return m.finish(r, Aborted, out), nil
+}
+
+// linkUp re-sends the last message sent on the link for every unfinished
+// round (DECISIONS.md, reconnects), in round-id order.
+func (m *Machine) linkUp(side Side, out []Action) []Action {
+	ids := make([]string, 0, m.active)
+	for id, r := range m.rounds {
+		if !r.state.Terminal() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r := m.rounds[id]
+		last := r.lastSucc
+		if side == Pred {
+			last = r.lastPred
+		}
+		if last != 0 {
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{last, id}, Resend: true})
+		}
+	}
+	return out
+}
+
+// advance takes every transition the round's facts allow (draft section
+// "Protocol Operation", phases 1 to 4).
+func (m *Machine) advance(r *round, out []Action) []Action {
+	role := m.cfg.Role
+	for {
+		switch r.state {
+		case StateSync:
+			if !r.localReady || role.HasPred() && !r.predReady {
+				return out
+			}
+			out = m.set(r, StateReady, out)
+			if role.HasSucc() {
+				out = m.send(r, Succ, Ready, out) // phase 1
+			} else {
+				r.startRecv = true // the Tail starts phase 2 itself
+			}
+		case StateReady:
+			if !r.startRecv {
+				return out
+			}
+			if role.HasPred() {
+				out = m.set(r, StateWatch, out)
+				out = m.send(r, Pred, Start, out) // phase 2
+			} else {
+				out = m.set(r, StateStart, out) // the Head starts phase 3
+				out = append(out, Action{Kind: ActRunTask, Round: r.id})
+			}
+		case StateWatch:
+			if !r.completeRecv {
+				return out
+			}
+			out = m.set(r, StateStart, out)
+			out = append(out, Action{Kind: ActRunTask, Round: r.id})
+		case StateComplete:
+			if !r.exitRecv {
+				return out
+			}
+			if role.HasPred() {
+				out = m.send(r, Pred, Complete, out) // phase 4
+			}
+			out = m.set(r, StateDone, out)
+			return m.finish(r, Done, out)
+		default:
+			return out
+		}
+	}
+}
+
+func (m *Machine) open(id string) *round {
+	r := &round{id: id, state: StateSync}
+	m.rounds[id] = r
+	m.active++
+	return r
+}
+
+func (m *Machine) set(r *round, s State, out []Action) []Action {
+	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s})
+	r.state = s
+	return out
+}
+
+func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
+	if to == Pred {
+		r.lastPred = c
+	} else {
+		r.lastSucc = c
+	}
+	return append(out, Action{Kind: ActSend, To: to, Msg: Message{c, r.id}})
+}
+
+// finish records a round as over, forgetting the oldest finished rounds
+// beyond KeepFinished.
+func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
+	m.active--
+	m.finished = append(m.finished, r.id)
+	if len(m.finished) > m.cfg.KeepFinished {
+		delete(m.rounds, m.finished[0])
+		m.finished = m.finished[1:]
+	}
+	return append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
+}

@@ -1,0 +1,118 @@
+package chainsync
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Status is how a round ended at this node.
+type Status uint8
+
+// Round statuses.
+const (
+	// StatusDone: this node's part of the round finished normally (the
+	// Head: COMPLETE came back; others: the exit wave was forwarded).
+	StatusDone Status = iota + 1
+	// StatusTaskFailed: the local task returned an error; the chain halts
+	// here (no COMPLETE was sent on).
+	StatusTaskFailed
+	// StatusFault: a configured timeout fired; the round was aborted here.
+	StatusFault
+	// StatusStopped: the node was closed before the round finished.
+	StatusStopped
+)
+
+// String returns "done", "task failed", "fault" or "stopped".
+func (s Status) String() string {
+	switch s {
+	case StatusDone:
+		return "done"
+	case StatusTaskFailed:
+		return "task failed"
+	case StatusFault:
+		return "fault"
+	case StatusStopped:
+		return "stopped"
+	}
+	return "Status(?)"
+}
+
+// Result is the outcome of one round at this node.
+type Result struct {
+	Round  string
+	Status Status
+	// Err says why, for every status but StatusDone: the task's error
+	// (wrapped in *TaskError), the fault (*FaultError) or ErrStopped.
+	Err error
+}
+
+// ErrStopped is the error of rounds unfinished when the node was closed.
+var ErrStopped = errors.New("chainsync: node stopped")
+
+// TaskError is a failed local task.
+type TaskError struct {
+	Round string
+	Err   error
+}
+
+func (e *TaskError) Error() string {
+	return fmt.Sprintf("chainsync: task for round %s failed: %v", roundName(e.Round), e.Err)
+}
+
+// Unwrap returns the task's own error.
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// FaultError is a fault the node detected (a configured timeout).
+type FaultError struct {
+	Round  string
+	State  protocol.State // the round's state when the fault was detected
+	Reason string
+	After  time.Duration
+}
+
+func (e *FaultError) Error() string {
+	return fmt.Sprintf("chainsync: fault in round %s (state %s): %s after %v", roundName(e.Round), e.State, e.Reason, e.After)
+}
+
+func roundName(r string) string {
+	if r == "" {
+		return "(unnamed)"
+	}
+	return r
+}
+
+// TraceKind says what a TraceEvent reports.
+type TraceKind uint8
+
+// Trace event kinds.
+const (
+	TraceSent      TraceKind = iota + 1 // Msg was written to Side
+	TraceReceived                       // Msg arrived from Side
+	TraceState                          // Round moved From -> To
+	TraceTaskStart                      // the task of Round started
+	TraceTaskEnd                        // the task of Round ended (Err if it failed)
+	TraceLinkUp                         // the link to Side is up (Peer)
+	TraceLinkDown                       // the link to Side is down (Err)
+	TraceViolation                      // Side sent bad input (Err); the connection was closed
+	TraceRoundDone                      // Round is over here with Status
+)
+
+// TraceEvent is one thing that happened at a node, for Config.Trace.
+type TraceEvent struct {
+	Time   time.Time
+	Node   string // Config.Name
+	Kind   TraceKind
+	Side   protocol.Side
+	Peer   string // remote address, where known
+	Round  string
+	Msg    protocol.Message
+	Resend bool // TraceSent: a re-send after reconnecting
+	Queued bool // TraceSent: the link was down; it goes out on reconnect
+	From   protocol.State
+	To     protocol.State
+	Status Status
+	Err    error
+}

@@ -1,0 +1,57 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"time"
+)
+
+// KeepAlive is the TCP keepalive configuration applied to every link: probe
+// after 15s idle, every 5s, give up after 4 unanswered probes, so a peer
+// that vanished without a FIN is noticed within about 35s.
+var KeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 4}
+
+// Tune sets TCP_NODELAY (protocol lines are tiny and latency-bound) and
+// keepalive on c if it is a TCP connection.
+func Tune(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetKeepAliveConfig(KeepAlive)
+	}
+}
+
+// Listen opens a TCP listener whose accepted connections get keepalive.
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAliveConfig: KeepAlive}
+	return lc.Listen(ctx, "tcp", addr)
+}
+
+// Dial connects to addr, retrying with b until it succeeds or ctx ends: a
+// successor that is not up yet is normal. Each failed attempt is passed to
+// onRetry (if set) with the delay before the next one. The connection is
+// tuned with Tune.
+func Dial(ctx context.Context, addr string, b *Backoff, onRetry func(err error, attempt int, next time.Duration)) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: KeepAlive}
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			Tune(c)
+			b.Reset()
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		wait := b.Next()
+		if onRetry != nil {
+			onRetry(err, b.Attempts(), wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// MaxLine is the longest line accepted, in bytes, not counting the LF.
+const MaxLine = 256
+
+// quoteMax is how many offending bytes a ProtocolError keeps.
+const quoteMax = 64
+
+// ProtocolError is a line that breaks the wire grammar.
+type ProtocolError struct {
+	Reason string // what is wrong, e.g. "unknown command"
+	Line   []byte // the offending bytes, at most 64 of them
+	Len    int    // the offending line's full length (at least MaxLine+1 if too long)
+}
+
+func (e *ProtocolError) Error() string {
+	s := fmt.Sprintf("chainsync: malformed line: %s: %s", e.Reason, strconv.Quote(string(e.Line)))
+	if e.Len > len(e.Line) {
+		s += fmt.Sprintf(" (%d bytes, truncated)", e.Len)
+	}
+	return s
+}
+
+func badLine(reason string, line []byte) *ProtocolError {
+	return &ProtocolError{Reason: reason, Line: bytes.Clone(line[:min(len(line), quoteMax)]), Len: len(line)}
+}
+
+// Parse decodes one line, without its LF; one trailing CR is allowed.
+func Parse(line []byte) (protocol.Message, error) {
+	return parse(line, nil)
+}
+
+func parse(line []byte, intern func([]byte) string) (protocol.Message, error) {
+	raw := line
+	if len(line) > MaxLine {
+		return protocol.Message{}, badLine("line longer than 256 bytes", raw)
+	}
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	for _, c := range line {
+		if c < 0x20 || c == 0x7f {
+			return protocol.Message{}, badLine("NUL or control byte", raw)
+		}
+	}
+	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
+	var cmd protocol.Command
+	switch string(cmdPart) { // no allocation: the compiler switches on the bytes
+	case "READY":
+		cmd = protocol.Ready
+	case "START":
+		cmd = protocol.Start
+	case "COMPLETE":
+		cmd = protocol.Complete
+	default:
+		return protocol.Message{}, badLine("unknown command", raw)
+	}
+	if !hasColon || len(id) == 0 {
+		return protocol.Message{Cmd: cmd}, nil
+	}
+	if !protocol.ValidRound(id) {
+		return protocol.Message{}, badLine("invalid round id (1-128 of A-Z a-z 0-9 - _ .)", raw)
+	}
+	if intern != nil {
+		return protocol.Message{Cmd: cmd, Round: intern(id)}, nil
+	}
+	return protocol.Message{Cmd: cmd, Round: string(id)}, nil
+}
+
+// maxInterned bounds the Reader's table of round-id strings.
+const maxInterned = 1024
+
+// Reader reads protocol lines from a stream.
+type Reader struct {
+	br     *bufio.Reader
+	intern map[string]string
+}
+
+// NewReader returns a Reader that buffers at most MaxLine+1 bytes of r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, MaxLine+1)}
+}
+
+// ReadMessage reads the next line. It returns a *ProtocolError for a
+// malformed line (the stream is then unusable: close it), io.EOF at a clean
+// end of stream, io.ErrUnexpectedEOF for a stream cut inside a line, and
+// the underlying error otherwise.
+func (r *Reader) ReadMessage() (protocol.Message, error) {
+	line, err := r.br.ReadSlice('\n')
+	switch {
+	case err == nil:
+		return parse(line[:len(line)-1], r.internRound)
+	case errors.Is(err, bufio.ErrBufferFull):
+		return protocol.Message{}, badLine("line longer than 256 bytes", line)
+	case err == io.EOF && len(line) > 0:
+		return protocol.Message{}, io.ErrUnexpectedEOF
+	}
+	return protocol.Message{}, err
+}
+
+// internRound returns a string for id, allocating only the first time an id
+// is seen, so steady-state decoding allocates nothing.
+func (r *Reader) internRound(id []byte) string {
+	if s, ok := r.intern[string(id)]; ok {
+		return s
+	}
+	if r.intern == nil || len(r.intern) >= maxInterned {
+		r.intern = make(map[string]string)
+	}
+	s := string(id)
+	r.intern[s] = s
+	return s
+}
+
+// Append appends m's wire form to dst. With colon set, the unnamed round is
+// written "COMMAND:" (for peers such as the reference implementation, which
+// cannot parse a bare COMMAND); otherwise it is the draft's bare "COMMAND".
+// Append does not validate m: tests use it to play a broken peer. Use Valid
+// first where m may come from outside.
+func Append(dst []byte, m protocol.Message, colon bool) []byte {
+	dst = append(dst, m.Cmd.String()...)
+	if m.Round != "" || colon {
+		dst = append(dst, ':')
+		dst = append(dst, m.Round...)
+	}
+	return append(dst, '\n')
+}
+
+// Valid reports whether m can be written: a defined command and a legal
+// round id.
+func Valid(m protocol.Message) bool {
+	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
+}
