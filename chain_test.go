@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -155,5 +156,244 @@ func TestChainTCP(t *testing.T) {
 				t.Errorf("seed %d: %d tasks ran, want %d", seed, got, n)
 			}
 		})
+	}
+}
+
+// Draft: Message Types (ROUND-ID "to support multiple concurrent rounds on
+// the same connection"): 20 named rounds at once on one chain, each ready at
+// random moments at every node, do not interfere.
+func TestConcurrentRoundsTCP(t *testing.T) {
+	const n, rounds = 4, 20
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 2))
+	rec := newRecorder(n)
+	cfgs := chainConfigs(t, n)
+	for i := range cfgs {
+		cfgs[i].Task = rec.task(i, time.Duration(rng.IntN(500))*time.Microsecond)
+	}
+	nodes := startAll(t, cfgs, rng.Perm(n))
+	type ev struct{ node, round int }
+	var evs []ev
+	for i := range n {
+		for r := range rounds {
+			evs = append(evs, ev{i, r})
+		}
+	}
+	rng.Shuffle(len(evs), func(a, b int) { evs[a], evs[b] = evs[b], evs[a] })
+	for _, e := range evs {
+		id := fmt.Sprintf("r%d", e.round)
+		rec.markReady(id, e.node)
+		if err := nodes[e.node].Ready(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for r := range rounds {
+		id := fmt.Sprintf("r%d", r)
+		for i, nd := range nodes {
+			if res, err := nd.Wait(ctx, id); err != nil || res.Status != StatusDone {
+				t.Fatalf("seed %d: node %d round %s: %v %v", seed, i, id, res, err)
+			}
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.errs {
+		t.Errorf("seed %d: %s", seed, e)
+	}
+	for r := range rounds {
+		if got := rec.started[fmt.Sprintf("r%d", r)]; len(got) != n {
+			t.Errorf("seed %d: round r%d ran %v", seed, r, got)
+		}
+	}
+}
+
+// proxy forwards TCP connections to target and can cut them all.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newProxy(t testing.TB, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); copyClose(u, c) }()
+			go func() { defer p.wg.Done(); copyClose(c, u) }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+func copyClose(dst, src net.Conn) {
+	buf := make([]byte, 512)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+// cut resets every proxied connection, losing whatever was in flight.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// DECISIONS.md, reconnects: a link dropped mid-round is re-established, the
+// last message on it is re-sent, duplicates are no-ops, and every task runs
+// exactly once.
+func TestLinkDropMidRoundTCP(t *testing.T) {
+	for _, cutAt := range []int{0, 1, 2, 3} { // cut the B-C link while node cutAt runs its task
+		t.Run(fmt.Sprint("cut-during-", cutAt), func(t *testing.T) {
+			const n = 4
+			rec := newRecorder(n)
+			cfgs := chainConfigs(t, n)
+			p := newProxy(t, cfgs[2].Listen)
+			cfgs[1].Next = p.ln.Addr().String()
+			var once sync.Once
+			for i := range cfgs {
+				task := rec.task(i, 20*time.Millisecond)
+				cfgs[i].Task = func(ctx context.Context, r string) error {
+					if i == cutAt {
+						once.Do(p.cut)
+					}
+					return task(ctx, r)
+				}
+			}
+			nodes := startAll(t, cfgs, []int{0, 1, 2, 3})
+			for i, nd := range nodes {
+				rec.markReady("", i)
+				nd.Ready("")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i, nd := range nodes {
+				if res, err := nd.Wait(ctx, ""); err != nil || res.Status != StatusDone {
+					t.Fatalf("node %d: %v %v", i, res, err)
+				}
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, e := range rec.errs {
+				t.Error(e)
+			}
+			if got := rec.started[""]; len(got) != n {
+				t.Errorf("tasks ran %v, want each once in order", got)
+			}
+		})
+	}
+}
+
+// A task error halts the chain at that node: no COMPLETE is sent on, so the
+// successor never runs its task (DECISIONS.md, faults).
+func TestTaskFailureHaltsTCP(t *testing.T) {
+	const n = 3
+	cfgs := chainConfigs(t, n)
+	var ran [n]bool
+	for i := range cfgs {
+		cfgs[i].Task = func(context.Context, string) error {
+			ran[i] = true
+			if i == 1 {
+				return fmt.Errorf("disk full")
+			}
+			return nil
+		}
+		cfgs[i].PhaseTimeout = 300 * time.Millisecond
+	}
+	nodes := startAll(t, cfgs, []int{2, 1, 0})
+	for _, nd := range nodes {
+		nd.Ready("")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, _ := nodes[1].Wait(ctx, "")
+	if res.Status != StatusTaskFailed || res.Err == nil {
+		t.Fatalf("middle: %+v", res)
+	}
+	res, _ = nodes[2].Wait(ctx, "")
+	if res.Status != StatusFault {
+		t.Fatalf("tail: %+v, want a fault (timed out in WATCH)", res)
+	}
+	if ran[2] {
+		t.Fatal("the tail ran its task after its predecessor failed")
+	}
+	res, _ = nodes[0].Wait(ctx, "")
+	if res.Status != StatusFault {
+		t.Fatalf("head: %+v, want a fault (no exit wave)", res)
+	}
+}
+
+// Close stops everything: no goroutine outlives the nodes.
+func TestCloseNoLeaks(t *testing.T) {
+	before := runtime.NumGoroutine()
+	cfgs := chainConfigs(t, 3)
+	for i := range cfgs {
+		cfgs[i].Task = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+	}
+	var nodes []*Node
+	for _, c := range cfgs {
+		nd, err := Start(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, nd)
+		nd.Ready("")
+	}
+	time.Sleep(100 * time.Millisecond) // the Head's task is now running
+	for _, nd := range nodes {
+		nd.Close()
+	}
+	for i, nd := range nodes {
+		if res, _ := nd.Wait(context.Background(), ""); res.Status != StatusStopped {
+			t.Errorf("node %d: %+v, want stopped", i, res)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }

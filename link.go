@@ -181,7 +181,9 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	} else if cur != l {
 		return false
 	}
-	n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+	if n.infoOn() {
+		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+	}
 	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
 	if cur == l {
 		if err := n.step(protocol.Recv(l.side, msg)); err != nil {

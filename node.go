@@ -53,6 +53,7 @@ type link struct {
 	side protocol.Side
 	peer string
 	r    *wire.Reader
+	wdl  time.Time // when to refresh the write deadline
 }
 
 // Start validates cfg, binds the listener (if the node has a predecessor)
@@ -245,10 +246,18 @@ func (n *Node) act(a *protocol.Action) {
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
 		n.wg.Add(1)
-		go n.runTask(a.Round)
+		select {
+		case n.tasks <- struct{}{}: // a task slot is free: start now
+			n.taskStarted(a.Round)
+			go n.runTask(a.Round, true)
+		default:
+			go n.runTask(a.Round, false)
+		}
 	case protocol.ActState:
 		ri := n.round(a.Round)
-		n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
+		if n.infoOn() {
+			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
+		}
 		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 		n.armPhase(a.Round, ri, a.State)
 	case protocol.ActDone:
@@ -300,18 +309,25 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
-		n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+		n.log.Warn("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
 		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
 	}
 	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
-	_ = l.c.SetWriteDeadline(time.Now().Add(n.cfg.WriteTimeout))
+	// Refresh the write deadline only when half of it is used up: setting
+	// it costs more than the write on the fast path.
+	if now := time.Now(); now.After(l.wdl) {
+		l.wdl = now.Add(n.cfg.WriteTimeout / 2)
+		_ = l.c.SetWriteDeadline(now.Add(n.cfg.WriteTimeout))
+	}
 	if _, err := l.c.Write(n.wbuf); err != nil {
 		n.log.Warn("write failed; closing link", "to", side.String(), "peer", l.peer, "err", err)
 		n.drop(l, err)
 		return
 	}
-	n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
+	if n.infoOn() {
+		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
+	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 }
 
@@ -323,17 +339,31 @@ func (n *Node) trace(ev TraceEvent) {
 	}
 }
 
-func (n *Node) runTask(round string) {
-	defer n.wg.Done()
-	select {
-	case n.tasks <- struct{}{}:
-	case <-n.ctx.Done():
-		return
+// infoOn reports whether Info logs are wanted, so hot paths build no
+// log arguments for a silent logger.
+func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
+
+// taskStarted logs the start of a task. Caller holds mu.
+func (n *Node) taskStarted(round string) {
+	if n.infoOn() {
+		n.log.Info("task started", "round", round)
 	}
-	n.mu.Lock()
-	n.log.Info("task started", "round", round)
 	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
-	n.mu.Unlock()
+}
+
+// runTask runs round's task; slot says it already holds a task slot.
+func (n *Node) runTask(round string, slot bool) {
+	defer n.wg.Done()
+	if !slot {
+		select {
+		case n.tasks <- struct{}{}:
+		case <-n.ctx.Done():
+			return
+		}
+		n.mu.Lock()
+		n.taskStarted(round)
+		n.mu.Unlock()
+	}
 	err := n.cfg.Task(n.ctx, round)
 	<-n.tasks
 
@@ -345,7 +375,7 @@ func (n *Node) runTask(round string) {
 	if err != nil {
 		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
 		n.round(round).taskEr = err
-	} else {
+	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
 	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})

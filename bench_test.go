@@ -1,0 +1,141 @@
+package chainsync
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+)
+
+// oneWayFloor measures the one-way latency of a raw TCP line ping-pong on
+// loopback: the floor every protocol hop pays at least once.
+func oneWayFloor(b *testing.B) time.Duration {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	msg := []byte("READY:r1\n")
+	ping := func(k int) time.Duration {
+		t0 := time.Now()
+		for range k {
+			c.Write(msg)
+			if _, err := r.ReadSlice('\n'); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(t0)
+	}
+	ping(2000) // warm up
+	const k = 20000
+	return ping(k) / (2 * k)
+}
+
+// BenchmarkRound measures one round's latency on an n-node chain in one
+// process over real loopback TCP, with empty tasks. x-floor is that latency
+// divided by 4(n-1) one-way raw TCP hops measured in the same run.
+func BenchmarkRound(b *testing.B) {
+	for _, n := range []int{2, 4, 16, 64} {
+		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
+			floor := oneWayFloor(b)
+			cfgs := chainConfigs(b, n)
+			for i := range cfgs {
+				cfgs[i].MaxRounds = 1 << 20
+			}
+			order := make([]int, n)
+			for i := range order {
+				order[i] = i
+			}
+			nodes := startAll(b, cfgs, order)
+			ctx := context.Background()
+			run := func(id string) time.Duration {
+				for i := n - 1; i > 0; i-- {
+					nodes[i].Ready(id)
+				}
+				t0 := time.Now()
+				nodes[0].Ready(id)
+				if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
+					b.Fatalf("round %s: %+v %v", id, res, err)
+				}
+				return time.Since(t0)
+			}
+			for i := range 50 { // warm up: links up, code paths hot
+				run(fmt.Sprint("w", i))
+			}
+			var total time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				total += run(fmt.Sprint("r", i))
+			}
+			per := total / time.Duration(b.N)
+			b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/round")
+			b.ReportMetric(float64(floor.Nanoseconds())/1e3, "us/hop-floor")
+			b.ReportMetric(float64(per)/float64(4*(n-1)*int(floor)), "x-floor")
+		})
+	}
+}
+
+// BenchmarkPipelined measures throughput with many rounds in flight at once
+// on a 4-node chain (empty tasks, one task at a time per node).
+func BenchmarkPipelined(b *testing.B) {
+	const n, inFlight = 4, 256
+	cfgs := chainConfigs(b, n)
+	for i := range cfgs {
+		cfgs[i].MaxRounds = 1 << 20
+	}
+	nodes := make([]*Node, n)
+	for i, c := range cfgs {
+		nd, err := Start(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		nodes[i] = nd
+		defer nd.Close()
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	rounds := 0
+	for b.Loop() {
+		ids := make([]string, inFlight)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("p%d", rounds+k)
+		}
+		for _, nd := range nodes {
+			for _, id := range ids {
+				nd.Ready(id)
+			}
+		}
+		for _, id := range ids {
+			if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
+				b.Fatalf("round %s: %+v %v", id, res, err)
+			}
+		}
+		rounds += inFlight
+	}
+	b.ReportMetric(float64(rounds)/time.Since(t0).Seconds(), "rounds/s")
+}
