@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -100,6 +101,19 @@ func chainConfigs(t testing.TB, n int) []Config {
 	return cfgs
 }
 
+// countSent makes every node count the messages it puts on the wire.
+func countSent(cfgs []Config) *atomic.Int64 {
+	var sent atomic.Int64
+	for i := range cfgs {
+		cfgs[i].Trace = func(ev TraceEvent) {
+			if ev.Kind == TraceSent && !ev.Queued {
+				sent.Add(1)
+			}
+		}
+	}
+	return &sent
+}
+
 func startAll(t testing.TB, cfgs []Config, order []int) []*Node {
 	t.Helper()
 	nodes := make([]*Node, len(cfgs))
@@ -131,6 +145,7 @@ func TestChainTCP(t *testing.T) {
 			for i := range cfgs {
 				cfgs[i].Task = rec.task(i, time.Duration(rng.IntN(2000))*time.Microsecond)
 			}
+			sent := countSent(cfgs)
 			nodes := startAll(t, cfgs, rng.Perm(n))
 			for _, i := range rng.Perm(n) {
 				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
@@ -155,6 +170,10 @@ func TestChainTCP(t *testing.T) {
 			if got := len(rec.started[""]); got != n {
 				t.Errorf("seed %d: %d tasks ran, want %d", seed, got, n)
 			}
+			// Draft: Introduction, "exactly 4(n-1) messages per round".
+			if got := sent.Load(); got != int64(4*(n-1)) {
+				t.Errorf("seed %d: %d messages on the wire, want 4(n-1) = %d", seed, got, 4*(n-1))
+			}
 		})
 	}
 }
@@ -171,6 +190,7 @@ func TestConcurrentRoundsTCP(t *testing.T) {
 	for i := range cfgs {
 		cfgs[i].Task = rec.task(i, time.Duration(rng.IntN(500))*time.Microsecond)
 	}
+	sent := countSent(cfgs)
 	nodes := startAll(t, cfgs, rng.Perm(n))
 	type ev struct{ node, round int }
 	var evs []ev
@@ -201,6 +221,9 @@ func TestConcurrentRoundsTCP(t *testing.T) {
 	defer rec.mu.Unlock()
 	for _, e := range rec.errs {
 		t.Errorf("seed %d: %s", seed, e)
+	}
+	if got := sent.Load(); got != 4*(n-1)*rounds {
+		t.Errorf("seed %d: %d messages on the wire, want 4(n-1) per round = %d", seed, got, 4*(n-1)*rounds)
 	}
 	for r := range rounds {
 		if got := rec.started[fmt.Sprintf("r%d", r)]; len(got) != n {

@@ -193,20 +193,26 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return true
 	}
 	// A pending predecessor connection: it replaces the current one only if
-	// its first line is one the machine accepts.
-	n.pred = l
-	if err := n.step(protocol.Recv(l.side, msg)); err != nil {
-		n.pred = cur
+	// its first line is one the machine accepts. The re-sends of LinkUp are
+	// computed first (LinkUp changes no state), so that the reply to this
+	// line is not sent twice.
+	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
+	acts, err := n.m.Step(protocol.Recv(l.side, msg), n.acts[:0])
+	if err != nil {
 		n.violation(l, err)
 		return false
 	}
+	n.acts = acts
 	delete(n.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur != nil {
 		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
 		cur.c.Close()
 	}
-	n.linkUp(l)
+	n.pred = l
+	n.announceUp(l)
+	n.perform(resend)
+	n.perform(acts)
 	return true
 }
 
@@ -265,15 +271,21 @@ func (n *Node) drop(l *link, err error) {
 // linkUp records l as the current link on its side and re-sends what the
 // machine says. Caller holds mu.
 func (n *Node) linkUp(l *link) {
+	n.announceUp(l)
+	if err := n.step(protocol.LinkUp(l.side)); err != nil {
+		n.log.Error("internal error: link up", "err", err)
+	}
+}
+
+// announceUp stops side's ConnectTimeout watchdog and reports the link up.
+// Caller holds mu.
+func (n *Node) announceUp(l *link) {
 	if t := n.down[l.side]; t != nil {
 		t.Stop()
 		n.down[l.side] = nil
 	}
 	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
 	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
-	if err := n.step(protocol.LinkUp(l.side)); err != nil {
-		n.log.Error("internal error: link up", "err", err)
-	}
 }
 
 // linkDown starts the ConnectTimeout watchdog for side. Caller holds mu.

@@ -234,10 +234,15 @@ func (n *Node) step(ev protocol.Event) error {
 		return err
 	}
 	n.acts = acts
+	n.perform(acts)
+	return nil
+}
+
+// perform carries out actions in order. Caller holds mu.
+func (n *Node) perform(acts []protocol.Action) {
 	for i := range acts {
 		n.act(&acts[i])
 	}
-	return nil
 }
 
 func (n *Node) act(a *protocol.Action) {
@@ -320,15 +325,16 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l.wdl = now.Add(n.cfg.WriteTimeout / 2)
 		_ = l.c.SetWriteDeadline(now.Add(n.cfg.WriteTimeout))
 	}
-	if _, err := l.c.Write(n.wbuf); err != nil {
-		n.log.Warn("write failed; closing link", "to", side.String(), "peer", l.peer, "err", err)
-		n.drop(l, err)
-		return
-	}
+	// Report before writing, so that a log or trace never shows the reply
+	// to a message before the message.
 	if n.infoOn() {
 		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
+	if _, err := l.c.Write(n.wbuf); err != nil {
+		n.log.Warn("write failed; closing link (the message is re-sent on reconnect)", "to", side.String(), "peer", l.peer, "err", err)
+		n.drop(l, err)
+	}
 }
 
 func (n *Node) trace(ev TraceEvent) {

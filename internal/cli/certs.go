@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/chainsync-go/chainsync/secure"
+)
+
+const certsUsage = `Usage: chainsync certs --dir DIR (--chain NAME=HOST:PORT,... | --nodes NAME,...) [--force]
+
+Makes a small certificate authority (DIR/ca.pem, DIR/ca-key.pem) and, for
+each node, a certificate valid as TLS server and client (DIR/NAME.pem,
+DIR/NAME-key.pem; keys are written 0600), with the node's host as subject
+alternative name. Prints each node's key pin for --pin-prev/--pin-next.
+Keep ca-key.pem offline; copy to each node only ca.pem and its own pair.
+
+Example:
+  chainsync certs --dir certs --chain A=10.0.0.1:7000,B=10.0.0.2:7000,C=10.0.0.3:7000
+  chainsync run --chain A=10.0.0.1:7000,B=10.0.0.2:7000,C=10.0.0.3:7000 --name B \
+    --tls-cert certs/B.pem --tls-key certs/B-key.pem --tls-ca certs/ca.pem -- ./task.sh
+
+Flags:
+`
+
+func certsMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "output `DIR` (created if missing)")
+	chain := fs.String("chain", "", "the chain, `NAME=HOST:PORT,...` as given to chainsync run --chain")
+	nodes := fs.String("nodes", "", "node `NAMES`, comma-separated, for a chain on this machine (SANs localhost, 127.0.0.1, ::1)")
+	force := fs.Bool("force", false, "replace existing files")
+	fs.Usage = func() { fmt.Fprint(stderr, certsUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	var specs []secure.NodeSpec
+	switch {
+	case *dir == "" || fs.NArg() > 0:
+		fmt.Fprintln(stderr, "chainsync certs: give --dir DIR and no other arguments (see --help)")
+		return ExitUsage
+	case (*chain == "") == (*nodes == ""):
+		fmt.Fprintln(stderr, "chainsync certs: give exactly one of --chain or --nodes")
+		return ExitUsage
+	case *chain != "":
+		ms, err := parseChain(*chain)
+		if err != nil {
+			fmt.Fprintln(stderr, "chainsync certs:", err)
+			return ExitUsage
+		}
+		for _, m := range ms {
+			host, _, _ := net.SplitHostPort(m.Addr)
+			specs = append(specs, secure.NodeSpec{Name: m.Name, Host: host})
+		}
+	default:
+		for _, nm := range strings.Split(*nodes, ",") {
+			specs = append(specs, secure.NodeSpec{Name: strings.TrimSpace(nm)})
+		}
+	}
+	gen, err := secure.GenerateCerts(*dir, specs, *force)
+	if err != nil {
+		fmt.Fprintln(stderr, "chainsync certs:", err)
+		return ExitError
+	}
+	fmt.Fprintf(stdout, "CA: %s (keep %s offline)\n", gen[0].CAFile, strings.TrimSuffix(gen[0].CAFile, ".pem")+"-key.pem")
+	for _, g := range gen {
+		fmt.Fprintf(stdout, "%-8s %s %s  SANs %s\n         pin %s\n", g.Name, g.CertFile, g.KeyFile, strings.Join(g.SANs, ","), g.Pin)
+	}
+	return ExitOK
+}
+
+func pinMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "Usage: chainsync pin CERTFILE\n\nPrints the key pin (sha256//BASE64 of the SHA-256 of the certificate's\nSubjectPublicKeyInfo, as curl --pinnedpubkey writes it) for --pin-prev/--pin-next.")
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	pin, err := secure.PinFile(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "chainsync pin:", err)
+		return ExitError
+	}
+	fmt.Fprintln(stdout, pin)
+	return ExitOK
+}

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+)
+
+// Version is the release version; builds from a module add their VCS
+// revision in chainsync version.
+const Version = "0.1.0"
+
+const mainUsage = `chainsync runs a fixed chain of processes A -> B -> ... -> N so that their
+tasks run strictly in order, and only once every one of them is ready
+(draft-dohmeyer-chainsync: a READY wave forward, a START wave back, tasks in
+order, a COMPLETE exit wave back).
+
+Usage:
+  chainsync demo [-n N] [--rounds R]     a live local demo: N nodes over loopback TCP
+  chainsync run [flags] -- COMMAND...    run one node of a real chain
+  chainsync certs [flags]                make a CA and per-node TLS certificates
+  chainsync pin CERTFILE                 print a certificate's key pin
+  chainsync version                      print the version
+
+Start here:
+  chainsync demo
+  chainsync run --help
+
+Run "chainsync COMMAND --help" for a command's flags and examples.
+`
+
+// Main runs the chainsync command with args (without the program name) and
+// returns its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainUsage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "run":
+		return runMain(args[1:], stderr)
+	case "demo":
+		return demoMain(args[1:], stdout, stderr)
+	case "certs":
+		return certsMain(args[1:], stdout, stderr)
+	case "pin":
+		return pinMain(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
+		return ExitOK
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, mainUsage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "chainsync: unknown command %q\n\n%s", args[0], mainUsage)
+	return ExitUsage
+}
+
+func versionString() string {
+	s := "chainsync " + Version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		s += " (" + bi.GoVersion
+		for _, kv := range bi.Settings {
+			if kv.Key == "vcs.revision" && len(kv.Value) >= 12 {
+				s += ", " + kv.Value[:12]
+			}
+		}
+		s += ")"
+	}
+	return s
+}

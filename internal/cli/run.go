@@ -1,0 +1,344 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
+)
+
+const runUsage = `Usage: chainsync run [flags] -- COMMAND [ARG...]
+
+Runs one node of a ChainSync chain. COMMAND is this node's task: it runs
+once per round (directly, no shell), after every node of the chain is ready
+and after the predecessor's task finished; then the successor's task starts.
+The task sees CHAINSYNC_ROUND (the round id, empty for the unnamed round),
+CHAINSYNC_ROLE (head, middle, tail or single) and CHAINSYNC_NODE.
+
+Each node dials its successor (--next) and listens for its predecessor
+(--listen). Start the nodes in any order: a node retries until its
+successor is up.
+
+Example, a three-node chain on one machine (three terminals):
+  chainsync run --name C --listen 127.0.0.1:7002 --prev 127.0.0.1:7001 -- ./upgrade.sh
+  chainsync run --name B --listen 127.0.0.1:7001 --prev 127.0.0.1:7000 --next 127.0.0.1:7002 -- ./upgrade.sh
+  chainsync run --name A --next 127.0.0.1:7001 -- ./upgrade.sh
+or, the same with one string on every node:
+  chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name B -- ./upgrade.sh
+
+Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
+failed (the chain halts here); 4 fault (a timeout fired); 130 interrupted.
+
+Flags:
+`
+
+// runOpts are chainsync run's flags.
+type runOpts struct {
+	name, prev, next, listen, chain string
+	round                           string
+	rounds                          int
+	colon                           bool
+	readyCmd, readyFile             string
+	readyInterval                   time.Duration
+	logFormat                       string
+	quiet                           bool
+	connectTimeout, phaseTimeout    time.Duration
+	onFault                         string
+	parallel                        int
+	tls                             secure.Options
+}
+
+func (o *runOpts) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.prev, "prev", "", "the predecessor's `HOST:PORT` (absent: this node is the Head); it dials this node")
+	fs.StringVar(&o.next, "next", "", "the successor's `HOST:PORT`, which this node dials (absent: this node is the Tail)")
+	fs.StringVar(&o.listen, "listen", "", "where this node accepts its predecessor, `HOST:PORT` (required with --prev)")
+	fs.StringVar(&o.chain, "chain", "", "the whole chain, `NAME=HOST:PORT,...` in order, identical on every node (use with --name)")
+	fs.StringVar(&o.name, "name", "", "this node's `NAME` in --chain; also labels its log lines")
+	fs.StringVar(&o.round, "round", "", "use round `ID` on the wire (absent: the unnamed round)")
+	fs.IntVar(&o.rounds, "rounds", 0, "run `N` concurrent rounds with ids 0..N-1 (as the reference implementation's --n-rounds)")
+	fs.BoolVar(&o.colon, "unnamed-round-colon", false, "send the unnamed round as COMMAND: (the reference implementation needs it)")
+	fs.StringVar(&o.readyCmd, "ready-cmd", "", "run `CMD` with sh -c until it exits 0; that is \"locally ready\" (absent: ready at once)")
+	fs.StringVar(&o.readyFile, "ready-file", "", "locally ready once `PATH` exists (checked every --ready-interval)")
+	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "how often to retry --ready-cmd or check --ready-file")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
+	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
+	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
+	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
+	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
+	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
+	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "trust roots (PEM `FILE`) for verifying both neighbours (mutual TLS)")
+	fs.StringVar(&o.tls.PinPrev, "pin-prev", "", "the predecessor's key `PIN` (sha256//BASE64, see chainsync pin)")
+	fs.StringVar(&o.tls.PinNext, "pin-next", "", "the successor's key `PIN` (sha256//BASE64, see chainsync pin)")
+	fs.StringVar(&o.tls.PSKFile, "psk-file", "", "pre-shared secret `FILE`, same on every node; peers prove they know it")
+	fs.StringVar(&o.tls.ServerName, "tls-server-name", "", "verify the successor's certificate for `NAME` instead of the --next host")
+}
+
+// usageError is a bad command line: exit 2, nothing started.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// config turns the flags into a node configuration, or a usage error.
+func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
+	var cfg chainsync.Config
+	if len(cmd) == 0 {
+		return cfg, nil, usagef("no task: give the command after --, e.g. chainsync run --next host:7001 -- ./task.sh")
+	}
+	listen, prev, next := o.listen, o.prev, o.next
+	if o.chain != "" {
+		if o.name == "" {
+			return cfg, nil, usagef("--chain needs --name, this node's name in the chain")
+		}
+		if o.prev != "" || o.next != "" {
+			return cfg, nil, usagef("--chain already gives the neighbours: drop --prev and --next")
+		}
+		ms, err := parseChain(o.chain)
+		if err != nil {
+			return cfg, nil, usageError{err.Error()}
+		}
+		l, p, n, err := place(ms, o.name)
+		if err != nil {
+			return cfg, nil, usageError{err.Error()}
+		}
+		prev, next = p, n
+		if listen == "" {
+			listen = l
+		} else if p == "" {
+			return cfg, nil, usagef("--listen: %s is the Head of --chain and has no predecessor to listen for", o.name)
+		}
+	}
+	if prev != "" && listen == "" {
+		return cfg, nil, usagef("--prev needs --listen, the address this node accepts its predecessor on")
+	}
+	if prev == "" && listen != "" {
+		return cfg, nil, usagef("--listen needs --prev: a node that listens has a predecessor (the Head only dials)")
+	}
+	if o.round != "" && o.rounds != 0 {
+		return cfg, nil, usagef("use --round or --rounds, not both")
+	}
+	if o.rounds < 0 || o.rounds > 100000 {
+		return cfg, nil, usagef("--rounds %d: use 1..100000", o.rounds)
+	}
+	if o.round != "" && !protocol.ValidRound(o.round) {
+		return cfg, nil, usagef("--round %q: use 1-128 of A-Z a-z 0-9 - _ .", o.round)
+	}
+	if o.readyCmd != "" && o.readyFile != "" {
+		return cfg, nil, usagef("use --ready-cmd or --ready-file, not both")
+	}
+	if o.readyInterval <= 0 {
+		return cfg, nil, usagef("--ready-interval must be positive")
+	}
+	if o.parallel < 1 {
+		return cfg, nil, usagef("--parallel must be at least 1")
+	}
+	if o.connectTimeout < 0 || o.phaseTimeout < 0 {
+		return cfg, nil, usagef("timeouts must not be negative")
+	}
+	rounds := []string{o.round}
+	if o.rounds > 0 {
+		rounds = make([]string, o.rounds)
+		for i := range rounds {
+			rounds[i] = strconv.Itoa(i)
+		}
+	}
+	cfg = chainsync.Config{
+		Name: o.name, Listen: listen, Prev: prev, Next: next,
+		Rounds: rounds, UnnamedColon: o.colon, MaxRounds: max(len(rounds), 1),
+		MaxParallelTasks: o.parallel,
+		ConnectTimeout:   o.connectTimeout, PhaseTimeout: o.phaseTimeout,
+	}
+	return cfg, rounds, nil
+}
+
+// runMain is chainsync run.
+func runMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o runOpts
+	o.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, runUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	cfg, rounds, err := o.config(fs.Args())
+	if err == nil && o.tls.Enabled() {
+		var sc *secure.Config
+		if sc, err = secure.Load(o.tls); err != nil {
+			err = usageError{err.Error()}
+		} else {
+			cfg.Secure = sc
+			for _, w := range sc.Warnings() {
+				fmt.Fprintln(stderr, "chainsync: warning:", w)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "chainsync run: %v\n(see chainsync run --help)\n", err)
+		return ExitUsage
+	}
+	log, err := newLogger(stderr, o.logFormat, o.quiet, o.name)
+	if err != nil {
+		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
+		return ExitUsage
+	}
+	cfg.Logger = log
+	return run(cfg, rounds, &o, fs.Args(), log)
+}
+
+// run starts the node, makes it ready per round, and waits for every round.
+func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
+	role := protocol.RoleOf(cfg.Listen != "", cfg.Next != "")
+	var sigMu sync.Mutex
+	var stopSig os.Signal = syscall.SIGTERM
+	cfg.Task = func(ctx context.Context, round string) error {
+		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_ROLE="+role.String(), "CHAINSYNC_NODE="+o.name)
+		c.Cancel = func() error { // pass the operator's signal on to the task
+			sigMu.Lock()
+			defer sigMu.Unlock()
+			return c.Process.Signal(stopSig)
+		}
+		c.WaitDelay = 10 * time.Second
+		err := c.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("%s exited with status %d", cmd[0], ee.ExitCode())
+		}
+		return err
+	}
+	node, err := chainsync.Start(cfg)
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return ExitError
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, r := range rounds {
+		go becomeReady(ctx, node, r, o, log)
+	}
+
+	results := make(chan chainsync.Result, len(rounds))
+	for _, r := range rounds {
+		go func() {
+			res, _ := node.Wait(context.Background(), r)
+			results <- res
+		}()
+	}
+	code := ExitOK
+	for range rounds {
+		select {
+		case res := <-results:
+			code = max(code, resultCode(res))
+			if res.Status != chainsync.StatusDone && o.onFault != "" {
+				runHook(o.onFault, res, o.name, log)
+			}
+		case s := <-sigs:
+			log.Warn("interrupted; stopping (a running task gets the signal too)", "signal", s.String())
+			sigMu.Lock()
+			stopSig = s
+			sigMu.Unlock()
+			cancel()
+			node.Close()
+			return ExitInterrupted
+		}
+	}
+	cancel()
+	node.Close()
+	if code == ExitOK {
+		log.Info("all rounds done", "rounds", len(rounds))
+	}
+	return code
+}
+
+func resultCode(res chainsync.Result) int {
+	switch res.Status {
+	case chainsync.StatusDone:
+		return ExitOK
+	case chainsync.StatusTaskFailed:
+		return ExitTaskFailed
+	case chainsync.StatusFault:
+		return ExitFault
+	}
+	return ExitInterrupted
+}
+
+// becomeReady waits for --ready-cmd or --ready-file (if any), then tells
+// the node it is locally ready for round.
+func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *runOpts, log *slog.Logger) {
+	check := func() bool { return true }
+	switch {
+	case o.readyCmd != "":
+		check = func() bool {
+			c := exec.CommandContext(ctx, "sh", "-c", o.readyCmd)
+			c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
+			c.Stdout, c.Stderr = os.Stderr, os.Stderr
+			return c.Run() == nil
+		}
+	case o.readyFile != "":
+		check = func() bool { _, err := os.Stat(o.readyFile); return err == nil }
+	}
+	t := time.NewTicker(o.readyInterval)
+	defer t.Stop()
+	for attempt := 1; !check(); attempt++ {
+		if attempt == 1 {
+			log.Info("not locally ready yet; checking again every "+o.readyInterval.String(), "round", round)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	log.Info("locally ready", "round", round)
+	if err := node.Ready(round); err != nil && ctx.Err() == nil {
+		log.Error("ready failed", "round", round, "err", err.Error())
+	}
+}
+
+// runHook runs --on-fault with the fault described in its environment.
+func runHook(hook string, res chainsync.Result, name string, log *slog.Logger) {
+	kind := "fault"
+	if res.Status == chainsync.StatusTaskFailed {
+		kind = "task-failed"
+	}
+	msg := ""
+	if res.Err != nil {
+		msg = res.Err.Error()
+	}
+	c := exec.Command("sh", "-c", hook)
+	c.Env = append(os.Environ(), "CHAINSYNC_FAULT="+kind, "CHAINSYNC_ROUND="+res.Round,
+		"CHAINSYNC_NODE="+name, "CHAINSYNC_ERROR="+msg)
+	c.Stdout, c.Stderr = os.Stderr, os.Stderr
+	c.WaitDelay = 5 * time.Second
+	if err := c.Run(); err != nil {
+		log.Error("--on-fault command failed", "err", err.Error())
+	}
+}
