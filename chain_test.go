@@ -420,3 +420,36 @@ func TestCloseNoLeaks(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// DECISIONS.md, reconnects, and the model's finding on the draft's "MAY
+// terminate": B's exit-wave COMPLETE to the Head is lost in a link cut.
+// The Head reconnects and re-sends its COMPLETE; B, done but lingering,
+// answers the duplicate with its final COMPLETE again, so the Head
+// finishes.
+func TestExitWaveSurvivesLostCompleteTCP(t *testing.T) {
+	cfgs := chainConfigs(t, 3)
+	p := newProxy(t, cfgs[1].Listen)
+	cfgs[0].Next = p.ln.Addr().String()
+	var once sync.Once
+	cfgs[1].Trace = func(ev TraceEvent) {
+		if ev.Kind == TraceSent && ev.Side == 1 && ev.Msg.Cmd == 3 { // COMPLETE to pred
+			once.Do(p.cut) // before the write: the message is lost
+		}
+	}
+	nodes := startAll(t, cfgs, []int{0, 1, 2})
+	for _, nd := range nodes {
+		nd.Ready("")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 2; i >= 0; i-- {
+		if res, err := nodes[i].Wait(ctx, ""); err != nil || res.Status != StatusDone {
+			t.Fatalf("node %d: %+v %v", i, res, err)
+		}
+	}
+	// The Head is done, so B's predecessor hangs up once A closes: Linger returns.
+	nodes[0].Close()
+	if err := nodes[1].Linger(ctx, 50*time.Millisecond); err != nil {
+		t.Fatalf("linger: %v", err)
+	}
+}

@@ -170,6 +170,39 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 	}
 }
 
+// Linger waits, after this node's rounds are done, until its predecessor
+// has hung up and stayed away for grace, or ctx ends. A node's last message
+// in a round is the exit-wave COMPLETE to its predecessor, and nothing
+// acknowledges it: if the link drops with it in flight, the predecessor
+// reconnects and re-sends its COMPLETE, and only a node still running can
+// answer. A process that exits after its rounds should Linger first. The
+// Head has no predecessor and returns at once.
+func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var goneSince time.Time
+	for {
+		n.mu.Lock()
+		up := n.pred != nil
+		n.mu.Unlock()
+		switch {
+		case !n.role.HasPred():
+			return nil
+		case up:
+			goneSince = time.Time{}
+		case goneSince.IsZero():
+			goneSince = time.Now()
+		case time.Since(goneSince) >= grace:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // Close stops the node: it cancels running tasks' contexts, closes every
 // connection and the listener, and waits for all its goroutines (so tasks
 // must honour their context). Unfinished rounds end with StatusStopped.

@@ -56,6 +56,7 @@ type runOpts struct {
 	logFormat                       string
 	quiet                           bool
 	connectTimeout, phaseTimeout    time.Duration
+	linger                          time.Duration
 	onFault                         string
 	parallel                        int
 	tls                             secure.Options
@@ -77,6 +78,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
+	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
@@ -148,7 +150,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
 	}
-	if o.connectTimeout < 0 || o.phaseTimeout < 0 {
+	if o.connectTimeout < 0 || o.phaseTimeout < 0 || o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
 	}
 	rounds := []string{o.round}
@@ -271,11 +273,30 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 	}
 	cancel()
+	if code == ExitOK && role.HasPred() {
+		log.Info("all rounds done; waiting for the predecessor to hang up", "at_most", o.linger)
+		lctx, lcancel := context.WithTimeout(context.Background(), o.linger)
+		select {
+		case err := <-lingerDone(lctx, node):
+			if err != nil {
+				log.Warn("predecessor still connected after --linger; exiting anyway", "linger", o.linger)
+			}
+		case s := <-sigs:
+			log.Warn("interrupted while lingering", "signal", s.String())
+		}
+		lcancel()
+	}
 	node.Close()
 	if code == ExitOK {
 		log.Info("all rounds done", "rounds", len(rounds))
 	}
 	return code
+}
+
+func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- node.Linger(ctx, 200*time.Millisecond) }()
+	return ch
 }
 
 func resultCode(res chainsync.Result) int {

@@ -1,0 +1,327 @@
+package secure
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options are the security settings as an operator gives them on the command
+// line. The zero value means plain TCP.
+type Options struct {
+	// CertFile and KeyFile are this node's certificate and private key
+	// (PEM; --tls-cert, --tls-key). The certificate serves both links: as
+	// server certificate toward the predecessor and client certificate
+	// toward the successor.
+	CertFile, KeyFile string
+	// CAFile holds the trust roots for neighbours' certificates (PEM,
+	// --tls-ca). Setting it makes the predecessor link mutual TLS.
+	CAFile string
+	// PinPrev and PinNext pin the predecessor's and the successor's public
+	// key (--pin-prev, --pin-next): "sha256//BASE64", several joined by ';'.
+	// PinPrev makes the predecessor link mutual TLS.
+	PinPrev, PinNext string
+	// PSKFile holds a pre-shared secret both neighbours know (--psk-file):
+	// at least 16 bytes after trimming white space; 32 random bytes are
+	// recommended.
+	PSKFile string
+	// ServerName, if set, is the name the successor's certificate must
+	// carry (--tls-server-name), instead of the host it was dialed at.
+	ServerName string
+}
+
+// Enabled reports whether any security option is set, that is whether the
+// links use TLS.
+func (o Options) Enabled() bool {
+	return o.CertFile != "" || o.KeyFile != "" || o.CAFile != "" || o.PinPrev != "" ||
+		o.PinNext != "" || o.PSKFile != "" || o.ServerName != ""
+}
+
+// DefaultHandshakeTimeout bounds a handshake (TLS and PSK proof) whose
+// context has no deadline, so that a peer that never finishes cannot hold a
+// connection forever.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// minPSKLen is the shortest accepted pre-shared key, in bytes.
+const minPSKLen = 16
+
+// maxPSKFileSize catches a --psk-file that points at the wrong file.
+const maxPSKFileSize = 64 << 10
+
+// Config is a loaded, validated security configuration. It is safe for
+// concurrent use. A nil *Config means plain TCP.
+type Config struct {
+	opts      Options
+	enabled   bool
+	ephemeral bool // cert was generated at Load (PSK without --tls-cert)
+	cert      tls.Certificate
+	roots     *x509.CertPool // from CAFile, nil without it
+	pinPrev   []string
+	pinNext   []string
+	psk       []byte
+	warnings  []string
+
+	requireClientCert bool        // the server demands a client certificate
+	server            *tls.Config // shared by all accepted connections
+	client            *tls.Config // cloned per dial to set ServerName
+}
+
+// Load validates the options and loads every file they name, so that a
+// mistake surfaces at startup rather than at the first connection. Its
+// errors start with the flag at fault and say what to do.
+// Load of zero Options returns a plain-TCP Config.
+func Load(o Options) (*Config, error) {
+	c := &Config{opts: o, enabled: o.Enabled()}
+	if !c.enabled {
+		return c, nil
+	}
+	if err := c.loadPSK(); err != nil {
+		return nil, err
+	}
+	if err := c.loadCert(); err != nil {
+		return nil, err
+	}
+	if err := c.loadTrust(); err != nil {
+		return nil, err
+	}
+	c.checkCert()
+	c.buildServer()
+	c.buildClient()
+	return c, nil
+}
+
+func (c *Config) loadPSK() error {
+	path := c.opts.PSKFile
+	if path == "" {
+		return nil
+	}
+	const gen = "create one with: openssl rand -base64 32 > FILE && chmod 600 FILE, and copy it to both neighbours"
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("--psk-file %s: %w (%s)", path, err, gen)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("--psk-file %s: not a regular file", path)
+	}
+	if fi.Size() > maxPSKFileSize {
+		return fmt.Errorf("--psk-file %s: %d bytes is far too large for a key: is this the right file? (%s)", path, fi.Size(), gen)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--psk-file %s: %w", path, err)
+	}
+	key := bytes.TrimSpace(data)
+	switch {
+	case len(key) == 0:
+		return fmt.Errorf("--psk-file %s: file is empty (%s)", path, gen)
+	case len(key) < minPSKLen:
+		return fmt.Errorf("--psk-file %s: key is %d bytes, need at least %d (%s)", path, len(key), minPSKLen, gen)
+	}
+	c.psk = key
+	c.warnPerm("--psk-file", path, fi)
+	return nil
+}
+
+// warnPerm warns about a secret file that group or others can read.
+func (c *Config) warnPerm(flag, path string, fi fs.FileInfo) {
+	if runtime.GOOS == "windows" {
+		return
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		c.warnf("%s %s is readable by group or others (mode %04o): run chmod 600 %s", flag, path, perm, path)
+	}
+}
+
+func (c *Config) warnf(format string, args ...any) {
+	c.warnings = append(c.warnings, fmt.Sprintf(format, args...))
+}
+
+func (c *Config) loadCert() error {
+	o := c.opts
+	switch {
+	case o.CertFile == "" && o.KeyFile == "":
+		if o.CAFile != "" || o.PinPrev != "" || o.PinNext != "" {
+			return errors.New("--tls-ca, --pin-prev and --pin-next need this node's own certificate: " +
+				"give --tls-cert and --tls-key (`chainsync certs` makes them)")
+		}
+		if c.psk == nil {
+			// Only --tls-server-name is left.
+			return errors.New("--tls-server-name needs TLS: give --tls-cert and --tls-key, or --psk-file")
+		}
+		cert, err := ephemeralCert()
+		if err != nil {
+			return fmt.Errorf("--psk-file: making an ephemeral certificate: %w", err)
+		}
+		c.cert, c.ephemeral = cert, true
+		return nil
+	case o.KeyFile == "":
+		return fmt.Errorf("--tls-cert %s given without --tls-key: give both, this node's certificate and its private key", o.CertFile)
+	case o.CertFile == "":
+		return fmt.Errorf("--tls-key %s given without --tls-cert: give both, this node's certificate and its private key", o.KeyFile)
+	}
+	certPEM, err := os.ReadFile(o.CertFile)
+	if err != nil {
+		return fmt.Errorf("--tls-cert %s: %w", o.CertFile, err)
+	}
+	if _, err := firstCert(certPEM); err != nil {
+		return fmt.Errorf("--tls-cert %s: %w", o.CertFile, err)
+	}
+	fi, err := os.Stat(o.KeyFile)
+	if err != nil {
+		return fmt.Errorf("--tls-key %s: %w", o.KeyFile, err)
+	}
+	keyPEM, err := os.ReadFile(o.KeyFile)
+	if err != nil {
+		return fmt.Errorf("--tls-key %s: %w", o.KeyFile, err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not match") {
+			return fmt.Errorf("--tls-cert %s and --tls-key %s do not belong together: %w", o.CertFile, o.KeyFile, err)
+		}
+		return fmt.Errorf("--tls-key %s: %w", o.KeyFile, err)
+	}
+	if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("--tls-cert %s: %w", o.CertFile, err)
+		}
+	}
+	c.cert = cert
+	c.warnPerm("--tls-key", o.KeyFile, fi)
+	now := time.Now()
+	leaf := cert.Leaf
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("--tls-cert %s expired on %s: issue a new one (`chainsync certs`)", o.CertFile, leaf.NotAfter.Format(time.DateOnly))
+	case now.Before(leaf.NotBefore):
+		c.warnf("--tls-cert %s is not valid before %s: check this machine's clock", o.CertFile, leaf.NotBefore.Format(time.RFC3339))
+	case leaf.NotAfter.Sub(now) < 30*24*time.Hour:
+		c.warnf("--tls-cert %s expires on %s", o.CertFile, leaf.NotAfter.Format(time.DateOnly))
+	}
+	return nil
+}
+
+func (c *Config) loadTrust() error {
+	o := c.opts
+	if o.CAFile != "" {
+		data, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return fmt.Errorf("--tls-ca %s: %w", o.CAFile, err)
+		}
+		if _, err := firstCert(data); err != nil {
+			return fmt.Errorf("--tls-ca %s: %w", o.CAFile, err)
+		}
+		c.roots = x509.NewCertPool()
+		if !c.roots.AppendCertsFromPEM(data) {
+			return fmt.Errorf("--tls-ca %s: no usable certificate in the file", o.CAFile)
+		}
+	}
+	var err error
+	if o.PinPrev != "" {
+		if c.pinPrev, err = parsePins("--pin-prev", o.PinPrev); err != nil {
+			return err
+		}
+	}
+	if o.PinNext != "" {
+		if c.pinNext, err = parsePins("--pin-next", o.PinNext); err != nil {
+			return err
+		}
+	}
+	if o.ServerName != "" && c.roots == nil && (c.pinNext != nil || c.psk != nil) {
+		c.warnf("--tls-server-name %s is not checked: without --tls-ca the successor is verified by pin or PSK, not by name", o.ServerName)
+	}
+	return nil
+}
+
+// checkCert warns about certificates the neighbours will refuse.
+func (c *Config) checkCert() {
+	if c.ephemeral {
+		return
+	}
+	leaf, file := c.cert.Leaf, c.opts.CertFile
+	if eku := leaf.ExtKeyUsage; len(eku) > 0 && !slices.Contains(eku, x509.ExtKeyUsageAny) {
+		if !slices.Contains(eku, x509.ExtKeyUsageClientAuth) {
+			c.warnf("--tls-cert %s lacks the clientAuth extended key usage: a successor with --tls-ca will refuse it", file)
+		}
+		if !slices.Contains(eku, x509.ExtKeyUsageServerAuth) {
+			c.warnf("--tls-cert %s lacks the serverAuth extended key usage: a predecessor with --tls-ca will refuse it", file)
+		}
+	}
+	if c.roots != nil {
+		inter := x509.NewCertPool()
+		for _, der := range c.cert.Certificate[1:] {
+			if ic, err := x509.ParseCertificate(der); err == nil {
+				inter.AddCert(ic)
+			}
+		}
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: c.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		if err != nil {
+			c.warnf("--tls-cert %s does not verify against --tls-ca %s (%v): neighbours using that CA will refuse this node", file, c.opts.CAFile, err)
+		}
+	}
+	if c.roots == nil && c.pinPrev == nil && c.psk == nil {
+		c.warnf("no --tls-ca, --pin-prev or --psk-file: any TLS client can become this node's predecessor")
+	}
+	if c.roots == nil && c.pinNext == nil && c.psk == nil {
+		c.warnf("no --tls-ca, --pin-next or --psk-file: the successor's certificate is checked against this system's trust roots only")
+	}
+}
+
+// Warnings returns what Load found questionable but not fatal (a secret file
+// others can read, a certificate close to expiry, an unauthenticated link),
+// one log line each.
+func (c *Config) Warnings() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.warnings)
+}
+
+// Enabled reports whether connections are secured (false: plain TCP).
+func (c *Config) Enabled() bool { return c != nil && c.enabled }
+
+// Describe returns a one-line description of the mode for the startup log,
+// e.g. "mutual TLS 1.3 (CA ca.pem, pinned successor)".
+func (c *Config) Describe() string {
+	if !c.Enabled() {
+		return "plain TCP (no TLS: use only on loopback or a trusted network)"
+	}
+	mode := "TLS 1.3"
+	if c.requireClientCert {
+		mode = "mutual TLS 1.3"
+	}
+	var parts []string
+	if c.roots != nil {
+		parts = append(parts, "CA "+c.opts.CAFile)
+	}
+	if c.pinPrev != nil {
+		parts = append(parts, "pinned predecessor")
+	}
+	if c.pinNext != nil {
+		parts = append(parts, "pinned successor")
+	}
+	if c.psk != nil {
+		parts = append(parts, "PSK "+c.opts.PSKFile)
+	}
+	if c.ephemeral {
+		parts = append(parts, "ephemeral certificate")
+	}
+	if c.opts.ServerName != "" && c.roots != nil {
+		parts = append(parts, "successor name "+c.opts.ServerName)
+	}
+	if c.roots == nil && c.pinNext == nil && c.psk == nil {
+		parts = append(parts, "successor checked against system roots")
+	}
+	if !c.requireClientCert && c.psk == nil {
+		parts = append(parts, "predecessor NOT authenticated")
+	}
+	return mode + " (" + strings.Join(parts, ", ") + ")"
+}

@@ -1,0 +1,116 @@
+package secure
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Load refuses bad options at startup, naming the flag (and file) at fault.
+func TestLoadErrors(t *testing.T) {
+	certs := chain(t, "A", "B")
+	a, b := certs["A"], certs["B"]
+	dir := t.TempDir()
+	write := func(name, data string, perm os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), perm); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	empty := write("empty", " \n", 0o600)
+	short := write("short", "tooshort\n", 0o600)
+	garbage := write("garbage.pem", "hello", 0o644)
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want []string // substrings of the error
+	}{
+		{"cert without key", Options{CertFile: a.CertFile}, []string{"--tls-cert " + a.CertFile, "without --tls-key"}},
+		{"key without cert", Options{KeyFile: a.KeyFile}, []string{"--tls-key " + a.KeyFile, "without --tls-cert"}},
+		{"missing cert", Options{CertFile: missing, KeyFile: a.KeyFile}, []string{"--tls-cert " + missing, "no such file"}},
+		{"cert is a key", Options{CertFile: a.KeyFile, KeyFile: a.KeyFile}, []string{"--tls-cert", "private key, not a certificate"}},
+		{"cert not PEM", Options{CertFile: garbage, KeyFile: a.KeyFile}, []string{"--tls-cert " + garbage, "no PEM certificate"}},
+		{"key of another node", Options{CertFile: a.CertFile, KeyFile: b.KeyFile}, []string{"do not belong together"}},
+		{"missing CA", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: missing}, []string{"--tls-ca " + missing}},
+		{"CA not PEM", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: garbage}, []string{"--tls-ca " + garbage, "no PEM certificate"}},
+		{"CA without own cert", Options{CAFile: a.CAFile}, []string{"--tls-ca", "give --tls-cert and --tls-key"}},
+		{"pin without own cert", Options{PinNext: b.Pin}, []string{"--pin-next", "give --tls-cert and --tls-key"}},
+		{"pin not a pin", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinPrev: "abc"}, []string{"--pin-prev \"abc\"", "sha256//"}},
+		{"pin wrong length", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: "sha256//AAAA"}, []string{"--pin-next", "44 characters"}},
+		{"pin empty list", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: ";"}, []string{"--pin-next is empty"}},
+		{"missing PSK", Options{PSKFile: missing}, []string{"--psk-file " + missing, "openssl rand"}},
+		{"empty PSK", Options{PSKFile: empty}, []string{"--psk-file " + empty, "empty"}},
+		{"short PSK", Options{PSKFile: short}, []string{"--psk-file " + short, "8 bytes, need at least 16"}},
+		{"server name alone", Options{ServerName: "b.example"}, []string{"--tls-server-name needs TLS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.o)
+			if err == nil {
+				t.Fatalf("Load succeeded: %s", c.Describe())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadWarnings(t *testing.T) {
+	certs := chain(t, "A")
+	a := certs["A"]
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := os.WriteFile(psk, []byte("0123456789abcdef0123"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := mustLoad(t, Options{PSKFile: psk})
+	if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, "--psk-file "+psk+" is readable by group or others (mode 0644): run chmod 600") {
+		t.Errorf("no permission warning: %q", w)
+	}
+	c = mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile})
+	w := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{"any TLS client can become this node's predecessor", "system's trust roots"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q lack %q", w, want)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	certs := chain(t, "A")
+	a := certs["A"]
+	psk := pskFile(t, strings.Repeat("p", 32))
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{}, "plain TCP (no TLS: use only on loopback or a trusted network)"},
+		{mtls(a), "mutual TLS 1.3 (CA " + a.CAFile + ")"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, PinNext: a.Pin}, "mutual TLS 1.3 (CA " + a.CAFile + ", pinned successor)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, ServerName: "b"}, "mutual TLS 1.3 (CA " + a.CAFile + ", successor name b)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin}, "TLS 1.3 (pinned successor, predecessor NOT authenticated)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PSKFile: psk}, "TLS 1.3 (PSK " + psk + ")"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile}, "TLS 1.3 (successor checked against system roots, predecessor NOT authenticated)"},
+	} {
+		if got := mustLoad(t, tc.o).Describe(); got != tc.want {
+			t.Errorf("Describe(%+v) = %q, want %q", tc.o, got, tc.want)
+		}
+	}
+}
+
+func TestPinFile(t *testing.T) {
+	certs := chain(t, "A")
+	if got, err := PinFile(certs["A"].CertFile); err != nil || got != certs["A"].Pin {
+		t.Errorf("PinFile = %q, %v; want %q", got, err, certs["A"].Pin)
+	}
+	if _, err := PinFile(certs["A"].KeyFile); err == nil || !strings.Contains(err.Error(), "private key") {
+		t.Errorf("PinFile(key) error = %v", err)
+	}
+	if p, err := parsePins("--pin-next", certs["A"].Pin+"; "+certs["A"].Pin); err != nil || len(p) != 2 {
+		t.Errorf("parsePins of two pins = %q, %v", p, err)
+	}
+}
