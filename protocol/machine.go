@@ -293,7 +293,8 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	var st State
 	if r != nil {
 		st = r.state
-		if st == StateFailed || st == StateAborted {
+		wrongWay := from == Pred && msg.Cmd == Start || from == Succ && msg.Cmd == Ready
+		if (st == StateFailed || st == StateAborted) && !wrongWay {
 			return out, nil // the round is halted here; late messages change nothing
 		}
 	}

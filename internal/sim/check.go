@@ -1,0 +1,430 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Checker holds a plain reference of what has happened in each round (who
+// was made locally ready, which messages arrived, which tasks ran and
+// finished) and checks every Step of a Network against it, the way raft's
+// quorum/quick_test.go checks an implementation against a naive one. Hook
+// it up with Attach, or call Observe from your own Hook.
+//
+// The invariants (DECISIONS.md, "State machine"; draft, "Protocol
+// Operation"):
+//   - no task starts before every node was locally ready;
+//   - a node's task starts only after its predecessor's task finished, so
+//     tasks run in chain order, and each node runs it at most once;
+//   - every message a node sends is justified by what it received, each is
+//     sent at most once (re-sends aside), and without faults no round sends
+//     more than 4(n-1) messages;
+//   - a node finishes only after its successor finished, so the Head is the
+//     last to finish;
+//   - every state change is one the draft allows for the node's role, and
+//     the Machine's State always matches the reported changes;
+//   - a rejected event changes no state.
+type Checker struct {
+	// Faults allows re-sends (after a link came back, or replies to
+	// duplicates). Without it any re-send is an error.
+	Faults bool
+
+	net    *Network
+	n      int
+	rounds map[string]*RoundRef
+	cached *RoundRef
+}
+
+// RoundRef is the reference record of one round.
+type RoundRef struct {
+	ID    string
+	Nodes []NodeRef
+	// Ready counts locally ready nodes; Sends and Resends count ActSends.
+	Ready, Sends, Resends int
+	// Order lists the nodes in the order their tasks started.
+	Order []int
+}
+
+// NodeRef is what one node did in a round.
+type NodeRef struct {
+	LocalReady, Started, Finished, Failed, Aborted, Done bool
+	State                                                protocol.State
+	sent, got                                            uint8
+}
+
+// Message bits for NodeRef.sent (sent by this node) and .got (received).
+const (
+	readyFwd    = 1 << iota // READY, predecessor to successor
+	startBwd                // START, successor to predecessor
+	completeFwd             // COMPLETE, predecessor to successor (execution wave)
+	completeBwd             // COMPLETE, successor to predecessor (exit wave)
+)
+
+func msgBit(dir protocol.Side, c protocol.Command) uint8 {
+	// dir is the direction of travel as seen by the sender: Succ = forward.
+	switch {
+	case dir == protocol.Succ && c == protocol.Ready:
+		return readyFwd
+	case dir == protocol.Pred && c == protocol.Start:
+		return startBwd
+	case dir == protocol.Succ && c == protocol.Complete:
+		return completeFwd
+	case dir == protocol.Pred && c == protocol.Complete:
+		return completeBwd
+	}
+	return 0
+}
+
+// NewChecker returns a Checker for net. It does not hook itself up.
+func NewChecker(net *Network) *Checker {
+	return &Checker{net: net, n: len(net.Nodes), rounds: make(map[string]*RoundRef)}
+}
+
+// Attach makes c observe every Step of its network, reporting the first
+// invariant failure to fail (which should stop the test).
+func (c *Checker) Attach(fail func(error)) {
+	c.net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+		if e := c.Observe(node, ev, acts, err); e != nil {
+			fail(e)
+		}
+	}
+}
+
+// Round returns the reference record of round id, creating it.
+func (c *Checker) Round(id string) *RoundRef {
+	if c.cached != nil && c.cached.ID == id {
+		return c.cached
+	}
+	r := c.rounds[id]
+	if r == nil {
+		r = &RoundRef{ID: id, Nodes: make([]NodeRef, c.n)}
+		for i := range r.Nodes {
+			r.Nodes[i].State = protocol.StateSync
+		}
+		c.rounds[id] = r
+	}
+	c.cached = r
+	return r
+}
+
+func eventRound(ev protocol.Event) (string, bool) {
+	switch ev.Kind {
+	case protocol.EvRecv:
+		return ev.Msg.Round, true
+	case protocol.EvLocalReady, protocol.EvTaskDone, protocol.EvAbort:
+		return ev.Round, true
+	}
+	return "", false
+}
+
+// Observe checks one Step of node i: the event, the actions it returned
+// and its error.
+func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err error) error {
+	id, hasRound := eventRound(ev)
+	if err != nil {
+		// A rejected event changes nothing.
+		if hasRound && protocol.ValidRound(id) {
+			return c.checkState(i, id, fmt.Sprintf("after rejected event %s", DescribeEvent(ev)))
+		}
+		return nil
+	}
+	if hasRound {
+		r := c.Round(id)
+		nd := &r.Nodes[i]
+		switch ev.Kind {
+		case protocol.EvLocalReady:
+			if !nd.LocalReady {
+				nd.LocalReady = true
+				r.Ready++
+			}
+		case protocol.EvTaskDone:
+			if !nd.Started || nd.Finished || nd.Failed {
+				return fmt.Errorf("node %d round %q: TaskDone accepted without a running task", i, id)
+			}
+			if ev.Failed {
+				nd.Failed = true
+			} else {
+				nd.Finished = true
+			}
+		case protocol.EvRecv:
+			var dir protocol.Side = protocol.Succ // the direction of travel
+			if ev.From == protocol.Succ {
+				dir = protocol.Pred
+			}
+			nd.got |= msgBit(dir, ev.Msg.Cmd)
+		case protocol.EvAbort:
+			nd.Aborted = true
+		}
+	}
+	for _, a := range acts {
+		if e := c.action(i, a); e != nil {
+			return fmt.Errorf("node %d, event %s, action %s: %w", i, DescribeEvent(ev), DescribeAction(a), e)
+		}
+	}
+	if hasRound {
+		if e := c.checkState(i, id, "after "+DescribeEvent(ev)); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (c *Checker) checkState(i int, id, when string) error {
+	r := c.Round(id)
+	got, ok := c.net.Nodes[i].M.State(id)
+	want := r.Nodes[i].State
+	if !ok {
+		// The Machine does not know the round: the reference must not
+		// have seen it move either.
+		if want == protocol.StateSync {
+			return nil
+		}
+		got = 0
+	}
+	if got != want {
+		return fmt.Errorf("node %d round %q %s: Machine state %v, reference %v", i, id, when, got, want)
+	}
+	return nil
+}
+
+func (c *Checker) action(i int, a protocol.Action) error {
+	n := c.n
+	role := c.net.Nodes[i].Role
+	switch a.Kind {
+	case protocol.ActState:
+		r := c.Round(a.Round)
+		nd := &r.Nodes[i]
+		if a.From != nd.State {
+			return fmt.Errorf("state change from %v, reference says %v", a.From, nd.State)
+		}
+		if !allowed(role, a.From, a.State) {
+			return fmt.Errorf("transition %v -> %v not allowed for a %v", a.From, a.State, role)
+		}
+		nd.State = a.State
+
+	case protocol.ActRunTask:
+		r := c.Round(a.Round)
+		nd := &r.Nodes[i]
+		switch {
+		case nd.Started:
+			return fmt.Errorf("task started twice")
+		case r.Ready != n:
+			return fmt.Errorf("task started with only %d of %d nodes locally ready", r.Ready, n)
+		case i > 0 && !r.Nodes[i-1].Finished:
+			return fmt.Errorf("task started before the predecessor's task finished")
+		case nd.State != protocol.StateStart:
+			return fmt.Errorf("task started in state %v", nd.State)
+		case role.HasPred() && (nd.got&readyFwd == 0 || nd.got&completeFwd == 0):
+			return fmt.Errorf("task started without READY and COMPLETE from the predecessor")
+		case role.HasSucc() && nd.got&startBwd == 0:
+			return fmt.Errorf("task started without START from the successor")
+		}
+		nd.Started = true
+		r.Order = append(r.Order, i)
+
+	case protocol.ActSend:
+		r := c.Round(a.Msg.Round)
+		nd := &r.Nodes[i]
+		if a.To == protocol.Pred && !role.HasPred() || a.To == protocol.Succ && !role.HasSucc() {
+			return fmt.Errorf("send to a missing neighbour")
+		}
+		if !protocol.ValidRound(a.Msg.Round) {
+			return fmt.Errorf("send of an invalid round id")
+		}
+		bit := msgBit(a.To, a.Msg.Cmd)
+		if bit == 0 {
+			return fmt.Errorf("%v must not travel towards the %v", a.Msg.Cmd, a.To)
+		}
+		if a.Resend {
+			if !c.Faults {
+				return fmt.Errorf("re-send in a fault-free run")
+			}
+			if nd.sent&bit == 0 {
+				return fmt.Errorf("re-send of a message never sent")
+			}
+			r.Resends++
+			return nil
+		}
+		if nd.sent&bit != 0 {
+			return fmt.Errorf("message sent twice (not as a re-send)")
+		}
+		predReady := !role.HasPred() || nd.got&readyFwd != 0
+		switch bit {
+		case readyFwd:
+			if !nd.LocalReady || !predReady {
+				return fmt.Errorf("READY sent before this node was locally ready and had READY from its predecessor")
+			}
+		case startBwd:
+			if !nd.LocalReady || !predReady || role.HasSucc() && nd.got&startBwd == 0 {
+				return fmt.Errorf("START sent before this node was ready and (unless Tail) had START")
+			}
+		case completeFwd:
+			if !nd.Finished {
+				return fmt.Errorf("COMPLETE sent on before the task finished")
+			}
+		case completeBwd:
+			if !nd.Finished || role.HasSucc() && nd.got&completeBwd == 0 {
+				return fmt.Errorf("exit-wave COMPLETE sent before the task finished and (unless Tail) COMPLETE came back")
+			}
+		}
+		nd.sent |= bit
+		r.Sends++
+		if !c.Faults && r.Sends > 4*(n-1) {
+			return fmt.Errorf("more than 4(n-1) = %d messages in a fault-free round", 4*(n-1))
+		}
+
+	case protocol.ActDone:
+		r := c.Round(a.Round)
+		nd := &r.Nodes[i]
+		if !nd.State.Terminal() {
+			return fmt.Errorf("round over in state %v", nd.State)
+		}
+		switch a.Outcome {
+		case protocol.Done:
+			if !nd.Finished || nd.State != protocol.StateDone {
+				return fmt.Errorf("done without finishing the task")
+			}
+			if i+1 < n && !r.Nodes[i+1].Done {
+				return fmt.Errorf("done before the successor was done")
+			}
+			if nd.Done {
+				return fmt.Errorf("done twice")
+			}
+			nd.Done = true
+		case protocol.TaskFailed:
+			if !nd.Failed || nd.State != protocol.StateFailed {
+				return fmt.Errorf("task-failed outcome without a failed task")
+			}
+		case protocol.Aborted:
+			if !nd.Aborted || nd.State != protocol.StateAborted {
+				return fmt.Errorf("aborted outcome without an abort")
+			}
+		default:
+			return fmt.Errorf("unknown outcome %v", a.Outcome)
+		}
+	default:
+		return fmt.Errorf("unknown action kind %d", a.Kind)
+	}
+	return nil
+}
+
+// allowed is the draft's per-role state diagram (section "States" and
+// "Protocol Operation") as DECISIONS.md reads it: the Head never enters
+// WATCH, everyone else passes through it.
+func allowed(role protocol.Role, from, to protocol.State) bool {
+	if to == protocol.StateAborted {
+		return !from.Terminal()
+	}
+	if from == protocol.StateStart && to == protocol.StateFailed {
+		return true
+	}
+	hasPred := role.HasPred()
+	switch from {
+	case protocol.StateSync:
+		return to == protocol.StateReady
+	case protocol.StateReady:
+		return hasPred && to == protocol.StateWatch || !hasPred && to == protocol.StateStart
+	case protocol.StateWatch:
+		return hasPred && to == protocol.StateStart
+	case protocol.StateStart:
+		return to == protocol.StateComplete
+	case protocol.StateComplete:
+		return to == protocol.StateDone
+	}
+	return false
+}
+
+// CheckDone checks that round id finished everywhere: every node ran its
+// task exactly once, in chain order, and is done; fault-free, exactly
+// 4(n-1) messages were sent.
+func (c *Checker) CheckDone(id string) error {
+	r := c.Round(id)
+	n := c.n
+	for i := range r.Nodes {
+		nd := &r.Nodes[i]
+		if !nd.Started || !nd.Finished || !nd.Done || nd.State != protocol.StateDone {
+			return fmt.Errorf("round %q: node %d not done: %+v", id, i, *nd)
+		}
+		if st, _ := c.net.Nodes[i].M.State(id); st != protocol.StateDone {
+			return fmt.Errorf("round %q: node %d Machine in state %v", id, i, st)
+		}
+	}
+	if len(r.Order) != n {
+		return fmt.Errorf("round %q: %d task runs for %d nodes", id, len(r.Order), n)
+	}
+	for k, i := range r.Order {
+		if k != i {
+			return fmt.Errorf("round %q: task order %v", id, r.Order)
+		}
+	}
+	if r.Sends != 4*(n-1) {
+		return fmt.Errorf("round %q: %d messages, want 4(n-1) = %d", id, r.Sends, 4*(n-1))
+	}
+	if !c.Faults && r.Resends != 0 {
+		return fmt.Errorf("round %q: %d re-sends without faults", id, r.Resends)
+	}
+	return nil
+}
+
+// CheckFailed checks that round id halted at node f, whose task failed:
+// the nodes before it ran and wait for the exit wave, the nodes after it
+// never ran.
+func (c *Checker) CheckFailed(id string, f int) error {
+	r := c.Round(id)
+	for i := range r.Nodes {
+		nd := &r.Nodes[i]
+		st, _ := c.net.Nodes[i].M.State(id)
+		switch {
+		case i < f:
+			if !nd.Finished || nd.Done || st != protocol.StateComplete {
+				return fmt.Errorf("round %q failed at %d: node %d: %+v, Machine %v", id, f, i, *nd, st)
+			}
+		case i == f:
+			if !nd.Failed || st != protocol.StateFailed {
+				return fmt.Errorf("round %q failed at %d: node %d: %+v, Machine %v", id, f, i, *nd, st)
+			}
+		default:
+			if nd.Started || st.Terminal() {
+				return fmt.Errorf("round %q failed at %d: node %d ran or finished: %+v, Machine %v", id, f, i, *nd, st)
+			}
+		}
+	}
+	return nil
+}
+
+// DescribeEvent formats an event for traces and errors.
+func DescribeEvent(ev protocol.Event) string {
+	switch ev.Kind {
+	case protocol.EvRecv:
+		return fmt.Sprintf("recv %v from %v", ev.Msg, ev.From)
+	case protocol.EvLocalReady:
+		return fmt.Sprintf("local-ready %q", ev.Round)
+	case protocol.EvTaskDone:
+		return fmt.Sprintf("task-done %q failed=%v", ev.Round, ev.Failed)
+	case protocol.EvLinkUp:
+		return fmt.Sprintf("link-up %v", ev.From)
+	case protocol.EvAbort:
+		return fmt.Sprintf("abort %q", ev.Round)
+	}
+	return fmt.Sprintf("event %d", ev.Kind)
+}
+
+// DescribeAction formats an action for traces and errors.
+func DescribeAction(a protocol.Action) string {
+	switch a.Kind {
+	case protocol.ActSend:
+		s := fmt.Sprintf("send %v to %v", a.Msg, a.To)
+		if a.Resend {
+			s += " (re-send)"
+		}
+		return s
+	case protocol.ActRunTask:
+		return fmt.Sprintf("run task %q", a.Round)
+	case protocol.ActState:
+		return fmt.Sprintf("%q %v -> %v", a.Round, a.From, a.State)
+	case protocol.ActDone:
+		return fmt.Sprintf("%q over: %v", a.Round, a.Outcome)
+	}
+	return fmt.Sprintf("action %d", a.Kind)
+}

@@ -1,0 +1,369 @@
+// Package sim is a deterministic simulated network for ChainSync tests, in
+// the style of etcd raft's raft_test.go network: it drives real
+// protocol.Machines through the real wire codec over simulated links.
+//
+// Each adjacent pair of nodes has two directed links. A link is a FIFO byte
+// stream: a send is wire.Append'ed to it and a delivery reads one line back
+// with a wire.Reader, so every simulated message crosses the codec. Links
+// can be dropped (their bytes are lost, like a dead TCP connection) and
+// restored (a new connection: a fresh Reader); the caller then reports
+// protocol.LinkUp to both ends. Which link delivers next, when tasks finish
+// and when nodes become ready is the caller's choice: a golden-trace
+// interpreter picks deterministically, a random scheduler picks from a
+// seeded RNG.
+//
+// The package does no checking of its own beyond the codec round trip; see
+// Checker for the protocol invariants.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// Node is one simulated chain member.
+type Node struct {
+	Name  string
+	Index int
+	Role  protocol.Role
+	M     *protocol.Machine
+}
+
+// Task is a local task that a Machine asked to run and that has not been
+// reported finished yet.
+type Task struct {
+	Node  int
+	Round string
+}
+
+// Config configures a Network.
+type Config struct {
+	// Names of the nodes, Head first. Its length is the chain length.
+	Names []string
+	// Machine, if set, adjusts each node's protocol.Config (the Role is
+	// filled in already).
+	Machine func(i int, cfg *protocol.Config)
+}
+
+// Network is a chain of Machines joined by simulated links.
+type Network struct {
+	Nodes []*Node
+	// Colon makes senders write the unnamed round as "COMMAND:".
+	Colon bool
+	// ReadChunk, if set, bounds each Read a link's Reader does (it must
+	// return at least 1), so lines arrive split at arbitrary points.
+	ReadChunk func() int
+	// Hook, if set, sees every event fed to a Machine and its result,
+	// after the network has carried out the actions.
+	Hook func(node int, ev protocol.Event, acts []protocol.Action, err error)
+	// Tasks are the running tasks, oldest first.
+	Tasks []Task
+	// Sent counts lines written to links; Lost counts sends on a link
+	// that was down (dropped, as a real driver would).
+	Sent, Lost int
+
+	links []link
+	busy  []int // links with queued lines, in no particular order
+	seq   uint64
+	out   []protocol.Action
+}
+
+type pending struct {
+	seq uint64
+	msg protocol.Message
+}
+
+type link struct {
+	from, to int
+	side     protocol.Side // who the sender is, as the receiver sees it
+	up       bool
+	q        queue
+	r        *wire.Reader
+	pend     []pending // the queued lines' messages, FIFO from head
+	head     int
+	busyPos  int
+	last     protocol.Message // the last message sent on the link
+	hasLast  bool
+	hist     []protocol.Message // distinct messages delivered, for Replay
+}
+
+// Fwd returns the id of the link from node p to node p+1.
+func Fwd(p int) int { return 2 * p }
+
+// Bwd returns the id of the link from node p+1 to node p.
+func Bwd(p int) int { return 2*p + 1 }
+
+// New returns a Network with all links up and nothing in flight.
+func New(cfg Config) *Network {
+	n := len(cfg.Names)
+	net := &Network{Nodes: make([]*Node, n)}
+	for i, name := range cfg.Names {
+		pc := protocol.Config{Role: protocol.RoleOf(i > 0, i < n-1)}
+		if cfg.Machine != nil {
+			cfg.Machine(i, &pc)
+		}
+		net.Nodes[i] = &Node{Name: name, Index: i, Role: pc.Role, M: protocol.New(pc)}
+	}
+	if n > 1 {
+		net.links = make([]link, 2*(n-1))
+	}
+	for p := 0; p+1 < n; p++ {
+		net.links[Fwd(p)] = link{from: p, to: p + 1, side: protocol.Pred, busyPos: -1}
+		net.links[Bwd(p)] = link{from: p + 1, to: p, side: protocol.Succ, busyPos: -1}
+	}
+	for l := range net.links {
+		lk := &net.links[l]
+		lk.q.net = net
+		lk.up = true
+		lk.r = wire.NewReader(&lk.q)
+	}
+	return net
+}
+
+// Links returns the number of directed links, 2(n-1).
+func (n *Network) Links() int { return len(n.links) }
+
+// Ends returns the sender and receiver of link l.
+func (n *Network) Ends(l int) (from, to int) { return n.links[l].from, n.links[l].to }
+
+// Link returns the id of the link from node from to its neighbour to.
+func (n *Network) Link(from, to int) (int, bool) {
+	switch {
+	case from < 0 || to < 0 || from >= len(n.Nodes) || to >= len(n.Nodes):
+		return 0, false
+	case to == from+1:
+		return Fwd(from), true
+	case to == from-1:
+		return Bwd(to), true
+	}
+	return 0, false
+}
+
+// Up reports whether the links between nodes p and p+1 are up.
+func (n *Network) Up(p int) bool { return n.links[Fwd(p)].up }
+
+// Pending returns the number of lines queued on link l.
+func (n *Network) Pending(l int) int { return len(n.links[l].pend) - n.links[l].head }
+
+// Busy returns the links with queued lines. The slice is the network's
+// own: do not keep or modify it across calls.
+func (n *Network) Busy() []int { return n.busy }
+
+// Oldest returns the link whose head line was sent first, or -1 if nothing
+// is in flight: delivering it repeatedly is lockstep, global FIFO delivery.
+func (n *Network) Oldest() int {
+	best, bestSeq := -1, uint64(0)
+	for _, l := range n.busy {
+		lk := &n.links[l]
+		if s := lk.pend[lk.head].seq; best < 0 || s < bestSeq {
+			best, bestSeq = l, s
+		}
+	}
+	return best
+}
+
+// SetLink takes both links between nodes p and p+1 down (their queued
+// bytes are lost) or up again (as a new connection). It does not tell the
+// Machines: report protocol.LinkUp to both ends after bringing a link up.
+func (n *Network) SetLink(p int, up bool) {
+	for _, l := range [2]int{Fwd(p), Bwd(p)} {
+		lk := &n.links[l]
+		if lk.up == up {
+			continue
+		}
+		lk.up = up
+		lk.q.reset()
+		lk.pend, lk.head = lk.pend[:0], 0
+		n.unbusy(l)
+		if up {
+			lk.r = wire.NewReader(&lk.q) // a new connection, nothing buffered
+		} else {
+			lk.r = nil
+		}
+	}
+}
+
+// Step feeds ev to node i's Machine and carries out the actions: sends are
+// queued on their link (or lost if it is down) and task runs are added to
+// Tasks. The returned slice is reused by the next Step.
+func (n *Network) Step(i int, ev protocol.Event) ([]protocol.Action, error) {
+	acts, err := n.Nodes[i].M.Step(ev, n.out[:0])
+	n.out = acts[:0]
+	if err == nil {
+		for _, a := range acts {
+			switch a.Kind {
+			case protocol.ActSend:
+				if serr := n.send(i, a.To, a.Msg); serr != nil {
+					err = serr
+				}
+			case protocol.ActRunTask:
+				n.Tasks = append(n.Tasks, Task{Node: i, Round: a.Round})
+			}
+		}
+	}
+	if n.Hook != nil {
+		n.Hook(i, ev, acts, err)
+	}
+	return acts, err
+}
+
+// ErrBadSend is a Machine asking to send to a neighbour it does not have.
+var ErrBadSend = errors.New("sim: send to a missing neighbour")
+
+func (n *Network) send(i int, to protocol.Side, msg protocol.Message) error {
+	j := i + 1
+	if to == protocol.Pred {
+		j = i - 1
+	}
+	l, ok := n.Link(i, j)
+	if !ok || (to != protocol.Pred && to != protocol.Succ) {
+		return fmt.Errorf("%w: node %d to %v", ErrBadSend, i, to)
+	}
+	lk := &n.links[l]
+	lk.last, lk.hasLast = msg, true
+	n.enqueue(l, msg)
+	return nil
+}
+
+func (n *Network) enqueue(l int, msg protocol.Message) {
+	lk := &n.links[l]
+	if !lk.up {
+		n.Lost++
+		return
+	}
+	lk.q.buf = wire.Append(lk.q.buf, msg, n.Colon)
+	n.seq++
+	lk.pend = append(lk.pend, pending{seq: n.seq, msg: msg})
+	n.Sent++
+	if lk.busyPos < 0 {
+		lk.busyPos = len(n.busy)
+		n.busy = append(n.busy, l)
+	}
+}
+
+func (n *Network) unbusy(l int) {
+	lk := &n.links[l]
+	if lk.busyPos < 0 {
+		return
+	}
+	last := n.busy[len(n.busy)-1]
+	n.busy[lk.busyPos] = last
+	n.links[last].busyPos = lk.busyPos
+	n.busy = n.busy[:len(n.busy)-1]
+	lk.busyPos = -1
+}
+
+// Deliver reads the next line on link l through the codec and feeds it to
+// the receiver. It returns the receiver, the message and the Step result.
+// A codec failure, or a decoded message that differs from the one sent, is
+// returned as an error that is not a *protocol.Violation.
+func (n *Network) Deliver(l int) (to int, msg protocol.Message, acts []protocol.Action, err error) {
+	lk := &n.links[l]
+	if lk.head == len(lk.pend) {
+		return lk.to, msg, nil, fmt.Errorf("sim: deliver on idle link %d", l)
+	}
+	want := lk.pend[lk.head].msg
+	msg, err = lk.r.ReadMessage()
+	if err != nil {
+		return lk.to, msg, nil, fmt.Errorf("sim: codec: reading %v: %w", want, err)
+	}
+	if msg != want {
+		return lk.to, msg, nil, fmt.Errorf("sim: codec: sent %v, read %v", want, msg)
+	}
+	lk.head++
+	if lk.head == len(lk.pend) {
+		lk.pend, lk.head = lk.pend[:0], 0
+		n.unbusy(l)
+	}
+	if !contains(lk.hist, msg) {
+		lk.hist = append(lk.hist, msg)
+	}
+	acts, err = n.Step(lk.to, protocol.Recv(lk.side, msg))
+	return lk.to, msg, acts, err
+}
+
+func contains(s []protocol.Message, m protocol.Message) bool {
+	for _, x := range s {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// DupLast queues the last message sent on link l again, as a network or a
+// confused peer might. It reports false if nothing was sent yet or the link
+// is down.
+func (n *Network) DupLast(l int) bool {
+	lk := &n.links[l]
+	if !lk.hasLast || !lk.up {
+		return false
+	}
+	n.enqueue(l, lk.last)
+	return true
+}
+
+// Delivered returns how many distinct messages link l has delivered.
+func (n *Network) Delivered(l int) int { return len(n.links[l].hist) }
+
+// Replay queues again the k-th distinct message link l delivered: an exact
+// duplicate of a message the receiver already acted on, arriving late.
+func (n *Network) Replay(l, k int) bool {
+	lk := &n.links[l]
+	if k >= len(lk.hist) || !lk.up {
+		return false
+	}
+	n.enqueue(l, lk.hist[k])
+	return true
+}
+
+// FinishTask reports Tasks[k] finished (failed or not) to its node.
+func (n *Network) FinishTask(k int, failed bool) (Task, []protocol.Action, error) {
+	t := n.Tasks[k]
+	copy(n.Tasks[k:], n.Tasks[k+1:])
+	n.Tasks = n.Tasks[:len(n.Tasks)-1]
+	acts, err := n.Step(t.Node, protocol.TaskDone(t.Round, failed))
+	return t, acts, err
+}
+
+// InFlight returns the number of lines queued on all links.
+func (n *Network) InFlight() int {
+	total := 0
+	for _, l := range n.busy {
+		total += n.Pending(l)
+	}
+	return total
+}
+
+// queue is one direction of a simulated connection: bytes written by the
+// sender, read by the receiver's wire.Reader.
+type queue struct {
+	net *Network
+	buf []byte
+	off int
+}
+
+func (q *queue) Read(p []byte) (int, error) {
+	if q.off == len(q.buf) {
+		// The Reader asked for more than was sent: a line is missing.
+		return 0, io.EOF
+	}
+	if q.net.ReadChunk != nil {
+		p = p[:min(len(p), q.net.ReadChunk())]
+	}
+	k := copy(p, q.buf[q.off:])
+	q.off += k
+	if q.off == len(q.buf) {
+		q.reset()
+	} else if q.off >= 4096 && q.off >= len(q.buf)/2 {
+		q.buf = q.buf[:copy(q.buf, q.buf[q.off:])]
+		q.off = 0
+	}
+	return k, nil
+}
+
+func (q *queue) reset() { q.buf, q.off = q.buf[:0], 0 }

@@ -1,0 +1,351 @@
+package protocol_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/chainsync-go/chainsync/internal/sim"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+var (
+	seedFlag      = flag.Uint64("seed", 0, "replay the random schedule with this seed (printed on failure), with a trace under -v")
+	chainLenFlag  = flag.Int("chainlen", 0, "with -seed: force the chain length (as the long-chain tests do)")
+	schedulesFlag = flag.Int("schedules", 10000, "number of random schedules TestSimulate runs")
+	seedBaseFlag  = flag.Uint64("seedbase", 1, "first seed of TestSimulate; pass another to explore new schedules")
+)
+
+// TestSimulate drives real Machines through the real codec over simulated
+// links (internal/sim) in thousands of random schedules: random chain
+// lengths (1..12), random local-readiness times, random task durations,
+// several concurrent named rounds, link drops and restores with re-sends,
+// late duplicates, lines split at random points, an occasional failing
+// task. A sim.Checker compares every step with a plain reference of the
+// draft's guarantees (see its doc), and at the end every round must have
+// finished at every node (liveness). Any Violation in these honest runs is
+// a failure. A failure prints its seed; replay it with -seed.
+//
+// Draft: Introduction (the guarantees); Protocol Operation, Phases 1-4;
+// DECISIONS.md: Roles and connections (reconnects), State machine, Faults.
+func TestSimulate(t *testing.T) {
+	if *seedFlag != 0 {
+		replay(t, *seedFlag, *chainLenFlag)
+		return
+	}
+	total := *schedulesFlag
+	shards := runtime.GOMAXPROCS(0)
+	for s := range shards {
+		t.Run(fmt.Sprint("shard", s), func(t *testing.T) {
+			t.Parallel()
+			for i := s; i < total; i += shards {
+				seed := *seedBaseFlag + uint64(i)
+				if res := runSchedule(seed, 0, nil); res.err != nil {
+					t.Fatalf("seed %d: %s\nreplay: go test ./protocol -run TestSimulate -seed %d -v", seed, res, seed)
+				}
+			}
+		})
+	}
+}
+
+// TestSimulateLongChains runs a few random schedules on 1,000-node chains.
+func TestSimulateLongChains(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, seed := range seeds {
+		if res := runSchedule(seed, 1000, nil); res.err != nil {
+			t.Fatalf("seed %d: %s\nreplay: go test ./protocol -run TestSimulate -seed %d -chainlen 1000 -v", seed, res, seed)
+		}
+	}
+}
+
+func replay(t *testing.T, seed uint64, n int) {
+	res := runSchedule(seed, n, func(s string) { t.Log(s) })
+	t.Logf("seed %d: %s", seed, res)
+	if res.err != nil {
+		t.Fatalf("seed %d: %v", seed, res.err)
+	}
+}
+
+// TestSimulateStats makes sure the schedules exercise what they claim to:
+// some drop links, some duplicate, some fail a task, some run several
+// rounds, some use every chain length.
+func TestSimulateStats(t *testing.T) {
+	var drops, dups, fails, multi, colon, chunked, steps, sent, lost int
+	lengths := map[int]bool{}
+	for seed := uint64(1); seed <= 500; seed++ {
+		res := runSchedule(seed, 0, nil)
+		if res.err != nil {
+			t.Fatalf("seed %d: %s", seed, res)
+		}
+		drops += res.drops
+		dups += res.dups
+		if res.failNode >= 0 {
+			fails++
+		}
+		if len(res.rounds) > 1 {
+			multi++
+		}
+		if res.colon {
+			colon++
+		}
+		if res.chunked {
+			chunked++
+		}
+		lengths[res.n] = true
+		steps += res.steps
+		sent += res.sent
+		lost += res.lost
+	}
+	t.Logf("500 schedules: %d steps, %d messages sent, %d lost on down links, %d drops, %d duplicates, %d failed tasks, %d multi-round",
+		steps, sent, lost, drops, dups, fails, multi)
+	if drops == 0 || dups == 0 || fails == 0 || multi == 0 || colon == 0 || chunked == 0 || len(lengths) != 12 {
+		t.Errorf("schedules too tame: drops %d dups %d fails %d multi-round %d colon %d chunked %d lengths %d",
+			drops, dups, fails, multi, colon, chunked, len(lengths))
+	}
+}
+
+type schedResult struct {
+	seed          uint64
+	n             int
+	rounds        []string
+	faults, colon bool
+	chunked       bool
+	failNode      int
+	failRound     string
+	steps         int
+	drops, dups   int
+	sent, lost    int
+	err           error
+}
+
+func (r schedResult) String() string {
+	s := fmt.Sprintf("n=%d rounds=%q faults=%v colon=%v chunked=%v fail=%d/%q steps=%d drops=%d dups=%d sent=%d lost=%d",
+		r.n, r.rounds, r.faults, r.colon, r.chunked, r.failNode, r.failRound, r.steps, r.drops, r.dups, r.sent, r.lost)
+	if r.err != nil {
+		s += ": " + r.err.Error()
+	}
+	return s
+}
+
+var roundPool = []string{"", "r1", "round-2.b_C", strings.Repeat("L", protocol.MaxRoundLen), "5"}
+
+type readyEv struct {
+	node  int
+	round string
+}
+
+// runSchedule runs the random schedule of seed on a chain of n nodes (n=0:
+// chosen by the seed). trace, if set, gets a line per step.
+func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	res = schedResult{seed: seed, failNode: -1}
+	if n == 0 {
+		n = 1 + rng.IntN(12)
+	}
+	res.n = n
+	k := 1
+	if rng.IntN(3) == 0 {
+		k = 2 + rng.IntN(len(roundPool)-1)
+	}
+	perm := rng.Perm(len(roundPool))
+	for _, p := range perm[:k] {
+		res.rounds = append(res.rounds, roundPool[p])
+	}
+	res.faults = n > 1 && rng.IntN(2) == 0
+	if rng.IntN(8) == 0 {
+		res.failNode, res.failRound = rng.IntN(n), res.rounds[rng.IntN(k)]
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint("n", i)
+	}
+	net := sim.New(sim.Config{Names: names})
+	res.colon = rng.IntN(4) == 0
+	net.Colon = res.colon
+	if rng.IntN(2) == 0 {
+		res.chunked = true
+		maxChunk := 1 + rng.IntN(12)
+		net.ReadChunk = func() int { return 1 + rng.IntN(maxChunk) }
+	}
+	chk := sim.NewChecker(net)
+	chk.Faults = res.faults
+	fail := func(err error) {
+		if res.err == nil {
+			res.err = err
+		}
+	}
+	chk.Attach(fail)
+	if trace != nil {
+		hook := net.Hook
+		net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+			var as []string
+			for _, a := range acts {
+				as = append(as, sim.DescribeAction(a))
+			}
+			trace(fmt.Sprintf("n%d: %s -> [%s] err=%v", node, sim.DescribeEvent(ev), strings.Join(as, "; "), err))
+			hook(node, ev, acts, err)
+		}
+	}
+	check := func(what string, err error) {
+		if err != nil {
+			fail(fmt.Errorf("%s: error in an honest run: %w", what, err))
+		}
+	}
+
+	var pendingReady []readyEv
+	for i := range n {
+		for _, r := range res.rounds {
+			pendingReady = append(pendingReady, readyEv{i, r})
+		}
+	}
+	wDeliver, wReady, wTask := 1+rng.IntN(8), 1+rng.IntN(8), 1+rng.IntN(8)
+	wFault := 0
+	dropsLeft, dupsLeft := 0, 0
+	if res.faults {
+		wFault = 1 + rng.IntN(2)
+		dropsLeft, dupsLeft = 1+rng.IntN(2*n), 1+rng.IntN(4*n)
+	}
+	var down []int
+
+	restore := func(j int) {
+		p := down[j]
+		down[j] = down[len(down)-1]
+		down = down[:len(down)-1]
+		net.SetLink(p, true)
+		if trace != nil {
+			trace(fmt.Sprintf("link n%d-n%d up", p, p+1))
+		}
+		first, second := protocol.Event(protocol.LinkUp(protocol.Succ)), protocol.LinkUp(protocol.Pred)
+		a, b := p, p+1
+		if rng.IntN(2) == 0 {
+			a, b, first, second = b, a, second, first
+		}
+		_, err := net.Step(a, first)
+		check("link up", err)
+		_, err = net.Step(b, second)
+		check("link up", err)
+	}
+
+	// honest picks one non-fault step; it reports false at quiescence.
+	honest := func(faultsToo bool) bool {
+		wd, wr, wt, wf := 0, 0, 0, 0
+		if len(net.Busy()) > 0 {
+			wd = wDeliver
+		}
+		if len(pendingReady) > 0 {
+			wr = wReady
+		}
+		if len(net.Tasks) > 0 {
+			wt = wTask
+		}
+		if faultsToo && (dropsLeft > 0 || dupsLeft > 0 || len(down) > 0) {
+			wf = wFault
+		}
+		if wd+wr+wt == 0 && (wf == 0 || len(down) == 0) {
+			return false
+		}
+		res.steps++
+		switch x := rng.IntN(wd + wr + wt + wf); {
+		case x < wd:
+			busy := net.Busy()
+			_, _, _, err := net.Deliver(busy[rng.IntN(len(busy))])
+			check("deliver", err)
+		case x < wd+wr:
+			j := rng.IntN(len(pendingReady))
+			ev := pendingReady[j]
+			pendingReady[j] = pendingReady[len(pendingReady)-1]
+			pendingReady = pendingReady[:len(pendingReady)-1]
+			_, err := net.Step(ev.node, protocol.LocalReady(ev.round))
+			check("local ready", err)
+		case x < wd+wr+wt:
+			j := rng.IntN(len(net.Tasks))
+			tk := net.Tasks[j]
+			failed := tk.Node == res.failNode && tk.Round == res.failRound
+			_, _, err := net.FinishTask(j, failed)
+			check("task done", err)
+		default:
+			switch c := rng.IntN(3); {
+			case c == 0 && len(down) > 0:
+				restore(rng.IntN(len(down)))
+			case c == 1 && dropsLeft > 0:
+				p := rng.IntN(n - 1)
+				if net.Up(p) {
+					dropsLeft--
+					res.drops++
+					net.SetLink(p, false)
+					down = append(down, p)
+					if trace != nil {
+						trace(fmt.Sprintf("link n%d-n%d down", p, p+1))
+					}
+				}
+			case c == 2 && dupsLeft > 0:
+				l := rng.IntN(net.Links())
+				var ok bool
+				if d := net.Delivered(l); d > 0 && rng.IntN(4) > 0 {
+					ok = net.Replay(l, rng.IntN(d))
+				} else {
+					ok = net.DupLast(l)
+				}
+				if ok {
+					dupsLeft--
+					res.dups++
+					if trace != nil {
+						from, to := net.Ends(l)
+						trace(fmt.Sprintf("duplicate queued on n%d->n%d", from, to))
+					}
+				}
+			}
+		}
+		return true
+	}
+
+	budget := 40*n*k + 200
+	for res.err == nil && res.steps < budget && honest(true) {
+	}
+	// Liveness: heal every link, then run to quiescence without faults.
+	for res.err == nil && len(down) > 0 {
+		restore(0)
+	}
+	for limit := res.steps + 40*n*k + 10000; res.err == nil && honest(false); {
+		if res.steps > limit {
+			fail(errors.New("no quiescence after healing (livelock)"))
+		}
+	}
+	res.sent, res.lost = net.Sent, net.Lost
+	if res.err != nil {
+		return res
+	}
+	if net.InFlight() != 0 || len(net.Tasks) != 0 || len(pendingReady) != 0 {
+		fail(fmt.Errorf("not quiescent: %d in flight, %d tasks", net.InFlight(), len(net.Tasks)))
+		return res
+	}
+	for _, r := range res.rounds {
+		if r == res.failRound && res.failNode >= 0 {
+			fail(chk.CheckFailed(r, res.failNode))
+		} else {
+			fail(chk.CheckDone(r))
+		}
+	}
+	for i, nd := range net.Nodes {
+		want := 0
+		if res.failNode >= 0 && i != res.failNode {
+			want = 1 // the halted round
+		}
+		if got := nd.M.Active(); got != want {
+			fail(fmt.Errorf("node %d: Active() = %d, want %d", i, got, want))
+		}
+	}
+	if !res.faults && net.Sent != 4*(n-1)*k {
+		if res.failNode < 0 {
+			fail(fmt.Errorf("fault-free run sent %d messages, want 4(n-1) per round = %d", net.Sent, 4*(n-1)*k))
+		}
+	}
+	return res
+}

@@ -1,0 +1,205 @@
+package wire_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// refGrammar is DECISIONS.md's grammar written as plainly as possible, as
+// a reference for the codec (the line without its LF):
+//
+//	line     = command [ ":" round-id ] [ CR ] LF
+//	command  = "READY" / "START" / "COMPLETE"
+//	round-id = 1*128 ( ALPHA / DIGIT / "-" / "_" / "." )
+//
+// plus "COMMAND:" with an empty id, read as the unnamed round.
+var refGrammar = regexp.MustCompile(`^(READY|START|COMPLETE)(?::([A-Za-z0-9._-]{0,128}))?\r?$`)
+
+func refParse(line []byte) (protocol.Message, bool) {
+	sub := refGrammar.FindSubmatch(line)
+	if sub == nil || len(line) > wire.MaxLine {
+		return protocol.Message{}, false
+	}
+	cmd := map[string]protocol.Command{"READY": protocol.Ready, "START": protocol.Start, "COMPLETE": protocol.Complete}[string(sub[1])]
+	return protocol.Message{Cmd: cmd, Round: string(sub[2])}, true
+}
+
+// checkError checks a codec error's contract: a *ProtocolError with a
+// reason, at most 64 bytes of the offending line (a prefix of it) and a
+// message that quotes them.
+func checkError(t *testing.T, err error, line []byte) *wire.ProtocolError {
+	t.Helper()
+	var pe *wire.ProtocolError
+	if !errors.As(err, &pe) {
+		t.Fatalf("%q: error %v (%T) is not a *ProtocolError", line, err, err)
+	}
+	if pe.Reason == "" || len(pe.Line) > 64 || pe.Len < len(pe.Line) || !bytes.HasPrefix(line, pe.Line) {
+		t.Fatalf("%q: bad ProtocolError %+v", line, pe)
+	}
+	if !strings.Contains(pe.Error(), strconv.Quote(string(pe.Line))) {
+		t.Fatalf("%q: error %q does not quote the bytes", line, pe.Error())
+	}
+	return pe
+}
+
+// checkRoundTrip: a parsed message written back (both unnamed-round forms)
+// parses to the same message.
+func checkRoundTrip(t *testing.T, m protocol.Message) {
+	t.Helper()
+	if !wire.Valid(m) {
+		t.Fatalf("parsed an invalid message %+v", m)
+	}
+	for _, colon := range []bool{false, true} {
+		b := wire.Append(nil, m, colon)
+		if b[len(b)-1] != '\n' || bytes.Count(b, []byte("\n")) != 1 {
+			t.Fatalf("Append(%+v) = %q", m, b)
+		}
+		back, err := wire.Parse(b[:len(b)-1])
+		if err != nil || back != m {
+			t.Fatalf("round trip of %+v via %q: %+v, %v", m, b, back, err)
+		}
+	}
+}
+
+var fuzzSeeds = []string{
+	"READY", "START", "COMPLETE", "READY:r7", "START:r7\r", "COMPLETE:",
+	"COMPLETE:\r", "READY:" + strings.Repeat("a", 128), "READY:" + strings.Repeat("a", 129),
+	"ready", "READY\x00", "READY\r\r", "READY:a b", "", "READY:" + strings.Repeat("a", 251),
+}
+
+// FuzzParse: Parse agrees with the reference grammar on every input,
+// never panics, round-trips what it accepts, and reports everything else
+// as a well-formed *ProtocolError.
+func FuzzParse(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, err := wire.Parse(line)
+		want, ok := refParse(line)
+		if ok != (err == nil) {
+			t.Fatalf("Parse(%q) = %+v, %v; the reference grammar says ok=%v", line, m, err, ok)
+		}
+		if err != nil {
+			pe := checkError(t, err, line)
+			if pe.Len != len(line) {
+				t.Fatalf("Parse(%q): Len %d", line, pe.Len)
+			}
+			return
+		}
+		if m != want {
+			t.Fatalf("Parse(%q) = %+v, reference %+v", line, m, want)
+		}
+		checkRoundTrip(t, m)
+		// The canonical forms are written back byte for byte.
+		canon := !bytes.HasSuffix(line, []byte("\r")) && !bytes.HasSuffix(line, []byte(":"))
+		if b := wire.Append(nil, m, false); canon && !bytes.Equal(b[:len(b)-1], line) {
+			t.Fatalf("Parse(%q) written back as %q", line, b)
+		}
+	})
+}
+
+// chunkReader hands out its data in random-sized pieces and counts what
+// was taken; with eofWithData it returns io.EOF together with the last
+// bytes, as io.Reader allows.
+type chunkReader struct {
+	data        []byte
+	rng         *rand.Rand
+	maxChunk    int
+	eofWithData bool
+	consumed    int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.consumed == len(c.data) {
+		return 0, io.EOF
+	}
+	n := min(len(p), 1+c.rng.IntN(c.maxChunk), len(c.data)-c.consumed)
+	copy(p, c.data[c.consumed:c.consumed+n])
+	c.consumed += n
+	if c.eofWithData && c.consumed == len(c.data) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// FuzzReader feeds a stream split at random points through a Reader. The
+// Reader must return, line by line, what Parse says about each line, stop
+// at the first malformed line, end with io.EOF or io.ErrUnexpectedEOF as
+// the stream ends between or inside lines, and never hold more than
+// MaxLine+1 bytes it has not returned as lines.
+func FuzzReader(f *testing.F) {
+	f.Add([]byte(strings.Join(fuzzSeeds[:7], "\n")+"\n"), uint64(1))
+	f.Add([]byte("READY\r\nSTART:r1\nCOMPLETE:\r\nCOMPLETE:r1\n"), uint64(2))
+	f.Add([]byte("READY:"+strings.Repeat("a", 250)+"\nREADY\n"), uint64(3))
+	f.Add([]byte("READY:"+strings.Repeat("a", 251)+"\nREADY\n"), uint64(4))
+	f.Add([]byte(strings.Repeat("x", 600)), uint64(5))
+	f.Add([]byte("START:r1\nSTA"), uint64(6))
+	f.Add([]byte("READY\n\x00\n"), uint64(7))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		cr := &chunkReader{data: data, rng: rng, maxChunk: 1 + int(seed>>8)%300, eofWithData: seed&1 == 1}
+		r := wire.NewReader(cr)
+		returned := 0 // bytes handed back as lines, with their LF
+		rest := data
+		for {
+			m, err := r.ReadMessage()
+			if held := cr.consumed - returned; held > wire.MaxLine+1 {
+				t.Fatalf("Reader holds %d bytes it has not returned, more than MaxLine+1", held)
+			}
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				// The stream ends inside a line (or between lines).
+				switch {
+				case len(rest) == 0:
+					if err != io.EOF {
+						t.Fatalf("at a clean end: %+v, %v; want io.EOF", m, err)
+					}
+				case len(rest) > wire.MaxLine+1 || len(rest) == wire.MaxLine+1 && !cr.eofWithData:
+					checkError(t, err, rest)
+				case len(rest) == wire.MaxLine+1:
+					// EOF came with the 257th byte: either answer is right.
+					var pe *wire.ProtocolError
+					if err != io.ErrUnexpectedEOF && !errors.As(err, &pe) {
+						t.Fatalf("257 bytes then EOF: %v", err)
+					}
+				default:
+					if err != io.ErrUnexpectedEOF {
+						t.Fatalf("cut line %q: %+v, %v; want io.ErrUnexpectedEOF", rest, m, err)
+					}
+				}
+				return
+			}
+			line := rest[:i]
+			if len(line) > wire.MaxLine {
+				pe := checkError(t, err, line)
+				if !strings.Contains(pe.Reason, "longer") {
+					t.Fatalf("%d-byte line: %v", len(line), err)
+				}
+				return
+			}
+			want, wantErr := wire.Parse(line)
+			if (err == nil) != (wantErr == nil) || m != want {
+				t.Fatalf("line %q: Reader %+v, %v; Parse %+v, %v", line, m, err, want, wantErr)
+			}
+			if err != nil {
+				if pe := checkError(t, err, line); pe.Reason != wantErr.(*wire.ProtocolError).Reason {
+					t.Fatalf("line %q: Reader says %q, Parse %q", line, pe.Reason, wantErr)
+				}
+				return // the stream is unusable after a malformed line
+			}
+			checkRoundTrip(t, m)
+			returned += i + 1
+			rest = rest[i+1:]
+		}
+	})
+}
