@@ -133,7 +133,11 @@ func (n *Node) dialLoop() {
 		n.succ = l
 		n.linkUp(l)
 		n.mu.Unlock()
+		up := time.Now()
 		n.readLoop(l)
+		if time.Since(up) > 5*time.Second {
+			b.Reset() // a link that worked: come back fast after a transient drop
+		}
 		if !n.sleep(b.Next()) {
 			return
 		}

@@ -283,6 +283,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return out, &Violation{From: from, Msg: msg, State: st, Reason: reason}
 	}
 	role := m.cfg.Role
+	if from != Pred && from != Succ {
+		return out, fmt.Errorf("chainsync: Recv from unknown side %d", from)
+	}
 	if from == Pred && !role.HasPred() || from == Succ && !role.HasSucc() {
 		return violation(0, "this node ("+role.String()+") has no such neighbour")
 	}

@@ -248,7 +248,6 @@ func TestViolations(t *testing.T) {
 		{"bad command", protocol.Middle, nil, recv(protocol.Pred, 0, "")},
 		{"bad command 4", protocol.Middle, nil, recv(protocol.Pred, 4, "")},
 		{"bad round id", protocol.Middle, nil, recv(protocol.Pred, protocol.Ready, "a b")},
-		{"bad side", protocol.Middle, nil, protocol.Recv(0, protocol.Message{Cmd: protocol.Ready})},
 		// Draft: Phase 2: START travels backward.
 		{"START from predecessor", protocol.Middle, nil, recv(protocol.Pred, protocol.Start, "")},
 		// Draft: Phase 1: READY travels forward.
@@ -506,5 +505,19 @@ func TestWrongWayInHaltedRound(t *testing.T) {
 				t.Errorf("after %+v: %+v: %v", halt, ev, acts)
 			}
 		}
+	}
+}
+
+// A Recv from a side that is neither neighbour is the caller's mistake, not
+// a peer's violation, and changes nothing.
+func TestRecvUnknownSide(t *testing.T) {
+	m := protocol.New(protocol.Config{Role: protocol.Middle})
+	_, err := m.Step(protocol.Recv(0, protocol.Message{Cmd: protocol.Ready}), nil)
+	var v *protocol.Violation
+	if err == nil || errors.As(err, &v) {
+		t.Fatalf("err = %v, want a local (non-Violation) error", err)
+	}
+	if _, known := m.State(""); known {
+		t.Fatal("a round was opened")
 	}
 }

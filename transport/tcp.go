@@ -29,14 +29,15 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 // Dial connects to addr, retrying with b until it succeeds or ctx ends: a
 // successor that is not up yet is normal. Each failed attempt is passed to
 // onRetry (if set) with the delay before the next one. The connection is
-// tuned with Tune.
+// tuned with Tune. Dial does not Reset b: the caller does once the
+// connection has proved useful, so a peer that accepts and at once closes
+// is not re-dialed in a hot loop.
 func Dial(ctx context.Context, addr string, b *Backoff, onRetry func(err error, attempt int, next time.Duration)) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: KeepAlive}
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			Tune(c)
-			b.Reset()
 			return c, nil
 		}
 		if ctx.Err() != nil {
