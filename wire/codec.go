@@ -21,12 +21,18 @@ const quoteMax = 64
 type ProtocolError struct {
 	Reason string // what is wrong, e.g. "unknown command"
 	Line   []byte // the offending bytes, at most 64 of them
-	Len    int    // the offending line's full length (at least MaxLine+1 if too long)
+	Len    int    // the offending line's length, as far as it was read
+	// More says the line went on beyond Len: the reader stopped at the
+	// limit instead of buffering the rest.
+	More bool
 }
 
 func (e *ProtocolError) Error() string {
 	s := fmt.Sprintf("chainsync: malformed line: %s: %s", e.Reason, strconv.Quote(string(e.Line)))
-	if e.Len > len(e.Line) {
+	switch {
+	case e.More:
+		s += fmt.Sprintf(" (more than %d bytes, truncated)", MaxLine)
+	case e.Len > len(e.Line):
 		s += fmt.Sprintf(" (%d bytes, truncated)", e.Len)
 	}
 	return s
@@ -102,7 +108,9 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 	case err == nil:
 		return parse(line[:len(line)-1], r.internRound)
 	case errors.Is(err, bufio.ErrBufferFull):
-		return protocol.Message{}, badLine("line longer than 256 bytes", line)
+		pe := badLine("line longer than 256 bytes", line)
+		pe.More = true
+		return protocol.Message{}, pe
 	case err == io.EOF && len(line) > 0:
 		return protocol.Message{}, io.ErrUnexpectedEOF
 	}

@@ -27,13 +27,26 @@ Example:
 Flags:
 `
 
+type certsOpts struct {
+	dir, chain, nodes string
+	force             bool
+}
+
+func (o *certsOpts) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.dir, "dir", "", "output `DIR` (created if missing)")
+	fs.StringVar(&o.chain, "chain", "", "the chain, `NAME=HOST:PORT,...` as given to chainsync run --chain")
+	fs.StringVar(&o.nodes, "nodes", "", "node `NAMES`, comma-separated, for a chain on this machine (SANs localhost, 127.0.0.1, ::1)")
+	fs.BoolVar(&o.force, "force", false, "replace existing files")
+}
+
+func certsFlags(fs *flag.FlagSet) { (&certsOpts{}).flags(fs) }
+
 func certsMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "", "output `DIR` (created if missing)")
-	chain := fs.String("chain", "", "the chain, `NAME=HOST:PORT,...` as given to chainsync run --chain")
-	nodes := fs.String("nodes", "", "node `NAMES`, comma-separated, for a chain on this machine (SANs localhost, 127.0.0.1, ::1)")
-	force := fs.Bool("force", false, "replace existing files")
+	var o certsOpts
+	o.flags(fs)
+	dir, chain, nodes, force := &o.dir, &o.chain, &o.nodes, &o.force
 	fs.Usage = func() { fmt.Fprint(stderr, certsUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -161,12 +161,25 @@ func nodeNames(n int) []string {
 	return names
 }
 
+type demoOpts struct {
+	n, rounds int
+	seed      uint64
+}
+
+func (o *demoOpts) flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.n, "n", 4, "number of nodes, 1..64")
+	fs.IntVar(&o.rounds, "rounds", 1, "concurrent rounds, 1..100 (ids 0..R-1)")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed for readiness times and task durations (0: random)")
+}
+
+func demoFlags(fs *flag.FlagSet) { (&demoOpts{}).flags(fs) }
+
 func demoMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	n := fs.Int("n", 4, "number of nodes, 1..64")
-	rounds := fs.Int("rounds", 1, "concurrent rounds, 1..100 (ids 0..R-1)")
-	seed := fs.Uint64("seed", 0, "random seed for readiness times and task durations (0: random)")
+	var o demoOpts
+	o.flags(fs)
+	n, rounds, seed := &o.n, &o.rounds, &o.seed
 	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

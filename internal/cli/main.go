@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -22,9 +23,12 @@ Usage:
   chainsync pin CERTFILE                 print a certificate's key pin
   chainsync version                      print the version
 
-Start here:
-  chainsync demo
-  chainsync run --help
+Examples:
+  chainsync demo                         start here: watch a 4-node chain run
+  # a three-node chain on one machine, one command per terminal, any order:
+  chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name C -- ./task.sh
+  chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name B -- ./task.sh
+  chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name A -- ./task.sh
 
 Run "chainsync COMMAND --help" for a command's flags and examples.
 `
@@ -35,6 +39,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, mainUsage)
 		return ExitUsage
+	}
+	if len(args) > 1 && isHelp(args[1:]) {
+		switch args[0] {
+		case "run":
+			printUsage(stdout, runUsage, (&runOpts{}).flags)
+			return ExitOK
+		case "demo":
+			printUsage(stdout, demoUsage, demoFlags)
+			return ExitOK
+		case "certs":
+			printUsage(stdout, certsUsage, certsFlags)
+			return ExitOK
+		}
 	}
 	switch args[0] {
 	case "run":
@@ -68,4 +85,28 @@ func versionString() string {
 		s += ")"
 	}
 	return s
+}
+
+// isHelp reports whether a subcommand's arguments ask for help (before any
+// "--", so a task's own -h is left alone).
+func isHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// printUsage writes a subcommand's help, with its flags, to w (stdout, so
+// that "chainsync run --help | less" works).
+func printUsage(w io.Writer, usage string, define func(*flag.FlagSet)) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	define(fs)
+	fs.SetOutput(w)
+	fmt.Fprint(w, usage)
+	fs.PrintDefaults()
 }

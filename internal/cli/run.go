@@ -103,6 +103,11 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if len(cmd) == 0 {
 		return cfg, nil, usagef("no task: give the command after --, e.g. chainsync run --next host:7001 -- ./task.sh")
 	}
+	// A task that cannot start would be found only when the chain reaches
+	// this node, after its predecessors ran theirs: refuse it up front.
+	if _, err := exec.LookPath(cmd[0]); err != nil {
+		return cfg, nil, usagef("task %q cannot be run: %v", cmd[0], err)
+	}
 	listen, prev, next := o.listen, o.prev, o.next
 	if o.chain != "" {
 		if o.name == "" {

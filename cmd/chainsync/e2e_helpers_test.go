@@ -1,0 +1,439 @@
+package main
+
+// Helpers for the end-to-end tests of the built chainsync binary: TestMain
+// builds it once, proc runs it as a subprocess, rawConn plays a neighbour
+// byte by byte over a real socket.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bin is the chainsync binary built by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "chainsync-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "chainsync")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// newRand returns a seeded source and logs the seed if the test fails.
+// CHAINSYNC_E2E_SEED=N replays a run.
+func newRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv("CHAINSYNC_E2E_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAINSYNC_E2E_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("random seed %d (replay: CHAINSYNC_E2E_SEED=%d go test -run '^%s$' ./cmd/chainsync/)", seed, seed, t.Name())
+		}
+	})
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// freeAddrs reserves n loopback ports by listening on :0 and closing, so
+// that processes can be given each other's addresses before any is up.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs[i] = ln.Addr().String()
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// syncBuf is a goroutine-safe output sink.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one chainsync subprocess.
+type proc struct {
+	name     string
+	cmd      *exec.Cmd
+	out, err *syncBuf
+	done     chan struct{}
+	code     int // valid once done is closed; -1 if killed by a signal
+}
+
+// startProc runs the binary with args; env is added to the test's
+// environment. The process is killed at cleanup if it is still running, and
+// its stderr is logged if the test failed.
+func startProc(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
+	// A task's orphaned grandchild may hold the output pipes open.
+	p.cmd.WaitDelay = 2 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("---- %s (chainsync %s) exit %d, stderr:\n%s", name, strings.Join(args, " "), p.code, p.err.String())
+		}
+	})
+	return p
+}
+
+// cleanEnv is the test's environment without CHAINSYNC_ variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CHAINSYNC_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// wait waits up to d for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		t.Fatalf("%s did not exit within %v", p.name, d)
+		return 0
+	}
+}
+
+// running reports whether the process has not exited.
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(t *testing.T, s os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+}
+
+// waitLog waits up to d for a stderr line for which match is true and
+// returns it.
+func (p *proc) waitLog(t *testing.T, d time.Duration, what string, match func(line string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		for _, l := range strings.Split(p.err.String(), "\n") {
+			if match(l) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no log line %s within %v", p.name, what, d)
+		}
+		if !p.running() {
+			// One last look: the line may have been written just before exit.
+			for _, l := range strings.Split(p.err.String(), "\n") {
+				if match(l) {
+					return l
+				}
+			}
+			t.Fatalf("%s exited (%d) without a log line %s", p.name, p.code, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func containsAll(subs ...string) func(string) bool {
+	return func(l string) bool {
+		for _, s := range subs {
+			if !strings.Contains(l, s) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// readLines returns the lines of a file written by tasks; a missing file
+// has none.
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.TrimRight(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// ---- raw sockets ----------------------------------------------------------
+
+// rawConn is a neighbour played by the test. A goroutine collects every
+// byte the node sends, so the test can check the exact byte stream.
+type rawConn struct {
+	c      net.Conn
+	notify chan struct{}
+
+	mu  sync.Mutex
+	buf []byte // everything received
+	pos int    // bytes consumed by expect/line
+	err error  // read error once the stream ended
+}
+
+func newRaw(t *testing.T, c net.Conn) *rawConn {
+	r := &rawConn{c: c, notify: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 4096)
+		for {
+			n, err := c.Read(b)
+			r.mu.Lock()
+			r.buf = append(r.buf, b[:n]...)
+			if err != nil {
+				r.err = err
+			}
+			r.mu.Unlock()
+			select {
+			case r.notify <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return r
+}
+
+// dialRaw connects to addr, retrying until the node listens there.
+func dialRaw(t *testing.T, addr string, within time.Duration) *rawConn {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return newRaw(t, c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// listenRaw opens a listener the node under test dials as its successor.
+func listenRaw(t *testing.T) *net.TCPListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.(*net.TCPListener)
+}
+
+// acceptRaw waits up to within for the node to connect.
+func acceptRaw(t *testing.T, ln *net.TCPListener, within time.Duration) *rawConn {
+	t.Helper()
+	_ = ln.SetDeadline(time.Now().Add(within))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept on %s: %v", ln.Addr(), err)
+	}
+	return newRaw(t, c)
+}
+
+func (r *rawConn) addr() string { return r.c.LocalAddr().String() }
+
+// await waits up to d for cond (called with mu held) to hold.
+func (r *rawConn) await(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-r.notify:
+		case <-deadline.C:
+			r.mu.Lock()
+			ok := cond()
+			r.mu.Unlock()
+			return ok
+		}
+	}
+}
+
+// expect fails unless the next bytes from the node are exactly want.
+func (r *rawConn) expect(t *testing.T, want string) {
+	t.Helper()
+	if err := r.expectErr(want, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *rawConn) expectErr(want string, d time.Duration) error {
+	r.await(d, func() bool { return len(r.buf)-r.pos >= len(want) || r.err != nil })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.buf[r.pos:min(len(r.buf), r.pos+len(want))]
+	if string(got) != want {
+		return fmt.Errorf("%s: received %q, want exactly %q (stream so far %q, read error %v)", r.addr(), got, want, r.buf, r.err)
+	}
+	r.pos += len(want)
+	return nil
+}
+
+// line returns the next complete line (with its LF).
+func (r *rawConn) line(d time.Duration) (string, error) {
+	var l string
+	r.await(d, func() bool { return bytes.IndexByte(r.buf[r.pos:], '\n') >= 0 || r.err != nil })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := bytes.IndexByte(r.buf[r.pos:], '\n')
+	if i < 0 {
+		return "", fmt.Errorf("%s: no complete line within %v (pending %q, read error %v)", r.addr(), d, r.buf[r.pos:], r.err)
+	}
+	l = string(r.buf[r.pos : r.pos+i+1])
+	r.pos += i + 1
+	return l, nil
+}
+
+// quiet fails if the node sends anything more within d.
+func (r *rawConn) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	if r.await(d, func() bool { return len(r.buf) > r.pos }) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("%s: unexpected bytes from the node: %q", r.addr(), r.buf[r.pos:])
+	}
+}
+
+// expectClosed waits for the node to close the connection and fails if it
+// sent anything not consumed yet. A reset counts as closed.
+func (r *rawConn) expectClosed(t *testing.T, d time.Duration) {
+	t.Helper()
+	if !r.await(d, func() bool { return r.err != nil }) {
+		t.Fatalf("%s: the node did not close the connection within %v", r.addr(), d)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf) > r.pos {
+		t.Fatalf("%s: unexpected bytes from the node before it closed: %q", r.addr(), r.buf[r.pos:])
+	}
+	if !isClosed(r.err) {
+		t.Fatalf("%s: read error %v, want EOF or reset", r.addr(), r.err)
+	}
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// send writes s; a write error fails the test.
+func (r *rawConn) send(t *testing.T, s string) {
+	t.Helper()
+	if err := r.sendErr(s); err != nil {
+		t.Fatalf("%s: write %q: %v", r.addr(), s, err)
+	}
+}
+
+func (r *rawConn) sendErr(s string) error {
+	_ = r.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := r.c.Write([]byte(s))
+	return err
+}
+
+// hangUp closes the connection, as a neighbour that is done does.
+func (r *rawConn) hangUp() { r.c.Close() }
+
+// received returns everything the node sent on this connection.
+func (r *rawConn) received() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return string(r.buf)
+}
