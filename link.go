@@ -194,6 +194,9 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 			n.violation(l, err)
 			return false
 		}
+		if l.side == protocol.Pred {
+			n.watchOpened(msg)
+		}
 		return true
 	}
 	// A pending predecessor connection: it replaces the current one only if
@@ -217,6 +220,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	n.announceUp(l)
 	n.perform(resend)
 	n.perform(acts)
+	n.watchOpened(msg)
 	return true
 }
 

@@ -36,8 +36,12 @@ type Node struct {
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
+	over    []string // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 }
+
+// keepResults is how many finished rounds' results Wait can still return.
+const keepResults = 16384
 
 // roundInfo is the driver's view of one round: its waiters and its timer.
 type roundInfo struct {
@@ -45,6 +49,7 @@ type roundInfo struct {
 	res    Result
 	timer  *time.Timer // PhaseTimeout
 	taskEr error       // the task's error, once it failed
+	ready  bool        // this node was told it is locally ready
 }
 
 // link is one connection to a neighbour.
@@ -151,6 +156,7 @@ func (n *Node) Ready(round string) error {
 	if err := n.step(protocol.LocalReady(round)); err != nil {
 		return err
 	}
+	ri.ready = true
 	if st, _ := n.m.State(round); st == protocol.StateSync {
 		n.armPhase(round, ri, st) // now waiting for the predecessor's READY
 	}
@@ -326,6 +332,11 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	}
 	ri.res = res
 	close(ri.done)
+	n.over = append(n.over, id)
+	if len(n.over) > keepResults {
+		delete(n.rounds, n.over[0])
+		n.over = n.over[1:]
+	}
 	lvl := slog.LevelInfo
 	if res.Status != StatusDone {
 		lvl = slog.LevelError
@@ -440,8 +451,26 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		if cur, _ := n.m.State(id); n.closed || cur != st {
 			return
 		}
-		n.abort(id, fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st)), d)
+		reason := fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st))
+		if st == protocol.StateSync && !ri.ready {
+			reason = "the predecessor opened this round but this node never became locally ready for it"
+		}
+		n.abort(id, reason, d)
 	})
+}
+
+// watchOpened starts PhaseTimeout for a round a predecessor's READY just
+// opened, so a round this node never claims cannot hold a MaxRounds slot
+// for ever. Caller holds mu.
+func (n *Node) watchOpened(msg protocol.Message) {
+	if msg.Cmd != protocol.Ready || n.cfg.PhaseTimeout <= 0 {
+		return
+	}
+	if st, _ := n.m.State(msg.Round); st == protocol.StateSync {
+		if ri := n.round(msg.Round); ri.timer == nil {
+			n.armPhase(msg.Round, ri, st)
+		}
+	}
 }
 
 // waitsForNeighbour reports whether a round in st is waiting on a
