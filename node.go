@@ -36,7 +36,7 @@ type Node struct {
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
-	over    []string // finished rounds in rounds, oldest first (pruned past keepResults)
+	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 }
 
