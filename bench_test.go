@@ -100,6 +100,56 @@ func BenchmarkRound(b *testing.B) {
 	}
 }
 
+// BenchmarkRelay is a reference, not ChainSync: a line relayed through 60
+// raw TCP hops (goroutines that read a line and write it on), reported
+// against the same ping-pong floor. It shows what a chain of hops costs
+// before any protocol work: x-floor here is the best BenchmarkRound could do.
+func BenchmarkRelay(b *testing.B) {
+	const hops = 60 // 4(n-1) for n=16
+	floor := oneWayFloor(b)
+	ins := make([]net.Conn, hops)  // where hop i reads
+	outs := make([]net.Conn, hops) // where hop i-1 writes
+	for i := range hops {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		accepted := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); accepted <- c }()
+		if outs[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
+			b.Fatal(err)
+		}
+		ins[i] = <-accepted
+		ln.Close()
+		defer outs[i].Close()
+		defer ins[i].Close()
+	}
+	for i := 0; i < hops-1; i++ {
+		go func(in, out net.Conn) {
+			r := bufio.NewReader(in)
+			for {
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				out.Write(line)
+			}
+		}(ins[i], outs[i+1])
+	}
+	last := bufio.NewReader(ins[hops-1])
+	msg := []byte("READY:r1\n")
+	var total time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		outs[0].Write(msg)
+		if _, err := last.ReadSlice('\n'); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total/time.Duration(b.N))/float64(hops*int(floor)), "x-floor")
+}
+
 // BenchmarkPipelined measures throughput with many rounds in flight at once
 // on a 4-node chain (empty tasks, one task at a time per node).
 func BenchmarkPipelined(b *testing.B) {

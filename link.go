@@ -132,7 +132,7 @@ func (n *Node) dialLoop() {
 		}
 		n.succ = l
 		n.linkUp(l)
-		n.mu.Unlock()
+		n.unlock()
 		up := time.Now()
 		n.readLoop(l)
 		if time.Since(up) > 5*time.Second {
@@ -172,7 +172,7 @@ func (n *Node) readLoop(l *link) {
 // handle acts on one message; false means l is closed.
 func (n *Node) handle(l *link, msg protocol.Message) bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.unlock()
 	if n.closed {
 		return false
 	}
@@ -307,7 +307,7 @@ func (n *Node) linkDown(side protocol.Side) {
 	}
 	n.down[side] = time.AfterFunc(d, func() {
 		n.mu.Lock()
-		defer n.mu.Unlock()
+		defer n.unlock()
 		up := n.succ != nil
 		if side == protocol.Pred {
 			up = n.pred != nil

@@ -36,6 +36,7 @@ type Node struct {
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
+	toRun   []taskStart    // tasks to start once mu is released (see unlock)
 	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 }
@@ -145,7 +146,7 @@ func (n *Node) Addr() net.Addr {
 // round). The node moves as soon as its predecessor is ready too.
 func (n *Node) Ready(round string) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.unlock()
 	if n.closed {
 		return ErrStopped
 	}
@@ -289,14 +290,18 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
+		// The goroutine starts in unlock, once mu is free: started here,
+		// a quick task would finish and block on mu while this goroutine
+		// still holds it, paying a park and wake-up on every hop.
 		n.wg.Add(1)
+		start := taskStart{round: a.Round}
 		select {
 		case n.tasks <- struct{}{}: // a task slot is free: start now
 			n.taskStarted(a.Round)
-			go n.runTask(a.Round, true)
+			start.slot = true
 		default:
-			go n.runTask(a.Round, false)
 		}
+		n.toRun = append(n.toRun, start)
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		if n.infoOn() {
@@ -389,6 +394,24 @@ func (n *Node) trace(ev TraceEvent) {
 	}
 }
 
+// taskStart is a task the machine asked to run; slot says it already
+// holds a MaxParallelTasks slot.
+type taskStart struct {
+	round string
+	slot  bool
+}
+
+// unlock releases mu, then starts the tasks that steps under it asked for.
+// Every path that steps the machine unlocks with it.
+func (n *Node) unlock() {
+	run := n.toRun
+	n.toRun = nil
+	n.mu.Unlock()
+	for _, t := range run {
+		go n.runTask(t.round, t.slot)
+	}
+}
+
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
 func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
@@ -404,6 +427,10 @@ func (n *Node) taskStarted(round string) {
 // runTask runs round's task; slot says it already holds a task slot.
 func (n *Node) runTask(round string, slot bool) {
 	defer n.wg.Done()
+	if slot && n.ctx.Err() != nil { // closed before the task could start
+		<-n.tasks
+		return
+	}
 	if !slot {
 		select {
 		case n.tasks <- struct{}{}:
@@ -418,7 +445,7 @@ func (n *Node) runTask(round string, slot bool) {
 	<-n.tasks
 
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.unlock()
 	if n.closed {
 		return
 	}
@@ -447,7 +474,7 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 	}
 	ri.timer = time.AfterFunc(d, func() {
 		n.mu.Lock()
-		defer n.mu.Unlock()
+		defer n.unlock()
 		if cur, _ := n.m.State(id); n.closed || cur != st {
 			return
 		}
