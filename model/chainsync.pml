@@ -1,7 +1,7 @@
 /*
  * ChainSync -- Promela model of one synchronization round on a chain of N
  * nodes, with the project's fault additions (docs: model/README.md,
- * spec: /work/shared/spec/chainsync-draft.txt + DECISIONS.md).
+ * spec: ../shared/spec/chainsync-draft.txt + DECISIONS.md).
  *
  *   spin -DN=4 -a chainsync.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan
  *

@@ -89,12 +89,25 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 	return ExitOK
 }
 
+const pinUsage = `Usage: chainsync pin CERTFILE
+
+Prints the key pin of the first certificate in CERTFILE (PEM): sha256// and
+the base64 of the SHA-256 of its SubjectPublicKeyInfo, as curl's
+--pinnedpubkey writes it. Give it to the neighbours as --pin-prev/--pin-next.
+
+Example:
+  chainsync pin certs/B.pem
+  chainsync run --name A --next 10.0.0.2:7000 --tls-cert A.pem --tls-key A-key.pem \
+    --pin-next "$(chainsync pin certs/B.pem)" -- ./task.sh
+`
+
 func pinMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(stderr, "Usage: chainsync pin CERTFILE\n\nPrints the key pin (sha256//BASE64 of the SHA-256 of the certificate's\nSubjectPublicKeyInfo, as curl --pinnedpubkey writes it) for --pin-prev/--pin-next.")
-		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprint(stdout, pinUsage)
 			return ExitOK
 		}
+		fmt.Fprint(stderr, pinUsage)
 		return ExitUsage
 	}
 	pin, err := secure.PinFile(args[0])

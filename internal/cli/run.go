@@ -57,6 +57,8 @@ type runOpts struct {
 	quiet                           bool
 	connectTimeout, phaseTimeout    time.Duration
 	linger                          time.Duration
+	pendingTimeout                  time.Duration
+	maxPending                      int
 	onFault                         string
 	parallel                        int
 	tls                             secure.Options
@@ -80,6 +82,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; more are refused at once")
+	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
 	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
@@ -155,6 +159,9 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
 	}
+	if o.maxPending < 1 || o.pendingTimeout <= 0 {
+		return cfg, nil, usagef("--max-pending must be at least 1 and --pending-timeout positive")
+	}
 	if o.connectTimeout < 0 || o.phaseTimeout < 0 || o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
 	}
@@ -169,7 +176,8 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		Name: o.name, Listen: listen, Prev: prev, Next: next,
 		Rounds: rounds, UnnamedColon: o.colon, MaxRounds: max(len(rounds), 1),
 		MaxParallelTasks: o.parallel,
-		ConnectTimeout:   o.connectTimeout, PhaseTimeout: o.phaseTimeout,
+		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
+		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
 	}
 	return cfg, rounds, nil
 }
