@@ -132,6 +132,19 @@ func startAll(t testing.TB, cfgs []Config, order []int) []*Node {
 	return nodes
 }
 
+// waitDone waits until round is done at every node; what prefixes a
+// failure is about (the seed, say).
+func waitDone(t testing.TB, nodes []*Node, round string, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, nd := range nodes {
+		if res, err := nd.Wait(ctx, round); err != nil || res.Status != StatusDone {
+			t.Fatalf("%snode %d round %q: %+v %v", what, i, round, res, err)
+		}
+	}
+}
+
 // Draft: Protocol Operation (all four phases) over real TCP, with nodes
 // started in random order and ready at random moments.
 func TestChainTCP(t *testing.T) {
@@ -154,14 +167,7 @@ func TestChainTCP(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for i, nd := range nodes {
-				res, err := nd.Wait(ctx, "")
-				if err != nil || res.Status != StatusDone {
-					t.Fatalf("seed %d: node %d: %v %v", seed, i, res, err)
-				}
-			}
+			waitDone(t, nodes, "", fmt.Sprintf("seed %d: ", seed))
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			for _, e := range rec.errs {
@@ -207,15 +213,8 @@ func TestConcurrentRoundsTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for r := range rounds {
-		id := fmt.Sprintf("r%d", r)
-		for i, nd := range nodes {
-			if res, err := nd.Wait(ctx, id); err != nil || res.Status != StatusDone {
-				t.Fatalf("seed %d: node %d round %s: %v %v", seed, i, id, res, err)
-			}
-		}
+		waitDone(t, nodes, fmt.Sprintf("r%d", r), fmt.Sprintf("seed %d: ", seed))
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -328,13 +327,7 @@ func TestLinkDropMidRoundTCP(t *testing.T) {
 				rec.markReady("", i)
 				nd.Ready("")
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			for i, nd := range nodes {
-				if res, err := nd.Wait(ctx, ""); err != nil || res.Status != StatusDone {
-					t.Fatalf("node %d: %v %v", i, res, err)
-				}
-			}
+			waitDone(t, nodes, "", "")
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			for _, e := range rec.errs {

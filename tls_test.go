@@ -2,7 +2,6 @@ package chainsync
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -51,13 +50,7 @@ func runChain(t *testing.T, nodes []*Node) {
 	for _, nd := range nodes {
 		nd.Ready("")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for i, nd := range nodes {
-		if res, err := nd.Wait(ctx, ""); err != nil || res.Status != StatusDone {
-			t.Fatalf("node %d: %+v %v", i, res, err)
-		}
-	}
+	waitDone(t, nodes, "", "")
 }
 
 func TestMutualTLSChain(t *testing.T) {

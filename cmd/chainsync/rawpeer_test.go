@@ -382,19 +382,7 @@ func TestBadInputToMiddle(t *testing.T) {
 		s.expect(t, "READY\n")
 		// A stray that connects mid-round with garbage changes nothing.
 		sendBad(t, p, listen, "HELLO\n", "unknown command")
-		s.send(t, "START\n")
-		pr.expect(t, "START\n")
-		pr.send(t, "COMPLETE\n")
-		s.expect(t, "COMPLETE\n")
-		s.send(t, "COMPLETE\n")
-		pr.expect(t, "COMPLETE\n")
-		pr.hangUp()
-		if code := p.wait(t, 5*time.Second); code != 0 {
-			t.Fatalf("exit %d, want 0", code)
-		}
-		if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"middle||B"}) {
-			t.Errorf("task runs %q, want exactly one", got)
-		}
+		finishMiddle(t, p, pr, s, dir)
 		s.expectClosed(t, 5*time.Second)
 	})
 
@@ -457,20 +445,28 @@ func TestBadInputToMiddle(t *testing.T) {
 		// The node re-dials and re-sends its READY.
 		s2 := acceptRaw(t, succ, 5*time.Second)
 		s2.expect(t, "READY\n")
-		s2.send(t, "START\n")
-		pr.expect(t, "START\n")
-		pr.send(t, "COMPLETE\n")
-		s2.expect(t, "COMPLETE\n")
-		s2.send(t, "COMPLETE\n")
-		pr.expect(t, "COMPLETE\n")
-		pr.hangUp()
-		if code := p.wait(t, 5*time.Second); code != 0 {
-			t.Fatalf("exit %d, want 0", code)
-		}
-		if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"middle||B"}) {
-			t.Errorf("task runs %q, want exactly one", got)
-		}
+		finishMiddle(t, p, pr, s2, dir)
 	})
+}
+
+// finishMiddle plays the rest of a round for a middle node B between raw
+// peers pr and s once both saw READY: START back, COMPLETE forward, the
+// exit wave back; then B must exit 0 having run its task exactly once.
+func finishMiddle(t *testing.T, p *proc, pr, s *rawConn, dir string) {
+	t.Helper()
+	s.send(t, "START\n")
+	pr.expect(t, "START\n")
+	pr.send(t, "COMPLETE\n")
+	s.expect(t, "COMPLETE\n")
+	s.send(t, "COMPLETE\n")
+	pr.expect(t, "COMPLETE\n")
+	pr.hangUp()
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"middle||B"}) {
+		t.Errorf("task runs %q, want exactly one", got)
+	}
 }
 
 // TestRawReconnect: a Tail whose raw predecessor drops the link mid-round
