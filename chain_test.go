@@ -133,7 +133,7 @@ func startAll(t testing.TB, cfgs []Config, order []int) []*Node {
 }
 
 // waitDone waits until round is done at every node; what prefixes a
-// failure is about (the seed, say).
+// failure message (the seed, say).
 func waitDone(t testing.TB, nodes []*Node, round string, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
