@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -150,7 +151,7 @@ func (n *Node) Ready(round string) error {
 	if n.closed {
 		return ErrStopped
 	}
-	if n.cfg.Rounds != nil && !contains(n.cfg.Rounds, round) {
+	if n.cfg.Rounds != nil && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
 	ri := n.round(round)
@@ -164,7 +165,9 @@ func (n *Node) Ready(round string) error {
 	return nil
 }
 
-// Wait blocks until round is over at this node, or ctx ends.
+// Wait blocks until round is over at this node, or ctx ends. It may be
+// called before or after the round ends: the results of the last 16384
+// finished rounds are kept.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 	n.mu.Lock()
 	ri := n.round(round)
@@ -246,15 +249,6 @@ func (n *Node) Close() error {
 	n.mu.Unlock()
 	n.log.Info("node stopped")
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // round returns the driver's record of id, creating it. Caller holds mu.
