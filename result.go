@@ -58,6 +58,7 @@ type TaskError struct {
 	Err   error
 }
 
+// Error describes the failure in one line for logs.
 func (e *TaskError) Error() string {
 	return fmt.Sprintf("chainsync: task for round %s failed: %v", roundName(e.Round), e.Err)
 }
@@ -73,6 +74,7 @@ type FaultError struct {
 	After  time.Duration
 }
 
+// Error describes the failure in one line for logs.
 func (e *FaultError) Error() string {
 	return fmt.Sprintf("chainsync: fault in round %s (state %s): %s after %v", roundName(e.Round), e.State, e.Reason, e.After)
 }

@@ -181,6 +181,7 @@ type Violation struct {
 	Reason string
 }
 
+// Error describes the violation in one line for logs.
 func (v *Violation) Error() string {
 	st := "unknown round"
 	if v.State != 0 {

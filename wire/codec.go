@@ -27,6 +27,7 @@ type ProtocolError struct {
 	More bool
 }
 
+// Error describes the failure in one line for logs.
 func (e *ProtocolError) Error() string {
 	s := fmt.Sprintf("chainsync: malformed line: %s: %s", e.Reason, strconv.Quote(string(e.Line)))
 	switch {
