@@ -6,10 +6,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // recorder checks, as tasks run, the draft's promises: no task before every
@@ -444,5 +447,26 @@ func TestExitWaveSurvivesLostCompleteTCP(t *testing.T) {
 	nodes[0].Close()
 	if err := nodes[1].Linger(ctx, 50*time.Millisecond); err != nil {
 		t.Fatalf("linger: %v", err)
+	}
+}
+
+// Snapshot tells an operator what a waiting round waits for.
+func TestSnapshotSaysWhatARoundWaitsFor(t *testing.T) {
+	cfgs := chainConfigs(t, 2)
+	nodes := startAll(t, cfgs[1:], []int{0}) // the Tail only: its predecessor never comes
+	tail := nodes[0]
+	if err := tail.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	snap := tail.Snapshot()
+	if snap.PredUp || len(snap.Rounds) != 1 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	r := snap.Rounds[0]
+	if r.Round != "r1" || r.State != protocol.StateSync || !r.Ready || !strings.Contains(r.Doing(), "waiting for READY from the predecessor") {
+		t.Errorf("round %+v: %q", r, r.Doing())
+	}
+	if time.Since(r.Since) > time.Minute {
+		t.Errorf("since %v", r.Since)
 	}
 }

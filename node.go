@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type roundInfo struct {
 	timer  *time.Timer // PhaseTimeout
 	taskEr error       // the task's error, once it failed
 	ready  bool        // this node was told it is locally ready
+	since  time.Time   // when the round entered its current state
 }
 
 // link is one connection to a neighbour.
@@ -180,6 +182,59 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 	}
 }
 
+// Snapshot is what a node is doing at one moment, for progress reports.
+type Snapshot struct {
+	PredUp, SuccUp bool          // whether each link is connected now
+	Rounds         []RoundStatus // unfinished rounds, by round id
+}
+
+// RoundStatus is one unfinished round in a Snapshot.
+type RoundStatus struct {
+	Round string
+	State protocol.State // 0 if this node has not opened the round yet
+	Since time.Time      // when the round entered State (or was first seen)
+	Ready bool           // this node was told it is locally ready
+}
+
+// Doing says in words what the round is waiting for at this node.
+func (r RoundStatus) Doing() string {
+	switch r.State {
+	case 0, protocol.StateSync:
+		if !r.Ready {
+			return "waiting to become locally ready"
+		}
+		return "locally ready; waiting for READY from the predecessor"
+	case protocol.StateReady:
+		return "waiting for START from the successor (the rest of the chain is not ready yet)"
+	case protocol.StateWatch:
+		return "waiting for COMPLETE from the predecessor (an earlier task is running)"
+	case protocol.StateStart:
+		return "running its task"
+	case protocol.StateComplete:
+		return "task done; waiting for the exit wave's COMPLETE from the successor"
+	}
+	return r.State.String()
+}
+
+// Snapshot returns what the node is doing now: which links are up and
+// where each unfinished round stands.
+func (n *Node) Snapshot() Snapshot {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := Snapshot{PredUp: n.pred != nil, SuccUp: n.succ != nil}
+	for id, ri := range n.rounds {
+		select {
+		case <-ri.done:
+			continue
+		default:
+		}
+		s, _ := n.m.State(id)
+		st.Rounds = append(st.Rounds, RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready})
+	}
+	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
+	return st
+}
+
 // Linger waits, after this node's rounds are done, until its predecessor
 // has hung up and stayed away for grace, or ctx ends. A node's last message
 // in a round is the exit-wave COMPLETE to its predecessor, and nothing
@@ -255,7 +310,7 @@ func (n *Node) Close() error {
 func (n *Node) round(id string) *roundInfo {
 	ri := n.rounds[id]
 	if ri == nil {
-		ri = &roundInfo{done: make(chan struct{})}
+		ri = &roundInfo{done: make(chan struct{}), since: time.Now()}
 		n.rounds[id] = ri
 	}
 	return ri
@@ -298,6 +353,7 @@ func (n *Node) act(a *protocol.Action) {
 		n.toRun = append(n.toRun, start)
 	case protocol.ActState:
 		ri := n.round(a.Round)
+		ri.since = time.Now()
 		if n.infoOn() {
 			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}

@@ -58,11 +58,12 @@ func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
 		b.WriteString(" " + r.Level.String())
 	}
 	var round, msg, from, to string
+	hasRound := false
 	rest := append([]slog.Attr(nil), h.attrs...)
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
 		case "round":
-			round = a.Value.String()
+			round, hasRound = a.Value.String(), true
 		case "msg":
 			msg = a.Value.String()
 		case "from":
@@ -86,7 +87,7 @@ func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
 	case from != "":
 		b.WriteString(" from " + from)
 	}
-	if round != "" || r.Message == "state" || msg != "" || r.Message == "round over" {
+	if hasRound {
 		if round == "" {
 			round = "(unnamed)"
 		}

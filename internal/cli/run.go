@@ -58,6 +58,7 @@ type runOpts struct {
 	connectTimeout, phaseTimeout    time.Duration
 	linger                          time.Duration
 	pendingTimeout                  time.Duration
+	statusInterval                  time.Duration
 	maxPending                      int
 	onFault                         string
 	parallel                        int
@@ -76,6 +77,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.readyCmd, "ready-cmd", "", "run `CMD` with sh -c until it exits 0; that is \"locally ready\" (absent: ready at once)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "locally ready once `PATH` exists (checked every --ready-interval)")
 	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "how often to retry --ready-cmd or check --ready-file")
+	fs.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "while a round waits, log where it stands this often, so a long wait is visibly not a hang (0: never)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
 	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
@@ -155,6 +157,9 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	if o.readyInterval <= 0 {
 		return cfg, nil, usagef("--ready-interval must be positive")
+	}
+	if o.statusInterval < 0 {
+		return cfg, nil, usagef("--status-interval must not be negative")
 	}
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
@@ -259,6 +264,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	for _, r := range rounds {
 		go becomeReady(ctx, node, r, o, log)
 	}
+	if o.statusInterval > 0 {
+		go reportStatus(ctx, node, o.statusInterval, log)
+	}
 
 	results := make(chan chainsync.Result, len(rounds))
 	for _, r := range rounds {
@@ -355,6 +363,39 @@ func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *run
 	if err := node.Ready(round); err != nil && ctx.Err() == nil {
 		log.Error("ready failed", "round", round, "err", err.Error())
 	}
+}
+
+// reportStatus logs, every interval, where each unfinished round stands
+// and which links are up.
+func reportStatus(ctx context.Context, node *chainsync.Node, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		snap := node.Snapshot()
+		links := []any{}
+		if node.Role().HasPred() {
+			links = append(links, "pred_link", upDown(snap.PredUp))
+		}
+		if node.Role().HasSucc() {
+			links = append(links, "succ_link", upDown(snap.SuccUp))
+		}
+		for _, r := range snap.Rounds {
+			args := append([]any{"round", r.Round, "for", time.Since(r.Since).Round(time.Second)}, links...)
+			log.Info("still "+r.Doing(), args...)
+		}
+	}
+}
+
+func upDown(up bool) string {
+	if up {
+		return "up"
+	}
+	return "down"
 }
 
 // runHook runs --on-fault with the fault described in its environment.
