@@ -116,8 +116,15 @@ type proc struct {
 // its stderr is logged if the test failed.
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startCommand(t, name, env, "chainsync "+strings.Join(args, " "), bin, args...)
+}
+
+// startCommand is startProc for any command line: path and args, with label
+// naming it in the failure log.
+func startCommand(t *testing.T, name string, env []string, label, path string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
 	// A task's orphaned grandchild may hold the output pipes open.
@@ -138,7 +145,7 @@ func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("---- %s (chainsync %s) exit %d, stderr:\n%s", name, strings.Join(args, " "), p.code, p.err.String())
+			t.Logf("---- %s (%s) exit %d, stderr:\n%s", name, label, p.code, p.err.String())
 		}
 	})
 	return p

@@ -129,31 +129,8 @@ func newNetnsTopo(t *testing.T) *netnsTopo {
 // the test failed.
 func (tp *netnsTopo) start(t *testing.T, node string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: node, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
-	p.cmd = exec.Command(tp.ip, append([]string{"netns", "exec", tp.ns[node], bin}, args...)...)
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
-	p.cmd.WaitDelay = 2 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", node, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("---- %s (in %s: chainsync %s) exit %d, stderr:\n%s", node, tp.ns[node], strings.Join(args, " "), p.code, p.err.String())
-		}
-	})
-	return p
+	label := "in " + tp.ns[node] + ": chainsync " + strings.Join(args, " ")
+	return startCommand(t, node, env, label, tp.ip, append([]string{"netns", "exec", tp.ns[node], bin}, args...)...)
 }
 
 // netnsTask records the task's start and end (date +%s%N) in
