@@ -51,7 +51,7 @@ type roundInfo struct {
 	done   chan struct{}
 	res    Result
 	timer  *time.Timer // PhaseTimeout
-	taskEr error       // the task's error, once it failed
+	cause  error       // why the round is ending: the task's error or the fault
 	ready  bool        // this node was told it is locally ready
 	since  time.Time   // when the round entered its current state
 }
@@ -364,10 +364,10 @@ func (n *Node) act(a *protocol.Action) {
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {
 		case protocol.TaskFailed:
-			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.taskEr}
+			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause}
 		case protocol.Aborted:
 			res.Status = StatusFault
-			if res.Err = ri.res.Err; res.Err == nil {
+			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted")
 			}
 		}
@@ -501,7 +501,7 @@ func (n *Node) runTask(round string, slot bool) {
 	}
 	if err != nil {
 		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
-		n.round(round).taskEr = err
+		n.round(round).cause = err
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
@@ -585,10 +585,10 @@ func waitSide(st protocol.State) string {
 func (n *Node) abort(id, reason string, after time.Duration) {
 	ri := n.round(id)
 	st, _ := n.m.State(id)
-	ri.res.Err = &FaultError{Round: id, State: st, Reason: reason, After: after}
+	ri.cause = &FaultError{Round: id, State: st, Reason: reason, After: after}
 	n.log.Error("fault detected", "round", id, "state", st.String(), "reason", reason, "after", after)
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.res.Err})
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})
 	}
 }
