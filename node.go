@@ -48,12 +48,12 @@ const keepResults = 16384
 
 // roundInfo is the driver's view of one round: its waiters and its timer.
 type roundInfo struct {
-	done   chan struct{}
-	res    Result
-	timer  *time.Timer // PhaseTimeout
-	cause  error       // why the round is ending: the task's error or the fault
-	ready  bool        // this node was told it is locally ready
-	since  time.Time   // when the round entered its current state
+	done  chan struct{}
+	res   Result
+	timer *time.Timer // PhaseTimeout
+	cause error       // why the round is ending: the task's error or the fault
+	ready bool        // this node was told it is locally ready
+	since time.Time   // when the round entered its current state
 }
 
 // link is one connection to a neighbour.
