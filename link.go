@@ -321,9 +321,7 @@ func (n *Node) linkDown(side protocol.Side) {
 		}
 		faulted := false
 		for id, ri := range n.rounds {
-			select {
-			case <-ri.done:
-			default:
+			if !ri.finished() {
 				n.abort(id, reason, d)
 				faulted = true
 			}

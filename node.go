@@ -56,6 +56,16 @@ type roundInfo struct {
 	since time.Time   // when the round entered its current state
 }
 
+// finished reports whether the round's result is in.
+func (ri *roundInfo) finished() bool {
+	select {
+	case <-ri.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // link is one connection to a neighbour.
 type link struct {
 	c    net.Conn
@@ -203,15 +213,15 @@ func (r RoundStatus) Doing() string {
 		if !r.Ready {
 			return "waiting to become locally ready"
 		}
-		return "locally ready; waiting for READY from the predecessor"
+		return "locally ready; " + waitsFor(protocol.StateSync)
 	case protocol.StateReady:
-		return "waiting for START from the successor (the rest of the chain is not ready yet)"
+		return waitsFor(r.State) + " (the rest of the chain is not ready yet)"
 	case protocol.StateWatch:
-		return "waiting for COMPLETE from the predecessor (an earlier task is running)"
+		return waitsFor(r.State) + " (an earlier task is running)"
 	case protocol.StateStart:
 		return "running its task"
 	case protocol.StateComplete:
-		return "task done; waiting for the exit wave's COMPLETE from the successor"
+		return "task done; " + waitsFor(r.State) + " (the exit wave)"
 	}
 	return r.State.String()
 }
@@ -223,10 +233,8 @@ func (n *Node) Snapshot() Snapshot {
 	defer n.mu.Unlock()
 	st := Snapshot{PredUp: n.pred != nil, SuccUp: n.succ != nil}
 	for id, ri := range n.rounds {
-		select {
-		case <-ri.done:
+		if ri.finished() {
 			continue
-		default:
 		}
 		s, _ := n.m.State(id)
 		st.Rounds = append(st.Rounds, RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready})
@@ -377,10 +385,8 @@ func (n *Node) act(a *protocol.Action) {
 
 // resolve ends a round for its waiters. Caller holds mu.
 func (n *Node) resolve(id string, ri *roundInfo, res Result) {
-	select {
-	case <-ri.done:
+	if ri.finished() {
 		return
-	default:
 	}
 	if ri.timer != nil {
 		ri.timer.Stop()
@@ -562,6 +568,12 @@ func (n *Node) waitsForNeighbour(st protocol.State) bool {
 		return true
 	}
 	return false
+}
+
+// waitsFor says what a round in st waits for, e.g. "waiting for START
+// from the successor".
+func waitsFor(st protocol.State) string {
+	return "waiting for " + waitingFor(st) + " from the " + waitSide(st)
 }
 
 func waitingFor(st protocol.State) string {
