@@ -3,6 +3,7 @@ package secure
 import (
 	"bufio"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -100,14 +101,7 @@ func selfSigned(t *testing.T, name string, dns ...string) (certFile, keyFile, pi
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	if err := writeCert(certFile, der); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeKey(keyFile, key); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile = writePair(t, name, der, key)
 	leaf, _ := x509.ParseCertificate(der)
 	return certFile, keyFile, PinOf(leaf)
 }
@@ -129,14 +123,7 @@ func leafCA(t *testing.T, caCert *x509.Certificate, caKey any, name string, dns 
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	if err := writeCert(certFile, der); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeKey(keyFile, key); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile = writePair(t, name, der, key)
 	return certFile, keyFile
 }
 
@@ -285,4 +272,19 @@ func tlsState(t *testing.T, c net.Conn) tls.ConnectionState {
 		t.Fatalf("%T has no ConnectionState", c)
 	}
 	return s.ConnectionState()
+}
+
+// writePair writes a certificate and its key as NAME.pem and NAME-key.pem
+// in a fresh temporary directory.
+func writePair(t *testing.T, name string, der []byte, key crypto.Signer) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := writeCert(certFile, der); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeKey(keyFile, key); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
