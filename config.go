@@ -25,6 +25,10 @@ type Config struct {
 	// Prev is the predecessor's address, used only in logs. The predecessor
 	// dials this node; this node never dials it.
 	Prev string
+	// PrevName and NextName name the neighbours (as --chain does) in logs
+	// and fault reports. Optional: without them a neighbour is named by
+	// its address.
+	PrevName, NextName string
 	// Next is the successor's address, which this node dials. Empty means
 	// the node has no successor: it is the Tail.
 	Next string

@@ -322,7 +322,7 @@ func (n *Node) linkDown(side protocol.Side) {
 		faulted := false
 		for id, ri := range n.rounds {
 			if !ri.finished() {
-				n.abort(id, reason, d)
+				n.abort(id, FaultPeerUnreachable, side, reason, d)
 				faulted = true
 			}
 		}

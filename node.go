@@ -41,6 +41,50 @@ type Node struct {
 	toRun   []taskStart    // tasks to start once mu is released (see unlock)
 	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
+	faults  []Fault        // the most recent faults, for Snapshot (at most keepFaults)
+}
+
+// keepFaults is how many recent faults Snapshot reports.
+const keepFaults = 64
+
+// recordFault logs f at ERROR, traces it and keeps it for Snapshot.
+// Caller holds mu.
+func (n *Node) recordFault(f Fault) {
+	f.Time = time.Now()
+	if len(n.faults) == keepFaults {
+		n.faults = slices.Delete(n.faults, 0, 1)
+	}
+	n.faults = append(n.faults, f)
+	args := []any{"kind", string(f.Kind), "round", f.Round}
+	if f.Side != 0 {
+		args = append(args, "side", f.Side.String(), "peer", f.Peer)
+	}
+	n.log.Error("fault: "+f.Err, args...)
+	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Err: errors.New(f.Err)})
+}
+
+// peerName names the neighbour on side: its configured name, else its
+// address. Caller holds mu (or the fields are immutable).
+func (n *Node) peerName(side protocol.Side) string {
+	if side == protocol.Pred {
+		if !n.role.HasPred() {
+			return ""
+		}
+		if n.cfg.PrevName != "" {
+			return n.cfg.PrevName
+		}
+		if n.pred != nil {
+			return n.pred.peer
+		}
+		return n.cfg.Prev
+	}
+	if !n.role.HasSucc() {
+		return ""
+	}
+	if n.cfg.NextName != "" {
+		return n.cfg.NextName
+	}
+	return n.cfg.Next
 }
 
 // keepResults is how many finished rounds' results Wait can still return.
@@ -194,8 +238,13 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 
 // Snapshot is what a node is doing at one moment, for progress reports.
 type Snapshot struct {
+	Name           string        // Config.Name
+	Role           protocol.Role // this node's role
 	PredUp, SuccUp bool          // whether each link is connected now
+	PredPeer       string        // the predecessor's name, or address if it has none
+	SuccPeer       string        // the successor's name, or address if it has none
 	Rounds         []RoundStatus // unfinished rounds, by round id
+	Faults         []Fault       // the most recent faults, oldest first
 }
 
 // RoundStatus is one unfinished round in a Snapshot.
@@ -204,6 +253,11 @@ type RoundStatus struct {
 	State protocol.State // 0 if this node has not opened the round yet
 	Since time.Time      // when the round entered State (or was first seen)
 	Ready bool           // this node was told it is locally ready
+	// WaitingFor is the message the round waits for ("READY", "START" or
+	// "COMPLETE"), or "" when it waits for this node itself (to become
+	// locally ready, or for its task); From is the side it must come from.
+	WaitingFor string
+	From       protocol.Side
 }
 
 // Doing says in words what the round is waiting for at this node.
@@ -231,13 +285,23 @@ func (r RoundStatus) Doing() string {
 func (n *Node) Snapshot() Snapshot {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	st := Snapshot{PredUp: n.pred != nil, SuccUp: n.succ != nil}
+	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
+		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
+	st.Faults = slices.Clone(n.faults)
 	for id, ri := range n.rounds {
 		if ri.finished() {
 			continue
 		}
 		s, _ := n.m.State(id)
-		st.Rounds = append(st.Rounds, RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready})
+		rs := RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready}
+		if (s != 0 || ri.ready) && n.waitsForNeighbour(max(s, protocol.StateSync)) {
+			rs.WaitingFor = waitingFor(max(s, protocol.StateSync))
+			rs.From = protocol.Pred
+			if waitSide(s) == "successor" {
+				rs.From = protocol.Succ
+			}
+		}
+		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	return st
@@ -508,6 +572,7 @@ func (n *Node) runTask(round string, slot bool) {
 	if err != nil {
 		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
 		n.round(round).cause = err
+		n.recordFault(Fault{Kind: FaultTaskFailed, Round: round, Err: (&TaskError{Round: round, Err: err}).Error()})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
@@ -538,7 +603,7 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		if st == protocol.StateSync && !ri.ready {
 			reason = "the predecessor opened this round but this node never became locally ready for it"
 		}
-		n.abort(id, reason, d)
+		n.abort(id, FaultPhaseTimeout, 0, reason, d)
 	})
 }
 
@@ -593,12 +658,14 @@ func waitSide(st protocol.State) string {
 	return "predecessor"
 }
 
-// abort ends round id with a fault. Caller holds mu.
-func (n *Node) abort(id, reason string, after time.Duration) {
+// abort ends round id with a fault of kind that blames side (0: this
+// node). Caller holds mu.
+func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason string, after time.Duration) {
 	ri := n.round(id)
 	st, _ := n.m.State(id)
-	ri.cause = &FaultError{Round: id, State: st, Reason: reason, After: after}
-	n.log.Error("fault detected", "round", id, "state", st.String(), "reason", reason, "after", after)
+	fe := &FaultError{Round: id, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
+	ri.cause = fe
+	n.recordFault(Fault{Kind: kind, Round: id, Side: side, Peer: fe.Peer, Err: fe.Error()})
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})

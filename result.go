@@ -70,13 +70,23 @@ func (e *TaskError) Unwrap() error { return e.Err }
 type FaultError struct {
 	Round  string
 	State  protocol.State // the round's state when the fault was detected
+	Kind   FaultKind
+	Side   protocol.Side // the blamed neighbour's side; 0 for this node's own faults
+	Peer   string        // the blamed neighbour's name or address
 	Reason string
-	After  time.Duration
+	After  time.Duration // how long the node waited before calling it a fault (0: not a wait)
 }
 
 // Error describes the failure in one line for logs.
 func (e *FaultError) Error() string {
-	return fmt.Sprintf("chainsync: fault in round %s (state %s): %s after %v", roundName(e.Round), e.State, e.Reason, e.After)
+	s := fmt.Sprintf("chainsync: %s fault in round %s (state %s): %s", e.Kind, roundName(e.Round), e.State, e.Reason)
+	if e.Side != 0 {
+		s += fmt.Sprintf(" (blames the %s %s)", e.Side, e.Peer)
+	}
+	if e.After > 0 {
+		s += fmt.Sprintf(" after %v", e.After)
+	}
+	return s
 }
 
 func roundName(r string) string {
@@ -100,6 +110,7 @@ const (
 	TraceLinkDown                       // the link to Side is down (Err)
 	TraceViolation                      // Side sent bad input (Err); the connection was closed
 	TraceRoundDone                      // Round is over here with Status
+	TraceFault                          // a fault was detected: Fault says which, Side/Peer whom it blames
 )
 
 // TraceEvent is one thing that happened at a node, for Config.Trace.
@@ -116,5 +127,32 @@ type TraceEvent struct {
 	From   protocol.State
 	To     protocol.State
 	Status Status
+	Fault  FaultKind // TraceFault
 	Err    error
+}
+
+// FaultKind names a kind of fault, as the --on-fault hook's CHAINSYNC_FAULT
+// and the status endpoint spell it.
+type FaultKind string
+
+// The kinds of fault a node reports.
+const (
+	FaultTaskFailed          FaultKind = "task-failed"           // this node's task failed
+	FaultTaskTimeout         FaultKind = "task-timeout"          // this node's task ran past its timeout
+	FaultPeerSilent          FaultKind = "peer-silent"           // a neighbour sent nothing for 3 heartbeat intervals
+	FaultPeerUnreachable     FaultKind = "peer-unreachable"      // a neighbour stayed disconnected past the connect timeout
+	FaultPeerRestarted       FaultKind = "peer-restarted"        // a neighbour came back without its state
+	FaultExitWaveUndelivered FaultKind = "exit-wave-undelivered" // the final COMPLETE could not be handed to the predecessor
+	FaultPhaseTimeout        FaultKind = "phase-timeout"         // a round waited too long in one state
+)
+
+// Fault is one fault a node detected: what, in which round, and whom it
+// blames (Side and Peer are empty for this node's own faults).
+type Fault struct {
+	Kind  FaultKind
+	Round string
+	Side  protocol.Side // 0: this node itself
+	Peer  string        // the blamed neighbour's name (or address when no name is known)
+	Time  time.Time
+	Err   string // the fault in words
 }
