@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -52,7 +53,7 @@ func TestConfigUsageErrors(t *testing.T) {
 		{runOpts{}, nil, "no task"},
 		{runOpts{prev: "h:1"}, []string{"true"}, "--prev needs --listen"},
 		{runOpts{listen: "h:1"}, []string{"true"}, "--listen needs --prev"},
-		{runOpts{chain: "A=h:1"}, []string{"true"}, "--chain needs --name"},
+		{runOpts{chain: "A=h:1"}, []string{"true"}, "is not a name in --chain"},
 		{runOpts{round: "a b"}, []string{"true"}, "--round"},
 		{runOpts{round: "x", rounds: 2}, []string{"true"}, "not both"},
 		{runOpts{}, []string{"/no/such/task"}, "cannot be run"},
@@ -72,7 +73,7 @@ func TestConfigUsageErrors(t *testing.T) {
 // The text log is one short line per record with the round always named.
 func TestHumanLogLine(t *testing.T) {
 	var b bytes.Buffer
-	log, err := newLogger(&b, "text", false, "B")
+	log, err := newLogger(&b, "text", slog.LevelInfo, "B")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestHumanLogLine(t *testing.T) {
 	if strings.Contains(got, "resend") {
 		t.Errorf("resend=false should be left out: %q", got)
 	}
-	if _, err := newLogger(&b, "xml", false, ""); err == nil {
+	if _, err := newLogger(&b, "xml", slog.LevelInfo, ""); err == nil {
 		t.Error("--log-format xml accepted")
 	}
 }

@@ -10,12 +10,46 @@ import (
 	"time"
 )
 
-// newLogger returns the logger for --log-format text|json and --quiet.
-func newLogger(w io.Writer, format string, quiet bool, node string) (*slog.Logger, error) {
-	level := slog.LevelInfo
-	if quiet {
+// parseLevel reads --log-level; --quiet raises it to at least warn.
+func parseLevel(s string, quiet bool) (slog.Level, error) {
+	var level slog.Level
+	switch strings.ToLower(s) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info", "":
+		level = slog.LevelInfo
+	case "warn", "warning":
 		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return 0, fmt.Errorf("--log-level %q: use debug, info, warn or error", s)
 	}
+	if quiet {
+		level = max(level, slog.LevelWarn)
+	}
+	return level, nil
+}
+
+// logger returns run's (and check's) logger on w, from --log-format,
+// --log-level and --quiet.
+func (o *runOpts) logger(w io.Writer) (*slog.Logger, error) {
+	level, err := parseLevel(o.logLevel, o.quiet)
+	if err != nil {
+		return nil, err
+	}
+	return newLogger(w, o.logFormat, level, o.name)
+}
+
+// logEnv logs, at debug level, which settings came from the environment.
+func logEnv(log *slog.Logger, fromEnv []envSetting) {
+	for _, s := range fromEnv {
+		log.Debug("setting from the environment", "flag", "--"+s.Flag, "var", s.Var)
+	}
+}
+
+// newLogger returns the logger for --log-format text|json at level.
+func newLogger(w io.Writer, format string, level slog.Level, node string) (*slog.Logger, error) {
 	var h slog.Handler
 	switch format {
 	case "text", "":

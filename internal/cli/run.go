@@ -39,6 +39,7 @@ Example, a three-node chain on one machine (three terminals):
 or, the same with one string on every node:
   chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name B -- ./upgrade.sh
 
+` + envHelp + `
 Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
 failed (the chain halts here); 4 fault (a timeout fired); 130 interrupted.
 
@@ -53,7 +54,7 @@ type runOpts struct {
 	colon                           bool
 	readyCmd, readyFile             string
 	readyInterval                   time.Duration
-	logFormat                       string
+	logFormat, logLevel             string
 	quiet                           bool
 	connectTimeout, phaseTimeout    time.Duration
 	linger                          time.Duration
@@ -79,7 +80,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "how often to retry --ready-cmd or check --ready-file")
 	fs.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "while a round waits, log where it stands this often, so a long wait is visibly not a hang (0: never)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
-	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors (at least --log-level warn)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
@@ -116,15 +118,17 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	listen, prev, next := o.listen, o.prev, o.next
 	if o.chain != "" {
-		if o.name == "" {
-			return cfg, nil, usagef("--chain needs --name, this node's name in the chain")
-		}
 		if o.prev != "" || o.next != "" {
 			return cfg, nil, usagef("--chain already gives the neighbours: drop --prev and --next")
 		}
 		ms, err := parseChain(o.chain)
 		if err != nil {
 			return cfg, nil, usageError{err.Error()}
+		}
+		if o.name == "" { // a StatefulSet pod's name-0, name-1, ...
+			if o.name, err = hostName(ms, osHostname); err != nil {
+				return cfg, nil, usageError{err.Error()}
+			}
 		}
 		l, p, n, err := place(ms, o.name)
 		if err != nil {
@@ -203,6 +207,11 @@ func runMain(args []string, stderr io.Writer) int {
 		}
 		return ExitUsage
 	}
+	fromEnv, err := applyEnv(fs, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
+		return ExitUsage
+	}
 	cfg, rounds, err := o.config(fs.Args())
 	if err == nil && o.tls.Enabled() {
 		var sc *secure.Config
@@ -219,11 +228,12 @@ func runMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chainsync run: %v\n(see chainsync run --help)\n", err)
 		return ExitUsage
 	}
-	log, err := newLogger(stderr, o.logFormat, o.quiet, o.name)
+	log, err := o.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
 		return ExitUsage
 	}
+	logEnv(log, fromEnv)
 	cfg.Logger = log
 	return run(cfg, rounds, &o, fs.Args(), log)
 }
