@@ -20,6 +20,7 @@ Usage:
   chainsync demo [-n N] [--rounds R]     a live local demo: N nodes over loopback TCP
   chainsync run [flags] -- COMMAND...    run one node of a real chain
   chainsync certs [flags]                make a CA and per-node TLS certificates
+  chainsync bench [--n 2,4,16] [flags]   measure rounds against a raw-TCP floor
   chainsync pin CERTFILE                 print a certificate's key pin
   chainsync version                      print the version
 
@@ -51,6 +52,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		case "certs":
 			printUsage(stdout, certsUsage, certsFlags)
 			return ExitOK
+		case "bench":
+			printUsage(stdout, benchUsage, (&benchOpts{}).flags)
+			return ExitOK
 		}
 	}
 	switch args[0] {
@@ -62,6 +66,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return certsMain(args[1:], stdout, stderr)
 	case "pin":
 		return pinMain(args[1:], stdout, stderr)
+	case "bench":
+		return benchMain(args[1:], stdout, stderr)
+	case benchAgentCommand: // hidden: one node of chainsync bench --mode procs
+		return benchAgentMain(stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return ExitOK

@@ -1,0 +1,438 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+)
+
+// Spec is what one agent (one chain node plus one relay hop) must know.
+type Spec struct {
+	Index      int           `json:"index"`      // position in the chain, 0 = Head
+	N          int           `json:"n"`          // chain length
+	Warmup     int           `json:"warmup"`     // rounds run first and not measured
+	Rounds     int           `json:"rounds"`     // measured rounds
+	Concurrent int           `json:"concurrent"` // rounds the Head keeps in flight (1: one at a time)
+	TaskSleep  time.Duration `json:"task_sleep"` // each task sleeps this long (0: empty task)
+	Timeout    time.Duration `json:"timeout"`    // the whole run must end within this
+}
+
+// Addrs are where an agent listens: its chain node for its predecessor,
+// and its relay hop for the previous relay hop. Empty on the Head.
+type Addrs struct {
+	Chain string `json:"chain"`
+	Relay string `json:"relay"`
+}
+
+// TaskRecord is one task run: its round and wall-clock start and end
+// (Unix nanoseconds, comparable across processes on one machine).
+type TaskRecord struct {
+	Round string `json:"r"`
+	Start int64  `json:"s"`
+	End   int64  `json:"e"`
+}
+
+// Report is what an agent hands back after its run. Only the Head's has
+// latencies.
+type Report struct {
+	Index int          `json:"index"`
+	Tasks []TaskRecord `json:"tasks"`
+	// Head only: per-round latencies of the measured rounds, and the
+	// wall time of each measured block (for rounds/s).
+	Chain        []time.Duration `json:"chain,omitempty"`
+	Relay        []time.Duration `json:"relay,omitempty"`
+	ChainElapsed time.Duration   `json:"chain_elapsed,omitempty"`
+	RelayElapsed time.Duration   `json:"relay_elapsed,omitempty"`
+	// Setup is how long this agent took to start its node and connect
+	// its relay (process mode).
+	Setup time.Duration `json:"setup_ns,omitempty"`
+	Err   string        `json:"err,omitempty"`
+}
+
+// roundIDs returns the ids of the warm-up rounds and of the measured ones.
+func (s Spec) roundIDs() (warm, measured []string) {
+	for i := range s.Warmup {
+		warm = append(warm, "w"+strconv.Itoa(i))
+	}
+	for i := range s.Rounds {
+		measured = append(measured, "r"+strconv.Itoa(i))
+	}
+	return warm, measured
+}
+
+func (s Spec) validate() error {
+	switch {
+	case s.N < 2:
+		return fmt.Errorf("a chain needs at least 2 nodes to have hops to measure (got %d)", s.N)
+	case s.Index < 0 || s.Index >= s.N:
+		return fmt.Errorf("agent index %d is outside a %d-node chain", s.Index, s.N)
+	case s.Rounds < 1:
+		return fmt.Errorf("rounds must be at least 1 (got %d)", s.Rounds)
+	case s.Warmup < 0:
+		return fmt.Errorf("warm-up rounds must not be negative (got %d)", s.Warmup)
+	case s.Concurrent < 1:
+		return fmt.Errorf("concurrent rounds must be at least 1 (got %d)", s.Concurrent)
+	case s.TaskSleep < 0:
+		return fmt.Errorf("task sleep must not be negative (got %v)", s.TaskSleep)
+	}
+	return nil
+}
+
+// agent is one chain node plus one relay hop.
+type agent struct {
+	spec    Spec
+	chainLn net.Listener // nil on the Head
+	relayLn net.Listener // nil on the Head
+	node    *chainsync.Node
+
+	relayPred, relayNext net.Conn      // nil at the ends
+	relayR               *bufio.Reader // the Head's reader of relayNext
+
+	mu    sync.Mutex
+	tasks []TaskRecord
+	wg    sync.WaitGroup // relay goroutines
+}
+
+// newAgent validates spec and opens the agent's listeners on loopback.
+func newAgent(spec Spec) (*agent, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	a := &agent{spec: spec, tasks: make([]TaskRecord, 0, spec.Warmup+spec.Rounds)}
+	if spec.Index > 0 {
+		var err error
+		if a.chainLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("node %d: chain listener: %w", spec.Index, err)
+		}
+		if a.relayLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			a.chainLn.Close()
+			return nil, fmt.Errorf("node %d: relay listener: %w", spec.Index, err)
+		}
+	}
+	return a, nil
+}
+
+func (a *agent) addrs() Addrs {
+	if a.chainLn == nil {
+		return Addrs{}
+	}
+	return Addrs{Chain: a.chainLn.Addr().String(), Relay: a.relayLn.Addr().String()}
+}
+
+func (a *agent) head() bool { return a.spec.Index == 0 }
+func (a *agent) tail() bool { return a.spec.Index == a.spec.N-1 }
+
+// task is the chain node's task: it records when it ran.
+func (a *agent) task(ctx context.Context, round string) error {
+	start := time.Now().UnixNano()
+	if d := a.spec.TaskSleep; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	end := time.Now().UnixNano()
+	a.mu.Lock()
+	a.tasks = append(a.tasks, TaskRecord{Round: round, Start: start, End: end})
+	a.mu.Unlock()
+	return nil
+}
+
+// connect starts the chain node (which dials next.Chain) and connects the
+// relay: it dials next.Relay and accepts its predecessor's relay
+// connection. Dials complete on the listener's backlog, so agents may
+// connect in any order as long as every listener exists.
+func (a *agent) connect(next Addrs) error {
+	cfg := chainsync.Config{
+		Name:       strconv.Itoa(a.spec.Index),
+		Task:       a.task,
+		MaxRounds:  a.spec.Warmup + a.spec.Rounds + 16,
+		BackoffMin: time.Millisecond,
+		BackoffMax: 50 * time.Millisecond,
+	}
+	if a.chainLn != nil {
+		cfg.Listener = a.chainLn
+	}
+	if !a.tail() {
+		if next.Chain == "" || next.Relay == "" {
+			return fmt.Errorf("node %d: no successor address", a.spec.Index)
+		}
+		cfg.Next = next.Chain
+	}
+	nd, err := chainsync.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("node %d: %w", a.spec.Index, err)
+	}
+	a.node = nd
+	a.chainLn = nil // the node owns it now
+	if !a.tail() {
+		c, err := net.DialTimeout("tcp", next.Relay, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("node %d: relay dial %s: %w", a.spec.Index, next.Relay, err)
+		}
+		a.relayNext = c
+	}
+	if a.relayLn != nil {
+		if tl, ok := a.relayLn.(*net.TCPListener); ok {
+			tl.SetDeadline(time.Now().Add(30 * time.Second))
+		}
+		c, err := a.relayLn.Accept()
+		a.relayLn.Close()
+		if err != nil {
+			return fmt.Errorf("node %d: relay accept: %w", a.spec.Index, err)
+		}
+		a.relayPred = c
+	}
+	return nil
+}
+
+// relayHops starts the relay goroutines of a non-Head agent: lines from
+// the predecessor go on to the successor (the Tail sends them back), lines
+// from the successor go back to the predecessor. A line of the second lap
+// (it starts with '2') going forward is where the chain runs its tasks, so
+// the hop sleeps the task time there first.
+func (a *agent) relayHops() {
+	sleep := a.spec.TaskSleep
+	forward := func(in, out net.Conn, tasks bool) {
+		defer a.wg.Done()
+		r := bufio.NewReader(in)
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if tasks && sleep > 0 && line[0] == '2' {
+				time.Sleep(sleep)
+			}
+			if _, err := out.Write(line); err != nil {
+				return
+			}
+		}
+	}
+	out := a.relayNext
+	if a.tail() {
+		out = a.relayPred
+	}
+	a.wg.Add(1)
+	go forward(a.relayPred, out, true)
+	if !a.tail() {
+		a.wg.Add(1)
+		go forward(a.relayNext, a.relayPred, false)
+	}
+}
+
+// relay runs total relay rounds from the Head with k in flight, and
+// returns each one's latency and the time for all of them. A relay round
+// is a line sent to the Tail and back twice: 4(n-1) hops.
+func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.Duration, error) {
+	c := a.relayNext
+	c.SetReadDeadline(deadline)
+	if a.relayR == nil {
+		a.relayR = bufio.NewReader(c)
+	}
+	r := a.relayR
+	starts := make([]time.Time, total)
+	lat := make([]time.Duration, total)
+	buf := make([]byte, 0, 32)
+	send := func(lap byte, i int) error {
+		buf = append(buf[:0], lap, ':')
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		buf = append(buf, '\n')
+		_, err := c.Write(buf)
+		return err
+	}
+	t0 := time.Now()
+	next := 0
+	for ; next < k && next < total; next++ {
+		starts[next] = time.Now()
+		if err := send('1', next); err != nil {
+			return nil, 0, err
+		}
+	}
+	for done := 0; done < total; {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return nil, 0, fmt.Errorf("relay: %w", err)
+		}
+		i, ok := parseToken(line)
+		if !ok || i >= total {
+			return nil, 0, fmt.Errorf("relay: unexpected line %q", line)
+		}
+		if line[0] == '1' {
+			if d := a.spec.TaskSleep; d > 0 {
+				time.Sleep(d) // the Head's task
+			}
+			if err := send('2', i); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		lat[i] = time.Since(starts[i])
+		done++
+		if next < total {
+			starts[next] = time.Now()
+			if err := send('1', next); err != nil {
+				return nil, 0, err
+			}
+			next++
+		}
+	}
+	return lat, time.Since(t0), nil
+}
+
+// parseToken reads "L:INDEX\n".
+func parseToken(line []byte) (int, bool) {
+	if len(line) < 4 || line[1] != ':' || (line[0] != '1' && line[0] != '2') {
+		return 0, false
+	}
+	i := 0
+	for _, b := range line[2 : len(line)-1] {
+		if b < '0' || b > '9' {
+			return 0, false
+		}
+		i = i*10 + int(b-'0')
+	}
+	return i, true
+}
+
+// chain runs the rounds ids from the Head with k in flight, and returns
+// each one's latency (from the Head's Ready to its result) and the time
+// for all of them.
+func (a *agent) chain(ctx context.Context, ids []string, k int) ([]time.Duration, time.Duration, error) {
+	starts := make([]time.Time, len(ids))
+	lat := make([]time.Duration, len(ids))
+	t0 := time.Now()
+	next := 0
+	ready := func() error {
+		starts[next] = time.Now()
+		err := a.node.Ready(ids[next])
+		next++
+		return err
+	}
+	for next < k && next < len(ids) {
+		if err := ready(); err != nil {
+			return nil, 0, err
+		}
+	}
+	for j, id := range ids {
+		res, err := a.node.Wait(ctx, id)
+		if err != nil {
+			return nil, 0, fmt.Errorf("round %s: %w", id, err)
+		}
+		if res.Status != chainsync.StatusDone {
+			return nil, 0, fmt.Errorf("round %s ended %s at the Head: %v", id, res.Status, res.Err)
+		}
+		lat[j] = time.Since(starts[j])
+		if next < len(ids) {
+			if err := ready(); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return lat, time.Since(t0), nil
+}
+
+// run does the agent's part once every agent is connected: the Head
+// measures, the others take part in every round and relay.
+func (a *agent) run(ctx context.Context) Report {
+	rep := Report{Index: a.spec.Index}
+	err := a.measure(ctx, &rep)
+	a.mu.Lock()
+	rep.Tasks = append([]TaskRecord(nil), a.tasks...)
+	a.mu.Unlock()
+	if err != nil {
+		rep.Err = fmt.Sprintf("node %d: %v", a.spec.Index, err)
+	}
+	return rep
+}
+
+func (a *agent) measure(ctx context.Context, rep *Report) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
+	warm, ids := a.spec.roundIDs()
+	if !a.head() {
+		a.relayHops()
+		all := append(warm, ids...)
+		for _, id := range all {
+			if err := a.node.Ready(id); err != nil {
+				return err
+			}
+		}
+		for _, id := range all {
+			res, err := a.node.Wait(ctx, id)
+			if err != nil {
+				return fmt.Errorf("round %s: %w", id, err)
+			}
+			if res.Status != chainsync.StatusDone {
+				return fmt.Errorf("round %s ended %s: %v", id, res.Status, res.Err)
+			}
+		}
+		return nil
+	}
+	for _, id := range warm {
+		if _, _, err := a.relay(1, 1, deadline); err != nil {
+			return err
+		}
+		if _, _, err := a.chain(ctx, []string{id}, 1); err != nil {
+			return err
+		}
+	}
+	if k := a.spec.Concurrent; k > 1 {
+		var err error
+		if rep.Relay, rep.RelayElapsed, err = a.relay(len(ids), k, deadline); err != nil {
+			return err
+		}
+		rep.Chain, rep.ChainElapsed, err = a.chain(ctx, ids, k)
+		return err
+	}
+	// One at a time: alternate relay and chain rounds so that both meet
+	// the same machine.
+	for _, id := range ids {
+		rl, re, err := a.relay(1, 1, deadline)
+		if err != nil {
+			return err
+		}
+		cl, ce, err := a.chain(ctx, []string{id}, 1)
+		if err != nil {
+			return err
+		}
+		rep.Relay = append(rep.Relay, rl[0])
+		rep.Chain = append(rep.Chain, cl[0])
+		rep.RelayElapsed += re
+		rep.ChainElapsed += ce
+	}
+	return nil
+}
+
+// close stops the node and the relay. Call it only once every agent has
+// reported, so that no node leaves while a neighbour still needs it.
+func (a *agent) close() error {
+	var errs []error
+	if a.node != nil {
+		errs = append(errs, a.node.Close())
+	}
+	for _, c := range []net.Conn{a.relayPred, a.relayNext} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for _, l := range []net.Listener{a.chainLn, a.relayLn} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	a.wg.Wait()
+	return errors.Join(errs...)
+}
