@@ -442,6 +442,10 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 			g.printf("  %s%s: run task", name, roundSuffix(a.Round))
 		case protocol.ActDone:
 			g.printf("  %s%s: finished: %v", name, roundSuffix(a.Round), a.Outcome)
+		case protocol.ActPeerRestarted:
+			g.printf("  %s%s: %v restarted without its state (sent %v); not answered", name, roundSuffix(a.Round), a.To, a.Msg.Cmd)
+		case protocol.ActSave:
+			g.printf("  %s%s: save %v", name, roundSuffix(a.Round), a.Record.State)
 		default:
 			g.printf("  %s: unknown action %+v", name, a)
 		}

@@ -134,6 +134,15 @@ const (
 	ActRunTask                       // run the local task of Round, then report EvTaskDone
 	ActState                         // Round moved from From to State (for logs and traces)
 	ActDone                          // Round is over at this node with Outcome
+	// ActSave: write Record to durable storage before carrying out any
+	// later action of the same step (Config.Durable only). A step's saves
+	// come first among its actions.
+	ActSave
+	// ActPeerRestarted: the neighbour on side To sent Msg, which is older
+	// than the last message it sent for Round: it restarted and lost its
+	// state (DECISIONS.md, "Restarts and durable state"). Nothing was
+	// answered, and nothing more is re-sent to it for Round.
+	ActPeerRestarted
 )
 
 // Outcome is how a round ended at this node.
@@ -169,6 +178,23 @@ type Action struct {
 	From    State   // ActState
 	State   State   // ActState: the new state
 	Outcome Outcome // ActDone
+	Record  Record  // ActSave
+}
+
+// Record is everything durable about one round at one node: enough for a
+// restarted node to carry on from the state its neighbours last saw
+// (Machine.Restore).
+type Record struct {
+	Round string
+	State State
+	// The facts the round has learnt, as in the draft's phases.
+	LocalReady, PredReady, StartRecv, CompleteRecv, ExitRecv bool
+	// The last command sent to each neighbour (0: none), re-sent when a
+	// link comes back.
+	LastPred, LastSucc Command
+	// The last command received from each neighbour (0: none); an older
+	// one later means that neighbour restarted without its state.
+	RecvPred, RecvSucc Command
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -179,6 +205,10 @@ type Violation struct {
 	Msg    Message
 	State  State // the round's state, 0 if the round is unknown
 	Reason string
+	// Ahead: the peer is further along in the round than this node. A
+	// well-behaved peer only is if this node lost its state (it restarted
+	// without a journal).
+	Ahead bool
 }
 
 // Error describes the violation in one line for logs.
@@ -210,6 +240,10 @@ type Config struct {
 	// AcceptRound, if set, says which round ids a predecessor may open; a
 	// READY for any other round is a violation.
 	AcceptRound func(round string) bool
+	// Durable makes Step emit ActSave for every change to a round, first
+	// among the step's actions, so the caller can persist it before it
+	// sends anything or runs a task.
+	Durable bool
 }
 
 type round struct {
@@ -220,6 +254,20 @@ type round struct {
 	localReady, predReady, startRecv, completeRecv, exitRecv bool
 	// The last command sent to each neighbour, re-sent on EvLinkUp.
 	lastPred, lastSucc Command
+	// The last command received from each neighbour.
+	recvPred, recvSucc Command
+	// A neighbour that restarted without its state: nothing more is
+	// re-sent to it for this round.
+	lostPred, lostSucc bool
+}
+
+func (r *round) record() Record {
+	if r == nil {
+		return Record{}
+	}
+	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
+		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
+		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -264,9 +312,60 @@ func (m *Machine) Active() int { return m.active }
 // error means the peer misbehaved; any other error is local misuse. On
 // error no state has changed and out is returned as given.
 func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
+	if !m.cfg.Durable || ev.Kind == EvLinkUp {
+		return m.step(ev, out)
+	}
+	id := ev.Round
+	if ev.Kind == EvRecv {
+		id = ev.Msg.Round
+	}
+	before := m.rounds[id].record()
+	start := len(out)
+	out, err := m.step(ev, out)
+	if err != nil {
+		return out, err
+	}
+	if after := m.rounds[id].record(); after != before {
+		out = slices.Insert(out, start, Action{Kind: ActSave, Round: id, Record: after})
+	}
+	return out, nil
+}
+
+// Restore reinstates a round from its Record, as a restarted node does
+// before its links come up. A round in StateStart was interrupted inside
+// its task: the caller decides what that means (report TaskDone, failed
+// or not, or run the task again). Restore emits nothing.
+func (m *Machine) Restore(rec Record) error {
+	if !ValidRound(rec.Round) || rec.State < StateSync || rec.State > StateAborted {
+		return fmt.Errorf("chainsync: cannot restore round %q in state %d", rec.Round, rec.State)
+	}
+	if _, dup := m.rounds[rec.Round]; dup {
+		return fmt.Errorf("chainsync: round %q restored twice", rec.Round)
+	}
+	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
+		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
+		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc}
+	m.rounds[r.id] = r
+	if r.state.Terminal() {
+		m.finished = append(m.finished, r.id)
+	} else {
+		m.active++
+	}
+	return nil
+}
+
+func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvRecv:
-		return m.recv(ev.From, ev.Msg, out)
+		out, err := m.recv(ev.From, ev.Msg, out)
+		if r := m.rounds[ev.Msg.Round]; err == nil && r != nil {
+			if ev.From == Pred {
+				r.recvPred = max(r.recvPred, ev.Msg.Cmd)
+			} else {
+				r.recvSucc = max(r.recvSucc, ev.Msg.Cmd)
+			}
+		}
+		return out, err
 	case EvLocalReady:
 		return m.localReady(ev.Round, out)
 	case EvTaskDone:
@@ -283,6 +382,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	violation := func(st State, reason string) ([]Action, error) {
 		return out, &Violation{From: from, Msg: msg, State: st, Reason: reason}
 	}
+	ahead := func(st State, reason string) ([]Action, error) {
+		return out, &Violation{From: from, Msg: msg, State: st, Reason: reason, Ahead: true}
+	}
 	role := m.cfg.Role
 	if from != Pred && from != Succ {
 		return out, fmt.Errorf("chainsync: Recv from unknown side %d", from)
@@ -297,9 +399,25 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	var st State
 	if r != nil {
 		st = r.state
+
 		wrongWay := from == Pred && msg.Cmd == Start || from == Succ && msg.Cmd == Ready
 		if (st == StateFailed || st == StateAborted) && !wrongWay {
 			return out, nil // the round is halted here; late messages change nothing
+		}
+		// A neighbour's messages in a round only move forward (READY then
+		// COMPLETE from the predecessor, START then COMPLETE from the
+		// successor): an older one means it restarted without its state.
+		last := &r.recvPred
+		if from == Succ {
+			last = &r.recvSucc
+		}
+		if msg.Cmd < *last && (from == Pred && msg.Cmd == Ready || from == Succ && msg.Cmd == Start) {
+			if from == Pred {
+				r.lostPred = true
+			} else {
+				r.lostSucc = true
+			}
+			return append(out, Action{Kind: ActPeerRestarted, To: from, Msg: msg, Round: r.id}), nil
 		}
 	}
 	switch {
@@ -321,7 +439,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	case from == Pred && msg.Cmd == Complete:
 		switch {
 		case r == nil:
-			return violation(0, "COMPLETE for a round this node has not seen")
+			return ahead(0, "COMPLETE for a round this node has not seen")
 		case r.completeRecv:
 			if st == StateDone {
 				// The predecessor re-sent COMPLETE after a reconnect, so
@@ -329,6 +447,8 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 				out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{r.lastPred, r.id}, Resend: true})
 			}
 			return out, nil
+		case st == StateSync || st == StateReady:
+			return ahead(st, "COMPLETE from the predecessor before this node is in WATCH")
 		case st != StateWatch:
 			return violation(st, "COMPLETE from the predecessor before this node is in WATCH")
 		}
@@ -338,7 +458,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	case from == Succ && msg.Cmd == Start:
 		switch {
 		case r == nil:
-			return violation(0, "START for a round this node has not sent READY for")
+			return ahead(0, "START for a round this node has not sent READY for")
 		case r.startRecv:
 			return out, nil
 		case st != StateReady:
@@ -350,11 +470,11 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	case from == Succ && msg.Cmd == Complete:
 		switch {
 		case r == nil:
-			return violation(0, "COMPLETE for a round this node has not seen")
+			return ahead(0, "COMPLETE for a round this node has not seen")
 		case r.exitRecv:
 			return out, nil
 		case st != StateComplete:
-			return violation(st, "exit-wave COMPLETE from the successor before this node completed")
+			return ahead(st, "exit-wave COMPLETE from the successor before this node completed")
 		}
 		r.exitRecv = true
 		return m.advance(r, out), nil
@@ -427,11 +547,11 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 	slices.Sort(ids)
 	for _, id := range ids {
 		r := m.rounds[id]
-		last := r.lastSucc
+		last, lost := r.lastSucc, r.lostSucc
 		if side == Pred {
-			last = r.lastPred
+			last, lost = r.lastPred, r.lostPred
 		}
-		if last != 0 {
+		if last != 0 && !lost {
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{last, id}, Resend: true})
 		}
 	}

@@ -303,6 +303,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		default:
 			return fmt.Errorf("unknown outcome %v", a.Outcome)
 		}
+	case protocol.ActSave:
+		// Persisting changes nothing a neighbour can see.
+	case protocol.ActPeerRestarted:
+		if !c.Faults {
+			return fmt.Errorf("a peer restart reported in a fault-free run")
+		}
 	default:
 		return fmt.Errorf("unknown action kind %d", a.Kind)
 	}
@@ -425,6 +431,10 @@ func DescribeAction(a protocol.Action) string {
 		return fmt.Sprintf("%q %v -> %v", a.Round, a.From, a.State)
 	case protocol.ActDone:
 		return fmt.Sprintf("%q over: %v", a.Round, a.Outcome)
+	case protocol.ActSave:
+		return fmt.Sprintf("save %q %v", a.Round, a.Record.State)
+	case protocol.ActPeerRestarted:
+		return fmt.Sprintf("%v restarted: %v", a.To, a.Msg)
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }

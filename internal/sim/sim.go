@@ -311,11 +311,20 @@ func (n *Network) DupLast(l int) bool {
 func (n *Network) Delivered(l int) int { return len(n.links[l].hist) }
 
 // Replay queues again the k-th distinct message link l delivered: an exact
-// duplicate of a message the receiver already acted on, arriving late.
+// duplicate of a message the receiver already acted on, arriving late. A
+// message older than a later one of the same round on that link is not
+// replayed: over one TCP stream it cannot arrive after it, and from a
+// live peer it never does (it re-sends only its last message), so the
+// receiver rightly takes it for a peer that restarted without its state.
 func (n *Network) Replay(l, k int) bool {
 	lk := &n.links[l]
 	if k >= len(lk.hist) || !lk.up {
 		return false
+	}
+	for _, later := range lk.hist[k+1:] {
+		if later.Round == lk.hist[k].Round && later.Cmd > lk.hist[k].Cmd {
+			return false
+		}
 	}
 	n.enqueue(l, lk.hist[k])
 	return true
