@@ -53,6 +53,23 @@ type Config struct {
 	// Default 1: one task at a time, in the order the rounds reach it.
 	MaxParallelTasks int
 
+	// StateDir, if set, is this node's durable state: every change to a
+	// round is written there and synced before the message or task it
+	// causes, so a node restarted with the same StateDir carries on where
+	// its neighbours last saw it (DECISIONS.md, "Restarts and durable
+	// state"). Created with mode 0700 if missing; one process at a time.
+	// Empty: state lives in memory only, and a restarted node starts over.
+	StateDir string
+	// ResumeTask says what a node restarted with StateDir does with a round
+	// whose task had started but not ended: ResumeFail (the default),
+	// ResumeDone or ResumeRerun.
+	ResumeTask ResumeTask
+	// ExitWaveTimeout, if positive, bounds how long a round that is over
+	// at this node waits to hand its final COMPLETE to a live predecessor
+	// connection; after it the round ends with a FaultExitWaveUndelivered
+	// fault. Zero waits until Close.
+	ExitWaveTimeout time.Duration
+
 	// Secure, if set, secures both links (TLS; see package secure).
 	// Nil means plain TCP, which the node says in its log.
 	Secure Securer
@@ -87,6 +104,46 @@ type Config struct {
 	// with the node's lock held: it must be quick and must not call the
 	// node. Tools (the demo's ladder diagram, metrics) hook in here.
 	Trace func(TraceEvent)
+}
+
+// ResumeTask is what a restarted node does with a round whose task was
+// interrupted by the restart (the task started, and no end was recorded).
+type ResumeTask uint8
+
+// The choices for Config.ResumeTask.
+const (
+	// ResumeFail ends the round as task-failed: the chain halts here, for
+	// a person to look at. The safe default.
+	ResumeFail ResumeTask = iota
+	// ResumeDone takes the interrupted task as done (the restart was the
+	// task, as when the task upgrades and reboots this node's machine)
+	// and sends COMPLETE on.
+	ResumeDone
+	// ResumeRerun runs the task again.
+	ResumeRerun
+)
+
+// String returns "fail", "done" or "rerun".
+func (r ResumeTask) String() string {
+	switch r {
+	case ResumeFail:
+		return "fail"
+	case ResumeDone:
+		return "done"
+	case ResumeRerun:
+		return "rerun"
+	}
+	return "ResumeTask(?)"
+}
+
+// ParseResumeTask reads "fail", "done" or "rerun".
+func ParseResumeTask(s string) (ResumeTask, error) {
+	for _, r := range []ResumeTask{ResumeFail, ResumeDone, ResumeRerun} {
+		if s == r.String() {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: resume-task %q: use fail, done or rerun", ErrConfig, s)
 }
 
 // Securer secures a link's connection before any protocol line crosses it.
@@ -124,6 +181,9 @@ func (c *Config) validate() error {
 		if !protocol.ValidRound(r) {
 			return bad("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
 		}
+	}
+	if c.ResumeTask > ResumeRerun {
+		return bad("ResumeTask %d: use ResumeFail, ResumeDone or ResumeRerun", c.ResumeTask)
 	}
 	if c.MaxRounds < 0 || c.MaxParallelTasks < 0 || c.MaxPending < 0 {
 		return bad("limits must not be negative")

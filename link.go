@@ -35,7 +35,7 @@ func (n *Node) acceptLoop() {
 		}
 		b.Reset()
 		transport.Tune(c)
-		l := &link{c: c, side: protocol.Pred, peer: c.RemoteAddr().String()}
+		l := n.newLink(c, protocol.Pred)
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
@@ -123,7 +123,8 @@ func (n *Node) dialLoop() {
 			}
 			c = sc
 		}
-		l := &link{c: c, side: protocol.Succ, peer: c.RemoteAddr().String(), r: wire.NewReader(c)}
+		l := n.newLink(c, protocol.Succ)
+		l.r = wire.NewReader(c)
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
@@ -131,6 +132,7 @@ func (n *Node) dialLoop() {
 			return
 		}
 		n.succ = l
+		l.startWriter()
 		n.linkUp(l)
 		n.unlock()
 		up := time.Now()
@@ -204,7 +206,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	// computed first (LinkUp changes no state), so that the reply to this
 	// line is not sent twice.
 	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
-	acts, err := n.m.Step(protocol.Recv(l.side, msg), n.acts[:0])
+	acts, err := n.stepSaved(protocol.Recv(l.side, msg), n.acts[:0])
 	if err != nil {
 		n.violation(l, err)
 		return false
@@ -214,11 +216,14 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur != nil {
 		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
+		cur.close()
 		cur.c.Close()
 	}
 	n.pred = l
+	l.startWriter()
 	n.announceUp(l)
 	n.perform(resend)
+	n.resendExitWave(&msg)
 	n.perform(acts)
 	n.watchOpened(msg)
 	return true
@@ -230,8 +235,12 @@ func (n *Node) violation(l *link, err error) {
 	if l.side == protocol.Succ {
 		what = "successor"
 	}
-	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what,
-		"peer", l.peer, "err", err.Error())
+	args := []any{"peer", l.peer, "err", err.Error()}
+	var v *protocol.Violation
+	if errors.As(err, &v) && v.Ahead && n.cfg.StateDir == "" {
+		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
+	}
+	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...)
 	n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
 	n.drop(l, err)
 }
@@ -260,6 +269,7 @@ func (n *Node) readFailed(l *link, err error) {
 // drop closes l and, if it was a current link, marks that link down.
 // Caller holds mu.
 func (n *Node) drop(l *link, err error) {
+	l.close()
 	l.c.Close()
 	delete(n.pending, l)
 	if n.pred != l && n.succ != l {

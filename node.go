@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/transport"
 	"github.com/chainsync-go/chainsync/wire"
@@ -42,6 +43,10 @@ type Node struct {
 	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 	faults  []Fault        // the most recent faults, for Snapshot (at most keepFaults)
+	flushes []*link        // links with lines queued under mu, flushed by unlock
+	j       *journal.Journal
+	saves   []protocol.Record // scratch for ActSave records
+	broken  error             // the journal failed: the node acts no more
 }
 
 // keepFaults is how many recent faults Snapshot reports.
@@ -87,38 +92,6 @@ func (n *Node) peerName(side protocol.Side) string {
 	return n.cfg.Next
 }
 
-// keepResults is how many finished rounds' results Wait can still return.
-const keepResults = 16384
-
-// roundInfo is the driver's view of one round: its waiters and its timer.
-type roundInfo struct {
-	done  chan struct{}
-	res   Result
-	timer *time.Timer // PhaseTimeout
-	cause error       // why the round is ending: the task's error or the fault
-	ready bool        // this node was told it is locally ready
-	since time.Time   // when the round entered its current state
-}
-
-// finished reports whether the round's result is in.
-func (ri *roundInfo) finished() bool {
-	select {
-	case <-ri.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// link is one connection to a neighbour.
-type link struct {
-	c    net.Conn
-	side protocol.Side
-	peer string
-	r    *wire.Reader
-	wdl  time.Time // when to refresh the write deadline
-}
-
 // Start validates cfg, binds the listener (if the node has a predecessor)
 // and starts dialing the successor (if it has one). The node then runs
 // until Close. Rounds begin with Ready.
@@ -142,8 +115,16 @@ func Start(cfg Config) (*Node, error) {
 		}
 		pc.AcceptRound = func(r string) bool { return set[r] }
 	}
+	pc.Durable = cfg.StateDir != ""
 	n.m = protocol.New(pc)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// The state directory first: a second process for the same node is
+	// told who holds it, rather than that the port is taken.
+	st, err := n.openState()
+	if err != nil {
+		n.cancel()
+		return nil, err
+	}
 
 	if n.role.HasPred() {
 		n.ln = cfg.Listener
@@ -151,6 +132,9 @@ func Start(cfg Config) (*Node, error) {
 			ln, err := transport.Listen(n.ctx, cfg.Listen)
 			if err != nil {
 				n.cancel()
+				if n.j != nil {
+					n.j.Close()
+				}
 				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
 			}
 			n.ln = ln
@@ -183,7 +167,10 @@ func Start(cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.dialLoop()
 	}
-	n.mu.Unlock()
+	if st != nil {
+		n.resume(st)
+	}
+	n.unlock()
 	return n, nil
 }
 
@@ -224,14 +211,40 @@ func (n *Node) Ready(round string) error {
 // Wait blocks until round is over at this node, or ctx ends. It may be
 // called before or after the round ends: the results of the last 16384
 // finished rounds are kept.
+//
+// A round that ends because the node was closed returns its Result with
+// StatusStopped and the error ErrStopped; so does Wait on a closed node.
+// Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 	n.mu.Lock()
-	ri := n.round(round)
+	ri := n.rounds[round]
+	if ri == nil && n.closed {
+		n.mu.Unlock()
+		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
+	}
+	if ri == nil {
+		ri = n.round(round)
+	}
+	ri.waiters++
 	n.mu.Unlock()
 	select {
 	case <-ri.done:
+		n.mu.Lock()
+		ri.waiters--
+		n.mu.Unlock()
+		if ri.res.Status == StatusStopped {
+			return ri.res, ErrStopped
+		}
 		return ri.res, nil
 	case <-ctx.Done():
+		n.mu.Lock()
+		ri.waiters--
+		// A round nobody started and nobody waits for any more leaves no
+		// trace (a Wait on a mistyped round id must not leak).
+		if _, known := n.m.State(round); !known && !ri.ready && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
+			delete(n.rounds, round)
+		}
+		n.mu.Unlock()
 		return Result{Round: round}, ctx.Err()
 	}
 }
@@ -245,39 +258,6 @@ type Snapshot struct {
 	SuccPeer       string        // the successor's name, or address if it has none
 	Rounds         []RoundStatus // unfinished rounds, by round id
 	Faults         []Fault       // the most recent faults, oldest first
-}
-
-// RoundStatus is one unfinished round in a Snapshot.
-type RoundStatus struct {
-	Round string
-	State protocol.State // 0 if this node has not opened the round yet
-	Since time.Time      // when the round entered State (or was first seen)
-	Ready bool           // this node was told it is locally ready
-	// WaitingFor is the message the round waits for ("READY", "START" or
-	// "COMPLETE"), or "" when it waits for this node itself (to become
-	// locally ready, or for its task); From is the side it must come from.
-	WaitingFor string
-	From       protocol.Side
-}
-
-// Doing says in words what the round is waiting for at this node.
-func (r RoundStatus) Doing() string {
-	switch r.State {
-	case 0, protocol.StateSync:
-		if !r.Ready {
-			return "waiting to become locally ready"
-		}
-		return "locally ready; " + waitsFor(protocol.StateSync)
-	case protocol.StateReady:
-		return waitsFor(r.State) + " (the rest of the chain is not ready yet)"
-	case protocol.StateWatch:
-		return waitsFor(r.State) + " (an earlier task is running)"
-	case protocol.StateStart:
-		return "running its task"
-	case protocol.StateComplete:
-		return "task done; " + waitsFor(r.State) + " (the exit wave)"
-	}
-	return r.State.String()
 }
 
 // Snapshot returns what the node is doing now: which links are up and
@@ -352,11 +332,17 @@ func (n *Node) Close() error {
 	n.closed = true
 	for _, l := range []*link{n.pred, n.succ} {
 		if l != nil {
+			l.close()
 			l.c.Close()
 		}
 	}
 	for l := range n.pending {
 		l.c.Close()
+	}
+	for _, ri := range n.rounds {
+		if ri.exitTimer != nil {
+			ri.exitTimer.Stop()
+		}
 	}
 	for _, t := range n.down {
 		if t != nil {
@@ -373,30 +359,65 @@ func (n *Node) Close() error {
 	for id, ri := range n.rounds {
 		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
+	if n.j != nil {
+		n.j.Close()
+	}
 	n.mu.Unlock()
 	n.log.Info("node stopped")
 	return nil
 }
 
-// round returns the driver's record of id, creating it. Caller holds mu.
-func (n *Node) round(id string) *roundInfo {
-	ri := n.rounds[id]
-	if ri == nil {
-		ri = &roundInfo{done: make(chan struct{}), since: time.Now()}
-		n.rounds[id] = ri
-	}
-	return ri
-}
-
 // step feeds ev to the machine and carries out the actions. Caller holds mu.
 func (n *Node) step(ev protocol.Event) error {
-	acts, err := n.m.Step(ev, n.acts[:0])
+	acts, err := n.stepSaved(ev, n.acts[:0])
 	if err != nil {
 		return err
 	}
 	n.acts = acts
 	n.perform(acts)
 	return nil
+}
+
+// stepSaved feeds ev to the machine and, with a state directory, writes
+// and syncs the step's records before returning its actions (DECISIONS.md:
+// fsync, then act). If the journal fails the node stops acting: it
+// returns the error and no actions. Caller holds mu.
+func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
+	if n.broken != nil {
+		return out, n.broken
+	}
+	start := len(out)
+	out, err := n.m.Step(ev, out)
+	if err != nil || n.j == nil {
+		return out, err
+	}
+	n.saves = n.saves[:0]
+	for _, a := range out[start:] {
+		if a.Kind == protocol.ActSave {
+			n.saves = append(n.saves, a.Record)
+		}
+	}
+	if len(n.saves) == 0 {
+		return out, nil
+	}
+	if err := n.j.Save(n.saves, nil); err != nil {
+		n.journalFailed(err)
+		return out[:start], n.broken
+	}
+	return out, nil
+}
+
+// journalFailed stops a node whose journal cannot be written: acting on a
+// change that is not on disk could run a task twice after a restart, so
+// every unfinished round ends with a fault and the node does nothing more.
+// Caller holds mu.
+func (n *Node) journalFailed(err error) {
+	n.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
+	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
+		"dir", n.cfg.StateDir, "err", err.Error())
+	for id, ri := range n.rounds {
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.broken})
+	}
 }
 
 // perform carries out actions in order. Caller holds mu.
@@ -411,18 +432,7 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		// The goroutine starts in unlock, once mu is free: started here,
-		// a quick task would finish and block on mu while this goroutine
-		// still holds it, paying a park and wake-up on every hop.
-		n.wg.Add(1)
-		start := taskStart{round: a.Round}
-		select {
-		case n.tasks <- struct{}{}: // a task slot is free: start now
-			n.taskStarted(a.Round)
-			start.slot = true
-		default:
-		}
-		n.toRun = append(n.toRun, start)
+		n.startTask(a.Round)
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()
@@ -431,8 +441,16 @@ func (n *Node) act(a *protocol.Action) {
 		}
 		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 		n.armPhase(a.Round, ri, a.State)
+	case protocol.ActPeerRestarted:
+		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
+		if a.Outcome == protocol.Done && n.role.HasPred() && !ri.delivered {
+			// Finished only once the exit-wave COMPLETE is handed to a
+			// live predecessor connection (see delivered).
+			n.awaitExit(a.Round, ri)
+			return
+		}
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {
 		case protocol.TaskFailed:
@@ -447,33 +465,6 @@ func (n *Node) act(a *protocol.Action) {
 	}
 }
 
-// resolve ends a round for its waiters. Caller holds mu.
-func (n *Node) resolve(id string, ri *roundInfo, res Result) {
-	if ri.finished() {
-		return
-	}
-	if ri.timer != nil {
-		ri.timer.Stop()
-	}
-	ri.res = res
-	close(ri.done)
-	n.over = append(n.over, id)
-	if len(n.over) > keepResults {
-		delete(n.rounds, n.over[0])
-		n.over = n.over[1:]
-	}
-	lvl := slog.LevelInfo
-	if res.Status != StatusDone {
-		lvl = slog.LevelError
-	}
-	args := []any{"round", id, "status", res.Status.String()}
-	if res.Err != nil {
-		args = append(args, "err", res.Err.Error())
-	}
-	n.log.Log(context.Background(), lvl, "round over", args...)
-	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
-}
-
 // send writes msg to the neighbour on side, if that link is up; if it is
 // down the message is not lost: the machine re-sends it on LinkUp.
 // Caller holds mu.
@@ -483,27 +474,43 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
-		n.log.Warn("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+		if side == protocol.Pred && msg.Cmd == protocol.Complete {
+			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
+				"round", msg.Round)
+		} else {
+			n.log.Warn("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+		}
 		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
 	}
 	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
-	// Refresh the write deadline only when half of it is used up: setting
-	// it costs more than the write on the fast path.
-	if now := time.Now(); now.After(l.wdl) {
-		l.wdl = now.Add(n.cfg.WriteTimeout / 2)
-		_ = l.c.SetWriteDeadline(now.Add(n.cfg.WriteTimeout))
-	}
-	// Report before writing, so that a log or trace never shows the reply
-	// to a message before the message.
+	// Report before queueing, so that a log or trace never shows the
+	// reply to a message before the message.
 	if n.infoOn() {
 		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
-	if _, err := l.c.Write(n.wbuf); err != nil {
-		n.log.Warn("write failed; closing link (the message is re-sent on reconnect)", "to", side.String(), "peer", l.peer, "err", err)
+	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
+	if !l.enqueue(n.wbuf, exitWave, msg.Round) {
+		err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
+		n.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", side.String(), "peer", l.peer, "err", err)
 		n.drop(l, err)
+		return
 	}
+	if !slices.Contains(n.flushes, l) {
+		n.flushes = append(n.flushes, l)
+	}
+}
+
+// writeFailed closes a link whose write failed or timed out.
+func (n *Node) writeFailed(l *link, err error) {
+	n.mu.Lock()
+	defer n.unlock()
+	if n.closed {
+		return
+	}
+	n.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
+	n.drop(l, err)
 }
 
 func (n *Node) trace(ev TraceEvent) {
@@ -514,149 +521,9 @@ func (n *Node) trace(ev TraceEvent) {
 	}
 }
 
-// taskStart is a task the machine asked to run; slot says it already
-// holds a MaxParallelTasks slot.
-type taskStart struct {
-	round string
-	slot  bool
-}
-
-// unlock releases mu, then starts the tasks that steps under it asked for.
-// Every path that steps the machine unlocks with it.
-func (n *Node) unlock() {
-	run := n.toRun
-	n.toRun = nil
-	n.mu.Unlock()
-	for _, t := range run {
-		go n.runTask(t.round, t.slot)
-	}
-}
-
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
 func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
-
-// taskStarted logs the start of a task. Caller holds mu.
-func (n *Node) taskStarted(round string) {
-	if n.infoOn() {
-		n.log.Info("task started", "round", round)
-	}
-	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
-}
-
-// runTask runs round's task; slot says it already holds a task slot.
-func (n *Node) runTask(round string, slot bool) {
-	defer n.wg.Done()
-	if slot && n.ctx.Err() != nil { // closed before the task could start
-		<-n.tasks
-		return
-	}
-	if !slot {
-		select {
-		case n.tasks <- struct{}{}:
-		case <-n.ctx.Done():
-			return
-		}
-		n.mu.Lock()
-		n.taskStarted(round)
-		n.mu.Unlock()
-	}
-	err := n.cfg.Task(n.ctx, round)
-	<-n.tasks
-
-	n.mu.Lock()
-	defer n.unlock()
-	if n.closed {
-		return
-	}
-	if err != nil {
-		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
-		n.round(round).cause = err
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: round, Err: (&TaskError{Round: round, Err: err}).Error()})
-	} else if n.infoOn() {
-		n.log.Info("task finished", "round", round)
-	}
-	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
-	if err := n.step(protocol.TaskDone(round, err != nil)); err != nil {
-		n.log.Error("internal error: task done", "round", round, "err", err)
-	}
-}
-
-// armPhase (re)starts the round's PhaseTimeout for a state in which it waits
-// for a neighbour. Caller holds mu.
-func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
-	if ri.timer != nil {
-		ri.timer.Stop()
-		ri.timer = nil
-	}
-	d := n.cfg.PhaseTimeout
-	if d <= 0 || !n.waitsForNeighbour(st) {
-		return
-	}
-	ri.timer = time.AfterFunc(d, func() {
-		n.mu.Lock()
-		defer n.unlock()
-		if cur, _ := n.m.State(id); n.closed || cur != st {
-			return
-		}
-		reason := fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st))
-		if st == protocol.StateSync && !ri.ready {
-			reason = "the predecessor opened this round but this node never became locally ready for it"
-		}
-		n.abort(id, FaultPhaseTimeout, 0, reason, d)
-	})
-}
-
-// watchOpened starts PhaseTimeout for a round a predecessor's READY just
-// opened, so a round this node never claims cannot hold a MaxRounds slot
-// for ever. Caller holds mu.
-func (n *Node) watchOpened(msg protocol.Message) {
-	if msg.Cmd != protocol.Ready || n.cfg.PhaseTimeout <= 0 {
-		return
-	}
-	if st, _ := n.m.State(msg.Round); st == protocol.StateSync {
-		if ri := n.round(msg.Round); ri.timer == nil {
-			n.armPhase(msg.Round, ri, st)
-		}
-	}
-}
-
-// waitsForNeighbour reports whether a round in st is waiting on a
-// neighbour rather than on this node.
-func (n *Node) waitsForNeighbour(st protocol.State) bool {
-	switch st {
-	case protocol.StateSync:
-		return n.role.HasPred()
-	case protocol.StateReady, protocol.StateComplete:
-		return n.role.HasSucc()
-	case protocol.StateWatch:
-		return true
-	}
-	return false
-}
-
-// waitsFor says what a round in st waits for, e.g. "waiting for START
-// from the successor".
-func waitsFor(st protocol.State) string {
-	return "waiting for " + waitingFor(st) + " from the " + waitSide(st)
-}
-
-func waitingFor(st protocol.State) string {
-	switch st {
-	case protocol.StateReady:
-		return "START"
-	case protocol.StateWatch, protocol.StateComplete:
-		return "COMPLETE"
-	}
-	return "READY"
-}
-
-func waitSide(st protocol.State) string {
-	if st == protocol.StateReady || st == protocol.StateComplete {
-		return "successor"
-	}
-	return "predecessor"
-}
 
 // abort ends round id with a fault of kind that blames side (0: this
 // node). Caller holds mu.

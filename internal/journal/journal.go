@@ -1,0 +1,510 @@
+// Package journal is a node's durable state: an append-only file of
+// checksummed records, one per change to a round, fsynced before the node
+// acts on the change (DECISIONS.md, "Restarts and durable state").
+//
+// # Format
+//
+// The directory holds two files: "lock", which the running process holds
+// an exclusive flock(2) on (its content names the holder, for the error a
+// second process gets), and "journal". The journal is a sequence of
+// frames:
+//
+//	length   4 bytes, big endian: the payload's length (1..512)
+//	checksum 4 bytes, big endian: CRC-32C (Castagnoli) of the payload
+//	payload  length bytes of text, fields separated by one space
+//
+// The first payload is the header, "chainsync-journal 1 ROLE NAME" (NAME
+// is "-" when the node has none, else ":" and the name). Every other
+// payload is a round record,
+//
+//	R :ROUND STATE FLAGS LASTPRED LASTSUCC RECVPRED RECVSUCC
+//
+// (ROUND after a colon, so the unnamed round is ":"; STATE and the four
+// commands as decimal numbers of the protocol package's State and
+// Command, 0 for none; FLAGS five 0/1 digits: locally ready, READY from
+// the predecessor, START from the successor, COMPLETE from the
+// predecessor, COMPLETE from the successor), or a delivery,
+//
+//	D :ROUND
+//
+// saying the round's final exit-wave COMPLETE was handed to a live
+// connection to the predecessor. The last record of a round wins.
+//
+// A crash can tear only the last frame (a short write): Open drops it. Any
+// other damage (a bad checksum before the end, a payload that does not
+// parse) is refused with ErrCorrupt: the journal is never guessed at.
+//
+// Compaction rewrites the file as the header plus the last record of each
+// round (keeping at most KeepFinished finished rounds), to a temporary
+// file that is fsynced, renamed over the journal, and the directory
+// fsynced; so the file stays small over any number of rounds.
+package journal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Errors Open returns, wrapped with details.
+var (
+	// ErrCorrupt: the journal is damaged other than by a torn last record.
+	ErrCorrupt = errors.New("chainsync: state journal is corrupt")
+	// ErrLocked: another process holds the state directory.
+	ErrLocked = errors.New("chainsync: state directory is in use")
+	// ErrMismatch: the journal belongs to a node in another place in a chain.
+	ErrMismatch = errors.New("chainsync: state directory belongs to another node")
+)
+
+const (
+	magic      = "chainsync-journal 1"
+	maxPayload = 512
+	frameHead  = 8
+	// KeepFinished is how many finished rounds compaction keeps.
+	KeepFinished = 16384
+	// compactEvery: compact once this many records were appended since the
+	// last compaction and they outnumber the live rounds four to one.
+	compactEvery = 4096
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Header identifies the node a journal belongs to.
+type Header struct {
+	Role string // "head", "middle", "tail" or "single"
+	Name string // may be empty
+}
+
+// State is what a journal holds: the last record of each round, in the
+// order the rounds first appeared, and which rounds' exit wave was
+// delivered.
+type State struct {
+	Rounds    []protocol.Record
+	Delivered map[string]bool
+	// Dropped is the size in bytes of a torn last frame that Open removed
+	// (0 if none), for the log.
+	Dropped int
+}
+
+// Journal is an open, locked journal. It is not safe for concurrent use.
+type Journal struct {
+	dir    string
+	hdr    Header
+	f      *os.File // the journal, opened for append
+	lock   *os.File
+	order  []string // round ids, first appearance first
+	last   map[string]protocol.Record
+	deliv  map[string]bool
+	since  int // records appended since the last compaction
+	buf    []byte
+	closed bool
+}
+
+// Open creates dir (mode 0700) if needed, locks it, and loads its journal.
+// The journal must belong to a node with the same role and name.
+func Open(dir string, hdr Header) (*Journal, *State, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("chainsync: cannot create state directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	j := &Journal{dir: dir, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, deliv: map[string]bool{}}
+	st, err := j.load()
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	// Start from a compacted file: it drops a torn tail and old rounds,
+	// and writes the header of a new journal.
+	if err := j.compact(); err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return j, st, nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("chainsync: cannot open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(f, 200))
+		f.Close()
+		who := strings.TrimSpace(string(holder))
+		if who == "" {
+			who = "unknown process"
+		}
+		return nil, fmt.Errorf("%w: %s is held by %s; run one chainsync per state directory", ErrLocked, dir, who)
+	}
+	host, _ := os.Hostname()
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s\n", os.Getpid(), host)), 0)
+	return f, nil
+}
+
+// load reads the journal into j and returns what it holds.
+func (j *Journal) load() (*State, error) {
+	path := filepath.Join(j.dir, "journal")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &State{Delivered: map[string]bool{}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chainsync: cannot read %s: %w", path, err)
+	}
+	recs, torn, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v; refusing to guess: move the directory aside to start this node afresh (it may then run its task again)", ErrCorrupt, path, err)
+	}
+	st := &State{Delivered: map[string]bool{}, Dropped: torn}
+	if len(recs) == 0 {
+		return st, nil // an empty file, or only a torn header: a new journal
+	}
+	if recs[0].Header == nil {
+		return nil, fmt.Errorf("%w: %s: the first record is not a journal header", ErrCorrupt, path)
+	}
+	h := *recs[0].Header
+	if h.Role != j.hdr.Role || h.Name != j.hdr.Name {
+		return nil, fmt.Errorf("%w: %s holds the state of node %q (%s), but this is node %q (%s); give each node its own --state-dir",
+			ErrMismatch, j.dir, h.Name, h.Role, j.hdr.Name, j.hdr.Role)
+	}
+	for _, e := range recs[1:] {
+		switch {
+		case e.Header != nil:
+			return nil, fmt.Errorf("%w: %s: a second header", ErrCorrupt, path)
+		case e.Delivered != "" || e.DeliveredUnnamed:
+			j.deliv[e.round()] = true
+		default:
+			j.remember(e.Record)
+		}
+	}
+	for _, id := range j.order {
+		st.Rounds = append(st.Rounds, j.last[id])
+	}
+	for id := range j.deliv {
+		st.Delivered[id] = true
+	}
+	return st, nil
+}
+
+func (j *Journal) remember(r protocol.Record) {
+	if _, ok := j.last[r.Round]; !ok {
+		j.order = append(j.order, r.Round)
+	}
+	j.last[r.Round] = r
+}
+
+// Entry is one decoded journal record: a header, a round record or a
+// delivery.
+type Entry struct {
+	Header           *Header
+	Record           protocol.Record
+	Delivered        string // a delivery for this round
+	DeliveredUnnamed bool   // a delivery for the unnamed round
+}
+
+func (e Entry) round() string {
+	if e.Delivered != "" {
+		return e.Delivered
+	}
+	return e.Record.Round
+}
+
+// Decode parses a whole journal file. torn is the length of a torn last
+// frame that was ignored (0 if none). Any other damage is an error that
+// says where.
+func Decode(data []byte) (entries []Entry, torn int, err error) {
+	off := 0
+	for off < len(data) {
+		rest := data[off:]
+		if len(rest) < frameHead {
+			return entries, len(rest), nil // torn frame header
+		}
+		n := int(binary.BigEndian.Uint32(rest))
+		sum := binary.BigEndian.Uint32(rest[4:])
+		if n == 0 || n > maxPayload {
+			if allZero(rest) {
+				return entries, len(rest), nil // a zero-filled tail: space allocated, never written
+			}
+			return nil, 0, fmt.Errorf("offset %d: frame length %d out of range", off, n)
+		}
+		if frameHead+n > len(rest) {
+			return entries, len(rest), nil // torn payload
+		}
+		payload := rest[frameHead : frameHead+n]
+		if crc32.Checksum(payload, castagnoli) != sum {
+			if frameHead+n == len(rest) {
+				return entries, len(rest), nil // the last frame, partly written
+			}
+			return nil, 0, fmt.Errorf("offset %d: checksum mismatch", off)
+		}
+		e, perr := parsePayload(payload)
+		if perr != nil {
+			return nil, 0, fmt.Errorf("offset %d: %v", off, perr)
+		}
+		entries = append(entries, e)
+		off += frameHead + n
+	}
+	return entries, 0, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func parsePayload(p []byte) (Entry, error) {
+	s := string(p)
+	if rest, ok := strings.CutPrefix(s, magic+" "); ok {
+		role, name, ok := strings.Cut(rest, " ")
+		if !ok || role == "" {
+			return Entry{}, fmt.Errorf("bad header %q", s)
+		}
+		switch {
+		case name == "-":
+			name = ""
+		case strings.HasPrefix(name, ":"):
+			name = name[1:]
+		default:
+			return Entry{}, fmt.Errorf("bad header %q", s)
+		}
+		return Entry{Header: &Header{Role: role, Name: name}}, nil
+	}
+	f := strings.Split(s, " ")
+	roundOf := func(field string) (string, error) {
+		id, ok := strings.CutPrefix(field, ":")
+		if !ok || !protocol.ValidRound(id) {
+			return "", fmt.Errorf("bad round field %q", field)
+		}
+		return id, nil
+	}
+	switch {
+	case len(f) == 2 && f[0] == "D":
+		id, err := roundOf(f[1])
+		if err != nil {
+			return Entry{}, err
+		}
+		if id == "" {
+			return Entry{DeliveredUnnamed: true}, nil
+		}
+		return Entry{Delivered: id}, nil
+	case len(f) == 8 && f[0] == "R":
+		id, err := roundOf(f[1])
+		if err != nil {
+			return Entry{}, err
+		}
+		num := func(field string, lo, hi int) (int, error) {
+			v, err := strconv.Atoi(field)
+			if err != nil || v < lo || v > hi {
+				return 0, fmt.Errorf("bad number %q in %q", field, s)
+			}
+			return v, nil
+		}
+		r := protocol.Record{Round: id}
+		st, err := num(f[2], int(protocol.StateSync), int(protocol.StateAborted))
+		if err != nil {
+			return Entry{}, err
+		}
+		r.State = protocol.State(st)
+		if len(f[3]) != 5 || strings.Trim(f[3], "01") != "" {
+			return Entry{}, fmt.Errorf("bad flags %q", f[3])
+		}
+		flags := []*bool{&r.LocalReady, &r.PredReady, &r.StartRecv, &r.CompleteRecv, &r.ExitRecv}
+		for i, b := range flags {
+			*b = f[3][i] == '1'
+		}
+		cmds := []*protocol.Command{&r.LastPred, &r.LastSucc, &r.RecvPred, &r.RecvSucc}
+		for i, c := range cmds {
+			v, err := num(f[4+i], 0, int(protocol.Complete))
+			if err != nil {
+				return Entry{}, err
+			}
+			*c = protocol.Command(v)
+		}
+		return Entry{Record: r}, nil
+	}
+	return Entry{}, fmt.Errorf("unknown record %q", s)
+}
+
+// appendFrame appends one frame holding payload to b.
+func appendFrame(b []byte, payload []byte) []byte {
+	var head [frameHead]byte
+	binary.BigEndian.PutUint32(head[:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(head[4:], crc32.Checksum(payload, castagnoli))
+	b = append(b, head[:]...)
+	return append(b, payload...)
+}
+
+func headerPayload(h Header) []byte {
+	name := "-"
+	if h.Name != "" {
+		name = ":" + h.Name
+	}
+	return []byte(magic + " " + h.Role + " " + name)
+}
+
+// EncodeRecord returns the payload of a round record.
+func EncodeRecord(r protocol.Record) []byte {
+	var p bytes.Buffer
+	p.WriteString("R :")
+	p.WriteString(r.Round)
+	fmt.Fprintf(&p, " %d ", r.State)
+	for _, b := range []bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv} {
+		if b {
+			p.WriteByte('1')
+		} else {
+			p.WriteByte('0')
+		}
+	}
+	fmt.Fprintf(&p, " %d %d %d %d", r.LastPred, r.LastSucc, r.RecvPred, r.RecvSucc)
+	return p.Bytes()
+}
+
+// Save appends round records and deliveries, and fsyncs, before it
+// returns: only then may the node act on them.
+func (j *Journal) Save(recs []protocol.Record, delivered []string) error {
+	if j.closed {
+		return errors.New("chainsync: journal closed")
+	}
+	j.buf = j.buf[:0]
+	for _, r := range recs {
+		j.buf = appendFrame(j.buf, EncodeRecord(r))
+		j.remember(r)
+	}
+	for _, id := range delivered {
+		j.buf = appendFrame(j.buf, []byte("D :"+id))
+		j.deliv[id] = true
+	}
+	if len(j.buf) == 0 {
+		return nil
+	}
+	if _, err := j.f.Write(j.buf); err != nil {
+		return fmt.Errorf("chainsync: cannot write the state journal: %w", err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
+	}
+	j.since += len(recs) + len(delivered)
+	if j.since >= compactEvery && j.since >= 4*len(j.order) {
+		return j.compact()
+	}
+	return nil
+}
+
+// compact rewrites the journal as the header plus the last record of each
+// round, keeping at most KeepFinished finished rounds.
+func (j *Journal) compact() error {
+	finished := 0
+	for _, id := range j.order {
+		if j.last[id].State.Terminal() {
+			finished++
+		}
+	}
+	keep := j.order[:0:0]
+	for _, id := range j.order {
+		if j.last[id].State.Terminal() && finished > KeepFinished {
+			finished--
+			delete(j.last, id)
+			delete(j.deliv, id)
+			continue
+		}
+		keep = append(keep, id)
+	}
+	j.order = keep
+	b := appendFrame(nil, headerPayload(j.hdr))
+	for _, id := range j.order {
+		b = appendFrame(b, EncodeRecord(j.last[id]))
+		if j.deliv[id] {
+			b = appendFrame(b, []byte("D :"+id))
+		}
+	}
+	path := filepath.Join(j.dir, "journal")
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("chainsync: cannot replace the state journal: %w", err)
+	}
+	if err := syncDir(j.dir); err != nil {
+		return err
+	}
+	if j.f != nil {
+		j.f.Close()
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("chainsync: cannot open the state journal: %w", err)
+	}
+	j.f, j.since = f, 0
+	return nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("chainsync: cannot write %s: %w", path, err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("chainsync: cannot write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("chainsync: cannot sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("chainsync: cannot sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Size returns the journal file's size in bytes.
+func (j *Journal) Size() int64 {
+	fi, err := j.f.Stat()
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// Close closes the journal and releases the directory's lock.
+func (j *Journal) Close() error {
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	err := j.f.Close()
+	j.lock.Close()
+	return err
+}

@@ -1,0 +1,282 @@
+package chainsync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// keepResults is how many finished rounds' results Wait can still return.
+const keepResults = 16384
+
+// roundInfo is the driver's view of one round: its waiters and its timer.
+type roundInfo struct {
+	done  chan struct{}
+	res   Result
+	timer *time.Timer // PhaseTimeout
+	cause error       // why the round is ending: the task's error or the fault
+	ready bool        // this node was told it is locally ready
+	since time.Time   // when the round entered its current state
+	// The exit wave: a round that is over at this node (state DONE) is
+	// finished only once its final COMPLETE was handed to a live
+	// predecessor connection (DECISIONS.md, "Restarts and durable state").
+	awaiting  bool        // done, the final COMPLETE not yet handed over
+	delivered bool        // handed over (journalled with a state directory)
+	exitTimer *time.Timer // ExitWaveTimeout while awaiting
+	waiters   int         // Wait calls blocked on this round
+}
+
+// finished reports whether the round's result is in.
+func (ri *roundInfo) finished() bool {
+	select {
+	case <-ri.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// RoundStatus is one unfinished round in a Snapshot.
+type RoundStatus struct {
+	Round string
+	State protocol.State // 0 if this node has not opened the round yet
+	Since time.Time      // when the round entered State (or was first seen)
+	Ready bool           // this node was told it is locally ready
+	// WaitingFor is the message the round waits for ("READY", "START" or
+	// "COMPLETE"), or "" when it waits for this node itself (to become
+	// locally ready, or for its task); From is the side it must come from.
+	WaitingFor string
+	From       protocol.Side
+}
+
+// Doing says in words what the round is waiting for at this node.
+func (r RoundStatus) Doing() string {
+	switch r.State {
+	case 0, protocol.StateSync:
+		if !r.Ready {
+			return "waiting to become locally ready"
+		}
+		return "locally ready; " + waitsFor(protocol.StateSync)
+	case protocol.StateReady:
+		return waitsFor(r.State) + " (the rest of the chain is not ready yet)"
+	case protocol.StateWatch:
+		return waitsFor(r.State) + " (an earlier task is running)"
+	case protocol.StateStart:
+		return "running its task"
+	case protocol.StateComplete:
+		return "task done; " + waitsFor(r.State) + " (the exit wave)"
+	}
+	return r.State.String()
+}
+
+// round returns the driver's record of id, creating it. Caller holds mu.
+func (n *Node) round(id string) *roundInfo {
+	ri := n.rounds[id]
+	if ri == nil {
+		ri = &roundInfo{done: make(chan struct{}), since: time.Now()}
+		n.rounds[id] = ri
+	}
+	return ri
+}
+
+// resolve ends a round for its waiters. Caller holds mu.
+func (n *Node) resolve(id string, ri *roundInfo, res Result) {
+	if ri.finished() {
+		return
+	}
+	if ri.timer != nil {
+		ri.timer.Stop()
+	}
+	ri.res = res
+	close(ri.done)
+	n.over = append(n.over, id)
+	if len(n.over) > keepResults {
+		delete(n.rounds, n.over[0])
+		n.over = n.over[1:]
+	}
+	lvl := slog.LevelInfo
+	if res.Status != StatusDone {
+		lvl = slog.LevelError
+	}
+	args := []any{"round", id, "status", res.Status.String()}
+	if res.Err != nil {
+		args = append(args, "err", res.Err.Error())
+	}
+	n.log.Log(context.Background(), lvl, "round over", args...)
+	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+}
+
+// armPhase (re)starts the round's PhaseTimeout for a state in which it waits
+// for a neighbour. Caller holds mu.
+func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
+	if ri.timer != nil {
+		ri.timer.Stop()
+		ri.timer = nil
+	}
+	d := n.cfg.PhaseTimeout
+	if d <= 0 || !n.waitsForNeighbour(st) {
+		return
+	}
+	ri.timer = time.AfterFunc(d, func() {
+		n.mu.Lock()
+		defer n.unlock()
+		if cur, _ := n.m.State(id); n.closed || cur != st {
+			return
+		}
+		reason := fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st))
+		if st == protocol.StateSync && !ri.ready {
+			reason = "the predecessor opened this round but this node never became locally ready for it"
+		}
+		n.abort(id, FaultPhaseTimeout, 0, reason, d)
+	})
+}
+
+// watchOpened starts PhaseTimeout for a round a predecessor's READY just
+// opened, so a round this node never claims cannot hold a MaxRounds slot
+// for ever. Caller holds mu.
+func (n *Node) watchOpened(msg protocol.Message) {
+	if msg.Cmd != protocol.Ready || n.cfg.PhaseTimeout <= 0 {
+		return
+	}
+	if st, _ := n.m.State(msg.Round); st == protocol.StateSync {
+		if ri := n.round(msg.Round); ri.timer == nil {
+			n.armPhase(msg.Round, ri, st)
+		}
+	}
+}
+
+// waitsForNeighbour reports whether a round in st is waiting on a
+// neighbour rather than on this node.
+func (n *Node) waitsForNeighbour(st protocol.State) bool {
+	switch st {
+	case protocol.StateSync:
+		return n.role.HasPred()
+	case protocol.StateReady, protocol.StateComplete:
+		return n.role.HasSucc()
+	case protocol.StateWatch:
+		return true
+	}
+	return false
+}
+
+// waitsFor says what a round in st waits for, e.g. "waiting for START
+// from the successor".
+func waitsFor(st protocol.State) string {
+	return "waiting for " + waitingFor(st) + " from the " + waitSide(st)
+}
+
+func waitingFor(st protocol.State) string {
+	switch st {
+	case protocol.StateReady:
+		return "START"
+	case protocol.StateWatch, protocol.StateComplete:
+		return "COMPLETE"
+	}
+	return "READY"
+}
+
+func waitSide(st protocol.State) string {
+	if st == protocol.StateReady || st == protocol.StateComplete {
+		return "successor"
+	}
+	return "predecessor"
+}
+
+// awaitExit holds a round whose part is done at this node until its final
+// COMPLETE is handed to a live predecessor connection, for at most
+// ExitWaveTimeout. Caller holds mu.
+func (n *Node) awaitExit(id string, ri *roundInfo) {
+	if ri.awaiting {
+		return
+	}
+	ri.awaiting = true
+	if ri.timer != nil {
+		ri.timer.Stop()
+	}
+	d := n.cfg.ExitWaveTimeout
+	if d <= 0 {
+		return
+	}
+	ri.exitTimer = time.AfterFunc(d, func() {
+		n.mu.Lock()
+		defer n.unlock()
+		if n.closed || ri.finished() || ri.delivered {
+			return
+		}
+		fe := &FaultError{Round: id, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
+			Peer: n.peerName(protocol.Pred), After: d,
+			Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
+		n.recordFault(Fault{Kind: fe.Kind, Round: id, Side: fe.Side, Peer: fe.Peer, Err: fe.Error()})
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: fe})
+	})
+}
+
+// delivered is told by a link's writer that the final COMPLETE of rounds
+// was written to a live connection: those rounds are now finished here.
+func (n *Node) delivered(l *link, rounds []string) {
+	n.mu.Lock()
+	defer n.unlock()
+	if n.closed || n.broken != nil {
+		return
+	}
+	var fresh []string
+	for _, id := range rounds {
+		if ri := n.rounds[id]; ri != nil && !ri.delivered {
+			ri.delivered = true
+			fresh = append(fresh, id)
+		}
+	}
+	if n.j != nil && len(fresh) > 0 {
+		if err := n.j.Save(nil, fresh); err != nil {
+			n.journalFailed(err)
+			return
+		}
+	}
+	for _, id := range fresh {
+		ri := n.rounds[id]
+		if !ri.awaiting {
+			continue // handed over before the machine said it is done (a re-send)
+		}
+		if ri.exitTimer != nil {
+			ri.exitTimer.Stop()
+		}
+		n.resolve(id, ri, Result{Round: id, Status: StatusDone})
+	}
+}
+
+// resendExitWave re-sends the final COMPLETE of every round still waiting
+// to hand it to the predecessor, on a new predecessor link, except skip
+// (whose COMPLETE the machine is answering already). Caller holds mu.
+func (n *Node) resendExitWave(skip *protocol.Message) {
+	var ids []string
+	for id, ri := range n.rounds {
+		if ri.awaiting && !ri.delivered && !ri.finished() {
+			if skip != nil && skip.Cmd == protocol.Complete && skip.Round == id {
+				continue
+			}
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		n.send(protocol.Pred, protocol.Message{Cmd: protocol.Complete, Round: id}, true)
+	}
+}
+
+// peerRestarted reports a neighbour that sent msg, older than its last
+// message for that round: it restarted without its state. The machine
+// answered nothing. Caller holds mu.
+func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
+	what := "predecessor"
+	if side == protocol.Succ {
+		what = "successor"
+	}
+	peer := n.peerName(side)
+	reason := fmt.Sprintf("the %s %s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
+		what, peer, msg.Cmd)
+	n.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
+}

@@ -1,0 +1,98 @@
+package chainsync
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// openState opens and locks Config.StateDir and reinstates its rounds in
+// the machine. Nil state without a state directory. Called by Start
+// before any goroutine runs.
+func (n *Node) openState() (*journal.State, error) {
+	if n.cfg.StateDir == "" {
+		return nil, nil
+	}
+	j, st, err := journal.Open(n.cfg.StateDir, journal.Header{Role: n.role.String(), Name: n.cfg.Name})
+	if err != nil {
+		return nil, err
+	}
+	if st.Dropped > 0 {
+		n.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
+			"dir", n.cfg.StateDir, "bytes", st.Dropped)
+	}
+	for _, rec := range st.Rounds {
+		if err := n.m.Restore(rec); err != nil {
+			j.Close()
+			return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
+		}
+	}
+	n.j = j
+	return st, nil
+}
+
+// resume carries on the rounds a restarted node found in its journal:
+// finished rounds are reported as they ended; a round whose final
+// COMPLETE was not handed over waits to hand it; a round interrupted in
+// its task follows ResumeTask. Rounds waiting for a neighbour need
+// nothing: when the links come up, the machine re-sends the last message
+// on each. Caller holds mu.
+func (n *Node) resume(st *journal.State) {
+	if len(st.Rounds) == 0 {
+		n.log.Info("state directory is new; starting afresh", "dir", n.cfg.StateDir)
+		return
+	}
+	interrupted := 0
+	for _, rec := range st.Rounds {
+		ri := n.round(rec.Round)
+		ri.ready = rec.LocalReady
+		switch rec.State {
+		case protocol.StateDone:
+			if n.role.HasPred() && !st.Delivered[rec.Round] {
+				n.awaitExit(rec.Round, ri)
+				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
+			} else {
+				ri.delivered = true
+				n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
+			}
+		case protocol.StateFailed:
+			ri.cause = errors.New("the task failed before this node restarted")
+			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
+		case protocol.StateAborted:
+			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault,
+				Err: &FaultError{Round: rec.Round, State: rec.State, Reason: "the round was aborted before this node restarted"}})
+		case protocol.StateStart:
+			interrupted++
+			n.resumeTask(rec.Round, ri)
+		default:
+			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
+			n.armPhase(rec.Round, ri, rec.State)
+		}
+	}
+	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds), "interrupted_tasks", interrupted)
+}
+
+// resumeTask handles a round whose task was running when the node died,
+// as ResumeTask says. Caller holds mu.
+func (n *Node) resumeTask(id string, ri *roundInfo) {
+	switch n.cfg.ResumeTask {
+	case ResumeDone:
+		n.log.Warn("resumed: the task was interrupted by the restart; taking it as done (--resume-task done) and sending COMPLETE on", "round", id)
+		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
+		if err := n.step(protocol.TaskDone(id, false)); err != nil {
+			n.log.Error("internal error: resume done", "round", id, "err", err)
+		}
+	case ResumeRerun:
+		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
+		n.startTask(id)
+	default:
+		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
+		n.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
+		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
+		if err := n.step(protocol.TaskDone(id, true)); err != nil {
+			n.log.Error("internal error: resume fail", "round", id, "err", err)
+		}
+	}
+}

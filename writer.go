@@ -1,0 +1,203 @@
+package chainsync
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// maxOutbox bounds the bytes queued for one link. A neighbour that lets
+// this much pile up is not reading: the link is closed (everything in it
+// is re-sent on reconnect, DECISIONS.md "Roles and connections").
+const maxOutbox = 1 << 20
+
+// link is one connection to a neighbour: its reader, and an outbox with its
+// own writer, so that no socket write ever happens under the node's lock.
+//
+// Steps of the machine queue lines with enqueue (under the node's lock).
+// Once the lock is released, flush tries to write the queue at once
+// without blocking, in one system call for everything queued (plain TCP
+// only); whatever the socket does not take at once goes to the link's
+// writer goroutine, which waits up to WriteTimeout for the peer to read.
+// A peer that stops reading therefore stalls nothing but its own link.
+type link struct {
+	c    net.Conn
+	side protocol.Side
+	peer string
+	r    *wire.Reader
+	n    *Node
+
+	wmu     sync.Mutex
+	out     []byte   // queued lines, not yet written
+	spare   []byte   // the other buffer, reused
+	marks   []string // rounds whose final exit-wave COMPLETE is in out
+	writing bool     // a write is in progress (flush or the writer)
+	dead    bool     // closed: queue nothing more
+	wake    chan struct{}
+	quit    chan struct{}
+	wdl     time.Time // writer only: when to refresh the write deadline
+}
+
+func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
+	return &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n,
+		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// startWriter starts l's writer goroutine. Caller holds n.mu.
+func (l *link) startWriter() {
+	l.n.wg.Add(1)
+	go l.writer()
+}
+
+// enqueue queues one encoded line; exitWave marks the round's final
+// COMPLETE to the predecessor, whose delivery is reported to the node. It
+// reports false if the outbox is full (the caller drops the link). Caller
+// holds n.mu.
+func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.dead {
+		return true // being dropped; the machine re-sends on reconnect
+	}
+	if len(l.out)+len(line) > maxOutbox {
+		return false
+	}
+	l.out = append(l.out, line...)
+	if exitWave {
+		l.marks = append(l.marks, round)
+	}
+	return true
+}
+
+// close marks l dead and stops its writer; the caller closes the conn.
+func (l *link) close() {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if !l.dead {
+		l.dead = true
+		close(l.quit)
+	}
+}
+
+// flush writes what is queued without blocking, if no other write is in
+// progress, and hands any rest to the writer. Called without n.mu.
+func (l *link) flush() { l.drain(false) }
+
+func (l *link) writer() {
+	defer l.n.wg.Done()
+	for {
+		select {
+		case <-l.wake:
+			l.drain(true)
+		case <-l.quit:
+			return
+		}
+	}
+}
+
+// drain writes the queue: at once and without blocking (block false), or
+// waiting for the peer up to WriteTimeout (block true, the writer only).
+func (l *link) drain(block bool) {
+	l.wmu.Lock()
+	if l.writing || l.dead || len(l.out) == 0 {
+		l.wmu.Unlock()
+		return
+	}
+	l.writing = true
+	batch, marks := l.out, l.marks
+	l.out, l.marks = l.spare[:0], nil
+	l.wmu.Unlock()
+
+	var wrote int
+	var err error
+	if block {
+		wrote, err = l.writeBlocking(batch)
+	} else {
+		wrote, err = l.writeNow(batch)
+	}
+
+	l.wmu.Lock()
+	l.writing = false
+	if err != nil {
+		l.wmu.Unlock()
+		l.n.writeFailed(l, err)
+		return
+	}
+	if wrote < len(batch) {
+		// The socket took only part: the rest goes first, to the writer.
+		rest := append(batch[wrote:len(batch):len(batch)], l.out...)
+		l.out, l.marks = rest, append(marks, l.marks...)
+		l.wmu.Unlock()
+		l.kick()
+		return
+	}
+	l.spare = batch[:0]
+	more := len(l.out) > 0
+	l.wmu.Unlock()
+	if more {
+		l.kick()
+	}
+	if len(marks) > 0 {
+		l.n.delivered(l, marks)
+	}
+}
+
+func (l *link) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeNow writes as much of b as the socket takes without waiting. Only
+// a plain TCP connection can; others leave everything to the writer.
+func (l *link) writeNow(b []byte) (int, error) {
+	tc, ok := l.c.(*net.TCPConn)
+	if !ok {
+		return 0, nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0, nil
+	}
+	wrote := 0
+	var werr error
+	cerr := rc.Write(func(fd uintptr) bool {
+		for wrote < len(b) {
+			k, err := syscall.Write(int(fd), b[wrote:])
+			if k > 0 {
+				wrote += k
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				if !errors.Is(err, syscall.EAGAIN) {
+					werr = err
+				}
+				break
+			}
+		}
+		return true // never wait here: the writer does
+	})
+	if werr == nil {
+		werr = cerr
+	}
+	return wrote, werr
+}
+
+// writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
+func (l *link) writeBlocking(b []byte) (int, error) {
+	// Refresh the deadline only when half of it is used up: setting it
+	// costs more than the write on the fast path.
+	if now := time.Now(); now.After(l.wdl) {
+		l.wdl = now.Add(l.n.cfg.WriteTimeout / 2)
+		_ = l.c.SetWriteDeadline(now.Add(l.n.cfg.WriteTimeout))
+	}
+	return l.c.Write(b)
+}
