@@ -79,8 +79,12 @@ var dnsNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A
 //     node of the chain pass for a successor dialed at localhost.
 //
 // GenerateCerts refuses to replace any existing file (the error wraps
-// fs.ErrExist) unless overwrite is true; it checks all files before writing
-// any. Files are written to a temporary name and renamed into place.
+// fs.ErrExist) unless overwrite is true. Every file is first written and
+// synced under a temporary name; only then are they put in place, each by
+// a hard link that fails if the name exists (a rename with overwrite), and
+// the directory is synced. If one cannot be put in place, those already
+// placed are removed: a failure leaves no new file behind, and a crash
+// leaves no empty or partial one.
 // It returns one Generated per node, in order.
 func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, error) {
 	if len(nodes) == 0 {
@@ -110,6 +114,8 @@ func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, e
 		}
 	}
 	if !overwrite {
+		// A courtesy check before any key is made; commit's links are
+		// what guarantees that nothing is replaced.
 		for _, name := range allFiles(nodes) {
 			p := filepath.Join(dir, name)
 			if _, err := os.Lstat(p); err == nil {
@@ -121,6 +127,20 @@ func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, e
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("secure: %w", err)
+	}
+	var pend []*staged
+	ok := false
+	defer func() {
+		if !ok {
+			discard(pend)
+		}
+	}()
+	add := func(path string, data []byte, perm fs.FileMode) error {
+		s, err := stage(path, data, perm)
+		if err == nil {
+			pend = append(pend, s)
+		}
+		return err
 	}
 
 	now := time.Now()
@@ -147,10 +167,14 @@ func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, e
 		return nil, err
 	}
 	caFile := filepath.Join(dir, CAFileName)
-	if err := writeCert(caFile, caDER); err != nil {
+	if err := add(caFile, certPEM(caDER), 0o644); err != nil {
 		return nil, err
 	}
-	if err := writeKey(filepath.Join(dir, CAKeyFileName), caKey); err != nil {
+	caKeyPEM, err := keyPEM(caKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := add(filepath.Join(dir, CAKeyFileName), caKeyPEM, 0o600); err != nil {
 		return nil, err
 	}
 
@@ -192,13 +216,21 @@ func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, e
 			SANs:     names,
 			Pin:      PinOf(leaf),
 		}
-		if err := writeCert(g.CertFile, der); err != nil {
+		if err := add(g.CertFile, certPEM(der), 0o644); err != nil {
 			return nil, err
 		}
-		if err := writeKey(g.KeyFile, key); err != nil {
+		kp, err := keyPEM(key)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(g.KeyFile, kp, 0o600); err != nil {
 			return nil, err
 		}
 		out = append(out, g)
+	}
+	ok = true
+	if err := commit(pend, overwrite); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -254,42 +286,16 @@ func serial() *big.Int {
 	return s.Add(s, big.NewInt(1))
 }
 
-func writeCert(path string, der []byte) error {
-	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+func certPEM(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-func writeKey(path string, key crypto.Signer) error {
+func keyPEM(key crypto.Signer) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
-}
-
-// writeFile writes data to path with exactly mode perm (not subject to the
-// umask), via a temporary file that is renamed into place.
-func writeFile(path string, data []byte, perm fs.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("secure: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("secure: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("secure: writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("secure: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("secure: %w", err)
-	}
-	return nil
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
 // ephemeralCert makes a throwaway self-signed certificate for PSK mode

@@ -152,3 +152,115 @@ func TestGenerateCertsRejects(t *testing.T) {
 		})
 	}
 }
+
+// snapshotDir returns every file in dir (not subdirectories) and its bytes.
+func snapshotDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range ents {
+		if e.IsDir() {
+			m[e.Name()] = "<dir>"
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = string(b)
+	}
+	return m
+}
+
+func sameDir(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	for k, v := range after {
+		if before[k] != v {
+			t.Errorf("%s: %s changed or appeared", what, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			t.Errorf("%s: %s disappeared", what, k)
+		}
+	}
+}
+
+// The certificate writer never leaves a mix of old and new files, nor
+// temporary ones: a failure part-way (an existing file, a file that appears
+// meanwhile, a name it cannot replace, a read-only directory) leaves the
+// directory as it was.
+func TestGenerateCertsFailures(t *testing.T) {
+	nodes := []NodeSpec{{Name: "A"}, {Name: "B"}}
+	t.Run("existing file", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "B.pem"), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshotDir(t, dir)
+		_, err := GenerateCerts(dir, nodes, false)
+		if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), "B.pem") {
+			t.Fatalf("err = %v, want fs.ErrExist naming B.pem", err)
+		}
+		sameDir(t, "existing file", before, snapshotDir(t, dir))
+	})
+	t.Run("file appears between check and write", func(t *testing.T) {
+		dir := t.TempDir()
+		var ss []*staged
+		for _, n := range []string{"ca.pem", "A.pem", "B.pem"} {
+			s, err := stage(filepath.Join(dir, n), []byte("new "+n), 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss = append(ss, s)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "B.pem"), []byte("theirs"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshotDir(t, dir)
+		delete(before, filepath.Base(ss[0].tmp)) // the writer's own temporaries go
+		delete(before, filepath.Base(ss[1].tmp))
+		delete(before, filepath.Base(ss[2].tmp))
+		if err := commit(ss, false); !errors.Is(err, fs.ErrExist) {
+			t.Fatalf("commit = %v, want fs.ErrExist", err)
+		}
+		sameDir(t, "raced file", before, snapshotDir(t, dir))
+	})
+	t.Run("overwrite fails part-way", func(t *testing.T) {
+		dir := t.TempDir()
+		if _, err := GenerateCerts(dir, nodes, false); err != nil {
+			t.Fatal(err)
+		}
+		// B-key.pem becomes a non-empty directory: renaming over it fails
+		// after the CA and A's files were already replaced.
+		kb := filepath.Join(dir, "B-key.pem")
+		os.Remove(kb)
+		if err := os.MkdirAll(filepath.Join(kb, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshotDir(t, dir)
+		if _, err := GenerateCerts(dir, nodes, true); err == nil || !strings.Contains(err.Error(), "B-key.pem") {
+			t.Fatalf("err = %v, want a failure naming B-key.pem", err)
+		}
+		sameDir(t, "overwrite", before, snapshotDir(t, dir))
+	})
+	t.Run("read-only directory", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root writes to read-only directories (the end-to-end test uses a read-only mount)")
+		}
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o755)
+		if _, err := GenerateCerts(dir, nodes, false); err == nil {
+			t.Fatal("wrote into a read-only directory")
+		}
+		if got := snapshotDir(t, dir); len(got) != 0 {
+			t.Errorf("files left: %v", got)
+		}
+	})
+}

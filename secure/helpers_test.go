@@ -137,6 +137,18 @@ func loadCA(t *testing.T, g Generated) (*x509.Certificate, any) {
 	return pair.Leaf, pair.PrivateKey
 }
 
+// newKeyFile writes a new random key to a 0600 file.
+func newKeyFile(t *testing.T) string {
+	t.Helper()
+	return pskFile(t, string(NewPSK()))
+}
+
+// pskOpts returns the PSK Options of node self between prev and next ("":
+// none).
+func pskOpts(key, prev, self, next string) Options {
+	return Options{PSKFile: key, PrevName: prev, SelfName: self, NextName: next}
+}
+
 // pskFile writes key to a 0600 file.
 func pskFile(t *testing.T, key string) string {
 	t.Helper()
@@ -280,10 +292,14 @@ func writePair(t *testing.T, name string, der []byte, key crypto.Signer) (certFi
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	if err := writeCert(certFile, der); err != nil {
+	kp, err := keyPEM(key)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeKey(keyFile, key); err != nil {
+	if err := writeFile(certFile, certPEM(der), 0o644, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(keyFile, kp, 0o600, false); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
