@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -80,12 +79,19 @@ func TestPinnedChain(t *testing.T) {
 
 func TestPSKChain(t *testing.T) {
 	psk := filepath.Join(t.TempDir(), "psk")
-	if err := os.WriteFile(psk, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+	if err := secure.WritePSKFile(psk, false); err != nil {
 		t.Fatal(err)
 	}
 	cfgs := chainConfigs(t, 3)
 	for i := range cfgs {
-		cfgs[i].Secure = mustLoad(t, secure.Options{PSKFile: psk})
+		o := secure.Options{PSKFile: psk, SelfName: cfgs[i].Name}
+		if i > 0 {
+			o.PrevName = cfgs[i-1].Name
+		}
+		if i < len(cfgs)-1 {
+			o.NextName = cfgs[i+1].Name
+		}
+		cfgs[i].Secure = mustLoad(t, o)
 	}
 	runChain(t, startAll(t, cfgs, []int{1, 2, 0}))
 }

@@ -1,7 +1,6 @@
 package secure
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -29,10 +28,17 @@ type Options struct {
 	// key (--pin-prev, --pin-next): "sha256//BASE64", several joined by ';'.
 	// PinPrev makes the predecessor link mutual TLS.
 	PinPrev, PinNext string
-	// PSKFile holds a pre-shared secret both neighbours know (--psk-file):
-	// at least 16 bytes after trimming white space; 32 random bytes are
-	// recommended.
+	// PSKFile holds a pre-shared key every node of the chain knows
+	// (--psk-file): at least 32 random bytes, written as base64 or hex
+	// (`chainsync psk FILE` makes one). Passphrases are refused.
 	PSKFile string
+	// SelfName, PrevName and NextName are the names of this node and of
+	// its neighbours as --chain gives them. A PSK proof covers the names
+	// of both ends of its link, so that a connection redirected to another
+	// node of the chain, or looped back to this node, is refused. PSK mode
+	// needs SelfName; PrevName is needed to accept a predecessor and
+	// NextName to dial a successor. Other modes ignore them.
+	SelfName, PrevName, NextName string
 	// ServerName, if set, is the name the successor's certificate must
 	// carry (--tls-server-name), instead of the host it was dialed at.
 	ServerName string
@@ -50,8 +56,13 @@ func (o Options) Enabled() bool {
 // connection forever.
 const DefaultHandshakeTimeout = 10 * time.Second
 
-// minPSKLen is the shortest accepted pre-shared key, in bytes.
-const minPSKLen = 16
+// MinPSKBytes is the least key material a PSK file must hold, in bytes
+// after decoding its base64 or hex.
+const MinPSKBytes = 32
+
+// maxNameLen bounds SelfName, PrevName and NextName (they travel in the
+// PSK proof line).
+const maxNameLen = 255
 
 // maxPSKFileSize catches a --psk-file that points at the wrong file.
 const maxPSKFileSize = 64 << 10
@@ -86,6 +97,9 @@ func Load(o Options) (*Config, error) {
 	if err := c.loadPSK(); err != nil {
 		return nil, err
 	}
+	if err := c.checkNames(); err != nil {
+		return nil, err
+	}
 	if err := c.loadCert(); err != nil {
 		return nil, err
 	}
@@ -98,46 +112,72 @@ func Load(o Options) (*Config, error) {
 	return c, nil
 }
 
+// pskHowTo tells an operator how to make a good key.
+const pskHowTo = "make a key with: chainsync psk FILE (or: openssl rand -base64 32 > FILE && chmod 600 FILE), and copy that file to every node of the chain"
+
 func (c *Config) loadPSK() error {
 	path := c.opts.PSKFile
 	if path == "" {
 		return nil
 	}
-	const gen = "create one with: openssl rand -base64 32 > FILE && chmod 600 FILE, and copy it to both neighbours"
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("--psk-file %s: %w (%s)", path, err, gen)
+		return fmt.Errorf("--psk-file %s: %w (%s)", path, err, pskHowTo)
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("--psk-file %s: not a regular file", path)
 	}
 	if fi.Size() > maxPSKFileSize {
-		return fmt.Errorf("--psk-file %s: %d bytes is far too large for a key: is this the right file? (%s)", path, fi.Size(), gen)
+		return fmt.Errorf("--psk-file %s: %d bytes is far too large for a key: is this the right file? (%s)", path, fi.Size(), pskHowTo)
+	}
+	if err := checkPerm("--psk-file", path, fi); err != nil {
+		return err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--psk-file %s: %w", path, err)
 	}
-	key := bytes.TrimSpace(data)
-	switch {
-	case len(key) == 0:
-		return fmt.Errorf("--psk-file %s: file is empty (%s)", path, gen)
-	case len(key) < minPSKLen:
-		return fmt.Errorf("--psk-file %s: key is %d bytes, need at least %d (%s)", path, len(key), minPSKLen, gen)
+	key, err := ParsePSK(data)
+	if err != nil {
+		return fmt.Errorf("--psk-file %s: %w (%s)", path, err, pskHowTo)
 	}
 	c.psk = key
-	c.warnPerm("--psk-file", path, fi)
 	return nil
 }
 
-// warnPerm warns about a secret file that group or others can read.
-func (c *Config) warnPerm(flag, path string, fi fs.FileInfo) {
+// checkNames checks the link-end names that PSK proofs cover.
+func (c *Config) checkNames() error {
+	o := c.opts
+	for _, n := range []struct{ what, v string }{{"this node's name", o.SelfName}, {"the predecessor's name", o.PrevName}, {"the successor's name", o.NextName}} {
+		if len(n.v) > maxNameLen {
+			return fmt.Errorf("%s is %d bytes long; at most %d", n.what, len(n.v), maxNameLen)
+		}
+	}
+	if c.psk == nil {
+		return nil
+	}
+	if o.SelfName == "" {
+		return errors.New("--psk-file needs the chain's names: give --chain NAME=HOST:PORT,... and --name " +
+			"(each PSK proof covers the names of both ends of its link, so that a connection redirected to another node, " +
+			"or looped back to this one, is refused; without names that cannot be checked)")
+	}
+	if o.PrevName == o.SelfName || o.NextName == o.SelfName {
+		return fmt.Errorf("--psk-file: this node %q cannot be its own neighbour", o.SelfName)
+	}
+	return nil
+}
+
+// checkPerm refuses a secret file that group or others can read (as ssh
+// does with private keys): its key is then no longer a secret of this
+// node's user.
+func checkPerm(flag, path string, fi fs.FileInfo) error {
 	if runtime.GOOS == "windows" {
-		return
+		return nil
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		c.warnf("%s %s is readable by group or others (mode %04o): run chmod 600 %s", flag, path, perm, path)
+		return fmt.Errorf("%s %s is accessible by group or others (mode %04o): a secret key must be readable only by its owner; run: chmod 600 %s", flag, path, perm, path)
 	}
+	return nil
 }
 
 func (c *Config) warnf(format string, args ...any) {
@@ -178,6 +218,9 @@ func (c *Config) loadCert() error {
 	if err != nil {
 		return fmt.Errorf("--tls-key %s: %w", o.KeyFile, err)
 	}
+	if err := checkPerm("--tls-key", o.KeyFile, fi); err != nil {
+		return err
+	}
 	keyPEM, err := os.ReadFile(o.KeyFile)
 	if err != nil {
 		return fmt.Errorf("--tls-key %s: %w", o.KeyFile, err)
@@ -195,7 +238,6 @@ func (c *Config) loadCert() error {
 		}
 	}
 	c.cert = cert
-	c.warnPerm("--tls-key", o.KeyFile, fi)
 	now := time.Now()
 	leaf := cert.Leaf
 	switch {

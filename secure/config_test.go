@@ -22,6 +22,7 @@ func TestLoadErrors(t *testing.T) {
 	missing := filepath.Join(dir, "missing.pem")
 	empty := write("empty", " \n", 0o600)
 	short := write("short", "tooshort\n", 0o600)
+	good := write("good", string(NewPSK()), 0o600)
 	garbage := write("garbage.pem", "hello", 0o644)
 	for _, tc := range []struct {
 		name string
@@ -41,9 +42,11 @@ func TestLoadErrors(t *testing.T) {
 		{"pin not a pin", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinPrev: "abc"}, []string{"--pin-prev \"abc\"", "sha256//"}},
 		{"pin wrong length", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: "sha256//AAAA"}, []string{"--pin-next", "44 characters"}},
 		{"pin empty list", Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: ";"}, []string{"--pin-next is empty"}},
-		{"missing PSK", Options{PSKFile: missing}, []string{"--psk-file " + missing, "openssl rand"}},
+		{"missing PSK", Options{PSKFile: missing}, []string{"--psk-file " + missing, "chainsync psk FILE"}},
 		{"empty PSK", Options{PSKFile: empty}, []string{"--psk-file " + empty, "empty"}},
-		{"short PSK", Options{PSKFile: short}, []string{"--psk-file " + short, "8 bytes, need at least 16"}},
+		{"short PSK", Options{PSKFile: short, SelfName: "A"}, []string{"--psk-file " + short, "6 bytes of key material (read as base64), need at least 32 random bytes", "chainsync psk FILE"}},
+		{"PSK without names", Options{PSKFile: good}, []string{"--psk-file needs the chain's names", "--chain"}},
+		{"PSK, own neighbour", pskOpts(good, "A", "A", ""), []string{"cannot be its own neighbour"}},
 		{"server name alone", Options{ServerName: "b.example"}, []string{"--tls-server-name needs TLS"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,15 +66,7 @@ func TestLoadErrors(t *testing.T) {
 func TestLoadWarnings(t *testing.T) {
 	certs := chain(t, "A")
 	a := certs["A"]
-	psk := filepath.Join(t.TempDir(), "psk")
-	if err := os.WriteFile(psk, []byte("0123456789abcdef0123"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := mustLoad(t, Options{PSKFile: psk})
-	if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, "--psk-file "+psk+" is readable by group or others (mode 0644): run chmod 600") {
-		t.Errorf("no permission warning: %q", w)
-	}
-	c = mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile})
+	c := mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile})
 	w := strings.Join(c.Warnings(), "\n")
 	for _, want := range []string{"any TLS client can become this node's predecessor", "system's trust roots"} {
 		if !strings.Contains(w, want) {
@@ -83,7 +78,7 @@ func TestLoadWarnings(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	certs := chain(t, "A")
 	a := certs["A"]
-	psk := pskFile(t, strings.Repeat("p", 32))
+	psk := newKeyFile(t)
 	for _, tc := range []struct {
 		o    Options
 		want string
@@ -93,7 +88,7 @@ func TestDescribe(t *testing.T) {
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, PinNext: a.Pin}, "mutual TLS 1.3 (CA " + a.CAFile + ", pinned successor)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, ServerName: "b"}, "mutual TLS 1.3 (CA " + a.CAFile + ", successor name b)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin}, "TLS 1.3 (pinned successor, predecessor NOT authenticated)"},
-		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PSKFile: psk}, "TLS 1.3 (PSK " + psk + ")"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PSKFile: psk, SelfName: "A"}, "TLS 1.3 (PSK " + psk + ")"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile}, "TLS 1.3 (successor checked against system roots, predecessor NOT authenticated)"},
 	} {
 		if got := mustLoad(t, tc.o).Describe(); got != tc.want {

@@ -165,6 +165,10 @@ func (c *Config) Client(ctx context.Context, raw net.Conn, addr string) (net.Con
 	if !c.Enabled() {
 		return raw, nil
 	}
+	if c.psk != nil && c.opts.NextName == "" {
+		raw.Close()
+		return nil, errors.New("secure: PSK mode needs the successor's name (Options.NextName, from --chain) to dial it")
+	}
 	peer := addr
 	if peer == "" {
 		peer = raw.RemoteAddr().String()
@@ -191,6 +195,10 @@ func (c *Config) Client(ctx context.Context, raw net.Conn, addr string) (net.Con
 func (c *Config) Server(ctx context.Context, raw net.Conn) (net.Conn, error) {
 	if !c.Enabled() {
 		return raw, nil
+	}
+	if c.psk != nil && c.opts.PrevName == "" {
+		raw.Close()
+		return nil, errors.New("secure: PSK mode needs the predecessor's name (Options.PrevName, from --chain) to accept it")
 	}
 	rec := &recorder{Conn: raw}
 	return c.handshake(ctx, tls.Server(rec, c.server), rec, RolePredecessor, raw.RemoteAddr().String())

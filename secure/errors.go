@@ -40,6 +40,10 @@ const (
 	// ReasonPSKMismatch: the peer's PSK proof is wrong, or the peer
 	// rejected this node's: the two --psk-file keys differ.
 	ReasonPSKMismatch Reason = "PSK proof mismatch"
+	// ReasonWrongPosition: the peer proved the PSK, but for another link
+	// of the chain: a connection redirected to the wrong node, or looped
+	// back to this node itself. Detail names both positions.
+	ReasonWrongPosition Reason = "position mismatch"
 	// ReasonNoPSKProof: the peer completed TLS but sent no PSK proof
 	// (it probably runs without --psk-file).
 	ReasonNoPSKProof Reason = "no PSK proof"

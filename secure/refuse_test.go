@@ -125,9 +125,9 @@ func TestRefuseWrongPin(t *testing.T) {
 }
 
 func TestRefuseWrongPSK(t *testing.T) {
-	good, bad := pskFile(t, "0123456789abcdef-good-key"), pskFile(t, "0123456789abcdef-bad-key")
+	good, bad := newKeyFile(t), newKeyFile(t)
 	t.Run("our client", func(t *testing.T) {
-		cli, srv := connect(t, mustLoad(t, Options{PSKFile: good}), mustLoad(t, Options{PSKFile: bad}))
+		cli, srv := connect(t, mustLoad(t, pskOpts(good, "A", "B", "")), mustLoad(t, pskOpts(bad, "", "A", "B")))
 		wantRefused(t, "server", srv.err, ReasonPSKMismatch, "PSK proof mismatch")
 		wantRefused(t, "client", cli.err, ReasonPSKMismatch, "successor rejected this node's PSK proof")
 		if srv.conn != nil || cli.conn != nil {
@@ -139,14 +139,14 @@ func TestRefuseWrongPSK(t *testing.T) {
 		// yet), then sends a forged proof and a protocol line in one
 		// write. The server must refuse without ever handing a connection
 		// (and so that line) to the protocol.
-		srv, imp := mustLoad(t, Options{PSKFile: good}), mustLoad(t, Options{PSKFile: bad})
+		srv, imp := mustLoad(t, pskOpts(good, "A", "B", "")), mustLoad(t, pskOpts(bad, "", "A", "B"))
 		addr, ch := serve(t, srv)
 		tc, err := foreignClient(t, addr, imp.client.Clone())
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, _ := imp.proof(tc, "client")
-		if _, err := tc.Write([]byte(pskLinePrefix + hex.EncodeToString(p) + "\nREADY\n")); err != nil {
+		p, _ := imp.proof(tc, macClient, "A", "B")
+		if _, err := tc.Write([]byte(pskLinePrefix + "A B " + hex.EncodeToString(p) + "\nREADY\n")); err != nil {
 			t.Fatal(err)
 		}
 		r := <-ch
@@ -162,7 +162,7 @@ func TestRefuseWrongPSK(t *testing.T) {
 	t.Run("peer without PSK", func(t *testing.T) {
 		certs := chain(t, "A", "B")
 		ob := mtls(certs["B"])
-		ob.PSKFile = good
+		ob.PSKFile, ob.PrevName, ob.SelfName = good, "A", "B"
 		srv := mustLoad(t, ob)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -365,9 +365,9 @@ func TestRefuseWrongName(t *testing.T) {
 // (testing/synctest) over net.Pipe.
 func TestHandshakeTimeout(t *testing.T) {
 	certs := chain(t, "B")
-	key := pskFile(t, strings.Repeat("s", 32))
+	key := newKeyFile(t)
 	b := mustLoad(t, mtls(certs["B"]))
-	bPSK := mustLoad(t, Options{PSKFile: key})
+	bPSK := mustLoad(t, pskOpts(key, "A", "B", ""))
 	for _, tc := range []struct {
 		name    string
 		srv     *Config

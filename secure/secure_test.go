@@ -110,13 +110,13 @@ func TestCAAndPin(t *testing.T) {
 // Draft: Security Considerations (pre-shared keys): PSK alone (ephemeral
 // certificates) and PSK on top of mutual TLS both connect.
 func TestPSK(t *testing.T) {
-	key := pskFile(t, "correct horse battery staple, but random\n")
+	key := newKeyFile(t)
 	t.Run("PSK only", func(t *testing.T) {
-		c := mustLoad(t, Options{PSKFile: key})
+		c := mustLoad(t, pskOpts(key, "", "A", "B"))
 		if got := c.Describe(); got != "TLS 1.3 (PSK "+key+", ephemeral certificate)" {
 			t.Errorf("Describe = %q", got)
 		}
-		cli, srv := connect(t, mustLoad(t, Options{PSKFile: key}), c)
+		cli, srv := connect(t, mustLoad(t, pskOpts(key, "A", "B", "")), c)
 		if cli.err != nil || srv.err != nil {
 			t.Fatalf("client: %v; server: %v", cli.err, srv.err)
 		}
@@ -126,6 +126,8 @@ func TestPSK(t *testing.T) {
 		certs := chain(t, "A", "B")
 		oa, ob := mtls(certs["A"]), mtls(certs["B"])
 		oa.PSKFile, ob.PSKFile = key, key
+		oa.SelfName, oa.NextName = "A", "B"
+		ob.PrevName, ob.SelfName = "A", "B"
 		cli, srv := connect(t, mustLoad(t, ob), mustLoad(t, oa))
 		if cli.err != nil || srv.err != nil {
 			t.Fatalf("client: %v; server: %v", cli.err, srv.err)
@@ -138,8 +140,8 @@ func TestPSK(t *testing.T) {
 // byte more, so a protocol line sent in the same segment as the proof is
 // delivered intact.
 func TestPSKProofThenLinePipelined(t *testing.T) {
-	key := pskFile(t, strings.Repeat("k", 32))
-	srv, cli := mustLoad(t, Options{PSKFile: key}), mustLoad(t, Options{PSKFile: key})
+	key := newKeyFile(t)
+	srv, cli := mustLoad(t, pskOpts(key, "A", "B", "")), mustLoad(t, pskOpts(key, "", "A", "B"))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	addr, ch := listen(t, func(raw net.Conn) (net.Conn, error) { return srv.Server(ctx, raw) })
@@ -152,11 +154,11 @@ func TestPSKProofThenLinePipelined(t *testing.T) {
 	if err := tc.HandshakeContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := cli.proof(tc, "client")
+	p, err := cli.proof(tc, macClient, "A", "B")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tc.Write([]byte(pskLinePrefix + hex.EncodeToString(p) + "\nREADY\n")); err != nil {
+	if _, err := tc.Write([]byte(pskLinePrefix + "A B " + hex.EncodeToString(p) + "\nREADY\n")); err != nil {
 		t.Fatal(err)
 	}
 	r := <-ch

@@ -22,6 +22,7 @@ Usage:
   chainsync certs [flags]                make a CA and per-node TLS certificates
   chainsync bench [--n 2,4,16] [flags]   measure rounds against a raw-TCP floor
   chainsync pin CERTFILE                 print a certificate's key pin
+  chainsync psk [--force] FILE           write a new pre-shared key for --psk-file
   chainsync version                      print the version
 
 Examples:
@@ -55,6 +56,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		case "bench":
 			printUsage(stdout, benchUsage, (&benchOpts{}).flags)
 			return ExitOK
+		case "psk":
+			printUsage(stdout, pskUsage, pskFlags)
+			return ExitOK
 		}
 	}
 	switch args[0] {
@@ -70,6 +74,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return benchMain(args[1:], stdout, stderr)
 	case benchAgentCommand: // hidden: one node of chainsync bench --mode procs
 		return benchAgentMain(stdout, stderr)
+	case "psk":
+		return pskMain(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionString())
 		return ExitOK

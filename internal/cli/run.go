@@ -94,7 +94,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "trust roots (PEM `FILE`) for verifying both neighbours (mutual TLS)")
 	fs.StringVar(&o.tls.PinPrev, "pin-prev", "", "the predecessor's key `PIN` (sha256//BASE64, see chainsync pin)")
 	fs.StringVar(&o.tls.PinNext, "pin-next", "", "the successor's key `PIN` (sha256//BASE64, see chainsync pin)")
-	fs.StringVar(&o.tls.PSKFile, "psk-file", "", "pre-shared secret `FILE`, same on every node; peers prove they know it")
+	fs.StringVar(&o.tls.PSKFile, "psk-file", "", "pre-shared key `FILE` (made by chainsync psk), same on every node; peers prove they know it and their place in --chain (needs --chain)")
 	fs.StringVar(&o.tls.ServerName, "tls-server-name", "", "verify the successor's certificate for `NAME` instead of the --next host")
 }
 
@@ -135,6 +135,8 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, usageError{err.Error()}
 		}
 		prev, next = p, n
+		o.tls.SelfName = o.name
+		o.tls.PrevName, o.tls.NextName = chainNames(ms, o.name)
 		if listen == "" {
 			listen = l
 		} else if p == "" {
@@ -187,6 +189,9 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		MaxParallelTasks: o.parallel,
 		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
 		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
+	}
+	if cfg.PrevName == "" && cfg.NextName == "" {
+		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
 	}
 	return cfg, rounds, nil
 }
