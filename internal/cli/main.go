@@ -5,26 +5,86 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 )
 
 // Version is the release version; builds from a module add their VCS
 // revision in chainsync version.
 const Version = "0.1.0"
 
-const mainUsage = `chainsync runs a fixed chain of processes A -> B -> ... -> N so that their
+// command is one entry of the command table: Main dispatches on it, the
+// main help lists it, and the shell completion scripts are generated from
+// it and from each command's flag set, so none of them can go stale.
+type command struct {
+	name    string
+	args    string // synopsis after the name
+	summary string // one line for the main help
+	usage   string // the help text before the flag list
+	// flags defines the command's flags on fs (nil: none).
+	flags func(fs *flag.FlagSet)
+	// main runs the command with the arguments after its name.
+	main func(args []string, stdout, stderr io.Writer) int
+	// hidden commands are internal: not in the help or the completions.
+	hidden bool
+}
+
+// commands is the command table, in the order the main help lists it. It
+// is filled in init because completion, one of its entries, reads it.
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "demo", args: "[-n N] [--rounds R]", summary: "a live local demo: N nodes over loopback TCP",
+			usage: demoUsage, flags: demoFlags, main: demoMain},
+		{name: "run", args: "[flags] -- COMMAND...", summary: "run one node of a real chain",
+			usage: runUsage, flags: func(fs *flag.FlagSet) { (&runOpts{}).flags(fs) },
+			main: func(args []string, _, stderr io.Writer) int { return runMain(args, stderr) }},
+		{name: "check", args: "[run flags]", summary: "preflight: check the configuration and both links, start nothing",
+			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
+		{name: "certs", args: "[flags]", summary: "make a CA and per-node TLS certificates",
+			usage: certsUsage, flags: certsFlags, main: certsMain},
+		{name: "bench", args: "[--n 2,4,16] [flags]", summary: "measure rounds against a raw-TCP floor",
+			usage: benchUsage, flags: func(fs *flag.FlagSet) { (&benchOpts{}).flags(fs) }, main: benchMain},
+		{name: benchAgentCommand, hidden: true, // one node of chainsync bench --mode procs
+			main: func(_ []string, stdout, stderr io.Writer) int { return benchAgentMain(stdout, stderr) }},
+		{name: "pin", args: "CERTFILE", summary: "print a certificate's key pin", usage: pinUsage, main: pinMain},
+		{name: "psk", args: "[--force] FILE", summary: "write a new pre-shared key for --psk-file",
+			usage: pskUsage, flags: pskFlags, main: pskMain},
+		{name: "completion", args: "bash|zsh", summary: "print a shell completion script",
+			usage: completionUsage, main: completionMain},
+		{name: "version", summary: "print the version", usage: versionUsage, main: versionMain},
+	}
+}
+
+// visibleCommands are the commands a user sees in help and completions.
+func visibleCommands() []*command {
+	var out []*command
+	for _, c := range commands {
+		if !c.hidden {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func lookupCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+const mainIntro = `chainsync runs a fixed chain of processes A -> B -> ... -> N so that their
 tasks run strictly in order, and only once every one of them is ready
 (draft-dohmeyer-chainsync: a READY wave forward, a START wave back, tasks in
 order, a COMPLETE exit wave back).
 
 Usage:
-  chainsync demo [-n N] [--rounds R]     a live local demo: N nodes over loopback TCP
-  chainsync run [flags] -- COMMAND...    run one node of a real chain
-  chainsync certs [flags]                make a CA and per-node TLS certificates
-  chainsync bench [--n 2,4,16] [flags]   measure rounds against a raw-TCP floor
-  chainsync pin CERTFILE                 print a certificate's key pin
-  chainsync psk [--force] FILE           write a new pre-shared key for --psk-file
-  chainsync version                      print the version
+`
 
+const mainExamples = `
 Examples:
   chainsync demo                         start here: watch a 4-node chain run
   # a three-node chain on one machine, one command per terminal, any order:
@@ -32,59 +92,81 @@ Examples:
   chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name B -- ./task.sh
   chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name A -- ./task.sh
 
-Run "chainsync COMMAND --help" for a command's flags and examples.
+Run "chainsync COMMAND --help" (or "chainsync help COMMAND") for a command's
+flags and examples.
 `
+
+// mainUsage is the top-level help, its command list built from commands.
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString(mainIntro)
+	for _, c := range visibleCommands() {
+		syn := strings.TrimSpace("chainsync " + c.name + " " + c.args)
+		fmt.Fprintf(&b, "  %-38s %s\n", syn, c.summary)
+	}
+	b.WriteString(mainExamples)
+	return b.String()
+}
 
 // Main runs the chainsync command with args (without the program name) and
 // returns its exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainUsage)
+		fmt.Fprint(stderr, mainUsage())
 		return ExitUsage
 	}
-	if len(args) > 1 && isHelp(args[1:]) {
-		switch args[0] {
-		case "run":
-			printUsage(stdout, runUsage, (&runOpts{}).flags)
-			return ExitOK
-		case "demo":
-			printUsage(stdout, demoUsage, demoFlags)
-			return ExitOK
-		case "certs":
-			printUsage(stdout, certsUsage, certsFlags)
-			return ExitOK
-		case "bench":
-			printUsage(stdout, benchUsage, (&benchOpts{}).flags)
-			return ExitOK
-		case "psk":
-			printUsage(stdout, pskUsage, pskFlags)
-			return ExitOK
-		}
-	}
 	switch args[0] {
-	case "run":
-		return runMain(args[1:], stderr)
-	case "demo":
-		return demoMain(args[1:], stdout, stderr)
-	case "certs":
-		return certsMain(args[1:], stdout, stderr)
-	case "pin":
-		return pinMain(args[1:], stdout, stderr)
-	case "bench":
-		return benchMain(args[1:], stdout, stderr)
-	case benchAgentCommand: // hidden: one node of chainsync bench --mode procs
-		return benchAgentMain(stdout, stderr)
-	case "psk":
-		return pskMain(args[1:], stdout, stderr)
-	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, versionString())
-		return ExitOK
+	case "--version", "-version":
+		return versionMain(nil, stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, mainUsage)
+		if len(args) == 2 {
+			if c := lookupCommand(args[1]); c != nil {
+				printHelp(stdout, c)
+				return ExitOK
+			}
+			fmt.Fprintf(stderr, "chainsync help: unknown command %q\n\n%s", args[1], mainUsage())
+			return ExitUsage
+		}
+		fmt.Fprint(stdout, mainUsage())
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "chainsync: unknown command %q\n\n%s", args[0], mainUsage)
-	return ExitUsage
+	c := lookupCommand(args[0])
+	if c == nil {
+		fmt.Fprintf(stderr, "chainsync: unknown command %q\n\n%s", args[0], mainUsage())
+		return ExitUsage
+	}
+	if isHelp(args[1:]) {
+		printHelp(stdout, c)
+		return ExitOK
+	}
+	return c.main(args[1:], stdout, stderr)
+}
+
+// printHelp writes a command's help, with its flags, to w.
+func printHelp(w io.Writer, c *command) {
+	if c.flags == nil {
+		fmt.Fprint(w, c.usage)
+		return
+	}
+	printUsage(w, c.usage, c.flags)
+}
+
+const versionUsage = `Usage: chainsync version
+
+Prints the version of chainsync, the Go version it was built with and, for a
+build from a git checkout, the revision.
+
+Example:
+  chainsync version
+`
+
+func versionMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "chainsync version: takes no arguments\n\n%s", versionUsage)
+		return ExitUsage
+	}
+	fmt.Fprintln(stdout, versionString())
+	return ExitOK
 }
 
 func versionString() string {

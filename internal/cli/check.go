@@ -1,0 +1,309 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
+	"github.com/chainsync-go/chainsync/transport"
+)
+
+const checkUsage = `Usage: chainsync check [run flags] [--timeout D] [-- COMMAND [ARG...]]
+
+Preflight for chainsync run, with the same flags (and CHAINSYNC_ variables):
+validates the configuration, then reaches both neighbours exactly as run
+would, through the same TLS, pins and pre-shared key, and sends no protocol
+line, so no round starts. It listens for the predecessor and dials the
+successor at the same time, so neighbours that both run check see each
+other: start check on every node within --timeout. A task after -- is
+checked to be runnable. Prints one line per link, "ok" or the reason
+(wrong CA, pin mismatch, PSK mismatch, refused, unreachable, ...).
+
+Example, before the maintenance window, on every node:
+  chainsync check --chain A=10.0.0.1:7000,B=10.0.0.2:7000,C=10.0.0.3:7000 --name B \
+    --tls-cert B.pem --tls-key B-key.pem --tls-ca ca.pem -- ./upgrade.sh
+
+Exit status: 0 every link checks out; 1 a link does not; 2 usage error (the
+configuration itself is wrong: run would refuse it too).
+
+Flags (those of chainsync run, plus --timeout):
+`
+
+// checkOpts are chainsync check's flags: run's plus its own.
+type checkOpts struct {
+	runOpts
+	timeout time.Duration
+}
+
+func (o *checkOpts) flags(fs *flag.FlagSet) {
+	o.runOpts.flags(fs)
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the neighbours (the successor to be reachable, the predecessor to connect)")
+}
+
+// confirmWait is how long a dialer waits after its TLS handshake for the
+// successor's verdict: a TLS 1.3 server that refuses the client's
+// certificate says so only after the client considers the handshake done.
+const confirmWait = 2 * time.Second
+
+// linkCheck is the outcome for one link.
+type linkCheck struct {
+	ok     bool
+	detail string // ok: what was verified; otherwise the reason
+}
+
+// checkMain is chainsync check.
+func checkMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o checkOpts
+	o.flags(fs)
+	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "chainsync check: %v\n(see chainsync check --help)\n", err)
+		return ExitUsage
+	}
+	fromEnv, err := applyEnv(fs, os.LookupEnv)
+	if err != nil {
+		return fail(err)
+	}
+	if o.timeout <= 0 {
+		return fail(usagef("--timeout must be positive"))
+	}
+	task := fs.Args()
+	if len(task) == 0 {
+		// No task to check: give config one that certainly runs.
+		exe, err := os.Executable()
+		if err != nil {
+			exe = "sh"
+		}
+		task = []string{exe}
+	}
+	cfg, _, err := o.config(task)
+	if err != nil {
+		return fail(err)
+	}
+	log, err := o.logger(stderr)
+	if err != nil {
+		return fail(err)
+	}
+	logEnv(log, fromEnv)
+	sec, err := secure.Load(o.tls)
+	if err != nil {
+		return fail(err)
+	}
+
+	role := protocol.RoleOf(cfg.Listen != "", cfg.Next != "")
+	fmt.Fprintf(stdout, "%s: %s; links: %s\n", labelled("node", o.name), role, sec.Describe())
+	for _, w := range sec.Warnings() {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	for _, v := range unknownEnv(fs, os.Environ()) {
+		fmt.Fprintf(stdout, "warning: %s is set but configures nothing (misspelt? see chainsync check --help)\n", v)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	var pred, succ chan linkCheck
+	if role.HasPred() {
+		// Listen before dialing: the successor dial's source port must not
+		// take this node's own listen port.
+		pred = make(chan linkCheck, 1)
+		ln, err := transport.Listen(ctx, cfg.Listen)
+		if err != nil {
+			pred <- linkCheck{false, "cannot listen: " + err.Error()}
+		} else {
+			go func() { pred <- checkPred(ctx, sec, ln, o.pendingTimeout, o.timeout) }()
+		}
+	}
+	if role.HasSucc() {
+		succ = make(chan linkCheck, 1)
+		go func() { succ <- checkSucc(ctx, sec, cfg.Next, o.pendingTimeout, o.timeout) }()
+	}
+	code := ExitOK
+	report := func(what string, ch chan linkCheck) {
+		if ch == nil {
+			return
+		}
+		r := <-ch
+		verdict := "ok"
+		if !r.ok {
+			verdict, code = "FAIL", ExitError
+		}
+		fmt.Fprintf(stdout, "%s: %s: %s\n", what, verdict, r.detail)
+	}
+	report(fmt.Sprintf("%s (listening on %s)", labelled("predecessor", peerName(o.chain, cfg.Prev)), cfg.Listen), pred)
+	report(fmt.Sprintf("%s at %s", labelled("successor", peerName(o.chain, cfg.Next)), cfg.Next), succ)
+	if pred == nil && succ == nil {
+		fmt.Fprintln(stdout, "no neighbours: a one-node chain has no links to check")
+	}
+	return code
+}
+
+// labelled returns "what name", or what alone for an unnamed node.
+func labelled(what, name string) string {
+	if name == "" {
+		return what
+	}
+	return what + " " + name
+}
+
+// peerName returns the name --chain gives addr, or "".
+func peerName(chain, addr string) string {
+	if chain == "" || addr == "" {
+		return ""
+	}
+	ms, err := parseChain(chain)
+	if err != nil {
+		return ""
+	}
+	for _, m := range ms {
+		if m.Addr == addr {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// checkPred accepts on ln, as run does, until a would-be predecessor
+// connects and completes the handshake run would demand, or ctx ends. A
+// connection that never starts TLS (a port scanner, a TCP health probe)
+// does not decide; any TLS verdict does.
+func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, handshake, timeout time.Duration) linkCheck {
+	addr := ln.Addr().String()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	last := ""
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				if last != "" {
+					return linkCheck{false, last}
+				}
+				return linkCheck{false, fmt.Sprintf("no connection from the predecessor within %v: is it running chainsync check or run with this node as its successor? does a firewall block %s?", timeout, addr)}
+			}
+			return linkCheck{false, "accept: " + err.Error()}
+		}
+		transport.Tune(c)
+		peer := c.RemoteAddr().String()
+		hctx, cancel := context.WithTimeout(ctx, handshake)
+		sc, err := sec.Server(hctx, c)
+		cancel()
+		if err != nil {
+			var re *secure.RefusedError
+			if errors.As(err, &re) && (re.Reason == secure.ReasonNotTLS || re.Reason == secure.ReasonTimeout ||
+				(re.Reason == secure.ReasonHandshake && errors.Is(err, io.EOF))) {
+				last = refusal(err)
+				continue
+			}
+			if ctx.Err() != nil && last != "" {
+				return linkCheck{false, last}
+			}
+			return linkCheck{false, refusal(err)}
+		}
+		detail := "connected from " + peer + tlsDetail(sc, "client")
+		sc.Close()
+		return linkCheck{true, detail}
+	}
+}
+
+// checkSucc dials addr with run's backoff until it answers or ctx ends,
+// then secures the connection exactly as run does, and sends nothing.
+func checkSucc(ctx context.Context, sec *secure.Config, addr string, handshake, timeout time.Duration) linkCheck {
+	b := transport.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	var lastErr error
+	c, err := transport.Dial(ctx, addr, &b, func(err error, _ int, _ time.Duration) { lastErr = err })
+	if err != nil {
+		return linkCheck{false, dialReason(addr, lastErr, timeout)}
+	}
+	hctx, cancel := context.WithTimeout(ctx, handshake)
+	sc, err := sec.Client(hctx, c, addr)
+	cancel()
+	if err != nil {
+		return linkCheck{false, refusal(err)}
+	}
+	defer sc.Close()
+	if !sec.Enabled() {
+		return linkCheck{true, "connected, plain TCP"}
+	}
+	// Wait for the successor's verdict on this node's certificate: an
+	// alert (refused), close_notify (a peer running check accepted and
+	// hung up) or silence (a running node waits for a protocol line).
+	_ = sc.SetReadDeadline(time.Now().Add(confirmWait))
+	var buf [1]byte
+	_, err = sc.Read(buf[:])
+	var re *secure.RefusedError
+	switch {
+	case errors.As(err, &re):
+		return linkCheck{false, refusal(err)}
+	case errors.Is(err, syscall.ECONNRESET):
+		return linkCheck{false, "the successor reset the connection right after the handshake: it probably refused this node (see its log or check output)"}
+	}
+	return linkCheck{true, "connected" + tlsDetail(sc, "server")}
+}
+
+// tlsDetail describes the verified peer certificate of a secured conn.
+func tlsDetail(c net.Conn, what string) string {
+	cs, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return ", plain TCP"
+	}
+	st := cs.ConnectionState()
+	s := ", " + tls.VersionName(st.Version)
+	if len(st.PeerCertificates) > 0 {
+		cert := st.PeerCertificates[0]
+		s += fmt.Sprintf(", %s certificate %q %s", what, cert.Subject.CommonName, secure.PinOf(cert))
+	}
+	return s
+}
+
+// refusal names a handshake failure by what the operator must fix.
+func refusal(err error) string {
+	var re *secure.RefusedError
+	if !errors.As(err, &re) {
+		return err.Error()
+	}
+	kind := string(re.Reason)
+	switch re.Reason {
+	case secure.ReasonUntrusted:
+		kind = "wrong CA"
+	case secure.ReasonWrongPin:
+		kind = "pin mismatch"
+	case secure.ReasonPSKMismatch, secure.ReasonNoPSKProof:
+		kind = "PSK mismatch"
+	case secure.ReasonRejectedByPeer:
+		kind = "refused by the peer"
+	}
+	return kind + ": " + re.Error()
+}
+
+// dialReason says why the successor could not be reached.
+func dialReason(addr string, err error, timeout time.Duration) string {
+	var dnsErr *net.DNSError
+	switch {
+	case err == nil:
+		return fmt.Sprintf("unreachable: no answer from %s within %v (wrong address, or a firewall dropping packets?)", addr, timeout)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("refused: nothing listens on %s (is the successor running chainsync check or run there?)", addr)
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("unreachable: cannot resolve %s: %v", addr, dnsErr)
+	}
+	return fmt.Sprintf("unreachable: %v", strings.TrimPrefix(err.Error(), "dial tcp "))
+}
