@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,7 +78,7 @@ func replay(t *testing.T, seed uint64, n int) {
 // some drop links, some duplicate, some fail a task, some run several
 // rounds, some use every chain length.
 func TestSimulateStats(t *testing.T) {
-	var drops, dups, fails, multi, colon, chunked, steps, sent, lost int
+	var drops, dups, fails, multi, colon, chunked, steps, sent, lost, crashes, reruns, resumedDone, durable int
 	lengths := map[int]bool{}
 	for seed := uint64(1); seed <= 500; seed++ {
 		res := runSchedule(seed, 0, nil)
@@ -99,15 +100,22 @@ func TestSimulateStats(t *testing.T) {
 			chunked++
 		}
 		lengths[res.n] = true
+		crashes += res.crashes
+		reruns += res.reruns
+		resumedDone += res.resumedDone
+		if res.durable {
+			durable++
+		}
 		steps += res.steps
 		sent += res.sent
 		lost += res.lost
 	}
-	t.Logf("500 schedules: %d steps, %d messages sent, %d lost on down links, %d drops, %d duplicates, %d failed tasks, %d multi-round",
-		steps, sent, lost, drops, dups, fails, multi)
-	if drops == 0 || dups == 0 || fails == 0 || multi == 0 || colon == 0 || chunked == 0 || len(lengths) != 12 {
-		t.Errorf("schedules too tame: drops %d dups %d fails %d multi-round %d colon %d chunked %d lengths %d",
-			drops, dups, fails, multi, colon, chunked, len(lengths))
+	t.Logf("500 schedules: %d steps, %d messages sent, %d lost on down links, %d drops, %d duplicates, %d failed tasks, %d multi-round, %d durable, %d crash-restarts, %d interrupted tasks re-run, %d taken as done",
+		steps, sent, lost, drops, dups, fails, multi, durable, crashes, reruns, resumedDone)
+	if drops == 0 || dups == 0 || fails == 0 || multi == 0 || colon == 0 || chunked == 0 || len(lengths) != 12 ||
+		durable == 0 || crashes == 0 || reruns == 0 || resumedDone == 0 {
+		t.Errorf("schedules too tame: drops %d dups %d fails %d multi-round %d colon %d chunked %d lengths %d durable %d crashes %d reruns %d resumed-done %d",
+			drops, dups, fails, multi, colon, chunked, len(lengths), durable, crashes, reruns, resumedDone)
 	}
 }
 
@@ -119,6 +127,10 @@ type schedResult struct {
 	chunked       bool
 	failNode      int
 	failRound     string
+	durable       bool // Machines emit ActSave; the sim keeps each node's journal
+	crashes       int  // crash-restarts (durable schedules only)
+	reruns        int  // interrupted tasks run again after a restart
+	resumedDone   int  // interrupted tasks taken as done (the restart was the task)
 	steps         int
 	drops, dups   int
 	sent, lost    int
@@ -126,8 +138,8 @@ type schedResult struct {
 }
 
 func (r schedResult) String() string {
-	s := fmt.Sprintf("n=%d rounds=%q faults=%v colon=%v chunked=%v fail=%d/%q steps=%d drops=%d dups=%d sent=%d lost=%d",
-		r.n, r.rounds, r.faults, r.colon, r.chunked, r.failNode, r.failRound, r.steps, r.drops, r.dups, r.sent, r.lost)
+	s := fmt.Sprintf("n=%d rounds=%q faults=%v colon=%v chunked=%v fail=%d/%q durable=%v crashes=%d reruns=%d steps=%d drops=%d dups=%d sent=%d lost=%d",
+		r.n, r.rounds, r.faults, r.colon, r.chunked, r.failNode, r.failRound, r.durable, r.crashes, r.reruns, r.steps, r.drops, r.dups, r.sent, r.lost)
 	if r.err != nil {
 		s += ": " + r.err.Error()
 	}
@@ -166,7 +178,8 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 	for i := range names {
 		names[i] = fmt.Sprint("n", i)
 	}
-	net := sim.New(sim.Config{Names: names})
+	res.durable = rng.IntN(2) == 0
+	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) { pc.Durable = res.durable }})
 	res.colon = rng.IntN(4) == 0
 	net.Colon = res.colon
 	if rng.IntN(2) == 0 {
@@ -182,6 +195,24 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 		}
 	}
 	chk.Attach(fail)
+	var killInTask []int // nodes to crash while their task runs
+	crashesLeft, killsLeft := 0, 0 // crash-restarts at random / inside a task
+	{
+		// No honest schedule, crash-restarts included (each node keeps
+		// its journal), ever shows a neighbour an older message.
+		hook := net.Hook
+		net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+			for _, a := range acts {
+				switch {
+				case a.Kind == protocol.ActPeerRestarted:
+					fail(fmt.Errorf("node %d, event %s: %s in a run where no node lost its state", node, sim.DescribeEvent(ev), sim.DescribeAction(a)))
+				case a.Kind == protocol.ActRunTask && killsLeft > len(killInTask) && rng.IntN(2) == 0:
+					killInTask = append(killInTask, node)
+				}
+			}
+			hook(node, ev, acts, err)
+		}
+	}
 	if trace != nil {
 		hook := net.Hook
 		net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
@@ -211,6 +242,9 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 	if res.faults {
 		wFault = 1 + rng.IntN(2)
 		dropsLeft, dupsLeft = 1+rng.IntN(2*n), 1+rng.IntN(4*n)
+		if res.durable {
+			crashesLeft, killsLeft = rng.IntN(n), 1+rng.IntN(2)
+		}
 	}
 	var down []int
 
@@ -233,6 +267,48 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 		check("link up", err)
 	}
 
+	// crash kills node k (it loses its Machine, keeps its journal) and
+	// restarts it at once; its links come up later like dropped ones.
+	// DECISIONS.md, "Restarts and durable state": a task the restart
+	// interrupted is resolved by a resume policy, chosen at random per
+	// task: done (the restart was the task: it counts as its one run) or
+	// rerun; the task that is meant to fail fails (policy fail).
+	crash := func(k int) {
+		res.crashes++
+		interrupted, err := net.Restart(k)
+		check("restart", err)
+		if trace != nil {
+			trace(fmt.Sprintf("n%d crashed and restarted from its journal; interrupted tasks %q", k, interrupted))
+		}
+		if err == nil {
+			if err := chk.Restarted(k, interrupted); err != nil {
+				fail(err)
+			}
+		}
+		for _, p := range []int{k - 1, k} {
+			if p >= 0 && p+1 < n && !slices.Contains(down, p) {
+				down = append(down, p)
+			}
+		}
+		for _, id := range interrupted {
+			switch {
+			case k == res.failNode && id == res.failRound:
+				_, err := net.Step(k, protocol.TaskDone(id, true))
+				check("resume fail", err)
+			case rng.IntN(2) == 0:
+				_, err := net.Step(k, protocol.TaskDone(id, false))
+				check("resume done", err)
+				res.resumedDone++
+			default:
+				if err := chk.Rerun(k, id); err != nil {
+					fail(err)
+				}
+				net.Rerun(k, id)
+				res.reruns++
+			}
+		}
+	}
+
 	// honest picks one non-fault step; it reports false at quiescence.
 	honest := func(faultsToo bool) bool {
 		wd, wr, wt, wf := 0, 0, 0, 0
@@ -245,13 +321,23 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 		if len(net.Tasks) > 0 {
 			wt = wTask
 		}
-		if faultsToo && (dropsLeft > 0 || dupsLeft > 0 || len(down) > 0) {
+		if faultsToo && (dropsLeft > 0 || dupsLeft > 0 || crashesLeft > 0 || len(down) > 0) {
 			wf = wFault
 		}
 		if wd+wr+wt == 0 && (wf == 0 || len(down) == 0) {
 			return false
 		}
 		res.steps++
+		if faultsToo && len(killInTask) > 0 && rng.IntN(2) == 0 {
+			// Kill a node inside its task (if it is still running).
+			k := killInTask[0]
+			killInTask = killInTask[1:]
+			if killsLeft > 0 && slices.ContainsFunc(net.Tasks, func(t sim.Task) bool { return t.Node == k }) {
+				killsLeft--
+				crash(k)
+				return true
+			}
+		}
 		switch x := rng.IntN(wd + wr + wt + wf); {
 		case x < wd:
 			busy := net.Busy()
@@ -271,7 +357,7 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 			_, _, err := net.FinishTask(j, failed)
 			check("task done", err)
 		default:
-			switch c := rng.IntN(3); {
+			switch c := rng.IntN(4); {
 			case c == 0 && len(down) > 0:
 				restore(rng.IntN(len(down)))
 			case c == 1 && dropsLeft > 0:
@@ -301,6 +387,13 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 						trace(fmt.Sprintf("duplicate queued on n%d->n%d", from, to))
 					}
 				}
+			case c == 3 && crashesLeft > 0:
+				crashesLeft--
+				k := rng.IntN(n)
+				if len(net.Tasks) > 0 && rng.IntN(2) == 0 {
+					k = net.Tasks[rng.IntN(len(net.Tasks))].Node // kill it inside its task
+				}
+				crash(k)
 			}
 		}
 		return true

@@ -50,7 +50,11 @@ type RoundRef struct {
 type NodeRef struct {
 	LocalReady, Started, Finished, Failed, Aborted, Done bool
 	State                                                protocol.State
-	sent, got                                            uint8
+	// Restarts counts the node's restarts while its task was running;
+	// Reruns those after which the task ran again (resume policy rerun).
+	// The interrupted run and its re-run count as the task's one run.
+	Restarts, Reruns int
+	sent, got        uint8
 }
 
 // Message bits for NodeRef.sent (sent by this node) and .got (received).

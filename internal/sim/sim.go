@@ -31,6 +31,25 @@ type Node struct {
 	Index int
 	Role  protocol.Role
 	M     *protocol.Machine
+	// Journal is the node's durable state: the last Record of each round
+	// that its ActSave actions wrote (protocol.Config.Durable), in the
+	// order the rounds were first saved. Restart keeps it.
+	Journal []protocol.Record
+
+	cfg  protocol.Config
+	jpos map[string]int // round -> index in Journal
+}
+
+func (nd *Node) save(rec protocol.Record) {
+	if k, ok := nd.jpos[rec.Round]; ok {
+		nd.Journal[k] = rec
+		return
+	}
+	if nd.jpos == nil {
+		nd.jpos = make(map[string]int)
+	}
+	nd.jpos[rec.Round] = len(nd.Journal)
+	nd.Journal = append(nd.Journal, rec)
 }
 
 // Task is a local task that a Machine asked to run and that has not been
@@ -60,6 +79,10 @@ type Network struct {
 	// Hook, if set, sees every event fed to a Machine and its result,
 	// after the network has carried out the actions.
 	Hook func(node int, ev protocol.Event, acts []protocol.Action, err error)
+	// Mutate, if set, may rewrite the actions of every successful Step
+	// before the network carries them out and Hook sees them: tests use
+	// it to play a buggy Machine that a Checker must catch.
+	Mutate func(node int, ev protocol.Event, acts []protocol.Action) []protocol.Action
 	// Tasks are the running tasks, oldest first.
 	Tasks []Task
 	// Sent counts lines written to links; Lost counts sends on a link
@@ -106,7 +129,7 @@ func New(cfg Config) *Network {
 		if cfg.Machine != nil {
 			cfg.Machine(i, &pc)
 		}
-		net.Nodes[i] = &Node{Name: name, Index: i, Role: pc.Role, M: protocol.New(pc)}
+		net.Nodes[i] = &Node{Name: name, Index: i, Role: pc.Role, M: protocol.New(pc), cfg: pc}
 	}
 	if n > 1 {
 		net.links = make([]link, 2*(n-1))
@@ -192,10 +215,15 @@ func (n *Network) SetLink(p int, up bool) {
 // Tasks. The returned slice is reused by the next Step.
 func (n *Network) Step(i int, ev protocol.Event) ([]protocol.Action, error) {
 	acts, err := n.Nodes[i].M.Step(ev, n.out[:0])
+	if err == nil && n.Mutate != nil {
+		acts = n.Mutate(i, ev, acts)
+	}
 	n.out = acts[:0]
 	if err == nil {
 		for _, a := range acts {
 			switch a.Kind {
+			case protocol.ActSave:
+				n.Nodes[i].save(a.Record)
 			case protocol.ActSend:
 				if serr := n.send(i, a.To, a.Msg); serr != nil {
 					err = serr
@@ -323,6 +351,12 @@ func (n *Network) Replay(l, k int) bool {
 	}
 	for _, later := range lk.hist[k+1:] {
 		if later.Round == lk.hist[k].Round && later.Cmd > lk.hist[k].Cmd {
+			return false
+		}
+	}
+	// Nor behind a later one still in flight: it would arrive after it.
+	for _, p := range lk.pend[lk.head:] {
+		if p.msg.Round == lk.hist[k].Round && p.msg.Cmd > lk.hist[k].Cmd {
 			return false
 		}
 	}
