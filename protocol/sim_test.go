@@ -195,7 +195,7 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 		}
 	}
 	chk.Attach(fail)
-	var killInTask []int // nodes to crash while their task runs
+	var killInTask []int           // nodes to crash while their task runs
 	crashesLeft, killsLeft := 0, 0 // crash-restarts at random / inside a task
 	{
 		// No honest schedule, crash-restarts included (each node keeps
