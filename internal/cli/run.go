@@ -265,11 +265,14 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 		return err
 	}
+	sd := openNotify(log) // before Start: no task may inherit NOTIFY_SOCKET
 	node, err := chainsync.Start(cfg)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
+		_ = sd.Stopping("cannot start: " + err.Error())
 		return ExitError
 	}
+	defer startNotify(sd, node, rounds, log).stop() // READY=1 now: listening and dialing
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
