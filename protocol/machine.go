@@ -461,6 +461,10 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return ahead(0, "START for a round this node has not sent READY for")
 		case r.startRecv:
 			return out, nil
+		case st == StateSync:
+			// The successor has our READY, which we send only on leaving
+			// SYNC: we lost it (a restart without a journal).
+			return ahead(st, "START before this node sent READY")
 		case st != StateReady:
 			return violation(st, "START before this node sent READY")
 		}
