@@ -156,6 +156,20 @@ type readyEv struct {
 // runSchedule runs the random schedule of seed on a chain of n nodes (n=0:
 // chosen by the seed). trace, if set, gets a line per step.
 func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
+	return runScheduleExt(seed, n, trace, nil)
+}
+
+// schedExt lets a test add its own checks to runSchedule's schedules.
+type schedExt struct {
+	durable bool // force Durable Machines (and so crash-restarts)
+	// setup is called once the Checker is attached; it may wrap net.Hook.
+	setup func(net *sim.Network, fail func(error))
+	// restarted is called right after node k crashed and restarted, before
+	// its interrupted tasks are resolved.
+	restarted func(k int)
+}
+
+func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res schedResult) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	res = schedResult{seed: seed, failNode: -1}
 	if n == 0 {
@@ -178,7 +192,7 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 	for i := range names {
 		names[i] = fmt.Sprint("n", i)
 	}
-	res.durable = rng.IntN(2) == 0
+	res.durable = rng.IntN(2) == 0 || ext != nil && ext.durable
 	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) { pc.Durable = res.durable }})
 	res.colon = rng.IntN(4) == 0
 	net.Colon = res.colon
@@ -212,6 +226,9 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 			}
 			hook(node, ev, acts, err)
 		}
+	}
+	if ext != nil && ext.setup != nil {
+		ext.setup(net, fail)
 	}
 	if trace != nil {
 		hook := net.Hook
@@ -277,6 +294,9 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 		res.crashes++
 		interrupted, err := net.Restart(k)
 		check("restart", err)
+		if ext != nil && ext.restarted != nil {
+			ext.restarted(k)
+		}
 		if trace != nil {
 			trace(fmt.Sprintf("n%d crashed and restarted from its journal; interrupted tasks %q", k, interrupted))
 		}
