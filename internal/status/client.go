@@ -1,0 +1,71 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// URL turns a --status-addr as given to chainsync status (HOST:PORT, or an
+// http:// URL) into the URL of its /status document.
+func URL(addr string) (string, error) {
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" {
+			return "", fmt.Errorf("%q is not a usable URL", addr)
+		}
+		if u.Path == "" || u.Path == "/" {
+			u.Path = "/status"
+		}
+		return u.String(), nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("%q is not HOST:PORT (a node's --status-addr): %v", addr, err)
+	}
+	return "http://" + addr + "/status", nil
+}
+
+// Fetch reads one node's status document from addr (HOST:PORT or URL).
+func Fetch(ctx context.Context, client *http.Client, addr string) (Doc, error) {
+	var d Doc
+	u, err := URL(addr)
+	if err != nil {
+		return d, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return d, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return d, errors.New("no answer in time (the node, its host or the network is hung)")
+		}
+		return d, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return d, fmt.Errorf("%s answered %s: is this a chainsync --status-addr?", u, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return d, fmt.Errorf("reading the answer: %v", err)
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		return d, fmt.Errorf("%s did not answer with a chainsync status document: %v", u, err)
+	}
+	if d.Role == "" {
+		return d, fmt.Errorf("%s did not answer with a chainsync status document (no role)", u)
+	}
+	return d, nil
+}

@@ -1,0 +1,274 @@
+package status
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Node is one member of a chain as chainsync status saw it: its status
+// document, or why it could not be read.
+type Node struct {
+	Addr string // the --status-addr asked
+	Doc  *Doc   // nil if Err is set
+	Err  error
+	// Name is the node's name as its neighbours know it, for a node that
+	// does not answer (see NameSilent).
+	Name string
+}
+
+// Label names the node for people: its name, else its address.
+func (n Node) Label() string {
+	switch {
+	case n.Doc != nil && n.Doc.Name != "":
+		return n.Doc.Name
+	case n.Name != "":
+		return n.Name
+	}
+	return n.Addr
+}
+
+// NameSilent names each node that did not answer after what its
+// neighbours call it (their link's peer), when they answered.
+func NameSilent(nodes []Node) {
+	for i := range nodes {
+		if nodes[i].Doc != nil || nodes[i].Name != "" {
+			continue
+		}
+		if i > 0 && nodes[i-1].Doc != nil && nodes[i-1].Doc.Links.Succ.Peer != "" {
+			nodes[i].Name = nodes[i-1].Doc.Links.Succ.Peer
+		} else if i+1 < len(nodes) && nodes[i+1].Doc != nil && nodes[i+1].Doc.Links.Pred.Peer != "" {
+			nodes[i].Name = nodes[i+1].Doc.Links.Pred.Peer
+		}
+	}
+}
+
+// Verdict says where one round of a chain stands: done everywhere, or the
+// node that holds it up and what that node waits for.
+type Verdict struct {
+	Round string `json:"round"`
+	// Done: no node that answered still has the round in progress.
+	Done bool `json:"done"`
+	// At is the index (in chain order) of the node holding the round up,
+	// -1 when Done; Node is its name or address.
+	At   int    `json:"at"`
+	Node string `json:"node,omitempty"`
+	// WaitingFor is what that node waits for (a message, or
+	// local-readiness or task, from FromSelf), and From whom: "self" or
+	// the neighbour's name or address. Both are empty when the node does
+	// not answer.
+	WaitingFor string `json:"waiting_for,omitempty"`
+	From       string `json:"from,omitempty"`
+	// For is how long it has waited so, by that node's clock (0 if
+	// unknown); ForSeconds is the same for JSON.
+	For        time.Duration `json:"-"`
+	ForSeconds float64       `json:"for_seconds"`
+	// Why says it in one sentence.
+	Why string `json:"why"`
+}
+
+// Diagnose finds, for every round in progress anywhere in the chain, the
+// node that holds it up. nodes are the chain's members in chain order
+// (Head first).
+//
+// The rule: start at the first node, in chain order, that has the round in
+// progress, and follow what it waits for. A node that waits for itself (to
+// become locally ready, or for its own task) holds the round. A node that
+// waits for a message from a neighbour passes the question on to that
+// neighbour, unless the neighbour does not answer (then the neighbour
+// holds it: crashed, hung or unreachable), has faulted in that round (it
+// holds it), or has already sent the message (then the waiting node holds
+// it: the message is in flight or its link is down). Following the
+// waits-for arrows from any node ends at the same place, because each
+// wave moves in one direction; starting at the first one makes the answer
+// unique.
+func Diagnose(nodes []Node) []Verdict {
+	nodes = slices.Clone(nodes)
+	NameSilent(nodes)
+	var ids []string
+	for _, n := range nodes {
+		if n.Doc == nil {
+			continue
+		}
+		for _, r := range n.Doc.Rounds {
+			if !slices.Contains(ids, r.Round) {
+				ids = append(ids, r.Round)
+			}
+		}
+	}
+	slices.Sort(ids)
+	var out []Verdict
+	for _, id := range ids {
+		out = append(out, diagnoseRound(nodes, id))
+	}
+	return out
+}
+
+// RoundName spells a round id for people: "(unnamed)" for the empty one.
+func RoundName(id string) string {
+	if id == "" {
+		return "(unnamed)"
+	}
+	return id
+}
+
+func findRound(d *Doc, id string) *Round {
+	for i := range d.Rounds {
+		if d.Rounds[i].Round == id {
+			return &d.Rounds[i]
+		}
+	}
+	return nil
+}
+
+func findFault(d *Doc, id string) *Fault {
+	for i := len(d.Faults) - 1; i >= 0; i-- {
+		if d.Faults[i].Round == id {
+			return &d.Faults[i]
+		}
+	}
+	return nil
+}
+
+func diagnoseRound(nodes []Node, id string) Verdict {
+	v := Verdict{Round: id, At: -1}
+	cur := -1
+	for i, n := range nodes {
+		if n.Doc != nil && findRound(n.Doc, id) != nil {
+			cur = i
+			break
+		}
+	}
+	if cur < 0 {
+		v.Done = true
+		v.Why = "no node that answered has this round in progress"
+		return v
+	}
+	hold := func(i int, waiting, from, why string) Verdict {
+		v.At, v.Node, v.WaitingFor, v.From, v.Why = i, nodes[i].Label(), waiting, from, why
+		if d := nodes[i].Doc; d != nil {
+			if r := findRound(d, id); r != nil && !r.Since.IsZero() {
+				v.For = max(d.Time.Sub(r.Since), 0).Round(time.Millisecond)
+				v.ForSeconds = v.For.Seconds()
+			}
+		}
+		return v
+	}
+	for steps := 0; steps <= len(nodes); steps++ {
+		n := nodes[cur]
+		r := findRound(n.Doc, id)
+		name := n.Label()
+		if f := findFault(n.Doc, id); f != nil {
+			// A node that faulted in this round and still has it (the
+			// wait policy) holds it; its fault says why.
+			return hold(cur, r.WaitingFor, fromName(n, r.From), fmt.Sprintf("%s reported %s: %s", name, f.Kind, f.Error))
+		}
+		switch {
+		case r.From == FromSelf && r.WaitingFor == WaitTask:
+			return hold(cur, r.WaitingFor, FromSelf, name+" is running its task")
+		case r.From == FromSelf:
+			return hold(cur, r.WaitingFor, FromSelf, name+" is not locally ready (its --ready-cmd or --ready-file has not said so)")
+		case r.WaitingFor == "" || (r.From != "pred" && r.From != "succ"):
+			return hold(cur, "", "", fmt.Sprintf("%s is in %s: %s", name, r.State, r.Doing))
+		}
+		link := n.Doc.Links.Pred
+		j := cur - 1
+		if r.From == "succ" {
+			link, j = n.Doc.Links.Succ, cur+1
+		}
+		peer := fromName(n, r.From)
+		waits := fmt.Sprintf("%s waits for %s from %s", name, r.WaitingFor, peer)
+		if j < 0 || j >= len(nodes) {
+			why := waits + ", which is not among the nodes asked"
+			if !link.Up {
+				why += "; the link to it is down"
+			}
+			return hold(cur, r.WaitingFor, peer, why)
+		}
+		nb := nodes[j]
+		if nb.Doc == nil {
+			v = hold(cur, r.WaitingFor, peer, "")
+			v.At, v.Node = j, nb.Label()
+			v.Why = fmt.Sprintf("%s; %s (status %s) does not answer (%v): crashed, hung, or its host or network is down", waits, nb.Label(), nb.Addr, nb.Err)
+			if !link.Up {
+				v.Why += fmt.Sprintf("; the link from %s to it is down", name)
+			}
+			return v
+		}
+		rj := findRound(nb.Doc, id)
+		if rj == nil {
+			if f := findFault(nb.Doc, id); f != nil {
+				v = hold(j, "", "", fmt.Sprintf("%s; %s ended the round with %s: %s", waits, nb.Label(), f.Kind, f.Error))
+				return v
+			}
+		}
+		if sent(rj, r.WaitingFor, r.From, nb.Doc.Role) {
+			state := "has finished its part"
+			if rj != nil {
+				state = "is in " + rj.State
+			}
+			why := fmt.Sprintf("%s, which %s and so has sent it", waits, state)
+			if link.Up {
+				why += "; the link is up: the message is in flight or was lost on a connection that has since been replaced"
+			} else {
+				why += fmt.Sprintf("; the link between them is down (%s re-sends it when the link is back)", nb.Label())
+			}
+			return hold(cur, r.WaitingFor, peer, why)
+		}
+		cur = j
+	}
+	return hold(cur, "", "", "the nodes' reports disagree (they may have moved on between the requests); ask again")
+}
+
+// fromName names the neighbour on side ("pred" or "succ") of n.
+func fromName(n Node, side string) string {
+	var l Link
+	switch side {
+	case "pred":
+		l = n.Doc.Links.Pred
+	case "succ":
+		l = n.Doc.Links.Succ
+	default:
+		return side
+	}
+	if l.Peer != "" {
+		return l.Peer
+	}
+	if side == "pred" {
+		return "its predecessor"
+	}
+	return "its successor"
+}
+
+// sent reports whether a neighbour whose round is r (nil: finished there)
+// has already sent msg to the node waiting for it on side from (the
+// waiting node's side).
+func sent(r *Round, msg, from, role string) bool {
+	if r == nil {
+		return true
+	}
+	st := r.State
+	switch {
+	case msg == "READY" && from == "pred":
+		return st == "READY" || st == "WATCH" || st == "START" || st == "COMPLETE"
+	case msg == "START" && from == "succ":
+		return st == "WATCH" || st == "START" || st == "COMPLETE"
+	case msg == "COMPLETE" && from == "pred":
+		return st == "COMPLETE"
+	case msg == "COMPLETE" && from == "succ":
+		// Only the Tail sends COMPLETE back as it enters COMPLETE;
+		// others send it when they finish.
+		return st == "COMPLETE" && (role == "tail" || role == "single")
+	}
+	return false
+}
+
+// ChainLine is the chain's members joined by arrows, for headings.
+func ChainLine(nodes []Node) string {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Label()
+	}
+	return strings.Join(names, " -> ")
+}

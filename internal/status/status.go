@@ -1,0 +1,106 @@
+package status
+
+import (
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Doc is the JSON document GET /status serves: where one node stands.
+type Doc struct {
+	Name    string    `json:"name"`    // the node's --name ("" if it has none)
+	Role    string    `json:"role"`    // head, middle, tail or single
+	Version string    `json:"version"` // the chainsync version serving it
+	Time    time.Time `json:"time"`    // when the document was made (the node's clock)
+	Links   Links     `json:"links"`
+	Rounds  []Round   `json:"rounds"` // unfinished rounds at this node, by round id
+	Faults  []Fault   `json:"faults"` // the most recent faults, oldest first
+}
+
+// Links holds both neighbour links. Both are always present; Exists is
+// false for the side a node's role does not have (the Head's pred, the
+// Tail's succ).
+type Links struct {
+	Pred Link `json:"pred"`
+	Succ Link `json:"succ"`
+}
+
+// Link is one neighbour link.
+type Link struct {
+	Exists bool   `json:"exists"` // this node has a neighbour on this side
+	Up     bool   `json:"up"`     // connected now
+	Peer   string `json:"peer"`   // the neighbour's name, or its address if it has none
+}
+
+// Round is one unfinished round at a node.
+type Round struct {
+	Round string `json:"round"` // the round id; "" is the unnamed round
+	// State is the draft's state: SYNC, READY, WATCH, START or COMPLETE.
+	// A round this node has not opened yet is in SYNC.
+	State string `json:"state"`
+	// WaitingFor is the message the round waits for (READY, START or
+	// COMPLETE, from the neighbour named by From), or, when it waits for
+	// this node itself (From "self"), "local-readiness" or "task".
+	WaitingFor string    `json:"waiting_for"`
+	From       string    `json:"from"`  // pred, succ or self
+	Since      time.Time `json:"since"` // when the round entered State
+	Ready      bool      `json:"ready"` // this node is locally ready for the round
+	Doing      string    `json:"doing"` // the same in words
+}
+
+// Fault is one fault the node detected.
+type Fault struct {
+	Kind  string    `json:"kind"`  // task-failed, peer-silent, ... (chainsync.FaultKind)
+	Peer  string    `json:"peer"`  // the blamed neighbour; "" for this node's own faults
+	Side  string    `json:"side"`  // pred or succ; "" for this node's own faults
+	Round string    `json:"round"` // the round it happened in
+	Time  time.Time `json:"time"`
+	Error string    `json:"error"` // the fault in words
+}
+
+// The values of Round.From and Round.WaitingFor that name this node itself.
+const (
+	FromSelf           = "self"
+	WaitLocalReadiness = "local-readiness"
+	WaitTask           = "task"
+)
+
+// FromSnapshot builds the status document from a node's snapshot.
+func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
+	d := Doc{
+		Name: s.Name, Role: s.Role.String(), Version: version, Time: now,
+		Links: Links{
+			Pred: Link{Exists: s.Role.HasPred(), Up: s.PredUp, Peer: s.PredPeer},
+			Succ: Link{Exists: s.Role.HasSucc(), Up: s.SuccUp, Peer: s.SuccPeer},
+		},
+		Rounds: []Round{},
+		Faults: []Fault{},
+	}
+	for _, r := range s.Rounds {
+		st := r.State
+		if st == 0 {
+			st = protocol.StateSync
+		}
+		rd := Round{Round: r.Round, State: st.String(), Since: r.Since, Ready: r.Ready, Doing: r.Doing()}
+		switch {
+		case !r.Ready && st == protocol.StateSync:
+			// Not locally ready: whatever else it waits for, the node
+			// itself holds the round here.
+			rd.WaitingFor, rd.From = WaitLocalReadiness, FromSelf
+		case st == protocol.StateStart:
+			rd.WaitingFor, rd.From = WaitTask, FromSelf
+		case r.WaitingFor != "":
+			rd.WaitingFor, rd.From = r.WaitingFor, r.From.String()
+		}
+		d.Rounds = append(d.Rounds, rd)
+	}
+	for _, f := range s.Faults {
+		ff := Fault{Kind: string(f.Kind), Peer: f.Peer, Round: f.Round, Time: f.Time, Error: f.Err}
+		if f.Side != 0 {
+			ff.Side = f.Side.String()
+		}
+		d.Faults = append(d.Faults, ff)
+	}
+	return d
+}
