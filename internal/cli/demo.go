@@ -16,15 +16,18 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-const demoUsage = `Usage: chainsync demo [-n N] [--rounds R] [--seed S]
+const demoUsage = `Usage: chainsync demo [-n N] [--rounds R] [--seed S] [--svg FILE]
 
 Runs an N-node chain (A, B, C, ...) in this process over real loopback TCP.
 Nodes become ready at random moments and run short tasks; the message flow
 is drawn live as a ladder diagram like the draft's figure, then summarised.
+With --svg, the same run is also drawn as an SVG picture (as chainsync trace
+render draws real chains).
 
 Example:
   chainsync demo               the draft's four-node A-B-C-D example
   chainsync demo -n 6 --rounds 2
+  chainsync demo --svg ladder.svg
 
 Flags:
 `
@@ -164,12 +167,14 @@ func nodeNames(n int) []string {
 type demoOpts struct {
 	n, rounds int
 	seed      uint64
+	svg       string
 }
 
 func (o *demoOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.n, "n", 4, "number of nodes, 1..64")
 	fs.IntVar(&o.rounds, "rounds", 1, "concurrent rounds, 1..100 (ids 0..R-1)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for readiness times and task durations (0: random)")
+	fs.StringVar(&o.svg, "svg", "", "also draw the run as an SVG ladder diagram into `FILE`")
 }
 
 func demoFlags(fs *flag.FlagSet) { (&demoOpts{}).flags(fs) }
@@ -194,14 +199,30 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	if *seed == 0 {
 		*seed = rand.Uint64()
 	}
-	code, err := demo(*n, *rounds, *seed, stdout)
+	var rec *demoRecorder
+	if o.svg != "" {
+		// Fail before the run, not after it, if the file cannot be written.
+		if err := checkWritable(o.svg); err != nil {
+			fmt.Fprintf(stderr, "chainsync demo: --svg: %v\n", err)
+			return ExitUsage
+		}
+		rec = &demoRecorder{}
+	}
+	code, err := demo(*n, *rounds, *seed, stdout, rec)
 	if err != nil {
 		fmt.Fprintf(stderr, "chainsync demo: %v (seed %d)\n", err, *seed)
+	}
+	if rec != nil {
+		if werr := rec.write(o.svg, *n, *rounds, *seed); werr != nil {
+			fmt.Fprintf(stderr, "chainsync demo: --svg: %v\n", werr)
+			return max(code, ExitError)
+		}
+		fmt.Fprintf(stdout, "  picture:             %s\n", o.svg)
 	}
 	return code
 }
 
-func demo(n, rounds int, seed uint64, w io.Writer) (int, error) {
+func demo(n, rounds int, seed uint64, w io.Writer, rec *demoRecorder) (int, error) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	names := nodeNames(n)
 	ids := []string{""}
@@ -243,7 +264,11 @@ func demo(n, rounds int, seed uint64, w io.Writer) (int, error) {
 		}
 	}()
 	for i := range nodes {
-		cfg := chainsync.Config{Name: names[i], Rounds: ids, MaxRounds: len(ids), Trace: l.trace,
+		hooks := fanout{l.trace}
+		if rec != nil {
+			hooks = append(hooks, rec.observe)
+		}
+		cfg := chainsync.Config{Name: names[i], Rounds: ids, MaxRounds: len(ids), Trace: hooks.hook(),
 			BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 			Task: func(ctx context.Context, _ string) error {
 				select {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -64,6 +65,7 @@ type runOpts struct {
 	onFault                         string
 	parallel                        int
 	tls                             secure.Options
+	statusAddr, traceFile           string // observe.go
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -89,6 +91,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; more are refused at once")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
+	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
+	fs.StringVar(&o.traceFile, "trace", "", "write every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
 	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
 	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "trust roots (PEM `FILE`) for verifying both neighbours (mutual TLS)")
@@ -175,6 +179,11 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	if o.connectTimeout < 0 || o.phaseTimeout < 0 || o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
+	}
+	if o.statusAddr != "" {
+		if _, _, err := net.SplitHostPort(o.statusAddr); err != nil {
+			return cfg, nil, usagef("--status-addr %q: want HOST:PORT, e.g. 127.0.0.1:9000", o.statusAddr)
+		}
 	}
 	rounds := []string{o.round}
 	if o.rounds > 0 {
@@ -266,12 +275,20 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		return err
 	}
 	sd := openNotify(log) // before Start: no task may inherit NOTIFY_SOCKET
+	obs, err := o.startObservers(&cfg)
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		_ = sd.Stopping("cannot start: " + err.Error())
+		return ExitError
+	}
+	defer obs.close(log)
 	node, err := chainsync.Start(cfg)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
 		_ = sd.Stopping("cannot start: " + err.Error())
 		return ExitError
 	}
+	obs.serve(node, log)                            // before READY=1, so the status endpoint is up by then
 	defer startNotify(sd, node, rounds, log).stop() // READY=1 now: listening and dialing
 
 	sigs := make(chan os.Signal, 1)

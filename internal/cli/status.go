@@ -1,0 +1,290 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chainsync-go/chainsync/internal/status"
+)
+
+const statusUsage = `Usage: chainsync status [--json] [--timeout D] ADDR[,ADDR...]
+
+Asks running nodes where they stand. ADDR is a node's --status-addr
+(HOST:PORT). With one ADDR it prints that node: its links, each unfinished
+round's state and what it waits for, its recent faults. With several, given
+in chain order (Head first), it prints the whole chain and, for every round
+still in progress, the node that holds it up and what that node waits for.
+
+How the node holding a round up is found: start at the first node (in chain
+order) that has the round in progress and follow what it waits for. A node
+waiting for itself (to become locally ready, or running its task) holds it.
+A node waiting for a message from a neighbour passes on to that neighbour,
+unless the neighbour does not answer (then it holds it: crashed, hung, or
+unreachable), faulted in that round (it holds it), or has already sent the
+message (then the waiting node holds it: the message is in flight, or the
+link between them is down).
+
+A node that does not answer is reported as such; the others are still
+printed.
+
+Examples:
+  chainsync status 127.0.0.1:9000
+  chainsync status 10.0.0.1:9000,10.0.0.2:9000,10.0.0.3:9000
+  chainsync status --json 127.0.0.1:9000,127.0.0.1:9001 | jq '.rounds'
+
+Exit status: 0 every node answered; 1 one or more did not (the others are
+printed); 2 usage error.
+
+Flags:
+`
+
+type statusOpts struct {
+	json    bool
+	timeout time.Duration
+}
+
+func (o *statusOpts) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.json, "json", false, "print JSON: one node's status document, or {nodes, rounds} for a chain")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each node's answer")
+}
+
+func statusFlags(fs *flag.FlagSet) { (&statusOpts{}).flags(fs) }
+
+// statusMain is chainsync status.
+func statusMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o statusOpts
+	o.flags(fs)
+	fs.Usage = func() { fmt.Fprint(stderr, statusUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	var addrs []string
+	for _, a := range fs.Args() {
+		for _, s := range strings.Split(a, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				addrs = append(addrs, s)
+			}
+		}
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "chainsync status: "+format+"\n(see chainsync status --help)\n", a...)
+		return ExitUsage
+	}
+	if len(addrs) == 0 {
+		return bad("give the --status-addr of one node, or of every node in chain order, e.g. chainsync status 127.0.0.1:9000,127.0.0.1:9001")
+	}
+	if o.timeout <= 0 {
+		return bad("--timeout must be positive")
+	}
+	for _, a := range addrs {
+		if _, err := status.URL(a); err != nil {
+			return bad("%v", err)
+		}
+	}
+	nodes := fetchAll(addrs, o.timeout)
+	status.NameSilent(nodes)
+	code := ExitOK
+	for _, n := range nodes {
+		if n.Err != nil {
+			code = ExitError
+			fmt.Fprintf(stderr, "chainsync status: %s does not answer: %v\n", n.Addr, n.Err)
+		}
+	}
+	if len(nodes) == 1 {
+		if n := nodes[0]; n.Doc != nil {
+			if o.json {
+				writeJSON(stdout, n.Doc)
+			} else {
+				printNode(stdout, n)
+			}
+		}
+		return code
+	}
+	verdicts := status.Diagnose(nodes)
+	if o.json {
+		type jnode struct {
+			Addr   string      `json:"addr"`
+			Status *status.Doc `json:"status"`
+			Error  string      `json:"error,omitempty"`
+		}
+		out := struct {
+			Nodes  []jnode          `json:"nodes"`
+			Rounds []status.Verdict `json:"rounds"`
+		}{Rounds: verdicts}
+		if out.Rounds == nil {
+			out.Rounds = []status.Verdict{}
+		}
+		for _, n := range nodes {
+			j := jnode{Addr: n.Addr, Status: n.Doc}
+			if n.Err != nil {
+				j.Error = n.Err.Error()
+			}
+			out.Nodes = append(out.Nodes, j)
+		}
+		writeJSON(stdout, out)
+		return code
+	}
+	printChain(stdout, nodes, verdicts)
+	return code
+}
+
+// fetchAll asks every node at once.
+func fetchAll(addrs []string, timeout time.Duration) []status.Node {
+	client := &http.Client{Timeout: timeout}
+	nodes := make([]status.Node, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			d, err := status.Fetch(ctx, client, a)
+			nodes[i] = status.Node{Addr: a, Err: err}
+			if err == nil {
+				nodes[i].Doc = &d
+			}
+		})
+	}
+	wg.Wait()
+	return nodes
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// linkText says how one link is: "up (A)", "DOWN (A)" or "-".
+func linkText(l status.Link) string {
+	if !l.Exists {
+		return "-"
+	}
+	s := "up"
+	if !l.Up {
+		s = "DOWN"
+	}
+	if l.Peer != "" {
+		s += " (" + l.Peer + ")"
+	}
+	return s
+}
+
+// waitText says what a round waits for, naming the neighbour.
+func waitText(d *status.Doc, r status.Round) string {
+	switch {
+	case r.From == status.FromSelf && r.WaitingFor == status.WaitTask:
+		return "its own task (running)"
+	case r.From == status.FromSelf:
+		return "itself to become locally ready"
+	case r.WaitingFor == "":
+		return r.Doing
+	}
+	peer := d.Links.Pred.Peer
+	if r.From == "succ" {
+		peer = d.Links.Succ.Peer
+	}
+	return fmt.Sprintf("%s from %s %s", r.WaitingFor, r.From, peer)
+}
+
+func age(d *status.Doc, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return max(d.Time.Sub(t), 0).Round(100 * time.Millisecond).String()
+}
+
+func printNode(w io.Writer, n status.Node) {
+	d := n.Doc
+	name := d.Name
+	if name == "" {
+		name = "(no --name)"
+	}
+	fmt.Fprintf(w, "%s (%s) at %s, chainsync %s\n", name, d.Role, n.Addr, d.Version)
+	fmt.Fprintf(w, "  links: pred %s, succ %s\n", linkText(d.Links.Pred), linkText(d.Links.Succ))
+	if len(d.Rounds) == 0 {
+		fmt.Fprintln(w, "  rounds: none in progress (all done here, or none started)")
+	}
+	for _, r := range d.Rounds {
+		fmt.Fprintf(w, "  round %s: %s for %s, waiting for %s\n", status.RoundName(r.Round), r.State, age(d, r.Since), waitText(d, r))
+	}
+	printFaults(w, d, "  ")
+}
+
+func printFaults(w io.Writer, d *status.Doc, indent string) {
+	if len(d.Faults) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%sfaults (most recent last):\n", indent)
+	for _, f := range d.Faults {
+		blame := ""
+		if f.Peer != "" {
+			blame = fmt.Sprintf(", blames %s %s", f.Side, f.Peer)
+		}
+		fmt.Fprintf(w, "%s  %s %s in round %s%s: %s\n", indent, f.Time.Format("2006-01-02 15:04:05.000"), f.Kind, status.RoundName(f.Round), blame, f.Error)
+	}
+}
+
+func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
+	answered := 0
+	for _, n := range nodes {
+		if n.Doc != nil {
+			answered++
+		}
+	}
+	fmt.Fprintf(w, "chain %s: %d node(s) asked, %d answered\n\n", status.ChainLine(nodes), len(nodes), answered)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tPRED\tSUCC\tROUND\tSTATE\tFOR\tWAITING FOR")
+	for _, n := range nodes {
+		if n.Doc == nil {
+			fmt.Fprintf(tw, "%s\tdoes not answer at %s: %v\n", n.Label(), n.Addr, n.Err)
+			continue
+		}
+		d := n.Doc
+		lead := fmt.Sprintf("%s\t%s\t%s\t%s", n.Label(), d.Role, linkText(d.Links.Pred), linkText(d.Links.Succ))
+		if len(d.Rounds) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t(none in progress)\t\t\n", lead)
+		}
+		for i, r := range d.Rounds {
+			if i > 0 {
+				lead = "\t\t\t"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, status.RoundName(r.Round), r.State, age(d, r.Since), waitText(d, r))
+		}
+	}
+	tw.Flush()
+	for _, n := range nodes {
+		if n.Doc != nil && len(n.Doc.Faults) > 0 {
+			fmt.Fprintf(w, "\n%s:\n", n.Label())
+			printFaults(w, n.Doc, "  ")
+		}
+	}
+	fmt.Fprintln(w)
+	if len(verdicts) == 0 {
+		fmt.Fprintln(w, "no round in progress on any node that answered")
+	}
+	for _, v := range verdicts {
+		if v.Done {
+			fmt.Fprintf(w, "round %s: done (%s)\n", status.RoundName(v.Round), v.Why)
+			continue
+		}
+		since := ""
+		if v.For > 0 {
+			since = fmt.Sprintf(" for %v", v.For.Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(w, "round %s: held up at %s%s: %s\n", status.RoundName(v.Round), v.Node, since, v.Why)
+	}
+}
