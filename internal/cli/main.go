@@ -43,7 +43,7 @@ func init() {
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
 		{name: "status", args: "ADDR[,ADDR...]", summary: "ask running nodes (--status-addr) where they stand",
 			usage: statusUsage, flags: statusFlags, main: statusMain},
-		{name: "trace", args: "render FILE... -o OUT.svg", summary: "draw nodes' --trace files as one ladder diagram (SVG)",
+		{name: "trace", args: "render FILE... -o OUT", summary: "draw nodes' --trace files as one ladder diagram (SVG)",
 			usage: traceUsage, flags: traceFlags, main: traceMain},
 		{name: "certs", args: "[flags]", summary: "make a CA and per-node TLS certificates",
 			usage: certsUsage, flags: certsFlags, main: certsMain},
