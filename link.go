@@ -20,6 +20,9 @@ import (
 // current predecessor connection.
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
+	adm := newAdmission(n)
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); adm.lim.run(n.ctx.Done()) }()
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
 		c, err := n.ln.Accept()
@@ -42,32 +45,36 @@ func (n *Node) acceptLoop() {
 			c.Close()
 			return
 		}
-		if len(n.pending) >= n.cfg.MaxPending {
-			n.mu.Unlock()
-			n.log.Warn("refused connection: too many connections that have not sent a protocol line yet",
-				"peer", l.peer, "limit", n.cfg.MaxPending)
-			c.Close()
-			continue
-		}
-		n.pending[l] = true
+		evicted := adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
 		n.wg.Add(1)
 		n.mu.Unlock()
-		go n.servePred(l)
+		go n.servePred(l, adm)
+		adm.settle(evicted)
 	}
 }
 
 // servePred secures a pending connection and reads from it.
-func (n *Node) servePred(l *link) {
+func (n *Node) servePred(l *link, adm *admission) {
 	defer n.wg.Done()
-	deadline := time.Now().Add(n.cfg.PendingTimeout)
+	defer func() { n.mu.Lock(); adm.done(l); n.mu.Unlock() }()
+	start := time.Now()
+	deadline := start.Add(n.cfg.PendingTimeout)
+	track := true // plain TCP: the reader sees the peer's first bytes
 	if n.cfg.Secure != nil {
-		ctx, cancel := context.WithDeadline(n.ctx, deadline)
-		sc, err := n.cfg.Secure.Server(ctx, l.c)
+		hs := start.Add(handshakeTimeout)
+		if deadline.Before(hs) {
+			hs = deadline
+		}
+		n.mu.Lock()
+		raw := adm.watch(l, l.c)
+		n.mu.Unlock()
+		ctx, cancel := context.WithDeadline(n.ctx, hs)
+		sc, err := n.cfg.Secure.Server(ctx, raw)
 		cancel()
 		n.mu.Lock()
-		if err != nil || n.closed {
-			if err != nil && !n.closed {
-				n.log.Warn("refused would-be predecessor", "peer", l.peer, "reason", err.Error())
+		if err != nil || n.closed || !adm.authenticated(l) {
+			if err != nil && !n.closed && adm.stillPending(l) {
+				adm.refused(l, err)
 				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 			}
 			delete(n.pending, l)
@@ -80,9 +87,10 @@ func (n *Node) servePred(l *link) {
 		}
 		l.c = sc
 		n.mu.Unlock()
+		track = false
 	}
 	_ = l.c.SetReadDeadline(deadline)
-	l.r = wire.NewReader(l.c)
+	l.r = wire.NewReader(adm.reader(l, l.c, track))
 	n.readLoop(l)
 }
 

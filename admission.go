@@ -1,0 +1,355 @@
+package chainsync
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Admission of would-be predecessors (DECISIONS.md "Roles and
+// connections": pending connections are bounded in number, and a stray
+// client never displaces the real predecessor).
+//
+// A stranger must not be able to lock the real predecessor out by filling
+// the MaxPending slots with connections that say nothing, or say it slowly.
+// So a new connection never loses to those already waiting: when the slots
+// are full it takes the place of the pending connection that has made the
+// least progress (sent nothing < sent something < authenticated), the
+// oldest of those. A predecessor that sends its first bytes promptly is
+// therefore overtaken only if MaxPending-1 newer connections that also
+// sent bytes arrive before it authenticates; idle connections can never
+// evict it once its first bytes arrived. In secure modes an authenticated
+// connection is evicted only by another one, when every slot holds one.
+//
+// Warnings about refused, evicted and timed-out would-be predecessors are
+// rate-limited (admitLimiter), so that a flood cannot flood the log.
+
+// handshakeTimeout bounds the TLS handshake and PSK proof of an accepted
+// connection (PendingTimeout, if shorter, bounds it too): a real peer
+// finishes in a few round trips.
+const handshakeTimeout = 3 * time.Second
+
+// Progress of a pending connection, least first: the eviction order.
+const (
+	stageIdle   = iota // has sent nothing yet
+	stageActive        // has sent bytes, not authenticated (or plain TCP)
+	stageAuthed        // passed the TLS handshake and PSK proof
+)
+
+var stageNames = [...]string{"sent nothing", "sent bytes, not authenticated", "authenticated, no protocol line yet"}
+
+// pendingConn is what admission knows of one pending link.
+type pendingConn struct {
+	raw    net.Conn      // the accepted connection, closed to evict it
+	gone   chan struct{} // closed when its servePred has ended
+	since  time.Time
+	active atomic.Bool // the peer has sent bytes
+	authed bool        // guarded by Node.mu
+}
+
+func (p *pendingConn) stage() int {
+	switch {
+	case p.authed:
+		return stageAuthed
+	case p.active.Load():
+		return stageActive
+	}
+	return stageIdle
+}
+
+// admission tracks the pending predecessor connections of one acceptLoop.
+// conns is guarded by Node.mu, like Node.pending whose members it
+// describes.
+type admission struct {
+	n     *Node
+	conns map[*link]*pendingConn
+	lim   *admitLimiter
+}
+
+func newAdmission(n *Node) *admission {
+	return &admission{n: n, conns: make(map[*link]*pendingConn), lim: newAdmitLimiter(n.log)}
+}
+
+// admit registers l as pending, first evicting one pending connection if
+// MaxPending are already waiting. The caller must then call settle with
+// the result, without n.mu. Caller holds n.mu.
+func (a *admission) admit(l *link) (evicted <-chan struct{}) {
+	n := a.n
+	if len(n.pending) >= n.cfg.MaxPending {
+		evicted = a.evictOne(l.peer)
+	}
+	n.pending[l] = true
+	a.conns[l] = &pendingConn{raw: l.c, gone: make(chan struct{}), since: time.Now()}
+	return evicted
+}
+
+// settle waits (briefly) until an evicted connection's goroutine has
+// ended, so that a flood cannot pile up goroutines faster than they exit:
+// at most MaxPending+1 serve would-be predecessors.
+func (a *admission) settle(evicted <-chan struct{}) {
+	if evicted == nil {
+		return
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-evicted:
+	case <-t.C:
+	case <-a.n.ctx.Done():
+	}
+}
+
+// evictOne closes the pending connection with the least progress, oldest
+// first, to make room for a connection from newPeer, and returns the
+// channel closed when its goroutine is gone. Caller holds n.mu.
+func (a *admission) evictOne(newPeer string) <-chan struct{} {
+	var links []*link
+	var cands []*pendingConn
+	for l := range a.n.pending {
+		if p := a.conns[l]; p != nil {
+			links, cands = append(links, l), append(cands, p)
+		}
+	}
+	i := pickVictim(cands)
+	if i < 0 {
+		return nil
+	}
+	victim, vp := links[i], cands[i]
+	delete(a.n.pending, victim)
+	_ = vp.raw.Close()
+	a.lim.note(kindEvicted, slog.LevelWarn,
+		"evicted a pending connection to make room for a new one: too many connections have not sent a protocol line yet",
+		"peer", victim.peer, "stage", stageNames[vp.stage()], "age", time.Since(vp.since).Round(time.Millisecond),
+		"new_peer", newPeer, "limit", a.n.cfg.MaxPending)
+	return vp.gone
+}
+
+// pickVictim returns the index of the connection to evict: the least
+// progress, then the oldest; -1 if there is none.
+func pickVictim(cands []*pendingConn) int {
+	best, bs := -1, 0
+	for i, p := range cands {
+		s := p.stage()
+		if best < 0 || s < bs || (s == bs && p.since.Before(cands[best].since)) {
+			best, bs = i, s
+		}
+	}
+	return best
+}
+
+// done forgets l once its servePred ends. Caller holds n.mu.
+func (a *admission) done(l *link) {
+	if p := a.conns[l]; p != nil {
+		close(p.gone)
+		delete(a.conns, l)
+	}
+}
+
+// authenticated records that l passed the handshake; false means l is no
+// longer pending (evicted, or the node is closing). Caller holds n.mu.
+func (a *admission) authenticated(l *link) bool {
+	p := a.conns[l]
+	if p == nil || !a.n.pending[l] {
+		return false
+	}
+	p.authed = true
+	return true
+}
+
+// stillPending reports whether l is pending, that is, not evicted. Caller
+// holds n.mu.
+func (a *admission) stillPending(l *link) bool { return a.n.pending[l] }
+
+// activeConn marks its pendingConn active on the first bytes received.
+type activeConn struct {
+	net.Conn
+	p *pendingConn
+}
+
+func (c *activeConn) Read(b []byte) (int, error) {
+	k, err := c.Conn.Read(b)
+	if k > 0 && !c.p.active.Load() {
+		c.p.active.Store(true)
+	}
+	return k, err
+}
+
+// watch returns raw wrapped so that l's first bytes mark it active. Caller
+// holds n.mu.
+func (a *admission) watch(l *link, raw net.Conn) net.Conn {
+	p := a.conns[l]
+	if p == nil {
+		return raw
+	}
+	return &activeConn{Conn: raw, p: p}
+}
+
+// pendingReader is what the wire reader of a predecessor connection reads
+// from. While the connection is pending, it reports the end of the stream
+// (a timeout, or the peer hanging up) through the rate limiter, and takes
+// the link out of the pending set, so that the read loop's own handling
+// of the error stays silent. Writes do not pass through it.
+type pendingReader struct {
+	a *admission
+	l *link
+	r io.Reader
+	p *pendingConn // nil: already secured, activity tracked below TLS
+}
+
+// reader returns the pendingReader of l over r; track: r is the raw
+// connection, whose first bytes mark l active.
+func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
+	pr := &pendingReader{a: a, l: l, r: r}
+	if track {
+		a.n.mu.Lock()
+		pr.p = a.conns[l]
+		a.n.mu.Unlock()
+	}
+	return pr
+}
+
+func (r *pendingReader) Read(b []byte) (int, error) {
+	k, err := r.r.Read(b)
+	if k > 0 && r.p != nil && !r.p.active.Load() {
+		r.p.active.Store(true)
+	}
+	if err != nil {
+		r.a.ended(r.l, err)
+	}
+	return k, err
+}
+
+// ended reports a pending connection whose stream ended before its first
+// protocol line; nothing if l is no longer pending.
+func (a *admission) ended(l *link, err error) {
+	n := a.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || !n.pending[l] {
+		return
+	}
+	delete(n.pending, l)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		a.lim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time",
+			"peer", l.peer, "limit", n.cfg.PendingTimeout)
+		return
+	}
+	a.lim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
+}
+
+// refused reports a would-be predecessor that failed the handshake.
+func (a *admission) refused(l *link, err error) {
+	a.lim.note(kindRefused, slog.LevelWarn, "refused would-be predecessor", "peer", l.peer, "reason", err.Error())
+}
+
+// Kinds of admission events, counted by admitLimiter.
+const (
+	kindRefused = iota
+	kindEvicted
+	kindTimedOut
+	kindClosed
+	numKinds
+)
+
+// Rate limit of admission log lines: in each interval, the first
+// admitBurst events of each kind are logged one by one (so that a single
+// misconfigured neighbour shows with its address and reason); the rest are
+// counted, and one summary line with the counts ends the interval.
+var (
+	admitInterval = 10 * time.Second
+	admitBurst    = 10
+)
+
+// admitLimiter rate-limits admission log lines.
+type admitLimiter struct {
+	log  *slog.Logger
+	kick chan struct{} // an interval began
+
+	mu         sync.Mutex
+	open       bool // an interval is running
+	shown      [numKinds]int
+	total      [numKinds]int
+	lastPeer   string
+	lastReason string
+}
+
+func newAdmitLimiter(log *slog.Logger) *admitLimiter {
+	return &admitLimiter{log: log, kick: make(chan struct{}, 1)}
+}
+
+// note logs one event at level, or counts it for the interval's summary.
+func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any) {
+	w.mu.Lock()
+	if !w.open {
+		w.open = true
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	w.total[kind]++
+	show := w.shown[kind] < admitBurst
+	if show {
+		w.shown[kind]++
+	} else {
+		w.lastPeer, w.lastReason = "", msg
+		for i := 0; i+1 < len(args); i += 2 {
+			switch v, _ := args[i+1].(string); args[i] {
+			case "peer":
+				w.lastPeer = v
+			case "reason":
+				w.lastReason = v
+			}
+		}
+	}
+	w.mu.Unlock()
+	if show {
+		w.log.Log(context.Background(), level, msg, args...)
+	}
+}
+
+// flush ends the interval: one summary line if any event was not logged.
+func (w *admitLimiter) flush(interval time.Duration) {
+	w.mu.Lock()
+	total, shown := w.total, w.shown
+	peer, reason := w.lastPeer, w.lastReason
+	w.total, w.shown, w.open = [numKinds]int{}, [numKinds]int{}, false
+	w.mu.Unlock()
+	hidden := 0
+	for k := range total {
+		hidden += total[k] - shown[k]
+	}
+	if hidden == 0 {
+		return
+	}
+	w.log.Warn("would-be predecessors refused, evicted or closed: more than the log shows one by one",
+		"interval", interval, "refused", total[kindRefused], "evicted", total[kindEvicted],
+		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "not_logged", hidden,
+		"last_peer", peer, "last", reason)
+}
+
+// run writes the summaries until done is closed, and a last one then.
+func (w *admitLimiter) run(done <-chan struct{}) {
+	interval := admitInterval
+	for {
+		select {
+		case <-done:
+			w.flush(interval)
+			return
+		case <-w.kick:
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-done:
+			t.Stop()
+			w.flush(interval)
+			return
+		case <-t.C:
+		}
+		w.flush(interval)
+	}
+}
