@@ -250,7 +250,8 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 	fmt.Fprintln(tw, "NODE\tROLE\tPRED\tSUCC\tROUND\tSTATE\tFOR\tWAITING FOR")
 	for _, n := range nodes {
 		if n.Doc == nil {
-			fmt.Fprintf(tw, "%s\tdoes not answer at %s: %v\n", n.Label(), n.Addr, n.Err)
+			// Every row has all the cells, so the columns stay aligned.
+			fmt.Fprintf(tw, "%s\t?\t?\t?\t?\t?\t?\tDOES NOT ANSWER (below)\n", n.Label())
 			continue
 		}
 		d := n.Doc
@@ -266,6 +267,11 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		}
 	}
 	tw.Flush()
+	for _, n := range nodes {
+		if n.Doc == nil {
+			fmt.Fprintf(w, "\n%s does not answer at %s: %v\n", n.Label(), n.Addr, n.Err)
+		}
+	}
 	for _, n := range nodes {
 		if n.Doc != nil && len(n.Doc.Faults) > 0 {
 			fmt.Fprintf(w, "\n%s:\n", n.Label())

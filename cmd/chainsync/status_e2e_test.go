@@ -1,0 +1,266 @@
+package main
+
+// End-to-end tests of what a running node tells people and tools: run
+// --status-addr (GET /status, /healthz, /metrics), chainsync status on a
+// stuck chain, run --trace and chainsync trace render, all on the built
+// binary over real TCP.
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// statusChain starts an n-node chain A, B, ... with --chain, each with a
+// status endpoint and a trace file in dir; task(name) is each node's task.
+// It returns the processes and the status addresses, in chain order.
+func statusChain(t *testing.T, dir string, n int, task func(name string) string) ([]*proc, []string) {
+	t.Helper()
+	addrs := freeAddrs(t, 2*n)
+	names := make([]string, n)
+	var chain []string
+	for i := range names {
+		names[i] = string(rune('A' + i))
+		chain = append(chain, names[i]+"="+addrs[i])
+	}
+	statusAddrs := addrs[n:]
+	procs := make([]*proc, n)
+	for i := n - 1; i >= 0; i-- {
+		procs[i] = startProc(t, names[i], nil, "run", "--chain", strings.Join(chain, ","), "--name", names[i],
+			"--status-addr", statusAddrs[i], "--trace", filepath.Join(dir, names[i]+".jsonl"),
+			"--", "sh", "-c", task(names[i]))
+	}
+	return procs, statusAddrs
+}
+
+// runCLI runs the binary to completion and returns stdout, stderr and its
+// exit code.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	c := exec.Command(bin, args...)
+	c.Env = cleanEnv()
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(b)
+}
+
+// messageTotals sums chainsync_messages_total over nodes' /metrics, per
+// "direction command". (internal/status tests the exposition with a
+// strict parser; this reads the sample lines.)
+func messageTotals(t *testing.T, addrs []string) map[string]float64 {
+	t.Helper()
+	m := map[string]float64{}
+	for _, a := range addrs {
+		for _, line := range strings.Split(httpGet(t, "http://"+a+"/metrics"), "\n") {
+			rest, ok := strings.CutPrefix(line, `chainsync_messages_total{direction="`)
+			if !ok {
+				continue
+			}
+			dir, rest, _ := strings.Cut(rest, `",command="`)
+			cmd, val, _ := strings.Cut(rest, `"} `)
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			m[dir+" "+cmd] += v
+		}
+	}
+	return m
+}
+
+// Draft sections "Protocol Flow" and "Error Handling" (people handling
+// faults): on a four-node chain held up by the Tail's task, chainsync
+// status names the Tail and what it waits for, in text and JSON, and the
+// metrics show exactly the 3(n-1) messages so far; after the round, the
+// traces of all four nodes render as a ladder with 4(n-1) messages.
+func TestStatusMetricsTraceE2E(t *testing.T) {
+	const n = 4
+	dir := t.TempDir()
+	procs, saddrs := statusChain(t, dir, n, func(name string) string {
+		if name != "D" {
+			return "true"
+		}
+		// The Tail says it started, then waits to be let go.
+		return fmt.Sprintf("touch %s/D-started; while [ ! -f %s/go ]; do sleep 0.05; done", dir, dir)
+	})
+	waitFile(t, filepath.Join(dir, "D-started"), 20*time.Second)
+
+	out, stderr, code := runCLI(t, "status", strings.Join(saddrs, ","))
+	if code != 0 || !strings.Contains(out, "held up at D") || !strings.Contains(out, "D is running its task") {
+		t.Errorf("chainsync status: exit %d, want 0 and the round held up at D running its task\n%s%s", code, out, stderr)
+	}
+	for _, name := range []string{"A", "B", "C", "D"} {
+		if !strings.Contains(out, "\n"+name+" ") {
+			t.Errorf("chainsync status does not list node %s:\n%s", name, out)
+		}
+	}
+	out, _, code = runCLI(t, "status", "--json", strings.Join(saddrs, ","))
+	var chainDoc struct {
+		Nodes []struct {
+			Addr   string
+			Status map[string]any
+		}
+		Rounds []struct {
+			Node       string
+			WaitingFor string `json:"waiting_for"`
+			From       string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &chainDoc); err != nil || code != 0 {
+		t.Fatalf("status --json: exit %d, %v\n%s", code, err, out)
+	}
+	if len(chainDoc.Rounds) != 1 || chainDoc.Rounds[0].Node != "D" || chainDoc.Rounds[0].WaitingFor != "task" {
+		t.Errorf("status --json rounds: %+v, want held up at D waiting for its task", chainDoc.Rounds)
+	}
+	for i, nd := range chainDoc.Nodes {
+		for _, k := range []string{"name", "role", "links", "rounds", "faults"} {
+			if _, ok := nd.Status[k]; !ok {
+				t.Errorf("node %d's status has no %q: %v", i, k, nd.Status)
+			}
+		}
+	}
+	// One node: B waits for COMPLETE from C (the exit wave).
+	out, _, code = runCLI(t, "status", saddrs[1])
+	if code != 0 || !strings.Contains(out, "B (middle)") || !strings.Contains(out, "COMPLETE from succ C") {
+		t.Errorf("chainsync status B: exit %d\n%s", code, out)
+	}
+	if h := httpGet(t, "http://"+saddrs[2]+"/healthz"); h != "ok\n" {
+		t.Errorf("/healthz: %q", h)
+	}
+
+	m := messageTotals(t, saddrs)
+	for _, dir := range []string{"sent", "received"} {
+		for _, cmd := range []string{"READY", "START", "COMPLETE"} {
+			if m[dir+" "+cmd] != n-1 {
+				t.Errorf("while the Tail's task runs: %s %s = %v, want n-1 = %d (all: %v)", dir, cmd, m[dir+" "+cmd], n-1, m)
+			}
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+
+	files := []string{"C.jsonl", "A.jsonl", "D.jsonl", "B.jsonl"} // any order
+	args := []string{"trace", "render"}
+	for _, f := range files {
+		args = append(args, filepath.Join(dir, f))
+	}
+	svgPath := filepath.Join(dir, "ladder.svg")
+	out, stderr, code = runCLI(t, append(args, "-o", svgPath)...)
+	if code != 0 {
+		t.Fatalf("trace render: exit %d\n%s%s", code, out, stderr)
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanes, msgs := svgLanesAndMessages(t, svg)
+	if !slices.Equal(lanes, []string{"A", "B", "C", "D"}) {
+		t.Errorf("lanes %v, want A B C D", lanes)
+	}
+	if msgs[""] != 4*(n-1) || len(msgs) != 1 {
+		t.Errorf("msg elements per round %v, want 4(n-1) = %d for the unnamed round", msgs, 4*(n-1))
+	}
+}
+
+// svgLanesAndMessages parses an SVG strictly and returns its lanes in
+// document order and its msg elements per round.
+func svgLanesAndMessages(t *testing.T, svg []byte) ([]string, map[string]int) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	dec.Strict = true
+	var lanes []string
+	msgs := map[string]int{}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed SVG: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			attr := map[string]string{}
+			for _, a := range se.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			switch attr["class"] {
+			case "lane":
+				lanes = append(lanes, attr["data-node"])
+			case "msg":
+				msgs[attr["data-round"]]++
+			}
+		}
+	}
+	return lanes, msgs
+}
+
+// Draft section "Error Handling": a node killed during its task does not
+// answer; chainsync status says so, names it (as its neighbours call it),
+// still prints the others, and exits 1.
+func TestStatusUnreachableNodeE2E(t *testing.T) {
+	dir := t.TempDir()
+	procs, saddrs := statusChain(t, dir, 3, func(name string) string {
+		if name != "B" {
+			return "true"
+		}
+		return fmt.Sprintf("touch %s/B-started; for i in $(seq 600); do [ -f %s/go ] && exit 0; sleep 0.05; done", dir, dir)
+	})
+	t.Cleanup(func() { os.WriteFile(filepath.Join(dir, "go"), nil, 0o644) })
+	waitFile(t, filepath.Join(dir, "B-started"), 20*time.Second)
+	procs[1].signal(t, os.Kill)
+	procs[1].wait(t, 10*time.Second)
+
+	out, stderr, code := runCLI(t, "status", "--timeout", "2s", strings.Join(saddrs, ","))
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (a node does not answer)", code)
+	}
+	if !strings.Contains(stderr, saddrs[1]) || !strings.Contains(stderr, "does not answer") {
+		t.Errorf("stderr does not name the silent node's address %s:\n%s", saddrs[1], stderr)
+	}
+	if !strings.Contains(out, "held up at B") || !strings.Contains(out, "does not answer") || !strings.Contains(out, "\nA ") || !strings.Contains(out, "\nC ") {
+		t.Errorf("output does not blame B and list A and C:\n%s", out)
+	}
+	out, _, code = runCLI(t, "status", "nonsense")
+	if code != 2 || out != "" {
+		t.Errorf("bad address: exit %d, want 2", code)
+	}
+}
