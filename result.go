@@ -54,8 +54,9 @@ var ErrStopped = errors.New("chainsync: node stopped")
 
 // TaskError is a failed local task.
 type TaskError struct {
-	Round string
-	Err   error
+	Round   string
+	Err     error
+	Timeout bool // the task ran past Config.TaskTimeout and was stopped
 }
 
 // Error describes the failure in one line for logs.

@@ -257,8 +257,8 @@ func TestTaskFailureHaltsChain(t *testing.T) {
 		t.Errorf("B's --on-fault hook wrote %q, want %q", got, "task-failed||B")
 	}
 	for _, nm := range []string{"A", "C"} {
-		if got := readLines(t, filepath.Join(dir, nm+".fault")); !slices.Equal(got, []string{"fault||" + nm}) {
-			t.Errorf("%s's --on-fault hook wrote %q, want %q", nm, got, "fault||"+nm)
+		if got := readLines(t, filepath.Join(dir, nm+".fault")); !slices.Equal(got, []string{"phase-timeout||" + nm}) {
+			t.Errorf("%s's --on-fault hook wrote %q, want %q", nm, got, "phase-timeout||"+nm)
 		}
 	}
 	if l := procs[1].err.String(); !strings.Contains(l, "status 7") {
@@ -324,8 +324,8 @@ func TestConnectTimeout(t *testing.T) {
 			if exists(filepath.Join(dir, "task."+form)) {
 				t.Errorf("the task ran although the chain never became ready")
 			}
-			if got := readLines(t, filepath.Join(dir, "fault."+form)); !slices.Equal(got, []string{"fault"}) {
-				t.Errorf("--on-fault hook wrote %q, want CHAINSYNC_FAULT=fault", got)
+			if got := readLines(t, filepath.Join(dir, "fault."+form)); !slices.Equal(got, []string{"peer-unreachable"}) {
+				t.Errorf("--on-fault hook wrote %q, want CHAINSYNC_FAULT=peer-unreachable", got)
 			}
 		})
 	}

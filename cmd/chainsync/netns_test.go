@@ -338,8 +338,8 @@ func TestNetnsSwitchNeverComesBack(t *testing.T) {
 		}
 	}
 	t.Logf("A and C reported the fault after %v", time.Since(start).Round(time.Millisecond))
-	if got := readLines(t, hookC); !slices.Equal(got, []string{"fault"}) {
-		t.Errorf("C's --on-fault hook wrote %q, want CHAINSYNC_FAULT=fault", got)
+	if got := readLines(t, hookC); !slices.Equal(got, []string{"phase-timeout"}) {
+		t.Errorf("C's --on-fault hook wrote %q, want CHAINSYNC_FAULT=phase-timeout", got)
 	}
 	for _, n := range []string{"A", "B"} {
 		if got := len(readLines(t, filepath.Join(dir, n+".start"))); got != 1 {

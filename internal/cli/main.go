@@ -122,6 +122,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "--version", "-version":
 		return versionMain(nil, stdout, stderr)
+	case reaperCommand: // hidden: kills a dead node's task groups
+		return reaperMain()
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 {
 			if c := lookupCommand(args[1]); c != nil {

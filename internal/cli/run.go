@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -63,6 +62,8 @@ type runOpts struct {
 	statusInterval                  time.Duration
 	maxPending                      int
 	onFault                         string
+	onFaultTimeout                  time.Duration
+	stateDir, resumeTask            string
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
@@ -87,7 +88,10 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
-	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
+	fs.StringVar(&o.stateDir, "state-dir", "", "keep this node's progress in `DIR` (created 0700), synced before every message and task, so a restarted node resumes where it stopped; one process per DIR")
+	fs.StringVar(&o.resumeTask, "resume-task", "fail", "a task interrupted by a restart (needs --state-dir): `fail` the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; more are refused at once")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
@@ -177,6 +181,16 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.maxPending < 1 || o.pendingTimeout <= 0 {
 		return cfg, nil, usagef("--max-pending must be at least 1 and --pending-timeout positive")
 	}
+	if o.resumeTask == "" {
+		o.resumeTask = "fail"
+	}
+	resume, err := chainsync.ParseResumeTask(o.resumeTask)
+	if err != nil {
+		return cfg, nil, usagef("--resume-task %q: use fail, done or rerun", o.resumeTask)
+	}
+	if o.onFaultTimeout < 0 {
+		return cfg, nil, usagef("--on-fault-timeout must not be negative")
+	}
 	if o.connectTimeout < 0 || o.phaseTimeout < 0 || o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
 	}
@@ -198,6 +212,13 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		MaxParallelTasks: o.parallel,
 		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
 		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
+		StateDir: o.stateDir, ResumeTask: resume,
+		// A node is done only once its final COMPLETE is handed to its
+		// predecessor; --linger bounds the wait for a link to hand it to.
+		ExitWaveTimeout: max(o.linger, time.Second),
+	}
+	if o.stateDir == "" && o.resumeTask != "fail" {
+		return cfg, nil, usagef("--resume-task needs --state-dir: without it a restarted node does not know it was interrupted")
 	}
 	if cfg.PrevName == "" && cfg.NextName == "" {
 		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
@@ -255,25 +276,20 @@ func runMain(args []string, stderr io.Writer) int {
 // run starts the node, makes it ready per round, and waits for every round.
 func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
 	role := protocol.RoleOf(cfg.Listen != "", cfg.Next != "")
-	var sigMu sync.Mutex
-	var stopSig os.Signal = syscall.SIGTERM
-	cfg.Task = func(ctx context.Context, round string) error {
-		c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_ROLE="+role.String(), "CHAINSYNC_NODE="+o.name)
-		c.Cancel = func() error { // pass the operator's signal on to the task
-			sigMu.Lock()
-			defer sigMu.Unlock()
-			return c.Process.Signal(stopSig)
-		}
-		c.WaitDelay = 10 * time.Second
-		err := c.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return fmt.Errorf("%s exited with status %d", cmd[0], ee.ExitCode())
-		}
-		return err
+	rp, err := startReaper()
+	if err != nil {
+		log.Warn("cannot start the task reaper: a task's children may outlive this node if it is killed", "err", err.Error())
 	}
+	defer rp.close()
+	tasks := &taskRunner{cmd: cmd, reaper: rp, env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}}
+	cfg.Task = func(ctx context.Context, round string) error {
+		return tasks.run(ctx, 10*time.Second, "CHAINSYNC_ROUND="+round)
+	}
+	// SIGHUP and SIGQUIT stop the node like SIGTERM: a node is never left
+	// half-stopped by a closed terminal, nor dumps its goroutines.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	defer signal.Stop(sigs)
 	sd := openNotify(log) // before Start: no task may inherit NOTIFY_SOCKET
 	obs, err := o.startObservers(&cfg)
 	if err != nil {
@@ -291,9 +307,6 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	obs.serve(node, log)                            // before READY=1, so the status endpoint is up by then
 	defer startNotify(sd, node, rounds, log).stop() // READY=1 now: listening and dialing
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, r := range rounds {
@@ -310,19 +323,22 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 			results <- res
 		}()
 	}
+	hooks := &hookRunner{cmd: o.onFault, timeout: o.onFaultTimeout, node: o.name, log: log}
+	defer hooks.wait()
 	code := ExitOK
 	for range rounds {
 		select {
 		case res := <-results:
 			code = max(code, resultCode(res))
-			if res.Status != chainsync.StatusDone && o.onFault != "" {
-				runHook(o.onFault, res, o.name, log)
+			if res.Status != chainsync.StatusDone {
+				hooks.start(res)
 			}
 		case s := <-sigs:
-			log.Warn("interrupted; stopping (a running task gets the signal too)", "signal", s.String())
-			sigMu.Lock()
-			stopSig = s
-			sigMu.Unlock()
+			log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
+			if ss, ok := s.(syscall.Signal); ok {
+				tasks.setStopSignal(ss)
+			}
+			hooks.stop()
 			cancel()
 			node.Close()
 			return ExitInterrupted
@@ -395,7 +411,11 @@ func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *run
 		}
 	}
 	log.Info("locally ready", "round", round)
-	if err := node.Ready(round); err != nil && ctx.Err() == nil {
+	err := node.Ready(round)
+	switch {
+	case errors.Is(err, protocol.ErrRoundFinished):
+		log.Info("round already over here before this restart (from --state-dir); nothing to do", "round", round)
+	case err != nil && ctx.Err() == nil:
 		log.Error("ready failed", "round", round, "err", err.Error())
 	}
 }
@@ -431,24 +451,4 @@ func upDown(up bool) string {
 		return "up"
 	}
 	return "down"
-}
-
-// runHook runs --on-fault with the fault described in its environment.
-func runHook(hook string, res chainsync.Result, name string, log *slog.Logger) {
-	kind := "fault"
-	if res.Status == chainsync.StatusTaskFailed {
-		kind = "task-failed"
-	}
-	msg := ""
-	if res.Err != nil {
-		msg = res.Err.Error()
-	}
-	c := exec.Command("sh", "-c", hook)
-	c.Env = append(os.Environ(), "CHAINSYNC_FAULT="+kind, "CHAINSYNC_ROUND="+res.Round,
-		"CHAINSYNC_NODE="+name, "CHAINSYNC_ERROR="+msg)
-	c.Stdout, c.Stderr = os.Stderr, os.Stderr
-	c.WaitDelay = 5 * time.Second
-	if err := c.Run(); err != nil {
-		log.Error("--on-fault command failed", "err", err.Error())
-	}
 }

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DECISIONS.md, "Restarts and durable state": a node's task does not
+// outlive the node. Each run of the task is the leader of a new process
+// group; the node's stop signals go to the whole group; when the task's
+// main process ends, whatever it left in its group is killed; and the
+// group dies with the node however the node dies:
+//   - the task's main process has a parent-death signal (SIGKILL), and
+//   - a parent-death signal reaches only the direct child, so each node
+//     also starts a small reaper ("chainsync _reaper"), told the process
+//     group of every running task over a pipe. When the node dies, even by
+//     SIGKILL, the pipe's write end closes; the reaper reads end-of-file
+//     and kills every group still registered.
+//
+// The task stays the node's direct child, so a task can find its node as
+// $PPID (the draft's switch whose upgrade restarts the node).
+
+// reaperCommand is the hidden subcommand of the reaper.
+const reaperCommand = "_reaper"
+
+// reaper is the node's side of the reaper process.
+type reaper struct {
+	mu sync.Mutex
+	w  io.WriteCloser // nil if the reaper could not start
+	c  *exec.Cmd
+}
+
+// startReaper starts the reaper process. Without one (the binary cannot
+// be found) tasks still run; only the node-death guarantee is weaker, and
+// the error says so.
+func startReaper() (*reaper, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return &reaper{}, err
+	}
+	c := exec.Command(self, reaperCommand)
+	w, err := c.StdinPipe()
+	if err != nil {
+		return &reaper{}, err
+	}
+	c.Stdout, c.Stderr = nil, os.Stderr
+	// Its own group: a Ctrl-C for the node's group does not reach it.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return &reaper{}, err
+	}
+	return &reaper{w: w, c: c}, nil
+}
+
+func (r *reaper) tell(op byte, pgid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil {
+		_, _ = fmt.Fprintf(r.w, "%c%d\n", op, pgid)
+	}
+}
+
+// close ends the reaper (it kills any group still registered).
+func (r *reaper) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil {
+		r.w.Close()
+		_ = r.c.Wait()
+		r.w = nil
+	}
+}
+
+// reaperMain is chainsync _reaper: it reads "+PGID" and "-PGID" lines
+// from its standard input and, at end of input (its node exited or died),
+// kills every process group still registered.
+func reaperMain() int {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	groups := map[int]bool{}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if len(line) < 2 {
+			continue
+		}
+		pgid, err := strconv.Atoi(line[1:])
+		if err != nil || pgid <= 1 {
+			continue
+		}
+		switch line[0] {
+		case '+':
+			groups[pgid] = true
+		case '-':
+			delete(groups, pgid)
+		}
+	}
+	for pgid := range groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return ExitOK
+}
+
+// taskRunner runs this node's task command, one process group per run.
+type taskRunner struct {
+	cmd    []string
+	env    []string // added to the environment of every run
+	reaper *reaper
+
+	mu      sync.Mutex
+	stopSig syscall.Signal // what a stop sends the group (the operator's signal)
+}
+
+// setStopSignal sets the signal a stopping node sends its running tasks.
+func (t *taskRunner) setStopSignal(s syscall.Signal) {
+	t.mu.Lock()
+	t.stopSig = s
+	t.mu.Unlock()
+}
+
+// run runs the task with extra environment. ctx ending stops it: the
+// group gets the stop signal, then SIGKILL after grace.
+func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
+	c := exec.Command(t.cmd[0], t.cmd[1:]...)
+	c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
+	c.Env = append(append(os.Environ(), t.env...), env...)
+	c.SysProcAttr = taskAttr()
+	// The parent-death signal is tied to the thread that started the
+	// task: keep this goroutine on it until the task is gone.
+	lockThread()
+	defer unlockThread()
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
+	}
+	pgid := c.Process.Pid
+	t.reaper.tell('+', pgid)
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+	var err error
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		t.mu.Lock()
+		sig := t.stopSig
+		t.mu.Unlock()
+		if sig == 0 {
+			sig = syscall.SIGTERM
+		}
+		_ = syscall.Kill(-pgid, sig)
+		timer := time.NewTimer(grace)
+		select {
+		case err = <-waited:
+			timer.Stop()
+		case <-timer.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			err = <-waited
+		}
+	}
+	// Nothing the task started outlives it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	t.reaper.tell('-', pgid)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("%s was killed by signal %d (%v)", t.cmd[0], int(ws.Signal()), ws.Signal())
+		}
+		return fmt.Errorf("%s exited with status %d", t.cmd[0], ee.ExitCode())
+	}
+	return err
+}

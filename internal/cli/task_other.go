@@ -1,0 +1,12 @@
+//go:build !linux
+
+package cli
+
+import "syscall"
+
+// taskAttr makes a task the leader of a new process group. Without a
+// parent-death signal, the reaper alone kills it if the node dies.
+func taskAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func lockThread()   {}
+func unlockThread() {}
