@@ -120,10 +120,12 @@ func (r *Run) WriteSVG(w io.Writer) error {
 // series' value up to hi (nil for none). Y values are microseconds.
 func Plot(w io.Writer, title, subtitle, xLabel, yLabel string, xs []float64, series []Series, hi [][]float64) error {
 	const (
-		width, height = 760, 460
-		left, right   = 80, 30
-		top, bottom   = 80, 90
+		width       = 760
+		left, right = 80, 30
+		top         = 80
 	)
+	bottom := 58 + 16*len(series) // axis labels, then one legend line per series
+	height := 290 + top + bottom
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, x := range xs {
@@ -210,7 +212,7 @@ func Plot(w io.Writer, title, subtitle, xLabel, yLabel string, xs []float64, ser
 			}
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s n=%g: %s</title></circle>`+"\n", X, Y, s.Color, esc(s.Label), xs[j], esc(FormatUS(y)))
 		}
-		ly := float64(height) - 34 + float64(i)*16
+		ly := float64(height-bottom) + 62 + float64(i)*16
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="2"%s/>`+"\n", left, ly-4, left+30, ly-4, s.Color, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f">%s</text>`+"\n", left+38, ly, esc(s.Label))
 	}
