@@ -243,11 +243,14 @@ func Decode(data []byte) (entries []Entry, torn int, err error) {
 			return nil, 0, fmt.Errorf("offset %d: frame length %d out of range", off, n)
 		}
 		if frameHead+n > len(rest) {
+			if holdsFrame(rest) {
+				return nil, 0, fmt.Errorf("offset %d: frame length %d runs past whole frames", off, n)
+			}
 			return entries, len(rest), nil // torn payload
 		}
 		payload := rest[frameHead : frameHead+n]
 		if crc32.Checksum(payload, castagnoli) != sum {
-			if frameHead+n == len(rest) {
+			if frameHead+n == len(rest) && !holdsFrame(rest) {
 				return entries, len(rest), nil // the last frame, partly written
 			}
 			return nil, 0, fmt.Errorf("offset %d: checksum mismatch", off)
@@ -260,6 +263,23 @@ func Decode(data []byte) (entries []Entry, torn int, err error) {
 		off += frameHead + n
 	}
 	return entries, 0, nil
+}
+
+// holdsFrame reports whether b holds a whole frame with a good checksum
+// somewhere after its first byte. A crash tears only the end of the last
+// write, so nothing whole can follow a torn frame: if something does, a
+// frame's length was damaged, and the tail is not torn but corrupt.
+func holdsFrame(b []byte) bool {
+	for off := 1; off+frameHead < len(b); off++ {
+		n := int(binary.BigEndian.Uint32(b[off:]))
+		if n == 0 || n > maxPayload || off+frameHead+n > len(b) {
+			continue
+		}
+		if crc32.Checksum(b[off+frameHead:off+frameHead+n], castagnoli) == binary.BigEndian.Uint32(b[off+4:]) {
+			return true
+		}
+	}
+	return false
 }
 
 func allZero(b []byte) bool {
