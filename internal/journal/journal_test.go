@@ -1,0 +1,475 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Tests of the journal (DECISIONS.md, "Restarts and durable state": "A
+// torn last record is dropped; any other damage stops the node with a
+// clear error, never a guess. One process per state directory (a lock).")
+
+var testHdr = Header{Role: "middle", Name: "b"}
+
+// machineRecords runs rounds through a real Durable machine of an
+// intermediate node and returns the records of its ActSave actions, one
+// slice per step (what the driver hands to one Save).
+func machineRecords(t testing.TB, rounds ...string) [][]protocol.Record {
+	t.Helper()
+	m := protocol.New(protocol.Config{Role: protocol.Middle, Durable: true})
+	var steps [][]protocol.Record
+	for _, id := range rounds {
+		for _, ev := range []protocol.Event{
+			protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.Ready, Round: id}),
+			protocol.LocalReady(id),
+			protocol.Recv(protocol.Succ, protocol.Message{Cmd: protocol.Start, Round: id}),
+			protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.Complete, Round: id}),
+			protocol.TaskDone(id, false),
+			protocol.Recv(protocol.Succ, protocol.Message{Cmd: protocol.Complete, Round: id}),
+		} {
+			acts, err := m.Step(ev, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recs []protocol.Record
+			for _, a := range acts {
+				if a.Kind == protocol.ActSave {
+					recs = append(recs, a.Record)
+				}
+			}
+			if len(recs) == 0 {
+				t.Fatalf("step %+v saved nothing", ev)
+			}
+			steps = append(steps, recs)
+		}
+	}
+	return steps
+}
+
+// op is one thing written to the journal: a record or a delivery.
+type op struct {
+	rec       protocol.Record
+	delivered string
+	isDeliv   bool
+}
+
+// stateAfter is what a journal holding the header and ops must load as.
+func stateAfter(ops []op) *State {
+	st := &State{Delivered: map[string]bool{}}
+	pos := map[string]int{}
+	for _, o := range ops {
+		if o.isDeliv {
+			st.Delivered[o.delivered] = true
+			continue
+		}
+		if k, ok := pos[o.rec.Round]; ok {
+			st.Rounds[k] = o.rec
+		} else {
+			pos[o.rec.Round] = len(st.Rounds)
+			st.Rounds = append(st.Rounds, o.rec)
+		}
+	}
+	return st
+}
+
+func sameState(got, want *State) bool {
+	return len(got.Rounds) == len(want.Rounds) && (len(got.Rounds) == 0 || reflect.DeepEqual(got.Rounds, want.Rounds)) &&
+		reflect.DeepEqual(got.Delivered, want.Delivered)
+}
+
+// writeJournal writes a journal with Save the way a node does, one Save
+// per machine step, a delivery after each round, and returns its bytes,
+// the ops in order and the byte offset at which each op's frame ends.
+func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops []op, ends []int) {
+	t.Helper()
+	j, st, err := Open(dir, testHdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Rounds) != 0 {
+		t.Fatal("new journal not empty")
+	}
+	hdrLen := frameHead + len(headerPayload(testHdr))
+	end := hdrLen
+	for _, recs := range machineRecords(t, rounds...) {
+		if err := j.Save(recs, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			ops = append(ops, op{rec: r})
+			end += frameHead + len(EncodeRecord(r))
+			ends = append(ends, end)
+		}
+		last := recs[len(recs)-1]
+		if last.State == protocol.StateDone {
+			if err := j.Save(nil, []string{last.Round}); err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, op{delivered: last.Round, isDeliv: true})
+			end += frameHead + len("D :"+last.Round)
+			ends = append(ends, end)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err = os.ReadFile(filepath.Join(dir, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != end {
+		t.Fatalf("journal is %d bytes, want %d", len(data), end)
+	}
+	return data, ops, ends
+}
+
+func openFile(t *testing.T, data []byte) (*State, error) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "journal"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, st, err := Open(dir, testHdr)
+	if err == nil {
+		j.Close()
+	}
+	return st, err
+}
+
+// TestTruncateEveryOffset cuts a journal written by Save from a real
+// machine's records at every byte offset: Open always resumes (a cut is a
+// torn tail), with exactly the records whose frames are complete, drops
+// the rest (and says how many bytes), and a second Open finds the same
+// state with nothing dropped (Open compacted the file).
+func TestTruncateEveryOffset(t *testing.T) {
+	data, ops, ends := writeJournal(t, t.TempDir(), "", "r1", "x.y_Z-9")
+	hdrLen := frameHead + len(headerPayload(testHdr))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal")
+	for k := 0; k <= len(data); k++ {
+		complete := 0
+		for complete < len(ends) && ends[complete] <= k {
+			complete++
+		}
+		want := stateAfter(ops[:complete])
+		good := hdrLen
+		if complete > 0 {
+			good = ends[complete-1]
+		}
+		wantDropped := k - good
+		if k < hdrLen {
+			wantDropped = k // a torn header: a new journal
+		}
+		if err := os.WriteFile(path, data[:k], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for pass := range 2 {
+			if pass == 1 && k%16 != 0 {
+				break // each Open syncs: reopen a sample only
+			}
+			j, st, err := Open(dir, testHdr)
+			if err != nil {
+				t.Fatalf("cut at %d of %d, open %d: %v", k, len(data), pass, err)
+			}
+			j.Close()
+			if !sameState(st, want) {
+				t.Fatalf("cut at %d, open %d: state\n %+v\nwant the first %d records\n %+v", k, pass, st, complete, want)
+			}
+			if pass == 1 {
+				wantDropped = 0
+			}
+			if st.Dropped != wantDropped {
+				t.Fatalf("cut at %d, open %d: Dropped = %d, want %d", k, pass, st.Dropped, wantDropped)
+			}
+		}
+	}
+}
+
+// TestFlipsAreRefused flips each byte of every frame but the last (one
+// bit, and all bits): Open refuses with ErrCorrupt and a message that
+// says what to do; it never resumes from a guess. A flip in the last
+// frame may be taken for a torn write: then only that record is dropped.
+func TestFlipsAreRefused(t *testing.T) {
+	data, ops, ends := writeJournal(t, t.TempDir(), "", "r1", "x.y_Z-9")
+	lastStart := ends[len(ends)-2]
+	for k := 0; k < len(data); k++ {
+		for _, mask := range []byte{0x01, 0x80, 0xff} {
+			bad := bytes.Clone(data)
+			bad[k] ^= mask
+			var st *State
+			var err error
+			if mask == 0x01 {
+				st, err = openFile(t, bad)
+			} else {
+				// Each Open syncs: the other flips go to Decode, which
+				// is what Open refuses by.
+				st, err = decodeState(bad)
+			}
+			if k < lastStart {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("flip %#x at %d of %d (last frame at %d): Open = %v, want ErrCorrupt", mask, k, len(data), lastStart, err)
+				}
+				if !strings.Contains(err.Error(), "move the directory aside") {
+					t.Fatalf("flip at %d: error does not say what to do: %v", k, err)
+				}
+				continue
+			}
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("flip at %d in the last frame: %v", k, err)
+				}
+				continue
+			}
+			if want := stateAfter(ops[:len(ops)-1]); !sameState(st, want) {
+				t.Fatalf("flip at %d in the last frame: resumed with %+v", k, st)
+			}
+		}
+	}
+}
+
+// decodeState is Open's load without the directory: the state in data, or
+// an ErrCorrupt error.
+func decodeState(data []byte) (*State, error) {
+	entries, _, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v; move the directory aside", ErrCorrupt, err)
+	}
+	var ops []op
+	for _, e := range entries[1:] {
+		if e.Header != nil {
+			return nil, fmt.Errorf("%w: a second header", ErrCorrupt)
+		}
+		if e.Delivered != "" || e.DeliveredUnnamed {
+			ops = append(ops, op{delivered: e.round(), isDeliv: true})
+		} else {
+			ops = append(ops, op{rec: e.Record})
+		}
+	}
+	return stateAfter(ops), nil
+}
+
+// TestOpenLock: one process per state directory. A second Open fails with
+// ErrLocked and names the holder; after Close the directory is free.
+func TestOpenLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	j, _, err := Open(dir, testHdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("state directory mode %v, %v; want 0700", fi.Mode().Perm(), err)
+	}
+	_, _, err = Open(dir, testHdr)
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	if want := fmt.Sprintf("pid %d", os.Getpid()); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second Open's error does not name the holder (%s) and the directory: %v", want, err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j2, _, err := Open(dir, testHdr)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	j2.Close()
+	if err := j.Save([]protocol.Record{{Round: "x", State: protocol.StateSync}}, nil); err == nil {
+		t.Fatal("Save after Close succeeded")
+	}
+}
+
+// TestOpenMismatch: a journal belongs to one node; another role or name is
+// refused with ErrMismatch, naming both, and the journal is left alone.
+func TestOpenMismatch(t *testing.T) {
+	dir := t.TempDir()
+	data, _, _ := writeJournal(t, dir, "r1")
+	for _, h := range []Header{{Role: "tail", Name: "b"}, {Role: "middle", Name: "c"}, {Role: "middle"}} {
+		_, _, err := Open(dir, h)
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("Open as %+v: %v, want ErrMismatch", h, err)
+		}
+		if !strings.Contains(err.Error(), `"b" (middle)`) || !strings.Contains(err.Error(), "--state-dir") {
+			t.Fatalf("Open as %+v: error does not name the owner and the fix: %v", h, err)
+		}
+	}
+	after, err := os.ReadFile(filepath.Join(dir, "journal"))
+	if err != nil || !bytes.Equal(after, data) {
+		t.Fatalf("a refused Open changed the journal (%v)", err)
+	}
+	// Garbage before any header is refused too.
+	if _, err := openFile(t, append(appendFrame(nil, EncodeRecord(protocol.Record{Round: "x", State: protocol.StateSync})), data...)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a journal without a header first: %v, want ErrCorrupt", err)
+	}
+	if _, err := openFile(t, append(bytes.Clone(data), appendFrame(nil, headerPayload(testHdr))...)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a second header: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestCompaction writes 20,000 rounds (each round's six records, then its
+// delivery) and measures the file: compaction keeps it within a bound set
+// by the rounds compaction keeps plus what may be appended between two
+// compactions, and far below what was written. A reopened journal holds
+// the last record of every kept round, the newest KeepFinished finished
+// rounds, and an unfinished round however old.
+func TestCompaction(t *testing.T) {
+	const rounds, batch = 50000, 250 // rounds per Save: one fsync each
+	dir := t.TempDir()
+	j, _, err := Open(dir, testHdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An unfinished round first: compaction must never drop it.
+	old := protocol.Record{Round: "old", State: protocol.StateWatch, LocalReady: true, PredReady: true, StartRecv: true,
+		LastPred: protocol.Start, LastSucc: protocol.Ready, RecvPred: protocol.Ready, RecvSucc: protocol.Start}
+	if err := j.Save([]protocol.Record{old}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, rounds)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("round-%05d", i)
+	}
+	steps := machineRecords(t, ids...)
+	perRound := len(steps) / rounds
+	last := map[string]protocol.Record{}
+	var written, maxSize int64
+	for b := 0; b < rounds; b += batch {
+		var recs []protocol.Record
+		var deliv []string
+		for _, s := range steps[b*perRound : (b+batch)*perRound] {
+			recs = append(recs, s...)
+		}
+		for _, r := range recs {
+			last[r.Round] = r
+			written += int64(frameHead + len(EncodeRecord(r)))
+		}
+		for _, id := range ids[b : b+batch] {
+			deliv = append(deliv, id)
+			written += int64(frameHead + len("D :"+id))
+		}
+		if err := j.Save(recs, deliv); err != nil {
+			t.Fatal(err)
+		}
+		maxSize = max(maxSize, j.Size())
+	}
+	// The bound, from the compaction policy and independent of the number
+	// of rounds: the kept rounds (each its last record and delivery), plus
+	// what is appended before the next compaction. That happens once the
+	// records appended reach compactEvery and four per round in the
+	// journal; each new round here appends per = perRound+1 records and
+	// adds one round, so at most 4(K+1)per/(per-4) records are appended
+	// (one Save may overshoot).
+	frame := func(p int) int64 { return int64(frameHead + p) }
+	recFrame := frame(len(EncodeRecord(last[ids[0]])))
+	keptRound := recFrame + frame(len("D :"+ids[0]))
+	per := int64(perRound + 1)
+	appended := max(compactEvery, 4*(KeepFinished+1)*per/(per-4)+1) + batch*per
+	bound := frame(len(headerPayload(testHdr))) + frame(len(EncodeRecord(old))) +
+		KeepFinished*keptRound + appended*recFrame
+	t.Logf("%d rounds: %d bytes written, largest file %d bytes (bound %d), final %d bytes",
+		rounds, written, maxSize, bound, j.Size())
+	if maxSize > bound {
+		t.Fatalf("journal grew to %d bytes (bound %d, written %d)", maxSize, bound, written)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The first Open loads every round in the file (the last record of
+	// each), then compacts; the next one finds the compacted set.
+	j, st, err := Open(dir, testHdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rounds[0] != old {
+		t.Fatalf("reopened: first round %+v, want the unfinished %+v", st.Rounds[0], old)
+	}
+	for _, r := range st.Rounds[1:] {
+		if r != last[r.Round] || !st.Delivered[r.Round] {
+			t.Fatalf("reopened: %+v (delivered %v), want the last record %+v, delivered", r, st.Delivered[r.Round], last[r.Round])
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, st, err = Open(dir, testHdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if size := j.Size(); size > frame(len(headerPayload(testHdr)))+frame(len(EncodeRecord(old)))+KeepFinished*keptRound {
+		t.Fatalf("reopened (compacted) journal is %d bytes", size)
+	}
+	if len(st.Rounds) != KeepFinished+1 || st.Rounds[0] != old {
+		t.Fatalf("reopened: %d rounds, first %+v; want the unfinished round and %d finished", len(st.Rounds), st.Rounds[0], KeepFinished)
+	}
+	for k, r := range st.Rounds[1:] {
+		id := ids[rounds-KeepFinished+k]
+		if r != last[id] || !st.Delivered[id] {
+			t.Fatalf("kept round %d: %+v (delivered %v), want the last record %+v, delivered", k, r, st.Delivered[id], last[id])
+		}
+	}
+	if st.Delivered[ids[0]] || len(st.Delivered) != KeepFinished {
+		t.Fatalf("evicted rounds' deliveries kept: %d deliveries", len(st.Delivered))
+	}
+}
+
+// FuzzDecode: Decode never panics; what it accepts re-encodes to frames
+// that decode to the same entries; a torn tail is only ever at the end;
+// what it refuses, Open refuses with ErrCorrupt.
+func FuzzDecode(f *testing.F) {
+	data, _, ends := writeJournal(f, f.TempDir(), "", "r1", strings.Repeat("L", protocol.MaxRoundLen))
+	f.Add(data)
+	f.Add(data[:ends[3]])
+	f.Add(data[:ends[3]+5])
+	f.Add(append(bytes.Clone(data), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+	f.Add(appendFrame(nil, headerPayload(Header{Role: "head"})))
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("D :")))
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("R :x 9 00000 0 0 0 0")))
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("R :x +1 01010 01 3 0 0")))
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 2, 1, 1, 2, 3, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		entries, torn, err := Decode(data)
+		if err != nil {
+			if entries != nil || torn != 0 {
+				t.Fatalf("error with entries or torn: %v", err)
+			}
+			return
+		}
+		if torn < 0 || torn > len(data) {
+			t.Fatalf("torn = %d of %d", torn, len(data))
+		}
+		var again []byte
+		for _, e := range entries {
+			switch {
+			case e.Header != nil:
+				again = appendFrame(again, headerPayload(*e.Header))
+			case e.Delivered != "" || e.DeliveredUnnamed:
+				again = appendFrame(again, []byte("D :"+e.round()))
+			default:
+				if !protocol.ValidRound(e.Record.Round) || e.Record.State < protocol.StateSync || e.Record.State > protocol.StateAborted {
+					t.Fatalf("accepted an impossible record %+v", e.Record)
+				}
+				again = appendFrame(again, EncodeRecord(e.Record))
+			}
+		}
+		back, torn2, err := Decode(again)
+		if err != nil || torn2 != 0 || !reflect.DeepEqual(back, entries) {
+			t.Fatalf("re-encoded entries decode as %+v, %d, %v; want %+v", back, torn2, err, entries)
+		}
+		// A torn tail is the end of the data; the entries come from the rest.
+		rest, _, err := Decode(data[:len(data)-torn])
+		if err != nil || !reflect.DeepEqual(rest, entries) {
+			t.Fatalf("without its torn tail: %+v, %v", rest, err)
+		}
+	})
+}
