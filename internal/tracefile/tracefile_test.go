@@ -205,7 +205,8 @@ func TestRenderRealChain(t *testing.T) {
 }
 
 // Every event of a real round is in the files, with nanosecond times, and
-// reads back: across the chain 4(n-1) messages sent and as many received,
+// reads back: across the chain 4(n-1) messages on the wire, sent and
+// received,
 // one task start and one round end per node.
 func TestTraceFileRecords(t *testing.T) {
 	rng := seeded(t)
@@ -230,7 +231,9 @@ func TestTraceFileRecords(t *testing.T) {
 			kinds[r.Kind]++
 			switch r.Kind {
 			case tracefile.KindSent:
-				sent++
+				if !r.Queued { // a queued message is recorded again when it goes out
+					sent++
+				}
 			case tracefile.KindReceived:
 				recv++
 			}
@@ -274,5 +277,58 @@ func TestReadTornAndDamaged(t *testing.T) {
 	var out bytes.Buffer
 	if _, err := tracefile.Render(&out, nil, tracefile.Options{}); err == nil {
 		t.Error("rendering no traces succeeded")
+	}
+}
+
+// Draft section "Error Handling": a failed task is drawn as a failed task
+// bar with its fault marked, and the messages that did happen still pair
+// up (3 of them: READY, START, COMPLETE to the failing node).
+func TestRenderFault(t *testing.T) {
+	dir := t.TempDir()
+	names := chaintest.Names(2)
+	writers := make([]*tracefile.Writer, 2)
+	files := make([]string, 2)
+	nodes := chaintest.Start(t, 2, func(i int, cfg *chainsync.Config) {
+		files[i] = filepath.Join(dir, names[i]+".jsonl")
+		w, err := tracefile.Create(files[i], tracefile.Record{Node: names[i], Role: protocol.RoleOf(i > 0, i < 1).String(), Next: cfg.NextName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writers[i], cfg.Trace = w, w.Observe
+		if i == 1 {
+			cfg.Task = func(context.Context, string) error { return fmt.Errorf("disk full") }
+		}
+	})
+	for _, nd := range nodes {
+		nd.Ready("")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if res, _ := nodes[1].Wait(ctx, ""); res.Status != chainsync.StatusTaskFailed {
+		t.Fatalf("B: %v, want task failed", res.Status)
+	}
+	for i, nd := range nodes {
+		nd.Close()
+		writers[i].Close()
+	}
+	var traces []tracefile.Trace
+	for _, f := range files {
+		recs, err := tracefile.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		traces = append(traces, tracefile.Trace{File: f, Records: recs})
+	}
+	var out bytes.Buffer
+	if _, err := tracefile.Render(&out, traces, tracefile.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	got := parseSVG(t, out.Bytes())
+	if got.msgs[""] != 3 || !slices.Equal(got.lanes, names) {
+		t.Errorf("msgs %v lanes %v, want 3 messages, lanes A B", got.msgs, got.lanes)
+	}
+	svg := out.String()
+	if !strings.Contains(svg, `class="task failed"`) || !strings.Contains(svg, `class="fault"`) || !strings.Contains(svg, "task-failed") {
+		t.Errorf("no failed task bar or fault mark:\n%s", svg)
 	}
 }
