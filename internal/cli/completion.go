@@ -62,6 +62,7 @@ func compFlags(c *command) []compFlag {
 // commandArgs are the words some commands take as arguments.
 var commandArgs = map[string][]string{
 	"completion": {"bash", "zsh"},
+	"trace":      {"render"},
 }
 
 func completionMain(args []string, stdout, stderr io.Writer) int {
@@ -140,7 +141,7 @@ _chainsync() {
         COMPREPLY=($(compgen -W "$flags --help" -- "$cur"))
         return
     fi
-    if [[ -n $args ]]; then
+    if [[ -n $args && $COMP_CWORD -eq 2 ]]; then
         COMPREPLY=($(compgen -W "$args" -- "$cur"))
         return
     fi
@@ -203,7 +204,7 @@ _chainsync() {
 		case c.name == "run" || c.name == "check":
 			b.WriteString("            '*::task:_normal'\n")
 		case len(commandArgs[c.name]) > 0:
-			fmt.Fprintf(&b, "            '1:argument:(%s)'\n", strings.Join(commandArgs[c.name], " "))
+			fmt.Fprintf(&b, "            '1:argument:(%s)' \\\n            '*:file:_files'\n", strings.Join(commandArgs[c.name], " "))
 		default:
 			b.WriteString("            '*:file:_files'\n")
 		}
