@@ -39,6 +39,14 @@ type Options struct {
 	// needs SelfName; PrevName is needed to accept a predecessor and
 	// NextName to dial a successor. Other modes ignore them.
 	SelfName, PrevName, NextName string
+	// ChainNames are the names of every node of the chain (--chain). A
+	// neighbour whose certificate's common name is one of them must be
+	// the expected neighbour (PrevName or NextName): certificates made by
+	// `chainsync certs` carry the node's name, so a connection redirected
+	// to another node, or looped back, is refused even where the nodes'
+	// certificates share an address. Certificates named otherwise are
+	// not affected.
+	ChainNames []string
 	// ServerName, if set, is the name the successor's certificate must
 	// carry (--tls-server-name), instead of the host it was dialed at.
 	ServerName string

@@ -108,9 +108,11 @@ func (c *Config) buildServer() {
 			return errNoClientCert
 		}
 		if c.pinPrev != nil {
-			return checkPin(cs.PeerCertificates[0], c.pinPrev)
+			if err := checkPin(cs.PeerCertificates[0], c.pinPrev); err != nil {
+				return err
+			}
 		}
-		return nil
+		return c.checkPosition(cs.PeerCertificates[0], c.opts.PrevName, RolePredecessor)
 	}
 	c.server = s
 }
@@ -143,9 +145,11 @@ func (c *Config) buildClient() {
 			return errors.New("secure: successor sent no certificate")
 		}
 		if c.pinNext != nil {
-			return checkPin(cs.PeerCertificates[0], c.pinNext)
+			if err := checkPin(cs.PeerCertificates[0], c.pinNext); err != nil {
+				return err
+			}
 		}
-		return nil
+		return c.checkPosition(cs.PeerCertificates[0], c.opts.NextName, RoleSuccessor)
 	}
 	c.client = cl
 }

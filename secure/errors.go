@@ -40,9 +40,10 @@ const (
 	// ReasonPSKMismatch: the peer's PSK proof is wrong, or the peer
 	// rejected this node's: the two --psk-file keys differ.
 	ReasonPSKMismatch Reason = "PSK proof mismatch"
-	// ReasonWrongPosition: the peer proved the PSK, but for another link
-	// of the chain: a connection redirected to the wrong node, or looped
-	// back to this node itself. Detail names both positions.
+	// ReasonWrongPosition: the peer proved the PSK, or showed a valid
+	// certificate, but for another position of the chain: a connection
+	// redirected to the wrong node, or looped back to this node itself.
+	// Detail names both positions.
 	ReasonWrongPosition Reason = "position mismatch"
 	// ReasonNoPSKProof: the peer completed TLS but sent no PSK proof
 	// (it probably runs without --psk-file).
@@ -141,9 +142,12 @@ func (c *Config) classify(ctx context.Context, err error, rec *recorder, role, p
 		rhe  tls.RecordHeaderError
 		ope  *net.OpError
 	)
+	var pose *positionError
 	switch {
 	case errors.As(err, &pe):
 		r.Reason, r.Detail = ReasonWrongPin, pe.Error()
+	case errors.As(err, &pose):
+		r.Reason, r.Detail = ReasonWrongPosition, pose.Error()
 	case errors.Is(err, errNoClientCert):
 		r.Reason = ReasonNoClientCert
 		r.Detail = "this node requires one: give the predecessor --tls-cert and --tls-key"

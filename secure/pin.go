@@ -97,3 +97,22 @@ func checkPin(cert *x509.Certificate, pins []string) error {
 	}
 	return &pinError{got: got, want: pins}
 }
+
+// positionError is returned by the VerifyConnection callbacks when the
+// peer's certificate names another node of the chain.
+type positionError struct{ detail string }
+
+func (e *positionError) Error() string { return e.detail }
+
+// checkPosition refuses a neighbour's certificate whose common name is a
+// node of the chain other than want (the expected neighbour's name).
+func (c *Config) checkPosition(cert *x509.Certificate, want, role string) error {
+	cn := cert.Subject.CommonName
+	if want == "" || cn == want || !slices.Contains(c.opts.ChainNames, cn) {
+		return nil
+	}
+	if cn == c.opts.SelfName {
+		return &positionError{fmt.Sprintf("the %s's certificate is this node's own (%q): the connection looped back to this node, instead of reaching %q", role, cn, want)}
+	}
+	return &positionError{fmt.Sprintf("the %s's certificate is that of chain node %q, not of %q: the connection was redirected to the wrong node, or --chain differs between the nodes", role, cn, want)}
+}

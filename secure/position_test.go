@@ -73,3 +73,57 @@ func TestPSKPosition(t *testing.T) {
 		exchange(t, cli.conn, srv.conn)
 	})
 }
+
+// With a CA, a node's certificate is checked for its address only, and
+// certificates of nodes on one machine all carry 127.0.0.1. Given the
+// chain's names, a certificate that names another node of the chain (as
+// those from `chainsync certs` do, in their common name) is refused: the
+// redirect and the loopback above fail in mutual TLS too.
+func TestCertPosition(t *testing.T) {
+	certs := chain(t, "A", "B", "C")
+	names := []string{"A", "B", "C"}
+	opts := func(self, prev, next string) Options {
+		o := mtls(certs[self])
+		o.SelfName, o.PrevName, o.NextName, o.ChainNames = self, prev, next, names
+		return o
+	}
+	a, b, c := mustLoad(t, opts("A", "", "B")), mustLoad(t, opts("B", "A", "C")), mustLoad(t, opts("C", "B", ""))
+	t.Run("right position", func(t *testing.T) {
+		cli, srv := connect(t, b, a)
+		if cli.err != nil || srv.err != nil {
+			t.Fatalf("client %v, server %v", cli.err, srv.err)
+		}
+		exchange(t, cli.conn, srv.conn)
+	})
+	t.Run("redirected to the next node", func(t *testing.T) {
+		cli, srv := connect(t, c, a)
+		wantRefused(t, "A", cli.err, ReasonWrongPosition, `chain node "C", not of "B"`, "redirected")
+		if srv.err == nil {
+			t.Fatal("C accepted A")
+		}
+	})
+	t.Run("looped back", func(t *testing.T) {
+		cli, srv := connect(t, b, b)
+		wantRefused(t, "B as client", cli.err, ReasonWrongPosition, `this node's own ("B")`, "looped back")
+		if srv.err == nil {
+			t.Fatal("B accepted itself")
+		}
+	})
+	t.Run("predecessor from another position", func(t *testing.T) {
+		// C's listener, reached by A whose check of the successor is
+		// off (no names): C itself refuses A.
+		plainA := mustLoad(t, mtls(certs["A"]))
+		cli, srv := connect(t, c, plainA)
+		wantRefused(t, "C", srv.err, ReasonWrongPosition, `predecessor's certificate is that of chain node "A", not of "B"`)
+		if cli.err == nil {
+			wantRefused(t, "A read", readErr(cli.conn), ReasonRejectedByPeer)
+		}
+	})
+	t.Run("without names: unchanged", func(t *testing.T) {
+		cli, srv := connect(t, mustLoad(t, mtls(certs["C"])), mustLoad(t, mtls(certs["A"])))
+		if cli.err != nil || srv.err != nil {
+			t.Fatalf("client %v, server %v", cli.err, srv.err)
+		}
+		exchange(t, cli.conn, srv.conn)
+	})
+}

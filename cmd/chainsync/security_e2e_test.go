@@ -106,80 +106,123 @@ func newPSK(t *testing.T) string {
 // taskArgs is a task that appends the node's name to DIR/tasks.
 var taskArgs = []string{"--", "sh", "-c", `echo "$CHAINSYNC_NODE" >> "$DIR/tasks"`}
 
-// TestPSKRedirectRefused: three nodes share one PSK. A TCP forwarder stands
-// at B's address and relays to C, so A's connection for B reaches C. C
-// refuses A (A is not its predecessor), A refuses C (C is not its
-// successor), both say "position mismatch" and name the positions, and no
-// task runs. Once the forwarder is gone and the real B is up, the chain runs
-// A, B, C in order.
-func TestPSKRedirectRefused(t *testing.T) {
+// secureModes are the two ways a chain proves who is who: a pre-shared key
+// (chainsync psk) and mutual TLS with certificates from chainsync certs,
+// all on 127.0.0.1, so that certificates alone (same IP SAN) cannot tell the
+// nodes apart. args gives a node its flags.
+func secureModes(t *testing.T, names ...string) map[string]func(node string) []string {
+	t.Helper()
 	key := newPSK(t)
-	dir := t.TempDir()
-	names := []string{"A", "B", "C"}
-	addrs := freeAddrs(t, 3)
-	chain := chainFlag(names, addrs)
-	env := []string{"DIR=" + dir}
-	node := func(name string) *proc {
-		args := append([]string{"run", "--chain", chain, "--name", name, "--psk-file", key, "--linger", "2s"}, taskArgs...)
-		return startProc(t, name, env, args...)
+	certDir := t.TempDir()
+	if code, _, stderr := runBin(t, "certs", "--dir", certDir, "--nodes", strings.Join(names, ",")); code != 0 {
+		t.Fatalf("certs: %s", stderr)
 	}
-	fwd := forward(t, addrs[1], addrs[2])
-	c := node("C")
-	a := node("A")
-
-	c.waitLog(t, 10*time.Second, "refusing A as C's predecessor",
-		containsAll("refused would-be predecessor", "position mismatch", `is \"A\" dialing its successor \"B\"`, `this node is \"C\" and its predecessor is \"B\"`))
-	a.waitLog(t, 10*time.Second, "refusing C as A's successor",
-		containsAll("successor refused or failed authentication", "position mismatch", `answered is \"C\", whose predecessor is \"B\"`))
-	// A keeps retrying and is refused each time; nothing runs meanwhile.
-	deadline := time.Now().Add(10 * time.Second)
-	for fwd.count.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := fwd.count.Load(); n < 3 {
-		t.Fatalf("A dialed through the forwarder %d times, want at least 3 (retries)", n)
-	}
-	if got := readLines(t, filepath.Join(dir, "tasks")); len(got) != 0 {
-		t.Fatalf("tasks ran through the redirect: %v", got)
-	}
-	if strings.Contains(a.err.String(), "link up") || strings.Contains(c.err.String(), "link up") {
-		t.Fatal("a link came up through the redirect")
-	}
-
-	// The attacker goes away; the real B takes its address.
-	fwd.stop()
-	b := node("B")
-	for _, p := range []*proc{a, b, c} {
-		if code := p.wait(t, 20*time.Second); code != 0 {
-			t.Errorf("%s exited %d, want 0", p.name, code)
-		}
-	}
-	if got := strings.Join(readLines(t, filepath.Join(dir, "tasks")), ","); got != "A,B,C" {
-		t.Errorf("tasks ran %q, want A,B,C", got)
+	return map[string]func(string) []string{
+		"PSK": func(string) []string { return []string{"--psk-file", key} },
+		"mTLS": func(node string) []string {
+			return []string{"--tls-cert", filepath.Join(certDir, node+".pem"), "--tls-key", filepath.Join(certDir, node+"-key.pem"),
+				"--tls-ca", filepath.Join(certDir, "ca.pem")}
+		},
 	}
 }
 
-// TestPSKLoopbackRefused: B's successor address forwards to B's own
-// listener, so B dials itself. B refuses itself on both ends of that
-// connection, and says its connection looped back.
-func TestPSKLoopbackRefused(t *testing.T) {
-	key := newPSK(t)
-	dir := t.TempDir()
+// TestRedirectRefused: a TCP forwarder stands at B's address and relays to
+// C, so A's connection for B reaches C. With a shared PSK, C refuses A (A is
+// not its predecessor) and A refuses C (C is not its successor); both say
+// "position mismatch" and name the positions. With mutual TLS, A refuses
+// C's certificate (it names C, not B) and C logs the refusal. No task runs.
+// Once the forwarder is gone and the real B is up, the chain runs A, B, C in
+// order.
+func TestRedirectRefused(t *testing.T) {
 	names := []string{"A", "B", "C"}
-	addrs := freeAddrs(t, 3)
-	chain := chainFlag(names, addrs)
-	forward(t, addrs[2], addrs[1])
-	args := append([]string{"run", "--chain", chain, "--name", "B", "--psk-file", key}, taskArgs...)
-	b := startProc(t, "B", []string{"DIR=" + dir}, args...)
-	b.waitLog(t, 10*time.Second, "B refusing itself as predecessor",
-		containsAll("refused would-be predecessor", "position mismatch", `this node itself (\"B\" dialing its successor \"C\")`, "looped back"))
-	b.waitLog(t, 10*time.Second, "B refusing itself as successor",
-		containsAll("successor refused or failed authentication", "position mismatch", `this node itself (\"B\")`, "looped back"))
-	if strings.Contains(b.err.String(), "link up") {
-		t.Fatal("B accepted its own connection as a link")
+	modes := secureModes(t, names...)
+	for _, mode := range []string{"PSK", "mTLS"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			addrs := freeAddrs(t, 3)
+			chain := chainFlag(names, addrs)
+			env := []string{"DIR=" + dir}
+			node := func(name string) *proc {
+				args := append([]string{"run", "--chain", chain, "--name", name, "--linger", "2s"}, modes[mode](name)...)
+				return startProc(t, name, env, append(args, taskArgs...)...)
+			}
+			fwd := forward(t, addrs[1], addrs[2])
+			c := node("C")
+			a := node("A")
+			if mode == "PSK" {
+				c.waitLog(t, 10*time.Second, "refusing A as C's predecessor",
+					containsAll("refused would-be predecessor", "position mismatch", `is \"A\" dialing its successor \"B\"`, `this node is \"C\" and its predecessor is \"B\"`))
+				a.waitLog(t, 10*time.Second, "refusing C as A's successor",
+					containsAll("successor refused or failed authentication", "position mismatch", `answered is \"C\", whose predecessor is \"B\"`))
+			} else {
+				c.waitLog(t, 10*time.Second, "refusing A as C's predecessor", containsAll("refused would-be predecessor", "refused this node"))
+				a.waitLog(t, 10*time.Second, "refusing C as A's successor",
+					containsAll("successor refused or failed authentication", "position mismatch", `chain node \"C\", not of \"B\"`))
+			}
+			// A keeps retrying and is refused each time; nothing runs.
+			deadline := time.Now().Add(10 * time.Second)
+			for fwd.count.Load() < 3 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := fwd.count.Load(); n < 3 {
+				t.Fatalf("A dialed through the forwarder %d times, want at least 3 (retries)", n)
+			}
+			if got := readLines(t, filepath.Join(dir, "tasks")); len(got) != 0 {
+				t.Fatalf("tasks ran through the redirect: %v", got)
+			}
+			if strings.Contains(a.err.String(), "link up") || strings.Contains(c.err.String(), "link up") {
+				t.Fatal("a link came up through the redirect")
+			}
+
+			// The attacker goes away; the real B takes its address.
+			fwd.stop()
+			b := node("B")
+			for _, p := range []*proc{a, b, c} {
+				if code := p.wait(t, 20*time.Second); code != 0 {
+					t.Errorf("%s exited %d, want 0", p.name, code)
+				}
+			}
+			if got := strings.Join(readLines(t, filepath.Join(dir, "tasks")), ","); got != "A,B,C" {
+				t.Errorf("tasks ran %q, want A,B,C", got)
+			}
+		})
 	}
-	b.signal(t, os.Interrupt)
-	b.wait(t, 10*time.Second)
+}
+
+// TestLoopbackRefused: B's successor address forwards to B's own listener,
+// so B dials itself. B refuses itself and says its connection looped back
+// (with a PSK on both ends of that connection; with mutual TLS as the
+// dialer, and the listener logs the refusal).
+func TestLoopbackRefused(t *testing.T) {
+	names := []string{"A", "B", "C"}
+	modes := secureModes(t, names...)
+	for _, mode := range []string{"PSK", "mTLS"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			addrs := freeAddrs(t, 3)
+			chain := chainFlag(names, addrs)
+			forward(t, addrs[2], addrs[1])
+			args := append([]string{"run", "--chain", chain, "--name", "B"}, modes[mode]("B")...)
+			b := startProc(t, "B", []string{"DIR=" + dir}, append(args, taskArgs...)...)
+			if mode == "PSK" {
+				b.waitLog(t, 10*time.Second, "B refusing itself as predecessor",
+					containsAll("refused would-be predecessor", "position mismatch", `this node itself (\"B\" dialing its successor \"C\")`, "looped back"))
+				b.waitLog(t, 10*time.Second, "B refusing itself as successor",
+					containsAll("successor refused or failed authentication", "position mismatch", `this node itself (\"B\")`, "looped back"))
+			} else {
+				b.waitLog(t, 10*time.Second, "B refusing itself as successor",
+					containsAll("successor refused or failed authentication", "position mismatch", `this node's own (\"B\")`, "looped back"))
+				b.waitLog(t, 10*time.Second, "B's listener logging the refusal", containsAll("refused would-be predecessor"))
+			}
+			if strings.Contains(b.err.String(), "link up") {
+				t.Fatal("B accepted its own connection as a link")
+			}
+			b.signal(t, os.Interrupt)
+			b.wait(t, 10*time.Second)
+		})
+	}
 }
 
 // flood keeps n connections from 127.0.0.1 to addr open, each replaced
@@ -247,21 +290,11 @@ func startFlood(t *testing.T, addr string, n int) *flood {
 // the same address, still gets in: in mutual TLS and in PSK mode the round
 // completes within 10 s, and the Tail's log stays under 100 KB.
 func TestFloodDoesNotLockOutPredecessor(t *testing.T) {
-	certDir := t.TempDir()
-	if code, _, stderr := runBin(t, "certs", "--dir", certDir, "--nodes", "A,B"); code != 0 {
-		t.Fatalf("certs: %s", stderr)
-	}
-	key := newPSK(t)
+	modes := secureModes(t, "A", "B")
 	for _, tc := range []struct {
 		name string
 		sec  func(node string) []string
-	}{
-		{"mTLS", func(node string) []string {
-			return []string{"--tls-cert", filepath.Join(certDir, node+".pem"), "--tls-key", filepath.Join(certDir, node+"-key.pem"),
-				"--tls-ca", filepath.Join(certDir, "ca.pem")}
-		}},
-		{"PSK", func(string) []string { return []string{"--psk-file", key} }},
-	} {
+	}{{"mTLS", modes["mTLS"]}, {"PSK", modes["PSK"]}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()

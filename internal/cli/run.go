@@ -145,6 +145,10 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		prev, next = p, n
 		o.tls.SelfName = o.name
 		o.tls.PrevName, o.tls.NextName = chainNames(ms, o.name)
+		o.tls.ChainNames = nil
+		for _, m := range ms {
+			o.tls.ChainNames = append(o.tls.ChainNames, m.Name)
+		}
 		if listen == "" {
 			listen = l
 		} else if p == "" {
