@@ -58,7 +58,7 @@ func (o *runOpts) startObservers(cfg *chainsync.Config) (*observers, error) {
 				}
 			}
 		}
-		w, err := tracefile.Create(o.traceFile, hdr)
+		w, err := tracefile.Append(o.traceFile, hdr)
 		if err != nil {
 			ob.close(nil)
 			return nil, fmt.Errorf("--trace: %v", err)

@@ -96,7 +96,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
-	fs.StringVar(&o.traceFile, "trace", "", "write every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
+	fs.StringVar(&o.traceFile, "trace", "", "append every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
 	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
 	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "trust roots (PEM `FILE`) for verifying both neighbours (mutual TLS)")

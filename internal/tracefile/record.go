@@ -182,10 +182,13 @@ type Writer struct {
 	sync    func() error
 }
 
-// Create creates (or truncates) the trace file at path and writes the
-// node record hdr.
-func Create(path string, hdr Record) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+// Append opens the trace file at path for appending (creating it if
+// needed) and writes the node record hdr. Appending, not truncating, keeps
+// the trace of a node that restarts, as in the draft's switch stack where
+// the task restarts the node: each run adds its own node record and
+// events, and a render draws them in one lane.
+func Append(path string, hdr Record) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

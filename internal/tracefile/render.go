@@ -99,9 +99,10 @@ func collect(traces []Trace) ([]*lane, error) {
 				lanes = append(lanes, l)
 			}
 			if r.Kind == KindNode {
-				if l.hdr != nil && t.File != "" {
-					// Two files for one name (a restarted node writes a
-					// new file): keep both files' events, the first header.
+				if l.hdr != nil {
+					// A node that restarted appended a second node
+					// record (or wrote a second file): one lane, all
+					// events, the first record.
 					continue
 				}
 				l.hdr = &r

@@ -36,7 +36,7 @@ func runTraced(t *testing.T, rng *rand.Rand, dir string, n int, ids []string, hd
 			h.Role = protocol.RoleOf(i > 0, i < n-1).String()
 			h.Next, h.Listen = cfg.Next, cfg.Listen
 		}
-		w, err := tracefile.Create(files[i], h)
+		w, err := tracefile.Append(files[i], h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestRenderFault(t *testing.T) {
 	files := make([]string, 2)
 	nodes := chaintest.Start(t, 2, func(i int, cfg *chainsync.Config) {
 		files[i] = filepath.Join(dir, names[i]+".jsonl")
-		w, err := tracefile.Create(files[i], tracefile.Record{Node: names[i], Role: protocol.RoleOf(i > 0, i < 1).String(), Next: cfg.NextName})
+		w, err := tracefile.Append(files[i], tracefile.Record{Node: names[i], Role: protocol.RoleOf(i > 0, i < 1).String(), Next: cfg.NextName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,4 +331,37 @@ func TestRenderFault(t *testing.T) {
 	if !strings.Contains(svg, `class="task failed"`) || !strings.Contains(svg, `class="fault"`) || !strings.Contains(svg, "task-failed") {
 		t.Errorf("no failed task bar or fault mark:\n%s", svg)
 	}
+}
+
+// DECISIONS "Restarts and durable state": a node restarted by its own task
+// appends to its trace file, and the render draws both runs in one lane.
+func TestAppendAcrossRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "B.jsonl")
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for run := range 2 {
+		w, err := tracefile.Append(path, tracefile.Record{Node: "B", Role: "tail"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Add(tracefile.Record{Time: t0.Add(time.Duration(run) * time.Second), Node: "B", Kind: tracefile.KindReceived, Command: "READY", Side: "pred"})
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := tracefile.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 4 || recs[0].Kind != tracefile.KindNode || recs[2].Kind != tracefile.KindNode {
+		t.Fatalf("records %+v, want node, received, node, received", recs)
+	}
+	var out bytes.Buffer
+	sum, err := tracefile.Render(&out, []tracefile.Trace{{File: path, Records: recs}}, tracefile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sum.Lanes, []string{"B"}) || sum.Messages[""] != 2 {
+		t.Errorf("lanes %v messages %v, want one lane B with 2 messages (their senders not drawn)", sum.Lanes, sum.Messages)
+	}
+	parseSVG(t, out.Bytes())
 }
