@@ -88,10 +88,13 @@ type Config struct {
 	WriteTimeout time.Duration
 	// PendingTimeout is how long a newly accepted connection may take to
 	// complete its handshake and send its first protocol line before it
-	// is closed. Default 10s.
+	// is closed. Default 10s. The TLS handshake and PSK proof alone get
+	// at most 3s.
 	PendingTimeout time.Duration
 	// MaxPending bounds accepted connections that have not yet sent a
-	// protocol line; more are refused at once. Default 16.
+	// protocol line. When that many wait, a new one evicts the pending
+	// connection that has made the least progress, oldest first (see
+	// SECURITY.md, "Strangers at the listen port"). Default 16.
 	MaxPending int
 	// BackoffMin and BackoffMax bound the delay between dial attempts.
 	// Defaults 50ms and 2s.

@@ -32,12 +32,15 @@
 //     certificates are accepted on the strength of the pin alone; names and
 //     dates are then not checked, like an SSH host key. With a CA, both the
 //     chain and the pin must hold.
-//   - --psk-file: after the TLS handshake each side proves it knows the key,
-//     bound to this TLS session (see Pre-shared keys below). Without
-//     --tls-cert, an ephemeral self-signed certificate is made at [Load].
-//     PSK mode adds a short exchange to the start of the stream, so both ends
-//     must run it; the other modes are standard TLS around the unchanged line
-//     protocol.
+//   - --psk-file: after the TLS handshake each side proves it knows the key
+//     and the names of the link's two ends, bound to this TLS session (see
+//     Pre-shared keys below). The key file must hold at least 32 random
+//     bytes as base64 or hex ([ParsePSK]; [WritePSKFile] makes one), and PSK
+//     mode needs the chain's names ([Options].SelfName, PrevName,
+//     NextName). Without --tls-cert, an ephemeral self-signed certificate is
+//     made at [Load]. PSK mode adds a short exchange to the start of the
+//     stream, so both ends must run it; the other modes are standard TLS
+//     around the unchanged line protocol.
 //   - A certificate with none of the above authenticates only this node to
 //     its predecessor, and checks the successor against the system's trust
 //     roots; [Config.Warnings] says so.
@@ -61,32 +64,43 @@
 // # Pre-shared keys
 //
 // crypto/tls has no external-PSK mode, so the key is proven inside the
-// channel, right after the TLS 1.3 handshake and before any protocol line:
+// channel, right after the TLS 1.3 handshake and before any protocol line.
+// For a link from dialer D (the predecessor) to listener L:
 //
-//	ekm   = TLS-Exporter("EXPORTER-chainsync-psk", "", 32)  (RFC 8446 section 7.5)
-//	proof = HMAC-SHA256(key, "chainsync psk proof v1" 0x00 role 0x00 ekm)
-//	line  = "CHAINSYNC-PSK1 " hex(proof) LF   (role "client" or "server")
+//	ekm          = TLS-Exporter("EXPORTER-chainsync-psk", "", 32)  (RFC 8446 section 7.5)
+//	mac(r, D, L) = HMAC-SHA256(key, "chainsync psk proof v2" 0x00 r 0x00 len16(D) D len16(L) L ekm)
+//	client line  = "CHAINSYNC-PSK2 " esc(D) " " esc(L) " " hex(mac("client", D, L)) LF
+//	server line  = "CHAINSYNC-PSK2 " hex(mac("server", D, L)) LF
 //
 // The exchange, under the handshake deadline:
 //
-//  1. The dialing side (client) sends its proof line.
-//  2. The accepting side (server) reads exactly that one line (at most 128
-//     bytes, byte by byte so nothing after it is consumed) and compares it
-//     with hmac.Equal. On a mismatch it sends "CHAINSYNC-PSK1 REJECT" and
-//     closes: no protocol line is read from a peer with the wrong key.
-//     Otherwise it sends its own proof line.
-//  3. The client checks the server's proof the same way.
+//  1. The dialing side (client) sends its line.
+//  2. The accepting side (server) reads exactly that one line (at most 2048
+//     bytes, byte by byte so nothing after it is consumed) and checks the
+//     MAC over the names it claims, with hmac.Equal. A wrong MAC gets
+//     "CHAINSYNC-PSK2 REJECT" ([ReasonPSKMismatch]). A right MAC for names
+//     other than (its predecessor, itself) gets "REJECT-POSITION" with its
+//     own view of the names and a MAC over them ([ReasonWrongPosition]):
+//     a connection redirected to another node of the chain, or looped back
+//     to the dialer. Either way it closes: no protocol line is read. Otherwise
+//     it sends its own proof line.
+//  3. The client checks the server's reply the same way.
 //
 // Why this holds. The exporter is unique to the TLS session: it derives from
 // the session's secrets and transcript. A proof therefore cannot be replayed
 // on another connection, nor relayed by a man in the middle who terminates
 // TLS on both sides, because his two sessions have different exporters (the
-// channel binding of RFC 9266's tls-exporter). The role label keeps a server
-// from reflecting the client's proof. The server speaks second, so a
-// stranger who connects to a listener learns nothing about the key. The
-// client's proof is shown to whoever answers at the successor's address, who
-// could then test guesses offline, one HMAC per guess: the key must be
-// random (Load requires 16 bytes; use 32 random bytes), never a password.
+// channel binding of RFC 9266's tls-exporter). The names bind the proof to
+// one link of the chain, which a plain TCP relay to the wrong node cannot
+// change. The role label keeps a server from reflecting the client's proof.
+// The server speaks second, so a stranger who connects to a listener learns
+// nothing about the key. The client's proof is shown to whoever answers at
+// the successor's address, who could then test guesses offline, one HMAC
+// per guess: so Load accepts only random keys of at least 32 bytes.
+//
+// With [Options].ChainNames, a neighbour's certificate whose common name is
+// another node of the chain is refused too ([ReasonWrongPosition]), which
+// binds positions in mutual TLS where certificates share an address.
 //
 // [GenerateCerts] makes a small CA and per-node certificates for
 // `chainsync certs`; [PinOf] and [PinFile] compute pins.
