@@ -74,8 +74,9 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitUsage
 	}
+	var fromEnv []envSetting
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "chainsync check: %v\n(see chainsync check --help)\n", err)
+		fmt.Fprintf(stderr, "chainsync check: %v%s\n(see chainsync check --help)\n", err, envSources(err, fromEnv))
 		return ExitUsage
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)

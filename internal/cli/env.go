@@ -82,6 +82,35 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) ([]envSettin
 	return applied, err
 }
 
+// envSources returns " (--x is CHAINSYNC_X)" for each flag named in err
+// whose value came from the environment, so that an operator who never
+// typed the flag sees where the bad value came from.
+func envSources(err error, fromEnv []envSetting) string {
+	msg := err.Error()
+	var out []string
+	for _, s := range fromEnv {
+		f := "--" + s.Flag
+		for i := strings.Index(msg, f); i >= 0; {
+			end := i + len(f)
+			if end == len(msg) || !isFlagChar(msg[end]) {
+				out = append(out, f+" came from "+s.Var)
+				break
+			}
+			j := strings.Index(msg[end:], f)
+			if j < 0 {
+				break
+			}
+			i = end + j
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, ", ") + ")"
+}
+
+func isFlagChar(c byte) bool { return c == '-' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+
 // unknownEnv returns the CHAINSYNC_ variables in environ that configure
 // nothing: no flag of fs reads them and they are not task variables.
 // chainsync check reports them, since a misspelt variable is otherwise

@@ -170,3 +170,20 @@ func TestLogLevel(t *testing.T) {
 		t.Errorf("--log-level warn wrote %q", got)
 	}
 }
+
+// An error about a flag set from the environment says which variable set
+// it; a flag with a longer name that starts the same does not count.
+func TestEnvSources(t *testing.T) {
+	from := []envSetting{{"round", "CHAINSYNC_ROUND_ID"}, {"listen", "CHAINSYNC_LISTEN"}}
+	for msg, want := range map[string]string{
+		`--round "bad id!": use 1-128 of ...`: " (--round came from CHAINSYNC_ROUND_ID)",
+		"use --round or --rounds, not both":   " (--round came from CHAINSYNC_ROUND_ID)",
+		"--rounds -1: use 1..100000":          "",
+		"--listen needs --prev":               " (--listen came from CHAINSYNC_LISTEN)",
+		"no task":                             "",
+	} {
+		if got := envSources(errors.New(msg), from); got != want {
+			t.Errorf("%q: %q, want %q", msg, got, want)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return reaperMain()
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 {
-			if c := lookupCommand(args[1]); c != nil {
+			if c := lookupCommand(args[1]); c != nil && !c.hidden {
 				printHelp(stdout, c)
 				return ExitOK
 			}

@@ -264,12 +264,12 @@ func runMain(args []string, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "chainsync run: %v\n(see chainsync run --help)\n", err)
+		fmt.Fprintf(stderr, "chainsync run: %v%s\n(see chainsync run --help)\n", err, envSources(err, fromEnv))
 		return ExitUsage
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
+		fmt.Fprintf(stderr, "chainsync run: %v%s\n", err, envSources(err, fromEnv))
 		return ExitUsage
 	}
 	logEnv(log, fromEnv)
