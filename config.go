@@ -70,6 +70,27 @@ type Config struct {
 	// fault. Zero waits until Close.
 	ExitWaveTimeout time.Duration
 
+	// Heartbeat, if positive, turns on heartbeats (DECISIONS.md,
+	// "Heartbeats"): the line HEARTBEAT is sent on a link that carried
+	// nothing for Heartbeat, and a neighbour whose link stays up but
+	// silent for 3*Heartbeat while a round is in progress is reported as a
+	// FaultPeerSilent fault that blames it. Both ends must turn it on: a
+	// draft-only peer treats HEARTBEAT as bad input. Zero: off.
+	Heartbeat time.Duration
+	// TaskTimeout, if positive, bounds this node's task (and Verify): on
+	// expiry the task's context is cancelled and the round ends
+	// task-failed, with a FaultTaskTimeout fault. Zero: no bound.
+	TaskTimeout time.Duration
+	// Verify, if set, runs after the task succeeds, and for a task taken
+	// as done on resume (ResumeDone), before COMPLETE is sent on: "the
+	// switch is back and healthy before the next one restarts". An error
+	// fails the round like a failed task. It shares TaskTimeout's bound.
+	Verify func(ctx context.Context, round string) error
+	// FaultPolicy says what a fault caused by a neighbour (silent,
+	// unreachable, a phase timeout) does: FaultHalt (the default) aborts
+	// the rounds in progress; FaultWait reports it and keeps waiting.
+	FaultPolicy FaultPolicy
+
 	// Secure, if set, secures both links (TLS; see package secure).
 	// Nil means plain TCP, which the node says in its log.
 	Secure Securer
@@ -107,6 +128,41 @@ type Config struct {
 	// with the node's lock held: it must be quick and must not call the
 	// node. Tools (the demo's ladder diagram, metrics) hook in here.
 	Trace func(TraceEvent)
+}
+
+// FaultPolicy is what a node does about a fault caused by a neighbour
+// (draft section "Error Handling": applications want different things).
+type FaultPolicy uint8
+
+// The choices for Config.FaultPolicy.
+const (
+	// FaultHalt reports the fault and aborts the rounds in progress: the
+	// chain stops here, and its neighbours detect it in turn.
+	FaultHalt FaultPolicy = iota
+	// FaultWait reports the fault and keeps waiting, so that a repaired
+	// or restarted neighbour resumes the chain with its progress kept.
+	FaultWait
+)
+
+// String returns "halt" or "wait".
+func (p FaultPolicy) String() string {
+	switch p {
+	case FaultHalt:
+		return "halt"
+	case FaultWait:
+		return "wait"
+	}
+	return "FaultPolicy(?)"
+}
+
+// ParseFaultPolicy reads "halt" or "wait".
+func ParseFaultPolicy(s string) (FaultPolicy, error) {
+	for _, p := range []FaultPolicy{FaultHalt, FaultWait} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: fault-policy %q: use halt or wait", ErrConfig, s)
 }
 
 // ResumeTask is what a restarted node does with a round whose task was
@@ -184,6 +240,12 @@ func (c *Config) validate() error {
 		if !protocol.ValidRound(r) {
 			return bad("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
 		}
+	}
+	if c.FaultPolicy > FaultWait {
+		return bad("FaultPolicy %d: use FaultHalt or FaultWait", c.FaultPolicy)
+	}
+	if c.Heartbeat < 0 || c.TaskTimeout < 0 {
+		return bad("Heartbeat and TaskTimeout must not be negative")
 	}
 	if c.ResumeTask > ResumeRerun {
 		return bad("ResumeTask %d: use ResumeFail, ResumeDone or ResumeRerun", c.ResumeTask)

@@ -167,11 +167,16 @@ func (n *Node) sleep(d time.Duration) bool {
 
 // readLoop reads l until it fails or is closed.
 func (n *Node) readLoop(l *link) {
+	l.r.Heartbeats = n.cfg.Heartbeat > 0
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
 			n.readFailed(l, err)
 			return
+		}
+		l.heard()
+		if msg.Cmd == protocol.Heartbeat {
+			continue // it only says the neighbour is alive
 		}
 		if !n.handle(l, msg) {
 			return
@@ -283,6 +288,12 @@ func (n *Node) drop(l *link, err error) {
 	if n.pred != l && n.succ != l {
 		return
 	}
+	// The neighbour was healthy until now if this connection carried a
+	// line from it or lasted: a connection that is refused, fails
+	// authentication or flaps does not restart ConnectTimeout.
+	if l.heardAt() != 0 || time.Since(l.upAt) >= flapTime {
+		n.healthy[l.side] = time.Now()
+	}
 	if n.pred == l {
 		n.pred = nil
 		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
@@ -323,7 +334,9 @@ func (n *Node) linkDown(side protocol.Side) {
 	if t := n.down[side]; t != nil {
 		t.Stop()
 	}
-	n.down[side] = time.AfterFunc(d, func() {
+	// ConnectTimeout counts from when the neighbour was last healthy.
+	wait := max(time.Until(n.healthy[side].Add(d)), 0)
+	n.down[side] = time.AfterFunc(wait, func() {
 		n.mu.Lock()
 		defer n.unlock()
 		up := n.succ != nil
@@ -333,19 +346,16 @@ func (n *Node) linkDown(side protocol.Side) {
 		if n.closed || up {
 			return
 		}
-		reason := fmt.Sprintf("successor %s not connected", n.cfg.Next)
+		reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
 		if side == protocol.Pred {
-			reason = fmt.Sprintf("no predecessor connected on %s", n.ln.Addr())
+			reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
 		}
-		faulted := false
-		for id, ri := range n.rounds {
-			if !ri.finished() {
-				n.abort(id, FaultPeerUnreachable, side, reason, d)
-				faulted = true
-			}
+		if !n.inProgress() {
+			// Nothing in progress yet: not a fault; keep watching.
+			n.healthy[side] = time.Now()
+			n.linkDown(side)
+			return
 		}
-		if !faulted {
-			n.linkDown(side) // nothing in progress yet: keep watching
-		}
+		n.linkFault(FaultPeerUnreachable, side, reason, time.Since(n.healthy[side]).Round(time.Millisecond))
 	})
 }

@@ -47,6 +47,7 @@ type Node struct {
 	j       *journal.Journal
 	saves   []protocol.Record // scratch for ActSave records
 	broken  error             // the journal failed: the node acts no more
+	healthy [3]time.Time      // per side: when the neighbour was last known healthy (ConnectTimeout)
 }
 
 // keepFaults is how many recent faults Snapshot reports.
@@ -157,6 +158,12 @@ func Start(cfg Config) (*Node, error) {
 	n.log.Info("node started", attrs...)
 
 	n.mu.Lock()
+	now := time.Now()
+	n.healthy = [3]time.Time{now, now, now}
+	if n.cfg.Heartbeat > 0 {
+		n.wg.Add(1)
+		go n.heartbeats()
+	}
 	if n.ln != nil {
 		n.linkDown(protocol.Pred)
 		n.wg.Add(1)
@@ -454,7 +461,7 @@ func (n *Node) act(a *protocol.Action) {
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {
 		case protocol.TaskFailed:
-			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause}
+			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
 		case protocol.Aborted:
 			res.Status = StatusFault
 			if res.Err = ri.cause; res.Err == nil {
@@ -525,14 +532,19 @@ func (n *Node) trace(ev TraceEvent) {
 // log arguments for a silent logger.
 func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
 
-// abort ends round id with a fault of kind that blames side (0: this
-// node). Caller holds mu.
+// abort reports a fault of kind in round id that blames side (0: this
+// node) and ends the round with it. Caller holds mu.
 func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason string, after time.Duration) {
-	ri := n.round(id)
 	st, _ := n.m.State(id)
 	fe := &FaultError{Round: id, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
-	ri.cause = fe
 	n.recordFault(Fault{Kind: kind, Round: id, Side: side, Peer: fe.Peer, Err: fe.Error()})
+	n.endRound(id, fe)
+}
+
+// endRound ends round id with the fault fe. Caller holds mu.
+func (n *Node) endRound(id string, fe *FaultError) {
+	ri := n.round(id)
+	ri.cause = fe
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})

@@ -81,8 +81,11 @@ type FaultError struct {
 // Error describes the failure in one line for logs.
 func (e *FaultError) Error() string {
 	s := fmt.Sprintf("chainsync: %s fault in round %s (state %s): %s", e.Kind, roundName(e.Round), e.State, e.Reason)
-	if e.Side != 0 {
+	switch {
+	case e.Side != 0 && e.Peer != "":
 		s += fmt.Sprintf(" (blames the %s %s)", e.Side, e.Peer)
+	case e.Side != 0:
+		s += fmt.Sprintf(" (waiting on the %s side)", e.Side)
 	}
 	if e.After > 0 {
 		s += fmt.Sprintf(" after %v", e.After)

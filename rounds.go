@@ -28,6 +28,7 @@ type roundInfo struct {
 	delivered bool        // handed over (journalled with a state directory)
 	exitTimer *time.Timer // ExitWaveTimeout while awaiting
 	waiters   int         // Wait calls blocked on this round
+	timedOut  bool        // the task failed by running past TaskTimeout
 }
 
 // finished reports whether the round's result is in.
@@ -129,9 +130,25 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		}
 		reason := fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st))
 		if st == protocol.StateSync && !ri.ready {
-			reason = "the predecessor opened this round but this node never became locally ready for it"
+			// A round this node never claimed must not hold a slot for
+			// ever, whatever the policy.
+			n.abort(id, FaultPhaseTimeout, 0, "the predecessor opened this round but this node never became locally ready for it", d)
+			return
 		}
-		n.abort(id, FaultPhaseTimeout, 0, reason, d)
+		side := protocol.Pred
+		if waitSide(st) == "successor" {
+			side = protocol.Succ
+		}
+		// A phase timeout knows which way the round waits, not who is
+		// slow: the neighbour, or any node beyond it. It names no peer.
+		reason += " (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)"
+		fe := &FaultError{Round: id, State: st, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: d}
+		n.recordFault(Fault{Kind: fe.Kind, Round: id, Side: side, Err: fe.Error()})
+		if n.cfg.FaultPolicy == FaultWait {
+			n.log.Warn("fault policy wait: the round keeps waiting", "round", id)
+			return
+		}
+		n.endRound(id, fe)
 	})
 }
 

@@ -80,6 +80,10 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 	switch n.cfg.ResumeTask {
 	case ResumeDone:
 		n.log.Warn("resumed: the task was interrupted by the restart; taking it as done (--resume-task done) and sending COMPLETE on", "round", id)
+		if n.cfg.Verify != nil {
+			n.startRun(id, true) // the health gate first, then COMPLETE
+			return
+		}
 		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
 		if err := n.step(protocol.TaskDone(id, false)); err != nil {
 			n.log.Error("internal error: resume done", "round", id, "err", err)

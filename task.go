@@ -1,23 +1,32 @@
 package chainsync
 
 import (
+	"context"
+	"errors"
+	"fmt"
+
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // taskStart is a task the machine asked to run; slot says it already
 // holds a MaxParallelTasks slot.
 type taskStart struct {
-	round string
-	slot  bool
+	round      string
+	slot       bool
+	verifyOnly bool // the task was taken as done on resume: only Verify runs
 }
 
 // startTask arranges for round's task to run. Caller holds mu.
-func (n *Node) startTask(round string) {
+func (n *Node) startTask(round string) { n.startRun(round, false) }
+
+// startRun arranges for round's task (or, verifyOnly, just Verify) to run.
+// Caller holds mu.
+func (n *Node) startRun(round string, verifyOnly bool) {
 	// The goroutine starts in unlock, once mu is free: started here, a
 	// quick task would finish and block on mu while this goroutine still
 	// holds it, paying a park and wake-up on every hop.
 	n.wg.Add(1)
-	start := taskStart{round: round}
+	start := taskStart{round: round, verifyOnly: verifyOnly}
 	select {
 	case n.tasks <- struct{}{}: // a task slot is free: start now
 		n.taskStarted(round)
@@ -41,7 +50,7 @@ func (n *Node) unlock() {
 		l.flush()
 	}
 	for _, t := range run {
-		go n.runTask(t.round, t.slot)
+		go n.runTask(t)
 	}
 }
 
@@ -54,13 +63,14 @@ func (n *Node) taskStarted(round string) {
 }
 
 // runTask runs round's task; slot says it already holds a task slot.
-func (n *Node) runTask(round string, slot bool) {
+func (n *Node) runTask(t taskStart) {
 	defer n.wg.Done()
-	if slot && n.ctx.Err() != nil { // closed before the task could start
+	round := t.round
+	if t.slot && n.ctx.Err() != nil { // closed before the task could start
 		<-n.tasks
 		return
 	}
-	if !slot {
+	if !t.slot {
 		select {
 		case n.tasks <- struct{}{}:
 		case <-n.ctx.Done():
@@ -70,7 +80,19 @@ func (n *Node) runTask(round string, slot bool) {
 		n.taskStarted(round)
 		n.mu.Unlock()
 	}
-	err := n.cfg.Task(n.ctx, round)
+	ctx, cancel := n.ctx, context.CancelFunc(func() {})
+	if n.cfg.TaskTimeout > 0 {
+		ctx, cancel = context.WithTimeout(n.ctx, n.cfg.TaskTimeout)
+	}
+	var err error
+	if !t.verifyOnly {
+		err = n.cfg.Task(ctx, round)
+	}
+	if err == nil && n.cfg.Verify != nil && ctx.Err() == nil {
+		err = n.cfg.Verify(ctx, round)
+	}
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && n.ctx.Err() == nil
+	cancel()
 	<-n.tasks
 
 	n.mu.Lock()
@@ -78,10 +100,21 @@ func (n *Node) runTask(round string, slot bool) {
 	if n.closed {
 		return
 	}
+	if timedOut {
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
+	}
 	if err != nil {
-		n.log.Error("task failed; halting the chain here (no COMPLETE is sent on)", "round", round, "err", err)
-		n.round(round).cause = err
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: round, Err: (&TaskError{Round: round, Err: err}).Error()})
+		ri := n.round(round)
+		ri.cause, ri.timedOut = err, timedOut
+		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
+		kind := FaultTaskFailed
+		if timedOut {
+			kind = FaultTaskTimeout
+		}
+		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + "; halting the chain here (no COMPLETE is sent on)"})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}

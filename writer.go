@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,11 +42,29 @@ type link struct {
 	wake    chan struct{}
 	quit    chan struct{}
 	wdl     time.Time // writer only: when to refresh the write deadline
+
+	silent   bool         // heartbeats: reported silent, until it speaks again (node's mu)
+	upAt     time.Time    // when the connection was made
+	lastRecv atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
+	lastSent atomic.Int64 // UnixNano of the last line queued to the peer
 }
 
+// flapTime: a connection that carried nothing from the peer and lasted
+// less than this is a flap; it does not count as the neighbour being
+// healthy (Config.ConnectTimeout).
+const flapTime = 2 * time.Second
+
+// heard records that a line arrived from the peer.
+func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
+
+// heardAt is when the last line arrived from the peer (UnixNano, 0: never).
+func (l *link) heardAt() int64 { return l.lastRecv.Load() }
+
 func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
-	return &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n,
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n, upAt: time.Now(),
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	l.lastSent.Store(l.upAt.UnixNano())
+	return l
 }
 
 // startWriter starts l's writer goroutine. Caller holds n.mu.
@@ -67,6 +86,7 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	if len(l.out)+len(line) > maxOutbox {
 		return false
 	}
+	l.lastSent.Store(time.Now().UnixNano())
 	l.out = append(l.out, line...)
 	if exitWave {
 		l.marks = append(l.marks, round)

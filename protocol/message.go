@@ -8,13 +8,17 @@ const (
 	Ready    Command = iota + 1 // READY: the chain to the left is ready (forward wave)
 	Start                       // START: the whole chain is ready (backward wave)
 	Complete                    // COMPLETE: execution trigger (forward) and exit wave (backward)
+	// Heartbeat is the project's extension (DECISIONS.md, "Heartbeats"):
+	// a line on an idle link that belongs to no round and changes no
+	// state. It is never a round's message: Valid reports false for it.
+	Heartbeat
 )
 
-var commandNames = [...]string{Ready: "READY", Start: "START", Complete: "COMPLETE"}
+var commandNames = [...]string{Ready: "READY", Start: "START", Complete: "COMPLETE", Heartbeat: "HEARTBEAT"}
 
 // String returns the command's wire spelling, e.g. "READY".
 func (c Command) String() string {
-	if c >= Ready && c <= Complete {
+	if c >= Ready && c <= Heartbeat {
 		return commandNames[c]
 	}
 	return "Command(?)"

@@ -45,10 +45,10 @@ func badLine(reason string, line []byte) *ProtocolError {
 
 // Parse decodes one line, without its LF; one trailing CR is allowed.
 func Parse(line []byte) (protocol.Message, error) {
-	return parse(line, nil)
+	return parse(line, nil, false)
 }
 
-func parse(line []byte, intern func([]byte) string) (protocol.Message, error) {
+func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.Message, error) {
 	raw := line
 	if len(line) > MaxLine {
 		return protocol.Message{}, badLine("line longer than 256 bytes", raw)
@@ -70,6 +70,11 @@ func parse(line []byte, intern func([]byte) string) (protocol.Message, error) {
 		cmd = protocol.Start
 	case "COMPLETE":
 		cmd = protocol.Complete
+	case "HEARTBEAT":
+		if !heartbeats || hasColon {
+			return protocol.Message{}, badLine("unknown command (HEARTBEAT needs heartbeats enabled on both ends)", raw)
+		}
+		return protocol.Message{Cmd: protocol.Heartbeat}, nil
 	default:
 		return protocol.Message{}, badLine("unknown command", raw)
 	}
@@ -92,6 +97,10 @@ const maxInterned = 1024
 type Reader struct {
 	br     *bufio.Reader
 	intern map[string]string
+	// Heartbeats accepts the line HEARTBEAT (DECISIONS.md, "Heartbeats")
+	// as a Message with Cmd protocol.Heartbeat. Off, it is an unknown
+	// command, as it is to a draft-only peer.
+	Heartbeats bool
 }
 
 // NewReader returns a Reader that buffers at most MaxLine+1 bytes of r.
@@ -107,7 +116,7 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 	line, err := r.br.ReadSlice('\n')
 	switch {
 	case err == nil:
-		return parse(line[:len(line)-1], r.internRound)
+		return parse(line[:len(line)-1], r.internRound, r.Heartbeats)
 	case errors.Is(err, bufio.ErrBufferFull):
 		pe := badLine("line longer than 256 bytes", line)
 		pe.More = true
@@ -139,7 +148,7 @@ func (r *Reader) internRound(id []byte) string {
 // first where m may come from outside.
 func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	dst = append(dst, m.Cmd.String()...)
-	if m.Round != "" || colon {
+	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
 		dst = append(dst, m.Round...)
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -28,47 +27,51 @@ type hookRunner struct {
 	node    string
 	log     *slog.Logger
 
-	wg   sync.WaitGroup
-	once sync.Once
-	ctx  context.Context
-	kill context.CancelFunc
+	wg      sync.WaitGroup
+	ctx     context.Context // cancelled by stop
+	kill    context.CancelFunc
+	mu      sync.Mutex
+	stopped bool
 }
 
-// faultEnv describes the fault that ended res, as the hook's environment.
-func faultEnv(res chainsync.Result, node string) []string {
-	kind, peer, side := string(chainsync.FaultTaskFailed), "", ""
-	var fe *chainsync.FaultError
-	var te *chainsync.TaskError
-	switch {
-	case errors.As(res.Err, &fe):
-		if fe.Kind != "" {
-			kind = string(fe.Kind)
-		}
-		peer = fe.Peer
-		if fe.Side != 0 {
-			side = fe.Side.String()
-		}
-	case errors.As(res.Err, &te):
-		if te.Timeout {
-			kind = string(chainsync.FaultTaskTimeout)
-		}
-	case res.Status == chainsync.StatusStopped:
-		kind = "stopped"
+func newHookRunner(cmd string, timeout time.Duration, node string, log *slog.Logger) *hookRunner {
+	h := &hookRunner{cmd: cmd, timeout: timeout, node: node, log: log}
+	h.ctx, h.kill = context.WithCancel(context.Background())
+	return h
+}
+
+// faultEnv describes a fault the node reported, as the hook's environment.
+func faultEnv(ev chainsync.TraceEvent, node string) []string {
+	side := ""
+	if ev.Side != 0 {
+		side = ev.Side.String()
 	}
 	msg := ""
-	if res.Err != nil {
-		msg = res.Err.Error()
+	if ev.Err != nil {
+		msg = ev.Err.Error()
 	}
-	return []string{"CHAINSYNC_FAULT=" + kind, "CHAINSYNC_PEER=" + peer, "CHAINSYNC_SIDE=" + side,
-		"CHAINSYNC_ROUND=" + res.Round, "CHAINSYNC_NODE=" + node, "CHAINSYNC_ERROR=" + msg}
+	return []string{"CHAINSYNC_FAULT=" + string(ev.Fault), "CHAINSYNC_PEER=" + ev.Peer, "CHAINSYNC_SIDE=" + side,
+		"CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + node, "CHAINSYNC_ERROR=" + msg}
 }
 
-// start runs the hook for res in the background.
-func (h *hookRunner) start(res chainsync.Result) {
+// observe is a Config.Trace hook: it starts the hook for every fault.
+func (h *hookRunner) observe(ev chainsync.TraceEvent) {
+	if ev.Kind == chainsync.TraceFault {
+		h.start(ev)
+	}
+}
+
+// start runs the hook for the fault ev in the background. It must not
+// block: it runs under the node's lock.
+func (h *hookRunner) start(ev chainsync.TraceEvent) {
 	if h.cmd == "" {
 		return
 	}
-	h.once.Do(func() { h.ctx, h.kill = context.WithCancel(context.Background()) })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -79,7 +82,7 @@ func (h *hookRunner) start(res chainsync.Result) {
 		ctx, cancel := context.WithTimeout(h.ctx, timeout)
 		defer cancel()
 		c := exec.Command("sh", "-c", h.cmd)
-		c.Env = append(os.Environ(), faultEnv(res, h.node)...)
+		c.Env = append(os.Environ(), faultEnv(ev, h.node)...)
 		c.Stdout, c.Stderr = os.Stderr, os.Stderr
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
@@ -107,11 +110,12 @@ func (h *hookRunner) start(res chainsync.Result) {
 	}()
 }
 
-// stop kills running hooks.
+// stop kills running hooks and starts no more.
 func (h *hookRunner) stop() {
-	if h.kill != nil {
-		h.kill()
-	}
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+	h.kill()
 }
 
 // wait waits for running hooks (each bounded by its timeout).

@@ -64,6 +64,8 @@ type runOpts struct {
 	onFault                         string
 	onFaultTimeout                  time.Duration
 	stateDir, resumeTask            string
+	heartbeat, taskTimeout          time.Duration
+	faultPolicy, verifyCmd          string
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
@@ -90,6 +92,10 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
+	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
+	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does: `halt` (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
+	fs.StringVar(&o.verifyCmd, "verify-cmd", "", "after the task succeeds (and for a task taken as done on resume), run `CMD` with sh -c every --ready-interval until it exits 0, before COMPLETE is sent on (bounded by --task-timeout)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "keep this node's progress in `DIR` (created 0700), synced before every message and task, so a restarted node resumes where it stopped; one process per DIR")
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "a task interrupted by a restart (needs --state-dir): `fail` the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
@@ -192,6 +198,19 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, usagef("--resume-task %q: use fail, done or rerun", o.resumeTask)
 	}
+	policy, err := chainsync.ParseFaultPolicy(o.faultPolicy)
+	if o.faultPolicy == "" {
+		policy, err = chainsync.FaultHalt, nil
+	}
+	if err != nil {
+		return cfg, nil, usagef("--fault-policy %q: use halt or wait", o.faultPolicy)
+	}
+	if o.heartbeat < 0 || o.taskTimeout < 0 {
+		return cfg, nil, usagef("--heartbeat and --task-timeout must not be negative")
+	}
+	if o.heartbeat > 0 && o.heartbeat < 10*time.Millisecond {
+		return cfg, nil, usagef("--heartbeat %v is too short: use at least 10ms (a few hundred ms or more across a network)", o.heartbeat)
+	}
 	if o.onFaultTimeout < 0 {
 		return cfg, nil, usagef("--on-fault-timeout must not be negative")
 	}
@@ -217,6 +236,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
 		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
 		StateDir: o.stateDir, ResumeTask: resume,
+		Heartbeat: o.heartbeat, TaskTimeout: o.taskTimeout, FaultPolicy: policy,
 		// A node is done only once its final COMPLETE is handed to its
 		// predecessor; --linger bounds the wait for a link to hand it to.
 		ExitWaveTimeout: max(o.linger, time.Second),
@@ -287,7 +307,19 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	defer rp.close()
 	tasks := &taskRunner{cmd: cmd, reaper: rp, env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}}
 	cfg.Task = func(ctx context.Context, round string) error {
-		return tasks.run(ctx, 10*time.Second, "CHAINSYNC_ROUND="+round)
+		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
+	}
+	if o.verifyCmd != "" {
+		cfg.Verify = func(ctx context.Context, round string) error {
+			return verify(ctx, o, round, log)
+		}
+	}
+	// The fault hook runs for every fault the node reports, also those
+	// that, with --fault-policy wait, end no round.
+	hooks := newHookRunner(o.onFault, o.onFaultTimeout, o.name, log)
+	defer hooks.wait() // each hook is bounded by --on-fault-timeout
+	if o.onFault != "" {
+		cfg.Trace = hooks.observe
 	}
 	// SIGHUP and SIGQUIT stop the node like SIGTERM: a node is never left
 	// half-stopped by a closed terminal, nor dumps its goroutines.
@@ -327,16 +359,11 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 			results <- res
 		}()
 	}
-	hooks := &hookRunner{cmd: o.onFault, timeout: o.onFaultTimeout, node: o.name, log: log}
-	defer hooks.wait()
 	code := ExitOK
 	for range rounds {
 		select {
 		case res := <-results:
 			code = max(code, resultCode(res))
-			if res.Status != chainsync.StatusDone {
-				hooks.start(res)
-			}
 		case s := <-sigs:
 			log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
 			if ss, ok := s.(syscall.Signal); ok {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -176,5 +177,52 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		}
 		return fmt.Errorf("%s exited with status %d", t.cmd[0], ee.ExitCode())
 	}
+	if err == nil && ctx.Err() != nil {
+		return fmt.Errorf("%s was stopped: %w", t.cmd[0], ctx.Err())
+	}
 	return err
+}
+
+// taskGrace is how long a stopped or timed-out task's group has between
+// the stop signal and SIGKILL.
+const taskGrace = 5 * time.Second
+
+// verify runs --verify-cmd every --ready-interval until it exits 0: the
+// health gate between this node's task and its successor's ("the switch
+// is back and healthy before the next one restarts"). ctx bounds it
+// (--task-timeout, or the node stopping).
+func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) error {
+	t := time.NewTicker(o.readyInterval)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		c := exec.Command("sh", "-c", o.verifyCmd)
+		c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
+		c.Stdout, c.Stderr = os.Stderr, os.Stderr
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("--verify-cmd cannot start: %w", err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait() }()
+		var err error
+		select {
+		case err = <-waited:
+		case <-ctx.Done():
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			<-waited
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		}
+		if err == nil {
+			log.Info("verified: --verify-cmd succeeded; sending COMPLETE on", "round", round, "attempts", attempt)
+			return nil
+		}
+		if attempt == 1 {
+			log.Info("task done; not healthy yet (--verify-cmd failed), checking again every "+o.readyInterval.String(), "round", round, "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

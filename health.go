@@ -1,0 +1,107 @@
+package chainsync
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// DECISIONS.md, "Heartbeats": an extension, off by default. A link that
+// carried nothing for the interval D gets the line HEARTBEAT; a neighbour
+// whose link is up but has said nothing for 3D while a round is in
+// progress is silent (stopped, hung or partitioned) and is blamed for it.
+// Only the silent node's own neighbours can see that, so nobody else is
+// blamed: a node further away sees at most a link that went down.
+
+// heartbeats runs while the node does, every D/2: it sends HEARTBEAT on
+// idle links and looks for silent neighbours, so a silent neighbour is
+// reported within 3D + D/2.
+func (n *Node) heartbeats() {
+	defer n.wg.Done()
+	d := n.cfg.Heartbeat
+	t := time.NewTicker(d / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		now := time.Now()
+		for _, l := range []*link{n.pred, n.succ} {
+			if l == nil {
+				continue
+			}
+			if now.Sub(time.Unix(0, l.lastSent.Load())) >= d {
+				n.wbuf = append(n.wbuf[:0], "HEARTBEAT\n"...)
+				if l.enqueue(n.wbuf, false, "") && !slices.Contains(n.flushes, l) {
+					n.flushes = append(n.flushes, l)
+				}
+			}
+			heard := time.Unix(0, max(l.heardAt(), l.upAt.UnixNano()))
+			silent := now.Sub(heard)
+			switch {
+			case silent < 3*d || !n.inProgress():
+				l.silent = false
+			case !l.silent:
+				l.silent = true // once per silence: it ends when the neighbour speaks
+				what := "predecessor"
+				if l.side == protocol.Succ {
+					what = "successor"
+				}
+				n.linkFault(FaultPeerSilent, l.side,
+					fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
+						what, n.peerName(l.side), silent.Round(time.Millisecond)), silent.Round(time.Millisecond))
+			}
+		}
+		n.unlock()
+	}
+}
+
+// inProgress reports whether any round is in progress here: open in the
+// machine, or done but still handing its final COMPLETE over. Caller
+// holds mu.
+func (n *Node) inProgress() bool {
+	if n.m.Active() > 0 {
+		return true
+	}
+	for _, ri := range n.rounds {
+		if ri.awaiting && !ri.finished() {
+			return true
+		}
+	}
+	return false
+}
+
+// linkFault reports a fault that blames the neighbour on side. With
+// FaultHalt every unfinished round ends with it; with FaultWait the
+// rounds keep waiting for the neighbour to come back. Caller holds mu.
+func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, after time.Duration) {
+	var ids []string
+	for id, ri := range n.rounds {
+		if !ri.finished() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	round := ""
+	if len(ids) > 0 {
+		round = ids[0]
+	}
+	st, _ := n.m.State(round)
+	fe := &FaultError{Round: round, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
+	n.recordFault(Fault{Kind: kind, Round: round, Side: side, Peer: fe.Peer, Err: fe.Error()})
+	if n.cfg.FaultPolicy == FaultWait {
+		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "rounds", len(ids))
+		return
+	}
+	for _, id := range ids {
+		f := *fe
+		f.Round = id
+		f.State, _ = n.m.State(id)
+		n.endRound(id, &f)
+	}
+}
