@@ -226,3 +226,36 @@ func TestCheckUsageErrors(t *testing.T) {
 		t.Errorf("exit %d, stdout:\n%s", code, p.out.String())
 	}
 }
+
+// TestCheckAgainstRunningNode: check reaches a successor that already runs
+// chainsync run, through mutual TLS, without starting anything there: the
+// running node's round is untouched, and a real predecessor started
+// afterwards completes the round with it.
+func TestCheckAgainstRunningNode(t *testing.T) {
+	t.Parallel()
+	certs := makeCerts(t, "A,B")
+	addrs := lowAddrs(t, 2)
+	chain := chainFlag(nodeNames(2), addrs)
+	out := filepath.Join(t.TempDir(), "ran")
+	task := []string{"--", "sh", "-c", `echo "$CHAINSYNC_NODE" >> "$OUT"`}
+	b := startProc(t, "B", []string{"OUT=" + out}, append(append([]string{"run", "--chain", chain, "--name", "B"}, tlsArgs(certs, "B")...), task...)...)
+	b.waitLog(t, 10*time.Second, "node started", containsAll("node started"))
+	c := startProc(t, "A-check", nil, append([]string{"check", "--chain", chain, "--name", "A", "--timeout", "10s"}, tlsArgs(certs, "A")...)...)
+	if l := checkLine(t, c, 0, "successor"); !strings.Contains(l, `ok: connected, TLS 1.3, server certificate "B"`) {
+		t.Errorf("check: %q", l)
+	}
+	b.waitLog(t, 10*time.Second, "about the checking connection", containsAll("closed before sending a protocol line"))
+	if lines := readLines(t, out); len(lines) != 0 {
+		t.Fatalf("tasks ran after a check: %v", lines)
+	}
+	a := startProc(t, "A", []string{"OUT=" + out}, append(append([]string{"run", "--chain", chain, "--name", "A"}, tlsArgs(certs, "A")...), task...)...)
+	if code := a.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("A exit %d", code)
+	}
+	if code := b.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("B exit %d", code)
+	}
+	if got := strings.Join(readLines(t, out), " "); got != "A B" {
+		t.Errorf("tasks ran %q, want \"A B\"", got)
+	}
+}
