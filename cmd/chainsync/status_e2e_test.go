@@ -118,7 +118,7 @@ func TestStatusMetricsTraceE2E(t *testing.T) {
 	waitFile(t, filepath.Join(dir, "D-started"), 20*time.Second)
 
 	out, stderr, code := runCLI(t, "status", strings.Join(saddrs, ","))
-	if code != 0 || !strings.Contains(out, "held up at D") || !strings.Contains(out, "D is running its task") {
+	if code != 0 || !strings.Contains(out, "stuck at D") || !strings.Contains(out, "D is running its task") {
 		t.Errorf("chainsync status: exit %d, want 0 and the round held up at D running its task\n%s%s", code, out, stderr)
 	}
 	for _, name := range []string{"A", "B", "C", "D"} {
@@ -126,14 +126,14 @@ func TestStatusMetricsTraceE2E(t *testing.T) {
 			t.Errorf("chainsync status does not list node %s:\n%s", name, out)
 		}
 	}
-	out, _, code = runCLI(t, "status", "--json", strings.Join(saddrs, ","))
+	out, _, code = runCLI(t, "status", strings.Join(saddrs, ","), "--json") // flags may follow the addresses
 	var chainDoc struct {
 		Nodes []struct {
 			Addr   string
 			Status map[string]any
 		}
 		Rounds []struct {
-			Node       string
+			Node       string `json:"stuck_at"`
 			WaitingFor string `json:"waiting_for"`
 			From       string
 		}
@@ -256,7 +256,7 @@ func TestStatusUnreachableNodeE2E(t *testing.T) {
 	if !strings.Contains(stderr, saddrs[1]) || !strings.Contains(stderr, "does not answer") {
 		t.Errorf("stderr does not name the silent node's address %s:\n%s", saddrs[1], stderr)
 	}
-	if !strings.Contains(out, "held up at B") || !strings.Contains(out, "does not answer") || !strings.Contains(out, "\nA ") || !strings.Contains(out, "\nC ") {
+	if !strings.Contains(out, "stuck at B") || !strings.Contains(out, "does not answer") || !strings.Contains(out, "\nA ") || !strings.Contains(out, "\nC ") {
 		t.Errorf("output does not blame B and list A and C:\n%s", out)
 	}
 	out, _, code = runCLI(t, "status", "nonsense")

@@ -16,13 +16,14 @@ import (
 	"github.com/chainsync-go/chainsync/internal/status"
 )
 
-const statusUsage = `Usage: chainsync status [--json] [--timeout D] ADDR[,ADDR...]
+const statusUsage = `Usage: chainsync status ADDR[,ADDR...] [--json] [--timeout D]
 
 Asks running nodes where they stand. ADDR is a node's --status-addr
 (HOST:PORT). With one ADDR it prints that node: its links, each unfinished
 round's state and what it waits for, its recent faults. With several, given
 in chain order (Head first), it prints the whole chain and, for every round
-still in progress, the node that holds it up and what that node waits for.
+still in progress, the node where the chain is stuck (the node holding the
+round up) and what that node waits for.
 
 How the node holding a round up is found: start at the first node (in chain
 order) that has the round in progress and follow what it waits for. A node
@@ -66,14 +67,16 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 	var o statusOpts
 	o.flags(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, statusUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	// Flags may follow the addresses: chainsync status ADDR,ADDR --json.
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
 		return ExitUsage
 	}
 	var addrs []string
-	for _, a := range fs.Args() {
+	for _, a := range pos {
 		for _, s := range strings.Split(a, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				addrs = append(addrs, s)
@@ -291,6 +294,6 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		if v.For > 0 {
 			since = fmt.Sprintf(" for %v", v.For.Round(100*time.Millisecond))
 		}
-		fmt.Fprintf(w, "round %s: held up at %s%s: %s\n", status.RoundName(v.Round), v.Node, since, v.Why)
+		fmt.Fprintf(w, "round %s: stuck at %s%s: %s\n", status.RoundName(v.Round), v.Node, since, v.Why)
 	}
 }

@@ -53,7 +53,7 @@ type Verdict struct {
 	// At is the index (in chain order) of the node holding the round up,
 	// -1 when Done; Node is its name or address.
 	At   int    `json:"at"`
-	Node string `json:"node,omitempty"`
+	Node string `json:"stuck_at,omitempty"`
 	// WaitingFor is what that node waits for (a message, or
 	// local-readiness or task, from FromSelf), and From whom: "self" or
 	// the neighbour's name or address. Both are empty when the node does
