@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -225,6 +226,14 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return false
 	}
 	n.acts = acts
+	// A predecessor that restarted without its state gets none of the
+	// re-sends for that round: a START re-sent to it would run its task
+	// a second time (DECISIONS.md, "Restarts and durable state").
+	for _, a := range acts {
+		if a.Kind == protocol.ActPeerRestarted {
+			resend = slices.DeleteFunc(resend, func(r protocol.Action) bool { return r.Msg.Round == a.Round })
+		}
+	}
 	delete(n.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur != nil {
