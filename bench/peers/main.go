@@ -17,7 +17,7 @@
 // Usage (from bench/peers):
 //
 //	go run . --n 16 --rounds 30
-//	go run . --n 16 --reference /path/to/ChainSync --markdown --svg peers.svg
+//	go run . --n 4,16 --reference /path/to/ChainSync --markdown --json peers.json --svg peers.svg
 package main
 
 import (
@@ -72,7 +72,7 @@ func main() {
 		python     = flag.String("python", "python3", "the Python interpreter for the reference")
 		skipEtcd   = flag.Bool("no-etcd", false, "skip etcd")
 		noFsync    = flag.Bool("etcd-no-fsync", false, "run etcd without fsync (unsafe; shows what the disk costs)")
-		jsonOut    = flag.Bool("json", false, "print JSON instead of a table")
+		jsonOut    = flag.String("json", "", "also write the figures as JSON into `FILE`")
 		markdown   = flag.Bool("markdown", false, "print a Markdown table")
 		svgFile    = flag.String("svg", "", "plot median latency per system against n into `FILE`")
 		timeoutOpt = flag.Duration("timeout", 10*time.Minute, "give up after this long")
@@ -155,11 +155,13 @@ func main() {
 			rep.Rows = append(rep.Rows, row{N: n, System: "Python reference, process per node", Stats: st, Against: "ChainSync, process per node", Ratio: st.Median / csPr.Median})
 		}
 	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fatalf("--json: %v", err)
+		}
+	}
 	switch {
-	case *jsonOut:
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
 	case *markdown:
 		writeMarkdown(os.Stdout, rep)
 	default:
