@@ -76,8 +76,27 @@ func main() {
 		markdown   = flag.Bool("markdown", false, "print a Markdown table")
 		svgFile    = flag.String("svg", "", "plot median latency per system against n into `FILE`")
 		timeoutOpt = flag.Duration("timeout", 10*time.Minute, "give up after this long")
+		from       = flag.String("from", "", "measure nothing: read the figures from a JSON `FILE` written by --json and print or plot them")
 	)
 	flag.Parse()
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			fatalf("--from: %v", err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			fatalf("--from %s: %v", *from, err)
+		}
+		var nlist []int
+		for _, x := range rep.Rows {
+			if !slices.Contains(nlist, x.N) {
+				nlist = append(nlist, x.N)
+			}
+		}
+		output(rep, nlist, *markdown, "", *svgFile)
+		return
+	}
 	var nlist []int
 	for f := range strings.SplitSeq(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -155,20 +174,24 @@ func main() {
 			rep.Rows = append(rep.Rows, row{N: n, System: "Python reference, process per node", Stats: st, Against: "ChainSync, process per node", Ratio: st.Median / csPr.Median})
 		}
 	}
-	if *jsonOut != "" {
+	output(rep, nlist, *markdown, *jsonOut, *svgFile)
+}
+
+// output prints the table and writes the JSON and SVG files asked for.
+func output(rep report, nlist []int, markdown bool, jsonFile, svgFile string) {
+	if jsonFile != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(jsonFile, append(b, '\n'), 0o644); err != nil {
 			fatalf("--json: %v", err)
 		}
 	}
-	switch {
-	case *markdown:
+	if markdown {
 		writeMarkdown(os.Stdout, rep)
-	default:
+	} else {
 		writeText(os.Stdout, rep)
 	}
-	if *svgFile != "" {
-		f, err := os.Create(*svgFile)
+	if svgFile != "" {
+		f, err := os.Create(svgFile)
 		if err != nil {
 			fatalf("--svg: %v", err)
 		}

@@ -85,6 +85,13 @@ func writeSVG(w io.Writer, r report, ns []int) error {
 		}
 		series = append(series, s)
 	}
-	return bench.Plot(w, "Median round latency: ChainSync and the alternatives", describeMachine(r)+"\n"+describeVersions(r),
+	short := []string{}
+	if v := r.Versions["go.etcd.io/etcd/server/v3"]; v != "" {
+		short = append(short, "etcd "+v+" (embedded, fsync)")
+	}
+	if v := r.Versions["python"]; v != "" {
+		short = append(short, v+" (reference implementation)")
+	}
+	return bench.Plot(w, "Median round latency: ChainSync and the alternatives", describeMachine(r)+"\n"+strings.Join(short, ", "),
 		"nodes in the chain (n)", "round latency (p50)", xs, series, nil)
 }
