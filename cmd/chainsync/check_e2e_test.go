@@ -259,3 +259,25 @@ func TestCheckAgainstRunningNode(t *testing.T) {
 		t.Errorf("tasks ran %q, want \"A B\"", got)
 	}
 }
+
+// TestCheckLocalSettings: check also finds what run would need on this
+// machine: a --status-addr it cannot bind, a --trace file in a directory
+// that does not exist; exit 1, and nothing is created.
+func TestCheckLocalSettings(t *testing.T) {
+	t.Parallel()
+	taken := listenRaw(t)
+	trace := filepath.Join(t.TempDir(), "missing", "trace.jsonl")
+	p := startProc(t, "check", nil, "check", "--status-addr", taken.Addr().String(), "--trace", trace)
+	if code := p.wait(t, 5*time.Second); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	out := p.out.String()
+	for _, want := range []string{"FAIL: status endpoint (--status-addr): cannot listen", "FAIL: trace file (--trace " + trace + "): directory"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if exists(filepath.Dir(trace)) {
+		t.Errorf("check created %s", filepath.Dir(trace))
+	}
+}

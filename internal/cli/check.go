@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -153,7 +154,37 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	if pred == nil && succ == nil {
 		fmt.Fprintln(stdout, "no neighbours: a one-node chain has no links to check")
 	}
+	for _, r := range localChecks(&o.runOpts) {
+		verdict := "ok"
+		if !r.ok {
+			verdict, code = "FAIL", ExitError
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", verdict, r.detail)
+	}
 	return code
+}
+
+// localChecks checks what run would need on this machine besides the
+// links, without changing anything: that --status-addr can be bound and
+// that the directory of --trace exists.
+func localChecks(o *runOpts) []linkCheck {
+	var out []linkCheck
+	if o.statusAddr != "" {
+		ln, err := net.Listen("tcp", o.statusAddr)
+		if err != nil {
+			out = append(out, linkCheck{false, "status endpoint (--status-addr): cannot listen: " + err.Error()})
+		} else {
+			ln.Close()
+			out = append(out, linkCheck{true, "status endpoint (--status-addr " + o.statusAddr + "): can listen"})
+		}
+	}
+	if o.traceFile != "" {
+		dir := filepath.Dir(o.traceFile)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			out = append(out, linkCheck{false, fmt.Sprintf("trace file (--trace %s): directory %s does not exist", o.traceFile, dir)})
+		}
+	}
+	return out
 }
 
 // labelled returns "what name", or what alone for an unnamed node.
