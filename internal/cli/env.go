@@ -82,7 +82,7 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) ([]envSettin
 	return applied, err
 }
 
-// envSources returns " (--x is CHAINSYNC_X)" for each flag named in err
+// envSources returns " (--x came from CHAINSYNC_X)" for each flag named in err
 // whose value came from the environment, so that an operator who never
 // typed the flag sees where the bad value came from.
 func envSources(err error, fromEnv []envSetting) string {
