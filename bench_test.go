@@ -58,46 +58,57 @@ func oneWayFloor(b *testing.B) time.Duration {
 
 // BenchmarkRound measures one round's latency on an n-node chain in one
 // process over real loopback TCP, with empty tasks. x-floor is that latency
-// divided by 4(n-1) one-way raw TCP hops measured in the same run.
+// divided by 4(n-1) one-way raw TCP hops measured in the same run. The
+// task=goroutine cases run each task on a goroutine of its own (the
+// default, for tasks that may block); task=quick sets Config.QuickTask.
 func BenchmarkRound(b *testing.B) {
-	for _, n := range []int{2, 4, 16, 64} {
-		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
-			floor := oneWayFloor(b)
-			cfgs := chainConfigs(b, n)
-			for i := range cfgs {
-				cfgs[i].MaxRounds = 1 << 20
-			}
-			order := make([]int, n)
-			for i := range order {
-				order[i] = i
-			}
-			nodes := startAll(b, cfgs, order)
-			ctx := context.Background()
-			run := func(id string) time.Duration {
-				for i := n - 1; i > 0; i-- {
-					nodes[i].Ready(id)
-				}
-				t0 := time.Now()
-				nodes[0].Ready(id)
-				if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
-					b.Fatalf("round %s: %+v %v", id, res, err)
-				}
-				return time.Since(t0)
-			}
-			for i := range 50 { // warm up: links up, code paths hot
-				run(fmt.Sprint("w", i))
-			}
-			var total time.Duration
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				total += run(fmt.Sprint("r", i))
-			}
-			per := total / time.Duration(b.N)
-			b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/round")
-			b.ReportMetric(float64(floor.Nanoseconds())/1e3, "us/hop-floor")
-			b.ReportMetric(float64(per)/float64(4*(n-1)*int(floor)), "x-floor")
-		})
+	for _, quick := range []bool{false, true} {
+		mode := "task=goroutine"
+		if quick {
+			mode = "task=quick"
+		}
+		for _, n := range []int{2, 4, 16, 64} {
+			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) { benchRound(b, n, quick) })
+		}
 	}
+}
+
+func benchRound(b *testing.B, n int, quick bool) {
+	floor := oneWayFloor(b)
+	cfgs := chainConfigs(b, n)
+	for i := range cfgs {
+		cfgs[i].MaxRounds = 1 << 20
+		cfgs[i].QuickTask = quick
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	nodes := startAll(b, cfgs, order)
+	ctx := context.Background()
+	run := func(id string) time.Duration {
+		for i := n - 1; i > 0; i-- {
+			nodes[i].Ready(id)
+		}
+		t0 := time.Now()
+		nodes[0].Ready(id)
+		if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
+			b.Fatalf("round %s: %+v %v", id, res, err)
+		}
+		return time.Since(t0)
+	}
+	for i := range 50 { // warm up: links up, code paths hot
+		run(fmt.Sprint("w", i))
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		total += run(fmt.Sprint("r", i))
+	}
+	per := total / time.Duration(b.N)
+	b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/round")
+	b.ReportMetric(float64(floor.Nanoseconds())/1e3, "us/hop-floor")
+	b.ReportMetric(float64(per)/float64(4*(n-1)*int(floor)), "x-floor")
 }
 
 // BenchmarkRelay is a reference, not ChainSync: a line relayed through 60

@@ -39,6 +39,13 @@ type Config struct {
 	// node is closing). Nil means an empty task.
 	Task func(ctx context.Context, round string) error
 
+	// QuickTask says Task returns within microseconds and never blocks
+	// (an in-process hand-off, a counter): the node then runs it on the
+	// goroutine that made it runnable instead of starting a goroutine,
+	// which saves a thread wake-up per task. A task that blocks would hold
+	// up that goroutine's link, so leave it false for anything else.
+	QuickTask bool
+
 	// Rounds, if non-nil, is the set of round ids this node takes part in;
 	// a predecessor's READY for any other round is a protocol violation.
 	// Nil means any round a predecessor opens is accepted (up to MaxRounds).

@@ -179,16 +179,35 @@ func (n *Node) readLoop(l *link) {
 		if msg.Cmd == protocol.Heartbeat {
 			continue // it only says the neighbour is alive
 		}
-		if !n.handle(l, msg) {
+		n.mu.Lock()
+		ok := n.handle(l, msg)
+		// Lines that arrived together are handled under one lock, so that
+		// the lines they cause leave in one write per link.
+		for k := 1; ok && k < maxBatch && l.r.HasLine(); k++ {
+			if msg, err = l.r.ReadMessage(); err != nil {
+				break
+			}
+			l.heard()
+			if msg.Cmd != protocol.Heartbeat {
+				ok = n.handle(l, msg)
+			}
+		}
+		n.unlock()
+		if err != nil {
+			n.readFailed(l, err)
+			return
+		}
+		if !ok {
 			return
 		}
 	}
 }
 
-// handle acts on one message; false means l is closed.
+// maxBatch bounds the lines handled under one hold of the node's lock.
+const maxBatch = 64
+
+// handle acts on one message; false means l is closed. Caller holds mu.
 func (n *Node) handle(l *link, msg protocol.Message) bool {
-	n.mu.Lock()
-	defer n.unlock()
 	if n.closed {
 		return false
 	}

@@ -50,7 +50,11 @@ func (n *Node) unlock() {
 		l.flush()
 	}
 	for _, t := range run {
-		go n.runTask(t)
+		if t.slot && n.cfg.QuickTask {
+			n.runTask(t) // on this goroutine: no hand-off to a new one
+		} else {
+			go n.runTask(t)
+		}
 	}
 }
 

@@ -108,6 +108,20 @@ func NewReader(r io.Reader) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, MaxLine+1)}
 }
 
+// HasLine reports whether a whole line (or an overlong one) is buffered,
+// so that ReadMessage returns without reading from the stream.
+func (r *Reader) HasLine() bool {
+	k := r.br.Buffered()
+	if k == 0 {
+		return false
+	}
+	if k > MaxLine {
+		return true
+	}
+	b, _ := r.br.Peek(k)
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // ReadMessage reads the next line. It returns a *ProtocolError for a
 // malformed line (the stream is then unusable: close it), io.EOF at a clean
 // end of stream, io.ErrUnexpectedEOF for a stream cut inside a line, and
