@@ -325,9 +325,8 @@ func (c *Config) checkCert() {
 	}
 }
 
-// Warnings returns what Load found questionable but not fatal (a secret file
-// others can read, a certificate close to expiry, an unauthenticated link),
-// one log line each.
+// Warnings returns what Load found questionable but not fatal (a certificate
+// close to expiry, an unauthenticated link), one log line each.
 func (c *Config) Warnings() []string {
 	if c == nil {
 		return nil

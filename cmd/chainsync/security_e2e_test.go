@@ -138,7 +138,6 @@ func TestRedirectRefused(t *testing.T) {
 	modes := secureModes(t, names...)
 	for _, mode := range []string{"PSK", "mTLS"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
 			dir := t.TempDir()
 			addrs := freeAddrs(t, 3)
 			chain := chainFlag(names, addrs)
@@ -199,7 +198,6 @@ func TestLoopbackRefused(t *testing.T) {
 	modes := secureModes(t, names...)
 	for _, mode := range []string{"PSK", "mTLS"} {
 		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
 			dir := t.TempDir()
 			addrs := freeAddrs(t, 3)
 			chain := chainFlag(names, addrs)
@@ -229,10 +227,33 @@ func TestLoopbackRefused(t *testing.T) {
 // every 150-300ms: a third say nothing, a third send a TLS record header
 // one byte every 50ms, and a third complete a TLS handshake (no client
 // certificate) and then say nothing.
+//
+// Its connections come from source ports below the kernel's ephemeral
+// range, each used once: hundreds of ephemeral ports taken within a second
+// could otherwise collide with a port another test reserved for a listener.
 type flood struct {
 	opened atomic.Int64
 	stop   chan struct{}
 	wg     sync.WaitGroup
+}
+
+// floodPort counts the source ports floods use: 20000 + floodPort%12000,
+// starting at an offset of this process's own.
+var floodPort atomic.Int64
+
+func init() { floodPort.Store(int64(os.Getpid() * 7919 % 12000)) }
+
+func (f *flood) dial(addr string) (net.Conn, error) {
+	var err error
+	for range 20 { // a port still in TIME_WAIT, or taken: try the next
+		p := 20000 + floodPort.Add(1)%12000
+		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(p)}}
+		var c net.Conn
+		if c, err = d.Dial("tcp", addr); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
 }
 
 func startFlood(t *testing.T, addr string, n int) *flood {
@@ -248,7 +269,7 @@ func startFlood(t *testing.T, addr string, n int) *flood {
 				default:
 				}
 				life := time.Duration(150+(i*37+k*53)%150) * time.Millisecond
-				c, err := net.DialTimeout("tcp", addr, time.Second)
+				c, err := f.dial(addr)
 				if err != nil {
 					time.Sleep(20 * time.Millisecond)
 					continue
@@ -296,7 +317,6 @@ func TestFloodDoesNotLockOutPredecessor(t *testing.T) {
 		sec  func(node string) []string
 	}{{"mTLS", modes["mTLS"]}, {"PSK", modes["PSK"]}} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			dir := t.TempDir()
 			addrs := freeAddrs(t, 2)
 			chain := chainFlag([]string{"A", "B"}, addrs)
