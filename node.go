@@ -53,7 +53,8 @@ type Node struct {
 // keepFaults is how many recent faults Snapshot reports.
 const keepFaults = 64
 
-// recordFault logs f at ERROR, traces it and keeps it for Snapshot.
+// recordFault logs f (at ERROR; a neighbour's restart at WARN), traces it
+// and keeps it for Snapshot.
 // Caller holds mu.
 func (n *Node) recordFault(f Fault) {
 	f.Time = time.Now()
@@ -65,7 +66,12 @@ func (n *Node) recordFault(f Fault) {
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
 	}
-	n.log.Error("fault: "+f.Err, args...)
+	if f.Kind == FaultPeerRestarted {
+		// Not this node's failure, and nothing is lost: a warning.
+		n.log.Warn("neighbour restarted: "+f.Err, args...)
+	} else {
+		n.log.Error("fault: "+f.Err, args...)
+	}
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Err: errors.New(f.Err)})
 }
 

@@ -293,7 +293,13 @@ func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
 		what = "successor"
 	}
 	peer := n.peerName(side)
-	reason := fmt.Sprintf("the %s %s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
-		what, peer, msg.Cmd)
+	addr := ""
+	if l := n.pred; side == protocol.Pred && l != nil {
+		addr = " (" + l.peer + ")"
+	} else if l := n.succ; side == protocol.Succ && l != nil {
+		addr = " (" + l.peer + ")"
+	}
+	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
+		what, peer, addr, msg.Cmd)
 	n.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
 }
