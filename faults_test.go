@@ -439,7 +439,10 @@ func TestVerifyGatesCompleteTCP(t *testing.T) {
 		cfgs := chainConfigs(t, 2)
 		var succRan atomic.Int32
 		cfgs[0].TaskTimeout = 200 * time.Millisecond
-		cfgs[0].Verify = func(ctx context.Context, _ string) error { <-ctx.Done(); return errors.New("switch not back: " + ctx.Err().Error()) }
+		cfgs[0].Verify = func(ctx context.Context, _ string) error {
+			<-ctx.Done()
+			return errors.New("switch not back: " + ctx.Err().Error())
+		}
 		cfgs[1].Task = func(context.Context, string) error { succRan.Add(1); return nil }
 		b := startWatched(t, cfgs[1])
 		a := startWatched(t, cfgs[0])
