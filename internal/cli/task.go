@@ -167,9 +167,16 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 			err = <-waited
 		}
 	}
-	// Nothing the task started outlives it.
+	// Nothing the task started outlives it: kill what it left in its group
+	// and wait until that is gone (a signal is delivered asynchronously),
+	// so the successor's task, started by the COMPLETE this node sends
+	// next, never overlaps a leftover of this one.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	gone := groupGone(pgid, groupGoneWait)
 	t.reaper.tell('-', pgid)
+	if !gone {
+		return fmt.Errorf("%s left processes in its process group %d that were still alive %v after SIGKILL; not carrying on while they run", t.cmd[0], pgid, groupGoneWait)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -224,5 +231,25 @@ func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) err
 			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
 		case <-t.C:
 		}
+	}
+}
+
+// groupGoneWait bounds how long a task's killed process group may take to
+// die.
+const groupGoneWait = 5 * time.Second
+
+// groupGone waits up to bound until no live process is left in process
+// group pgid, and reports whether none is. A zombie, dead but not yet
+// reaped by its new parent, counts as gone.
+func groupGone(pgid int, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
+		if syscall.Kill(-pgid, 0) == syscall.ESRCH || !groupAlive(pgid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(d)
 	}
 }

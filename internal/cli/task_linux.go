@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
+	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 )
 
@@ -13,3 +16,36 @@ func taskAttr() *syscall.SysProcAttr {
 
 func lockThread()   { runtime.LockOSThread() }
 func unlockThread() { runtime.UnlockOSThread() }
+
+// groupAlive reports whether process group pgid has a member that is not
+// a zombie, from /proc/PID/stat ("PID (COMM) STATE PPID PGRP ...").
+func groupAlive(pgid int) bool {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return true // cannot tell: rely on kill(-pgid, 0) alone
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return true
+	}
+	want := []byte(strconv.Itoa(pgid))
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) >= 3 && !bytes.Equal(f[0], []byte("Z")) && bytes.Equal(f[2], want) {
+			return true
+		}
+	}
+	return false
+}

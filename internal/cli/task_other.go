@@ -10,3 +10,7 @@ func taskAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true
 
 func lockThread()   {}
 func unlockThread() {}
+
+// groupAlive cannot tell a zombie from a live process here: a group is
+// alive while kill(-pgid, 0) finds any member.
+func groupAlive(int) bool { return true }

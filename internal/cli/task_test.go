@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestTaskGroupGoneWhenRunReturns: DECISIONS.md "Restarts and durable
+// state": a node's task does not outlive it, and tasks run in chain order
+// without overlapping. When taskRunner.run returns (and the node sends
+// COMPLETE on, starting the successor's task), nothing the task left in
+// its process group may still be alive: a SIGKILL is delivered
+// asynchronously, so the runner must wait for the group to be gone, not
+// only signal it. Repeated, because the window is short.
+func TestTaskGroupGoneWhenRunReturns(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pgid")
+	// Leaves three children behind, each in the task's group.
+	tr := &taskRunner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30 & sleep 30 & exit 0`}, reaper: &reaper{}}
+	for i := range 20 {
+		if err := tr.run(context.Background(), time.Second, "PGID_FILE="+pidFile); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live := liveInGroup(pgid); live > 0 {
+			t.Fatalf("run %d: %d processes of the task's group %d still alive when run returned", i, live, pgid)
+		}
+	}
+}
+
+// TestTaskGroupKilledOnStop: a stopped task's whole group gets the stop
+// signal and is gone when run returns.
+func TestTaskGroupKilledOnStop(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pgid")
+	tr := &taskRunner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30`}, reaper: &reaper{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.run(ctx, time.Second, "PGID_FILE="+pidFile) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), "signal") {
+		t.Errorf("run returned %v, want the task killed by a signal", err)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pgid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if live := liveInGroup(pgid); live > 0 {
+		t.Errorf("%d processes of the stopped task's group %d still alive", live, pgid)
+	}
+}
+
+// liveInGroup counts the processes of group pgid that are not zombies.
+func liveInGroup(pgid int) int {
+	if err := syscall.Kill(-pgid, 0); err == syscall.ESRCH {
+		return 0
+	}
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
+		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			n++
+		}
+	}
+	return n
+}
