@@ -54,6 +54,7 @@ var (
 // variables: knobs of the test suite.
 var otherVars = map[string]bool{
 	"CHAINSYNC_NETNS_SLOW": true, "CHAINSYNC_E2E_SEED": true, "CHAINSYNC_SCALE": true,
+	"CHAINSYNC_SCALE_N": true, "CHAINSYNC_REFERENCE": true, // scale test sizes; bench/peers' reference checkout
 }
 
 // The README, the docs and the deployment files name only CHAINSYNC_
