@@ -8,7 +8,8 @@
  * Macros:
  *   N         number of nodes, 2..5            (default 4)
  *   MAXDROPS  link drops allowed per run       (default 2)
- *   BUG       0 = correct model; 1..6 = seeded bugs, each must be rejected:
+ *   MAXCRASH  crash-restarts allowed per run   (default 0)
+ *   BUG       0 = correct model; 1..7 = seeded bugs, each must be rejected:
  *     1  an intermediate node forwards READY before it is locally ready
  *     2  an intermediate node starts its task on START (skips WATCH)
  *     3  a finished node does not answer a duplicate COMPLETE from its
@@ -18,7 +19,25 @@
  *     5  no re-send after a reconnect: a message lost in a drop is gone
  *     6  an intermediate node sends its backward COMPLETE (and is done) as
  *        soon as its own task finishes, without waiting for its successor
- *   BUG 1, 2 and 6 need N >= 3; BUG 3, 4 and 5 need MAXDROPS >= 1.
+ *     7  the journal is written after the step's sends and task start
+ *        instead of before them, so a crash in between restores a node
+ *        to a state older than what its neighbours saw
+ *   BUG 1, 2 and 6 need N >= 3; BUG 3, 4 and 5 need MAXDROPS >= 1;
+ *   BUG 7 needs MAXCRASH >= 1.
+ *
+ * Crash-restart with a journal (DECISIONS.md, "Restarts and durable
+ * state"): every node keeps a journal (jst, jlr, jgot, jlastF, jlastB) of
+ * its durable state, written (fsynced) in the same step as the change and
+ * so before the message or task the step causes. A crash (at most
+ * MAXCRASH per run, at any node, at any time, finished nodes included)
+ * loses the process's memory and its connections: its state is reloaded
+ * from its journal, and both its links drop, losing what was in flight;
+ * they come back like any dropped link, and the reconnect rule re-sends.
+ * A task the crash interrupted (state RUN in the journal) is resolved by
+ * the resume policy, done (the restart was the task) or rerun: either way
+ * the node leaves RUN later by its "task done" step, and the interrupted
+ * run and the re-run count as the task's one run, which the crash asserts
+ * had not finished (nfin == i).
  *
  * Nodes: 0 = Head, 1..N-2 = intermediate, N-1 = Tail.
  * Link l joins node l (predecessor, dialer) and node l+1 (successor,
@@ -34,8 +53,8 @@
  *       every run is finite (bounded drops, one-shot events), hence every
  *       run ends with all nodes DONE
  *   (d) headDone: all other nodes are already DONE     (ndone == N-1)
- *   messages: headDone asserts 4(N-1) first transmissions, and no
- *       re-transmissions at all when no link dropped
+ *   messages: headDone asserts 4(N-1) distinct messages sent, and no
+ *       re-transmissions at all when no link dropped and no node crashed
  *   no honest message is ever a protocol violation (VIOLATION never fires)
  *   every send finds room in its channel (assert(nfull(..)))
  *
@@ -50,6 +69,9 @@
 #endif
 #ifndef MAXDROPS
 #define MAXDROPS 2
+#endif
+#ifndef MAXCRASH
+#define MAXCRASH 0
 #endif
 #ifndef BUG
 #define BUG 0
@@ -83,21 +105,42 @@ bool  down[N-1];        /* link l is currently broken                */
 byte nlr;               /* number of locally ready nodes             */
 byte nfin;              /* number of finished tasks                  */
 byte ndone;             /* number of nodes in DONE                   */
-byte sent;              /* first transmissions of protocol messages  */
+byte sent;              /* distinct protocol messages sent          */
+byte sentF[N-1];        /* ghost: messages ever sent forward on link l  */
+byte sentB[N-1];        /* ghost: messages ever sent backward on link l */
 byte resent;            /* re-transmissions (reconnect, dup answers)  */
 byte drops;             /* link drops so far                         */
+byte crashes;           /* crash-restarts so far                     */
+bool everlr[N];         /* ghost: node i was ever locally ready      */
+
+/* each node's journal: its durable state as last written */
+byte  jst[N];
+bool  jlr[N];
+bool  jgot[N];
+mtype jlastF[N-1];      /* node l's journal: last message sent on link l   */
+mtype jlastB[N-1];      /* node l+1's journal: last message sent on link l */
+bool  jdirty[N];        /* BUG 7: node i acted on a change not yet written */
 
 /* ---- sending: a message sent on a broken link is lost, but it is still
  * the sender's "last message on that link" and is re-sent on reconnect --- */
+/* sent counts distinct messages (a ghost per link and direction), so a
+ * node that repeats a step after a crash (BUG 7) is caught by what the
+ * repeat does, not by the count */
+inline first(mask, m) {
+  if
+  :: mask & (1 << m) -> resent++
+  :: else -> mask = mask | (1 << m); sent++
+  fi
+}
 inline sendF(l, m) {
-  lastF[l] = m; sent++;
+  lastF[l] = m; first(sentF[l], m);
   if
   :: !down[l] -> assert(nfull(fwd[l])); fwd[l]!m
   :: else -> skip
   fi
 }
 inline sendB(l, m) {
-  lastB[l] = m; sent++;
+  lastB[l] = m; first(sentB[l], m);
   if
   :: !down[l] -> assert(nfull(bwd[l])); bwd[l]!m
   :: else -> skip
@@ -123,44 +166,115 @@ inline headDone() {
   assert(ndone == N-1);   /* (d) the Head is the last node to finish   */
   assert(nfin == N);      /* (b) every task ran                        */
   assert(sent == 4*(N-1));/* every protocol message originated once    */
-  assert(drops > 0 || resent == 0); /* no drops: exactly 4(N-1) on the wire */
+  assert(drops > 0 || crashes > 0 || resent == 0); /* no faults: exactly 4(N-1) on the wire */
   st[0] = DONE; ndone++
 }
 #define VIOLATION assert(false)   /* honest peers never send this */
 
+inline localReady(i) {
+  lr[i] = 1;
+  if
+  :: !everlr[i] -> everlr[i] = 1; nlr++
+  :: else -> skip
+  fi
+}
+
+/* write node i's durable state to its journal (write + fsync) */
+inline journal(i) {
+  jst[i] = st[i]; jlr[i] = lr[i]; jgot[i] = gotReady[i];
+  if
+  :: i < N-1 -> jlastF[i] = lastF[i]
+  :: else -> skip
+  fi;
+  if
+  :: i > 0 -> jlastB[i-1] = lastB[i-1]
+  :: else -> skip
+  fi
+}
+
+/* SAVE ends every step of a node: the journal holds the step's changes
+ * before anything the step sent or started can be seen (the step is
+ * atomic). BUG 7 writes it in a later step, after the sends. */
+#if BUG == 7
+#define SAVE(i) jdirty[i] = 1
+#define LATESAVE(i) :: atomic { jdirty[i] -> journal(i); jdirty[i] = 0 }
+#else
+#define SAVE(i) journal(i)
+#define LATESAVE(i)
+#endif
+
+/* link l breaks: what is in flight in both directions is lost */
+inline cut(l) {
+  down[l] = 1;
+  do :: nempty(fwd[l]) -> fwd[l]?_ :: empty(fwd[l]) -> break od;
+  do :: nempty(bwd[l]) -> bwd[l]?_ :: empty(bwd[l]) -> break od
+}
+
+/* node i crashes and restarts: its memory is gone, its journal is not,
+ * and its connections die with it */
+inline crash(i) {
+  crashes++;
+  st[i] = jst[i]; lr[i] = jlr[i]; gotReady[i] = jgot[i];
+  if
+  :: i < N-1 -> lastF[i] = jlastF[i]; cut(i)
+  :: else -> skip
+  fi;
+  if
+  :: i > 0 -> lastB[i-1] = jlastB[i-1]; cut(i-1)
+  :: else -> skip
+  fi;
+  jdirty[i] = 0;
+  /* an interrupted task (resume policy done or rerun) has not finished */
+  if
+  :: st[i] == RUN -> assert(nfin == i)
+  :: else -> skip
+  fi
+}
+#define CRASH(i) :: atomic { crashes < MAXCRASH -> crash(i) }
+/* in a finished node's loop: a crash that restores an unfinished state
+ * (only with BUG 7) resumes the node's main loop */
+#define CRASHDONE(i) :: atomic { crashes < MAXCRASH -> crash(i) }; \
+  if :: st[i] != DONE -> goto alive :: else -> skip fi
+
 /* ======================================================================= */
 proctype head() {
+alive:
   do
-  :: atomic { !lr[0] -> lr[0] = 1; nlr++; st[0] = RDY; sendF(0, READY) }
-  :: atomic { st[0] == RUN -> nfin++; st[0] = CMPL; sendF(0, COMPLETE) }
+  :: atomic { !lr[0] -> localReady(0); st[0] = RDY; sendF(0, READY); SAVE(0) }
+  :: atomic { st[0] == RUN -> nfin++; st[0] = CMPL; sendF(0, COMPLETE); SAVE(0) }
   :: atomic { bwd[0]?START ->
        if
        :: st[0] == RDY -> taskStart(0)
        :: st[0] >= RUN -> skip                       /* duplicate */
        :: else -> VIOLATION
-       fi }
+       fi; SAVE(0) }
   :: atomic { bwd[0]?COMPLETE ->
        if
-       :: st[0] == CMPL -> headDone(); break
+       :: st[0] == CMPL -> headDone(); SAVE(0); break
        :: else -> VIOLATION
        fi }
   :: bwd[0]?READY -> VIOLATION
+  CRASH(0)
+  LATESAVE(0)
   od;
 end_done:
   do
   :: bwd[0]?COMPLETE -> skip                         /* duplicate */
   :: bwd[0]?START    -> skip                         /* duplicate */
+  CRASHDONE(0)
+  LATESAVE(0)
   od
 }
 
 /* ======================================================================= */
 proctype middle(byte i) {
+alive:
   do
-  :: atomic { !lr[i] -> lr[i] = 1; nlr++;
+  :: atomic { !lr[i] -> localReady(i);
        if
        :: gotReady[i] && st[i] == SYNC -> st[i] = RDY; sendF(i, READY)
        :: else -> skip
-       fi }
+       fi; SAVE(i) }
   :: atomic { fwd[i-1]?READY ->
        if
        :: !gotReady[i] -> gotReady[i] = 1;
@@ -173,7 +287,7 @@ proctype middle(byte i) {
           :: else -> skip
           fi
        :: else -> skip                               /* duplicate */
-       fi }
+       fi; SAVE(i) }
   :: atomic { bwd[i]?START ->
        if
        :: st[i] == RDY -> sendB(i-1, START); st[i] = WATCH;
@@ -184,7 +298,7 @@ proctype middle(byte i) {
 #endif
        :: st[i] >= WATCH -> skip                     /* duplicate */
        :: else -> VIOLATION
-       fi }
+       fi; SAVE(i) }
   :: atomic { fwd[i-1]?COMPLETE ->
        if
        :: st[i] == WATCH -> taskStart(i)
@@ -194,20 +308,22 @@ proctype middle(byte i) {
        :: st[i] >= RUN -> skip                       /* duplicate */
 #endif
        :: else -> VIOLATION
-       fi }
+       fi; SAVE(i) }
 #if BUG == 6
   :: atomic { st[i] == RUN -> nfin++; st[i] = CMPL; sendF(i, COMPLETE);
-       sendB(i-1, COMPLETE); st[i] = DONE; ndone++; break } /* BUG: early */
+       sendB(i-1, COMPLETE); st[i] = DONE; ndone++; SAVE(i); break } /* BUG: early */
 #else
-  :: atomic { st[i] == RUN -> nfin++; st[i] = CMPL; sendF(i, COMPLETE) }
+  :: atomic { st[i] == RUN -> nfin++; st[i] = CMPL; sendF(i, COMPLETE); SAVE(i) }
 #endif
   :: atomic { bwd[i]?COMPLETE ->
        if
-       :: st[i] == CMPL -> sendB(i-1, COMPLETE); st[i] = DONE; ndone++; break
+       :: st[i] == CMPL -> sendB(i-1, COMPLETE); st[i] = DONE; ndone++; SAVE(i); break
        :: else -> VIOLATION
        fi }
   :: fwd[i-1]?START -> VIOLATION
   :: bwd[i]?READY   -> VIOLATION
+  CRASH(i)
+  LATESAVE(i)
   od;
 end_done:
   do
@@ -223,18 +339,21 @@ end_done:
   :: fwd[i-1]?READY  -> skip                         /* duplicate */
   :: bwd[i]?START    -> skip                         /* duplicate */
   :: bwd[i]?COMPLETE -> skip                         /* duplicate */
+  CRASHDONE(i)
+  LATESAVE(i)
   od
 }
 
 /* ======================================================================= */
 #define T (N-1)
 proctype tail() {
+alive:
   do
-  :: atomic { !lr[T] -> lr[T] = 1; nlr++;
+  :: atomic { !lr[T] -> localReady(T);
        if   /* READY -> WATCH immediately, sending START */
        :: gotReady[T] && st[T] == SYNC -> sendB(T-1, START); st[T] = WATCH
        :: else -> skip
-       fi }
+       fi; SAVE(T) }
   :: atomic { fwd[T-1]?READY ->
        if
        :: !gotReady[T] -> gotReady[T] = 1;
@@ -243,7 +362,7 @@ proctype tail() {
           :: else -> skip
           fi
        :: else -> skip                               /* duplicate */
-       fi }
+       fi; SAVE(T) }
   :: atomic { fwd[T-1]?COMPLETE ->
        if
        :: st[T] == WATCH -> taskStart(T)
@@ -253,11 +372,13 @@ proctype tail() {
        :: st[T] >= RUN -> skip                       /* duplicate */
 #endif
        :: else -> VIOLATION
-       fi }
+       fi; SAVE(T) }
   :: atomic { st[T] == RUN ->   /* task done: COMPLETE goes back, done */
        nfin++; st[T] = CMPL; sendB(T-1, COMPLETE); st[T] = DONE; ndone++;
-       break }
+       SAVE(T); break }
   :: fwd[T-1]?START -> VIOLATION
+  CRASH(T)
+  LATESAVE(T)
   od;
 end_done:
   do
@@ -271,6 +392,8 @@ end_done:
 #endif
      }
   :: fwd[T-1]?READY -> skip                          /* duplicate */
+  CRASHDONE(T)
+  LATESAVE(T)
   od
 }
 
