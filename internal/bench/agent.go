@@ -21,6 +21,7 @@ type Spec struct {
 	Rounds     int           `json:"rounds"`     // measured rounds
 	Concurrent int           `json:"concurrent"` // rounds the Head keeps in flight (1: one at a time)
 	TaskSleep  time.Duration `json:"task_sleep"` // each task sleeps this long (0: empty task)
+	QuickTask  bool          `json:"quick_task"` // Config.QuickTask: run the empty task inline
 	Timeout    time.Duration `json:"timeout"`    // the whole run must end within this
 }
 
@@ -81,6 +82,8 @@ func (s Spec) validate() error {
 		return fmt.Errorf("concurrent rounds must be at least 1 (got %d)", s.Concurrent)
 	case s.TaskSleep < 0:
 		return fmt.Errorf("task sleep must not be negative (got %v)", s.TaskSleep)
+	case s.QuickTask && s.TaskSleep > 0:
+		return fmt.Errorf("a quick task must never block: use it with empty tasks, not with a task sleep of %v", s.TaskSleep)
 	}
 	return nil
 }
@@ -156,6 +159,7 @@ func (a *agent) connect(next Addrs) error {
 	cfg := chainsync.Config{
 		Name:       strconv.Itoa(a.spec.Index),
 		Task:       a.task,
+		QuickTask:  a.spec.QuickTask,
 		MaxRounds:  a.spec.Warmup + a.spec.Rounds + 16,
 		BackoffMin: time.Millisecond,
 		BackoffMax: 50 * time.Millisecond,

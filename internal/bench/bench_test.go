@@ -53,12 +53,17 @@ func checkSane(t *testing.T, run *Run, opts Options) {
 }
 
 func TestInprocShortRun(t *testing.T) {
-	opts := Options{Ns: []int{2, 5}, Mode: ModeInproc, Rounds: 20, Warmup: 3, Concurrent: 1}
-	run, err := Execute(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
+	for _, quick := range []bool{false, true} {
+		opts := Options{Ns: []int{2, 5}, Mode: ModeInproc, Rounds: 20, Warmup: 3, Concurrent: 1, QuickTask: quick}
+		run, err := Execute(context.Background(), opts)
+		if err != nil {
+			t.Fatalf("quick task %v: %v", quick, err)
+		}
+		checkSane(t, run, opts)
+		if run.QuickTask != quick {
+			t.Errorf("run says quick task %v, want %v", run.QuickTask, quick)
+		}
 	}
-	checkSane(t, run, opts)
 }
 
 func TestInprocPipelinedWithTaskSleep(t *testing.T) {
@@ -149,6 +154,7 @@ func TestBadOptions(t *testing.T) {
 		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 0, Concurrent: 1}, "rounds must be"},
 		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 1, Concurrent: 0}, "concurrent"},
 		{Options{Ns: []int{2}, Mode: ModeProcs, Rounds: 1, Concurrent: 1}, "needs a command"},
+		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 1, Concurrent: 1, QuickTask: true, TaskSleep: time.Millisecond}, "must never block"},
 	} {
 		if _, err := Execute(context.Background(), tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want it to say %q", tc.o, err, tc.want)

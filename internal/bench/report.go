@@ -24,6 +24,9 @@ func FormatUS(us float64) string {
 // Describe says in one line how the run was made.
 func (r *Run) Describe() string {
 	tasks := "empty tasks"
+	if r.QuickTask {
+		tasks = "empty quick tasks (run inline)"
+	}
 	if r.TaskSleepMS > 0 {
 		tasks = fmt.Sprintf("tasks that sleep %gms", r.TaskSleepMS)
 	}

@@ -31,6 +31,7 @@ type Options struct {
 	Warmup     int           // unmeasured rounds first (links up, code paths hot)
 	Concurrent int           // rounds in flight at once (1: one at a time)
 	TaskSleep  time.Duration // each task sleeps this long (0: empty tasks)
+	QuickTask  bool          // run the (empty) tasks inline: chainsync.Config.QuickTask
 	Timeout    time.Duration // bound on each chain's run (0: 5 minutes)
 	// AgentCmd starts one agent process in ModeProcs: the program and its
 	// arguments. The process must call AgentMain with its stdin and stdout.
@@ -85,6 +86,7 @@ type Run struct {
 	Warmup      int      `json:"warmup"`
 	Concurrent  int      `json:"concurrent"`
 	TaskSleepMS float64  `json:"task_sleep_ms"`
+	QuickTask   bool     `json:"quick_task"`
 	Machine     Machine  `json:"machine"`
 	Version     string   `json:"version,omitempty"`
 	Results     []Result `json:"results"`
@@ -106,7 +108,7 @@ func (o *Options) Validate() error {
 	if o.Mode == ModeProcs && len(o.AgentCmd) == 0 {
 		return errors.New("mode procs needs a command to start agent processes")
 	}
-	spec := Spec{N: 2, Rounds: o.Rounds, Warmup: o.Warmup, Concurrent: o.Concurrent, TaskSleep: o.TaskSleep}
+	spec := Spec{N: 2, Rounds: o.Rounds, Warmup: o.Warmup, Concurrent: o.Concurrent, TaskSleep: o.TaskSleep, QuickTask: o.QuickTask}
 	return spec.validate()
 }
 
@@ -119,7 +121,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		opts.Timeout = 5 * time.Minute
 	}
 	run := &Run{Mode: opts.Mode, Rounds: opts.Rounds, Warmup: opts.Warmup, Concurrent: opts.Concurrent,
-		TaskSleepMS: float64(opts.TaskSleep) / 1e6, Machine: ThisMachine()}
+		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, Machine: ThisMachine()}
 	for _, n := range opts.Ns {
 		res, err := executeOne(ctx, opts, n)
 		if err != nil {
@@ -136,7 +138,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 
 func executeOne(ctx context.Context, opts Options, n int) (Result, error) {
 	spec := Spec{N: n, Warmup: opts.Warmup, Rounds: opts.Rounds, Concurrent: opts.Concurrent,
-		TaskSleep: opts.TaskSleep, Timeout: opts.Timeout}
+		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, Timeout: opts.Timeout}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	var (
