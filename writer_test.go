@@ -1,0 +1,181 @@
+package chainsync
+
+// Tests of the per-link writer and of Wait's bookkeeping (issue 8: "No I/O
+// under the node lock"; "Wait on a round that never started must not leak
+// an entry or outlive Close").
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// smallBufListener listens on loopback with a small, fixed send buffer,
+// which the connections it accepts inherit: what the node writes to such
+// a connection stops fitting in the kernel after a few kilobytes when the
+// peer does not read (an autotuned buffer takes megabytes).
+func smallBufListener(t *testing.T) net.Listener {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// TestStuckPeerStallsNothing: issue 8, "No I/O under the node lock": a
+// neighbour that stops reading must not freeze the node. The test plays
+// the Tail's predecessor: it opens 1000 rounds with READY and never reads
+// the Tail's STARTs (about 130 KB; the socket takes a few KB, the rest
+// waits in the link's outbox for its writer). Meanwhile Snapshot, Ready,
+// and Wait stay fast (each call well under 100 ms, measured), the Tail
+// keeps reading and acting on the predecessor's lines, the predecessor is
+// cut off once a write has waited WriteTimeout, and Close returns at once.
+func TestStuckPeerStallsNothing(t *testing.T) {
+	const rounds = 1000
+	const writeTimeout = time.Second
+	tail := startWatched(t, Config{Name: "T", Listener: smallBufListener(t), MaxRounds: rounds + 100, WriteTimeout: writeTimeout})
+	id := func(i int) string { return fmt.Sprintf("r%05d-%s", i, strings.Repeat("x", 110)) }
+	for i := range rounds + 50 {
+		if err := tail.Ready(id(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pred := dialRawSock(t, tail.Addr().String())
+	_ = pred.c.SetReadBuffer(4096)
+	var lines strings.Builder
+	for i := range rounds {
+		lines.WriteString(wireLine("READY", id(i)))
+	}
+	sent := time.Now()
+	pred.sendLine(t, lines.String())
+
+	var slowest time.Duration
+	timed := func(what string, f func()) {
+		t.Helper()
+		start := time.Now()
+		f()
+		d := time.Since(start)
+		slowest = max(slowest, d)
+		if d > 100*time.Millisecond {
+			t.Errorf("%s took %v while the predecessor is not reading", what, d)
+		}
+	}
+	// Until the cut-off, every call that takes the node's lock is quick,
+	// and the Tail acts on every READY although it cannot send the STARTs.
+	var cut time.Duration
+	for i := 0; ; i++ {
+		var watching int
+		timed("Snapshot", func() {
+			for _, r := range tail.Snapshot().Rounds {
+				if r.State == protocol.StateWatch {
+					watching++
+				}
+			}
+		})
+		timed("Ready", func() {
+			if err := tail.Ready(id(i % rounds)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		timed("Wait", func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			defer cancel()
+			if _, err := tail.Wait(ctx, id(i%rounds)); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Wait: %v", err)
+			}
+		})
+		if tail.logs.count(func(e capturedLog) bool { return strings.Contains(e.Msg, "write failed") }) > 0 {
+			cut = time.Since(sent)
+			if watching < rounds {
+				t.Errorf("%d of %d rounds in WATCH when the predecessor was cut off: the Tail stopped acting on its lines", watching, rounds)
+			}
+			break
+		}
+		if time.Since(sent) > writeTimeout+5*time.Second {
+			t.Fatalf("the predecessor that does not read was not cut off %v after its lines (WriteTimeout %v); %d rounds in WATCH",
+				time.Since(sent).Round(time.Millisecond), writeTimeout, watching)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if cut < writeTimeout {
+		t.Errorf("the predecessor was cut off %v after its lines, before WriteTimeout %v", cut, writeTimeout)
+	}
+	start := time.Now()
+	tail.Close()
+	closed := time.Since(start)
+	if closed > 500*time.Millisecond {
+		t.Errorf("Close took %v with a predecessor that does not read", closed)
+	}
+	t.Logf("slowest Snapshot/Ready/Wait while stuck: %v; cut off %v after the lines (WriteTimeout %v); Close took %v",
+		slowest.Round(time.Microsecond), cut.Round(time.Millisecond), writeTimeout, closed.Round(time.Microsecond))
+}
+
+// TestWaitUnknownRound: issue 8: "Wait on a round that never started must
+// not leak an entry or outlive Close (return ErrStopped)". Waits on round
+// ids nobody starts (a typo, a round the chain never runs) leave nothing
+// in the rounds table when their contexts end; one still waiting when the
+// node closes returns ErrStopped at once; and so does a Wait after Close.
+func TestWaitUnknownRound(t *testing.T) {
+	w := startWatched(t, Config{Name: "T", Listen: "127.0.0.1:0"})
+	before := w.driverRounds()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			res, err := w.Wait(ctx, fmt.Sprintf("typo-%d", i%20)) // several waiters per id
+			if !errors.Is(err, context.DeadlineExceeded) || res.Status != 0 {
+				t.Errorf("Wait on an unknown round: %v %v, want the context's error", res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := w.driverRounds(); n != before {
+		t.Errorf("%d rounds in the table after the waits ended, want %d: Wait leaked entries", n, before)
+	}
+
+	// A Wait still blocked when the node closes.
+	errc := make(chan error, 1)
+	go func() {
+		res, err := w.Wait(context.Background(), "never")
+		if err == nil && res.Status != StatusStopped {
+			err = fmt.Errorf("status %v", res.Status)
+		}
+		errc <- err
+	}()
+	waitCond(t, 5*time.Second, "the Wait to register", func() bool { return w.driverRounds() == before+1 })
+	start := time.Now()
+	w.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrStopped) {
+			t.Errorf("Wait on a round that never started returned %v after Close, want ErrStopped", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("Wait on a round that never started outlived Close by 2s")
+	}
+	t.Logf("a blocked Wait returned %v after Close began", time.Since(start).Round(time.Microsecond))
+	if _, err := w.Wait(context.Background(), "after-close"); !errors.Is(err, ErrStopped) {
+		t.Errorf("Wait after Close: %v, want ErrStopped", err)
+	}
+}
