@@ -2,7 +2,12 @@ package secure
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/hex"
+	"io"
+	"net"
+	"strings"
 	"testing"
 )
 
@@ -61,6 +66,32 @@ func TestPSKPosition(t *testing.T) {
 		wantRefused(t, "C", r.err, ReasonPSKMismatch)
 		if line, _ := bufio.NewReader(tc).ReadString('\n'); line != pskLinePrefix+pskReject+"\n" {
 			t.Errorf("forger got %q, want only REJECT", line)
+		}
+	})
+	t.Run("forged position refusal", func(t *testing.T) {
+		// A stranger at B's address (no key) answers A's proof with a
+		// REJECT-POSITION it cannot MAC: A must not log a position story
+		// the stranger made up, but a key problem.
+		stranger := mustLoad(t, pskOpts(newKeyFile(t), "A", "B", ""))
+		addr, ch := listen(t, func(raw net.Conn) (net.Conn, error) {
+			tc := tls.Server(raw, stranger.server)
+			if err := tc.Handshake(); err != nil {
+				return nil, err
+			}
+			if _, err := readProofLine(tc); err != nil {
+				return nil, err
+			}
+			_, err := io.WriteString(tc, pskLinePrefix+pskRejectPos+" X Y "+strings.Repeat("00", 32)+"\n")
+			return tc, err
+		})
+		raw, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Client(context.Background(), raw, addr)
+		wantRefused(t, "A", err, ReasonPSKMismatch, "refusal carries no valid proof of the key")
+		if r := <-ch; r.conn != nil {
+			r.conn.Close()
 		}
 	})
 	t.Run("names with spaces and odd bytes", func(t *testing.T) {
