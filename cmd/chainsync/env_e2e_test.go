@@ -4,6 +4,7 @@ package main
 // "Configuration from the environment").
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,5 +57,21 @@ func TestEnvBadValue(t *testing.T) {
 				t.Errorf("stderr does not name %s:\n%s", name, s)
 			}
 		})
+	}
+}
+
+// TestNameDefaultsToHostName: with --chain and no --name, the node is the
+// chain member named like this machine (a StatefulSet pod's name-0, ...).
+func TestNameDefaultsToHostName(t *testing.T) {
+	t.Parallel()
+	host, err := os.Hostname()
+	if err != nil || host == "" || strings.ContainsAny(host, ",=") {
+		t.Skipf("no usable host name (%q, %v)", host, err)
+	}
+	addrs := lowAddrs(t, 2)
+	p := startProc(t, "check", []string{"CHAINSYNC_CHAIN=" + host + "=" + addrs[0] + ",other=" + addrs[1]}, "check", "--timeout", "1s")
+	p.wait(t, 10*time.Second)
+	if out := p.out.String(); !strings.HasPrefix(out, "node "+host+": head;") || !strings.Contains(out, "successor other at "+addrs[1]) {
+		t.Errorf("stdout:\n%s", out)
 	}
 }
