@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -70,21 +71,7 @@ func (r *recorder) task(i int, d time.Duration) func(context.Context, string) er
 // freeAddrs reserves n loopback ports and releases them, so that nodes can
 // be started in any order (a node may dial before its successor listens).
 func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	var lns []net.Listener
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs[i] = ln.Addr().String()
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
+	return testnet.FreeAddrs(t, n)
 }
 
 // chainConfigs returns configs for an n-node chain on loopback.

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // bin is the chainsync binary built by TestMain.
@@ -64,24 +66,10 @@ func newRand(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
-// freeAddrs reserves n loopback ports by listening on :0 and closing, so
+// freeAddrs reserves n loopback ports (see testnet.FreeAddrs), so
 // that processes can be given each other's addresses before any is up.
 func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var lns []net.Listener
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs[i] = ln.Addr().String()
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
+	return testnet.FreeAddrs(t, n)
 }
 
 // syncBuf is a goroutine-safe output sink.
