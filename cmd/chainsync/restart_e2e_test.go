@@ -344,3 +344,70 @@ func TestRestartedPeerNamed(t *testing.T) {
 	}
 	t.Logf("logged: %s", line)
 }
+
+// supervisorScript returns the README's chainsync-supervise loop, so that
+// the example users copy is the one tested.
+func supervisorScript(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin = "#!/bin/sh\n# chainsync-supervise:"
+	i := bytes.Index(b, []byte(begin))
+	if i < 0 {
+		t.Fatal("README.md has no chainsync-supervise script")
+	}
+	j := bytes.Index(b[i:], []byte("\n```"))
+	if j < 0 {
+		t.Fatal("README.md: the chainsync-supervise script does not end")
+	}
+	return string(b[i:i+j]) + "\n"
+}
+
+// TestSupervisedSwitchRestartsItself: the README's switch-stack example.
+// B's task restarts B's own node (kill -9 $PPID, as a switch upgrade
+// restarts the management plane the node runs in) and waits to be taken
+// down with it. B runs under the README's supervisor loop with
+// --state-dir and --resume-task done: the loop starts B again, B finds its
+// task interrupted, takes it as done and sends COMPLETE on; C runs its
+// task after B's, every node and the loop exit 0, and B's task ran once.
+func TestSupervisedSwitchRestartsItself(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "chainsync-supervise")
+	if err := os.WriteFile(script, []byte(supervisorScript(t)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names := nodeNames(3)
+	addrs := mxAddrs(t, 3)
+	task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
+if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
+date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
+	env := []string{"DIR=" + dir, "PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH")}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		args := append(placeArgs("chain", names, addrs, i), "--state-dir", filepath.Join(dir, "state."+names[i]),
+			"--resume-task", "done", "--", "sh", "-c", task)
+		if names[i] == "B" {
+			procs[i] = startCommand(t, "B (supervised)", env, "chainsync-supervise "+strings.Join(args, " "), script, args...)
+		} else {
+			procs[i] = startProc(t, names[i], env, append([]string{"run"}, args...)...)
+		}
+	}
+	for i, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", names[i], code)
+		}
+	}
+	procs[1].waitLog(t, time.Second, "the loop restarting B", containsAll("chainsync-supervise: node exited 137"))
+	procs[1].waitLog(t, time.Second, "B resuming its task as done", containsAll("interrupted", "--resume-task done"))
+	if st, en := readLines(t, filepath.Join(dir, "B.start")), readLines(t, filepath.Join(dir, "B.end")); len(st) != 1 || len(en) != 0 {
+		t.Errorf("B's task started %d and ended %d times, want once, ended by its own restart", len(st), len(en))
+	}
+	a, c := nanos(t, filepath.Join(dir, "A.end")), nanos(t, filepath.Join(dir, "C.start"))
+	b := nanos(t, filepath.Join(dir, "B.start"))
+	if len(a) != 1 || len(b) != 1 || len(c) != 1 || !(a[0] < b[0] && b[0] < c[0]) {
+		t.Errorf("tasks out of order or not once each: A ended %v, B started %v, C started %v", a, b, c)
+	}
+}
