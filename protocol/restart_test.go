@@ -218,7 +218,7 @@ func roundOf(ev protocol.Event) (string, bool) {
 // before the message or task that the step causes").
 func TestDurableSaves(t *testing.T) {
 	sc := &saveChecker{seen: map[protocol.Role]map[protocol.Record]bool{}}
-	schedules, probed := 600, 150
+	schedules, probed := 500, 100
 	if testing.Short() {
 		schedules, probed = 150, 40
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/chainsync-go/chainsync/internal/sim"
@@ -51,6 +52,61 @@ func TestSimulate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSimulateCrashRestart runs 10,000 more random schedules like
+// TestSimulate's, every one with Durable machines and faults, so that
+// (almost) every one crashes and restarts nodes: at random moments and
+// inside their tasks, each losing its Machine and keeping its journal, an
+// interrupted task resumed as done, re-run, or (the task meant to fail)
+// failed. The Checker checks every invariant after every step, and after
+// each restart that the node is where its neighbours last saw it; every
+// round must still finish everywhere, each task once, in chain order.
+//
+// DECISIONS.md, "Restarts and durable state"; draft, Introduction.
+func TestSimulateCrashRestart(t *testing.T) {
+	if *seedFlag != 0 {
+		seed := *seedFlag
+		res := runScheduleExt(seed, 2+int(seed%11), func(s string) { t.Log(s) }, &schedExt{durable: true, faults: true})
+		t.Logf("seed %d: %s", seed, res)
+		if res.err != nil {
+			t.Fatalf("seed %d: %v", seed, res.err)
+		}
+		return
+	}
+	total := *schedulesFlag
+	shards := runtime.GOMAXPROCS(0)
+	var mu sync.Mutex
+	var crashed, crashes, interrupted int
+	for s := range shards {
+		t.Run(fmt.Sprint("shard", s), func(t *testing.T) {
+			t.Parallel()
+			for i := s; i < total; i += shards {
+				seed := *seedBaseFlag + uint64(i)
+				ext := &schedExt{durable: true, faults: true}
+				res := runScheduleExt(seed, 2+int(seed%11), nil, ext)
+				if res.err != nil {
+					t.Fatalf("seed %d: %s\nreplay: go test ./protocol -run TestSimulateCrashRestart -seed %d -v", seed, res, seed)
+				}
+				mu.Lock()
+				if res.crashes > 0 {
+					crashed++
+				}
+				crashes += res.crashes
+				interrupted += res.reruns + res.resumedDone
+				mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() || *seedFlag != 0 {
+			return
+		}
+		t.Logf("%d schedules: %d with crash-restarts, %d crash-restarts, %d interrupted tasks resumed", total, crashed, crashes, interrupted)
+		if crashed < total*9/10 {
+			t.Errorf("only %d of %d schedules crashed a node", crashed, total)
+		}
+	})
 }
 
 // TestSimulateLongChains runs a few random schedules on 1,000-node chains.
@@ -161,7 +217,8 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 
 // schedExt lets a test add its own checks to runSchedule's schedules.
 type schedExt struct {
-	durable bool // force Durable Machines (and so crash-restarts)
+	durable bool // force Durable Machines
+	faults  bool // force faults (drops, duplicates and, if durable, crash-restarts)
 	// setup is called once the Checker is attached; it may wrap net.Hook.
 	setup func(net *sim.Network, fail func(error))
 	// restarted is called right after node k crashed and restarted, before
@@ -184,7 +241,7 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	for _, p := range perm[:k] {
 		res.rounds = append(res.rounds, roundPool[p])
 	}
-	res.faults = n > 1 && rng.IntN(2) == 0
+	res.faults = n > 1 && (rng.IntN(2) == 0 || ext != nil && ext.faults)
 	if rng.IntN(8) == 0 {
 		res.failNode, res.failRound = rng.IntN(n), res.rounds[rng.IntN(k)]
 	}
@@ -260,7 +317,7 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		wFault = 1 + rng.IntN(2)
 		dropsLeft, dupsLeft = 1+rng.IntN(2*n), 1+rng.IntN(4*n)
 		if res.durable {
-			crashesLeft, killsLeft = rng.IntN(n), 1+rng.IntN(2)
+			crashesLeft, killsLeft = 1+rng.IntN(n), 1+rng.IntN(2)
 		}
 	}
 	var down []int
