@@ -24,7 +24,11 @@ import (
 //     last to finish;
 //   - every state change is one the draft allows for the node's role, and
 //     the Machine's State always matches the reported changes;
-//   - a rejected event changes no state.
+//   - a rejected event changes no state;
+//   - a node restarted from its journal is in the state the reference
+//     last saw, and only a task its restart interrupted may run again
+//     (Restarted, Rerun): the interrupted run and its re-run, or the
+//     restart taken as the task, are that task's one run.
 type Checker struct {
 	// Faults allows re-sends (after a link came back, or replies to
 	// duplicates). Without it any re-send is an error.

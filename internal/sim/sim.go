@@ -12,6 +12,12 @@
 // interpreter picks deterministically, a random scheduler picks from a
 // seeded RNG.
 //
+// Durable Machines (protocol.Config.Durable) keep a journal: the network
+// records the last Record of each round their ActSave actions wrote, and
+// Restart crashes a node (a new Machine restored from that journal, its
+// tasks gone, its links dropped), as a process killed and restarted with
+// the same state directory.
+//
 // The package does no checking of its own beyond the codec round trip; see
 // Checker for the protocol invariants.
 package sim
