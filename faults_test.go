@@ -245,11 +245,11 @@ func roundID(i int) string { return "r" + string(rune('a'+i)) }
 
 // Draft "Error Handling", the data pipeline: processing times vary, and a
 // task far longer than 3D is no fault when both ends send heartbeats. A
-// four-node chain, heartbeats of 40 ms, the middle tasks run 0.5 s each
-// (12 intervals): the round completes with no fault anywhere.
+// four-node chain, heartbeats of 100 ms, the middle tasks run 0.8 s each
+// (8 intervals): the round completes with no fault anywhere.
 func TestHeartbeatNoFaultDuringLongTaskTCP(t *testing.T) {
-	const d = 40 * time.Millisecond
-	const task = 500 * time.Millisecond
+	const d = 100 * time.Millisecond
+	const task = 800 * time.Millisecond
 	cfgs := chainConfigs(t, 4)
 	rec := newRecorder(4)
 	ws := make([]*watched, 4)
@@ -618,5 +618,64 @@ func TestConnectTimeoutIgnoresRefusedTCP(t *testing.T) {
 	var fe *FaultError
 	if res.Status != StatusFault || !errors.As(res.Err, &fe) || fe.Kind != FaultPeerUnreachable || fe.Peer != "B" {
 		t.Errorf("result %v %v, want a peer-unreachable fault blaming B", res.Status, res.Err)
+	}
+}
+
+// A successor keeps a new connection pending, saying nothing on it, until
+// the first protocol line arrives (HEARTBEAT is none), so its silence
+// before this node has told it anything is no fault. Found end to end: a
+// middle node opened the round (its predecessor's READY) but was not
+// locally ready yet (a person had not approved), and after 3D it blamed
+// its healthy successor. Here E waits for approval for at least 5
+// heartbeat intervals, then the round completes with no fault anywhere.
+func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
+	const d = 60 * time.Millisecond
+	f := startWatched(t, Config{Name: "F", Listen: "127.0.0.1:0", PrevName: "E", Heartbeat: d})
+	e := startWatched(t, Config{Name: "E", Listen: "127.0.0.1:0", PrevName: "D", Next: f.Addr().String(), NextName: "F", Heartbeat: d})
+	f.Ready("")
+	p := dialRawSock(t, e.Addr().String())
+	p.sendLine(t, "READY\n")
+	stop := make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() { // the predecessor keeps its own side alive
+		defer close(hbDone)
+		tk := time.NewTicker(d / 2)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				_ = p.send([]byte("HEARTBEAT\n"))
+			}
+		}
+	}()
+	defer func() { close(stop); <-hbDone }()
+	waitCond(t, 5*time.Second, "E to open the round and its link to F", func() bool {
+		return e.state("") == protocol.StateSync && e.Snapshot().SuccUp
+	})
+	for range 5 { // E's heartbeats to D: at least 5D of waiting for approval
+		p.expectLine(t, "HEARTBEAT\n")
+	}
+	if fs := faultsOf(e); len(fs) != 0 {
+		t.Fatalf("E, not yet ready, blamed %s: %v", fs[0].Peer, fs[0].Err)
+	}
+	e.Ready("")
+	for {
+		l, _ := readLineAt(t, p, 5*time.Second)
+		if l == "START\n" {
+			break
+		}
+		if l != "HEARTBEAT\n" {
+			t.Fatalf("got %q, want START", l)
+		}
+	}
+	p.sendLine(t, "COMPLETE\n")
+	f.waitDone(t, "")
+	e.waitDone(t, "")
+	for _, w := range []*watched{e, f} {
+		if fs := faultsOf(w); len(fs) != 0 {
+			t.Errorf("%s reported %v", w.name, fs[0].Err)
+		}
 	}
 }

@@ -23,6 +23,8 @@ func (n *Node) heartbeats() {
 	d := n.cfg.Heartbeat
 	t := time.NewTicker(d / 2)
 	defer t.Stop()
+	last := time.Now()
+	var woke int64 // UnixNano: silence is not counted before this
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -31,6 +33,14 @@ func (n *Node) heartbeats() {
 		}
 		n.mu.Lock()
 		now := time.Now()
+		if now.Sub(last) > d {
+			// This process itself did not run for longer than an
+			// interval (stopped with SIGSTOP, or starved): what its
+			// neighbours sent meanwhile may still be unread, so their
+			// silence is counted from now, never blamed on them.
+			woke = now.UnixNano()
+		}
+		last = now
 		for _, l := range []*link{n.pred, n.succ} {
 			if l == nil {
 				continue
@@ -41,10 +51,21 @@ func (n *Node) heartbeats() {
 					n.flushes = append(n.flushes, l)
 				}
 			}
-			heard := time.Unix(0, max(l.heardAt(), l.upAt.UnixNano()))
-			silent := now.Sub(heard)
+			// Silence counts from the peer's last line; on a connection
+			// it has not spoken on yet, from this node's first protocol
+			// line. Before that a successor holds the connection pending
+			// and says nothing (HEARTBEAT does not promote it), so its
+			// silence means nothing.
+			since := l.heardAt()
+			if since == 0 && !l.spokeAt.IsZero() {
+				since = l.spokeAt.UnixNano()
+			}
+			if since != 0 {
+				since = max(since, woke)
+			}
+			silent := now.Sub(time.Unix(0, since))
 			switch {
-			case silent < 3*d || !n.inProgress():
+			case since == 0 || silent < 3*d || !n.inProgress():
 				l.silent = false
 			case !l.silent:
 				l.silent = true // once per silence: it ends when the neighbour speaks

@@ -510,6 +510,9 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		n.drop(l, err)
 		return
 	}
+	if l.spokeAt.IsZero() {
+		l.spokeAt = time.Now()
+	}
 	if !slices.Contains(n.flushes, l) {
 		n.flushes = append(n.flushes, l)
 	}

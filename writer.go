@@ -45,6 +45,7 @@ type link struct {
 
 	silent   bool         // heartbeats: reported silent, until it speaks again (node's mu)
 	upAt     time.Time    // when the connection was made
+	spokeAt  time.Time    // when the first protocol line was queued on it (node's mu; zero: none yet)
 	lastRecv atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
 	lastSent atomic.Int64 // UnixNano of the last line queued to the peer
 }
