@@ -159,7 +159,8 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		n := nodes[cur]
 		r := findRound(n.Doc, id)
 		name := n.Label()
-		if f := findFault(n.Doc, id); f != nil {
+		f := findFault(n.Doc, id)
+		if f != nil && !blamesUnanswering(nodes, cur, r, f) {
 			// A node that faulted in this round and still has it (the
 			// wait policy) holds it; its fault says why.
 			return hold(cur, r.WaitingFor, fromName(n, r.From), fmt.Sprintf("%s reported %s: %s", name, f.Kind, f.Error))
@@ -194,6 +195,9 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 			if !link.Up {
 				v.Why += fmt.Sprintf("; the link from %s to it is down", name)
 			}
+			if f != nil {
+				v.Why += fmt.Sprintf("; %s reported it %s", name, f.Kind)
+			}
 			return v
 		}
 		rj := findRound(nb.Doc, id)
@@ -219,6 +223,18 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		cur = j
 	}
 	return hold(cur, "", "", "the nodes' reports disagree (they may have moved on between the requests); ask again")
+}
+
+// blamesUnanswering reports whether fault f of node i blames the
+// neighbour round r waits for, and that neighbour does not answer: then
+// the round is held there (a hung node is silent on its links and to
+// chainsync status alike), not at the node that kept waiting for it.
+func blamesUnanswering(nodes []Node, i int, r *Round, f *Fault) bool {
+	j := i - 1
+	if r.From == "succ" {
+		j = i + 1
+	}
+	return f.Side != "" && f.Side == r.From && j >= 0 && j < len(nodes) && nodes[j].Doc == nil
 }
 
 // fromName names the neighbour on side ("pred" or "succ") of n.

@@ -81,6 +81,8 @@ func TestDiagnose(t *testing.T) {
 		{"exit wave in flight", []string{"COMPLETE", "COMPLETE", "-", "-"}, nil, nil, "B", "COMPLETE", "has finished its part"},
 		{"a node faulted and waits (wait policy)", []string{"COMPLETE", "COMPLETE", "COMPLETE", "WATCH"},
 			map[int]status.Fault{2: {Kind: "peer-silent", Peer: "D", Side: "succ", Error: "no word from D for 1.5s"}}, nil, "C", "COMPLETE", "peer-silent"},
+		{"a node waits for a neighbour it reported silent, which does not answer (hung)", []string{"COMPLETE", "COMPLETE", "x", "WATCH"},
+			map[int]status.Fault{1: {Kind: "peer-silent", Peer: "C", Side: "succ", Error: "no word from C for 1.5s"}}, nil, "C", "COMPLETE", "B reported it peer-silent"},
 		{"a node halted with a failed task", []string{"COMPLETE", "COMPLETE", "-", "WATCH"},
 			map[int]status.Fault{2: {Kind: "task-failed", Error: "exit 1"}}, nil, "C", "", "task-failed"},
 	} {
