@@ -436,8 +436,8 @@ func TestCompaction(t *testing.T) {
 }
 
 // FuzzDecode: Decode never panics; what it accepts re-encodes to frames
-// that decode to the same entries; a torn tail is only ever at the end;
-// what it refuses, Open refuses with ErrCorrupt.
+// that decode to the same entries; a torn tail is only ever at the end,
+// and the entries are what the data without it decodes to.
 func FuzzDecode(f *testing.F) {
 	data, _, ends := writeJournal(f, f.TempDir(), "", "r1", strings.Repeat("L", protocol.MaxRoundLen))
 	f.Add(data)
