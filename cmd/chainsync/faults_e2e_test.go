@@ -1,0 +1,601 @@
+package main
+
+// End-to-end tests of fault handling with the built binary: the draft's
+// three applications in "Error Handling" (the switch stack, the data
+// pipeline with a hung node, the cross-organisation process handled by
+// people), plus no false alarms across a partition that heals. The
+// multi-host ones run one node per Linux network namespace (root only;
+// skipped clearly elsewhere), the people one on loopback.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// newNetnsLine builds a chain of hosts, one namespace per name, each joined
+// to the next by its own veth link and subnet (link i: 10.78.i+1.0/24,
+// node i is .1, node i+1 is .2); nobody routes, so each node reaches only
+// its neighbours. It returns the topology and the --chain string (each
+// node's address is the one its predecessor dials). Skips where
+// namespaces cannot be made; removes everything at cleanup.
+func newNetnsLine(t *testing.T, names ...string) (*netnsTopo, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network namespace tests need root (ip netns add, veth)")
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skipf("network namespace tests need ip(8) (iproute2): %v", err)
+	}
+	tp := &netnsTopo{ip: ip, ns: map[string]string{}}
+	seq := netnsSeq.Add(1)
+	for _, node := range names {
+		name := fmt.Sprintf("cs%d-%d%s", os.Getpid(), seq, strings.ToLower(node))
+		if _, err := tp.runIP("netns", "add", name); err != nil {
+			t.Skipf("cannot create a network namespace here (unprivileged container?): %v", err)
+		}
+		tp.ns[node] = name
+		t.Cleanup(func() {
+			if _, err := tp.runIP("netns", "del", name); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+		tp.mustIP(t, node, "link", "set", "lo", "up")
+	}
+	var chain []string
+	for i, node := range names {
+		addr := fmt.Sprintf("10.78.%d.2", i)
+		if i == 0 {
+			addr = "10.78.1.1"
+		}
+		chain = append(chain, node+"="+addr+":7000")
+		if i == len(names)-1 {
+			break
+		}
+		next := names[i+1]
+		a, b := netnsDev(i, "a"), netnsDev(i, "b")
+		if _, err := tp.runIP("-n", tp.ns[node], "link", "add", a, "type", "veth", "peer", "name", b, "netns", tp.ns[next]); err != nil {
+			t.Skipf("cannot create a veth pair here: %v", err)
+		}
+		tp.mustIP(t, node, "addr", "add", fmt.Sprintf("10.78.%d.1/24", i+1), "dev", a)
+		tp.mustIP(t, next, "addr", "add", fmt.Sprintf("10.78.%d.2/24", i+1), "dev", b)
+		tp.mustIP(t, node, "link", "set", a, "up")
+		tp.mustIP(t, next, "link", "set", b, "up")
+	}
+	return tp, strings.Join(chain, ",")
+}
+
+// netnsDev names link i's device on the predecessor's ("a") or the
+// successor's ("b") end.
+func netnsDev(i int, end string) string { return fmt.Sprintf("l%d%s", i, end) }
+
+// startGroup runs path args in a process group of its own (a supervisor
+// loop and the chainsync processes it starts); at cleanup the whole group
+// is killed if it still runs.
+func startGroup(t *testing.T, name string, env []string, label, path string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
+	p.cmd = exec.Command(path, args...)
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.WaitDelay = 2 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("---- %s (%s) exit %d, stderr:\n%s", name, label, p.code, p.err.String())
+		}
+	})
+	return p
+}
+
+// faultHook is an --on-fault command that appends one line per fault to
+// $DIR/$CHAINSYNC_NODE.faults: kind, blamed peer, side, round, node, and
+// the time in Unix nanoseconds.
+const faultHook = `echo "$CHAINSYNC_FAULT peer=$CHAINSYNC_PEER side=$CHAINSYNC_SIDE round=$CHAINSYNC_ROUND node=$CHAINSYNC_NODE $(date +%s%N)" >> "$DIR/$CHAINSYNC_NODE.faults"`
+
+// hookFault is one line written by faultHook.
+type hookFault struct {
+	kind, peer, side, node string
+	at                     time.Time
+}
+
+// readFaults returns the faults node's hook recorded in dir.
+func readFaults(t *testing.T, dir, node string) []hookFault {
+	t.Helper()
+	var out []hookFault
+	for _, l := range readLines(t, filepath.Join(dir, node+".faults")) {
+		f := strings.Fields(l)
+		if len(f) != 6 {
+			t.Fatalf("%s's hook wrote %q, want 6 fields", node, l)
+		}
+		ns, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, hookFault{kind: f[0], peer: strings.TrimPrefix(f[1], "peer="), side: strings.TrimPrefix(f[2], "side="),
+			node: strings.TrimPrefix(f[4], "node="), at: time.Unix(0, ns)})
+	}
+	return out
+}
+
+// waitFaults waits up to d for node's hook to have recorded n faults.
+func waitFaults(t *testing.T, dir, node string, n int, d time.Duration) []hookFault {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if f := readFaults(t, dir, node); len(f) >= n {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's --on-fault hook did not run %d time(s) within %v", node, n, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// switchSupervisor is the draft's switch: a loop that runs the node and,
+// when the node dies of SIGKILL (the switch rebooted into its new
+// firmware), starts it again, unless the switch is dead ($NODE.dead: the
+// hardware never comes back). A rebooted switch is healthy
+// ($NODE.booted) half a second after its node is back.
+const switchSupervisor = `
+date +%s%N > "$DIR/$NODE.booted"
+while :; do
+  "$BIN" run --chain "$CHAIN" --name "$NODE" --state-dir "$DIR/$NODE.state" --resume-task done \
+    --verify-cmd 'test -e "$DIR/$CHAINSYNC_NODE.booted"' --ready-interval 100ms \
+    --connect-timeout 3s --on-fault "$HOOK" -- sh -c "$TASK"
+  code=$?
+  echo $code >> "$DIR/$NODE.exits"
+  [ $code = 137 ] || exit $code
+  [ -e "$DIR/$NODE.dead" ] && exit $code
+  (sleep 0.5; date +%s%N > "$DIR/$NODE.booted") &
+  sleep 0.2
+done`
+
+// switchUpgrade is each switch's task: record the upgrade, go down (not
+// healthy), and reboot: SIGKILL the node, which is this task's parent. A
+// switch marked $NODE.fail is dead after this reboot.
+const switchUpgrade = `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
+rm -f "$DIR/$CHAINSYNC_NODE.booted"
+if [ -e "$DIR/$CHAINSYNC_NODE.fail" ]; then touch "$DIR/$CHAINSYNC_NODE.dead"; fi
+kill -KILL $PPID
+sleep 30`
+
+// startSwitches starts switches 1-4 (nodes A-D, D first), each under its
+// supervisor in its own namespace.
+func startSwitches(t *testing.T, tp *netnsTopo, chain, dir string) map[string]*proc {
+	t.Helper()
+	procs := map[string]*proc{}
+	for _, node := range []string{"D", "C", "B", "A"} {
+		env := []string{"BIN=" + bin, "CHAIN=" + chain, "NODE=" + node, "DIR=" + dir, "HOOK=" + faultHook, "TASK=" + switchUpgrade}
+		procs[node] = startGroup(t, node, env, "switch supervisor in "+tp.ns[node], tp.ip, "netns", "exec", tp.ns[node], "sh", "-c", switchSupervisor)
+	}
+	return procs
+}
+
+// TestNetnsSwitchStackRollout is the draft's switch stack ("Error
+// Handling": switches restarted "in a particular order ... 1, 2, 3, then
+// 4"), on four hosts. Each switch's task reboots its own node (SIGKILL to
+// its parent); a supervisor starts the node again; the node resumes from
+// --state-dir, takes the interrupted task as done (--resume-task done),
+// and sends COMPLETE on only once --verify-cmd says the switch is healthy.
+// The rollout completes, every switch is upgraded exactly once, in order,
+// each after the one before it was back and healthy, and the short link
+// outages of the reboots trip no --connect-timeout.
+func TestNetnsSwitchStackRollout(t *testing.T) {
+	t.Parallel()
+	tp, chain := newNetnsLine(t, "A", "B", "C", "D")
+	dir := t.TempDir()
+	start := time.Now()
+	procs := startSwitches(t, tp, chain, dir)
+	for _, n := range []string{"A", "B", "C", "D"} {
+		if code := procs[n].wait(t, 60*time.Second); code != 0 {
+			t.Errorf("switch %s's supervisor exited %d, want 0", n, code)
+		}
+	}
+	t.Logf("rollout over four switches, each rebooted by its own task, done in %v", time.Since(start).Round(time.Millisecond))
+	prev, prevBooted := "", int64(0)
+	for _, n := range []string{"A", "B", "C", "D"} {
+		st := nanos(t, filepath.Join(dir, n+".start"))
+		if len(st) != 1 {
+			t.Fatalf("switch %s upgraded %d times, want once", n, len(st))
+		}
+		if got := readLines(t, filepath.Join(dir, n+".exits")); !slices.Equal(got, []string{"137", "0"}) {
+			t.Errorf("switch %s's node exits %v, want [137 0] (killed by its upgrade, then done)", n, got)
+		}
+		if prev != "" && st[0] < prevBooted {
+			t.Errorf("switch %s began its upgrade %v before switch %s was healthy again", n, time.Duration(prevBooted-st[0]), prev)
+		}
+		booted := nanos(t, filepath.Join(dir, n+".booted"))
+		if len(booted) != 1 || booted[0] < st[0] {
+			t.Fatalf("switch %s: healthy at %v, after its upgrade at %v?", n, booted, st[0])
+		}
+		prev, prevBooted = n, booted[0]
+		for _, want := range []string{"taking it as done (--resume-task done)", "verified: --verify-cmd succeeded"} {
+			if !strings.Contains(procs[n].err.String(), want) {
+				t.Errorf("switch %s's restarted node did not log %q", n, want)
+			}
+		}
+		if f := readFaults(t, dir, n); len(f) != 0 {
+			t.Errorf("switch %s reported faults: %+v", n, f)
+		}
+	}
+}
+
+// TestNetnsSwitchNeverComesBackConnectTimeout is the draft's failure: switch
+// 2 (B) "experiences a hardware failure and never comes back online", and
+// "the preference ... is likely that the upgrade halts so that no more
+// switches are lost". Switch 3 (C), with --connect-timeout 3s, reports
+// peer-unreachable blaming switch 2 about 3 s after it went away, its
+// --on-fault hook runs (the draft's SNMP trap), and it exits 4; switches 3
+// and 4 never run their upgrades. Switch 1 reports switch 2 too, and
+// switch 4, once switch 3 has halted, reports switch 3: every node ends,
+// non-zero.
+func TestNetnsSwitchNeverComesBackConnectTimeout(t *testing.T) {
+	t.Parallel()
+	tp, chain := newNetnsLine(t, "A", "B", "C", "D")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "B.fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	procs := startSwitches(t, tp, chain, dir)
+	if code := procs["B"].wait(t, 30*time.Second); code != 137 {
+		t.Fatalf("switch B's supervisor exited %d, want 137 (its node killed by the upgrade, never restarted)", code)
+	}
+	gone := time.Unix(0, nanos(t, filepath.Join(dir, "B.start"))[0])
+	want := map[string]struct {
+		peer, side string
+	}{"A": {"B", "succ"}, "C": {"B", "pred"}, "D": {"C", "pred"}}
+	for _, n := range []string{"C", "A", "D"} {
+		if code := procs[n].wait(t, 20*time.Second); code != 4 {
+			t.Errorf("switch %s exited %d, want 4 (fault)", n, code)
+		}
+		f := readFaults(t, dir, n)
+		if len(f) != 1 || f[0].kind != "peer-unreachable" || f[0].peer != want[n].peer || f[0].side != want[n].side || f[0].node != n {
+			t.Errorf("switch %s's hook saw %+v, want one peer-unreachable fault blaming %s (%s)", n, f, want[n].peer, want[n].side)
+			continue
+		}
+		t.Logf("switch %s: peer-unreachable blaming %s, %v after switch B went down", n, f[0].peer, f[0].at.Sub(gone).Round(time.Millisecond))
+	}
+	if f := readFaults(t, dir, "C"); len(f) == 1 {
+		if took := f[0].at.Sub(gone); took < 3*time.Second || took > 6*time.Second {
+			t.Errorf("switch C reported switch B %v after it went down, want about --connect-timeout 3s", took)
+		}
+	}
+	for _, n := range []string{"C", "D"} {
+		if exists(filepath.Join(dir, n+".start")) {
+			t.Errorf("switch %s was upgraded although switch B never came back", n)
+		}
+	}
+	if !strings.Contains(procs["C"].err.String(), "peer-unreachable") {
+		t.Errorf("switch C's log has no peer-unreachable fault line")
+	}
+}
+
+// hungChain starts A, B, C, D in namespaces with heartbeats of 500ms, the
+// fault hook, --connect-timeout 2s and the given policy; B's task runs 2 s.
+func hungChain(t *testing.T, policy string) (map[string]*proc, string, *netnsTopo) {
+	t.Helper()
+	tp, chain := newNetnsLine(t, "A", "B", "C", "D")
+	dir := t.TempDir()
+	procs := map[string]*proc{}
+	for _, node := range []string{"D", "C", "B", "A"} {
+		task := netnsTask("")
+		if node == "B" {
+			task = netnsTask("sleep 2")
+		}
+		args := append([]string{"run", "--chain", chain, "--name", node, "--heartbeat", "500ms",
+			"--fault-policy", policy, "--connect-timeout", "2s", "--on-fault", faultHook, "--"}, task...)
+		procs[node] = tp.start(t, node, []string{"DIR=" + dir}, args...)
+		procs[node].waitLog(t, 10*time.Second, "node started", containsAll("node started"))
+	}
+	return procs, dir, tp
+}
+
+// TestNetnsHungNode is the draft's data pipeline ("If a node in the chain
+// hangs during processing, its successor should not detect a heartbeat
+// and thus know there is a fault"): B's chainsync process is stopped with
+// SIGSTOP during its task, so its connections stay up and say nothing.
+// With --heartbeat 500ms everywhere, A and C report peer-silent blaming B
+// within 2 s, and nobody else reports anything about B.
+//   - halt: A and C exit 4; D, whose predecessor C halted, reports C
+//     unreachable and exits 4; B, continued once its neighbours are gone,
+//     exits non-zero too: every node ends, within a bounded time.
+//   - wait ("the progress in processing could be preserved and only the
+//     faulty node needs to be reset"): A and C keep waiting; SIGCONT lets
+//     the chain complete with each task run once, in order, and B, waking
+//     up, blames nobody.
+func TestNetnsHungNode(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"halt", "wait"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			procs, dir, _ := hungChain(t, policy)
+			waitFile(t, filepath.Join(dir, "B.start"), 15*time.Second)
+			time.Sleep(200 * time.Millisecond) // into the task
+			procs["B"].signal(t, syscall.SIGSTOP)
+			stopped := time.Now()
+			cont := false
+			t.Cleanup(func() {
+				if !cont {
+					_ = procs["B"].cmd.Process.Signal(syscall.SIGCONT)
+				}
+			})
+			for _, n := range []struct{ node, side string }{{"A", "succ"}, {"C", "pred"}} {
+				f := waitFaults(t, dir, n.node, 1, 10*time.Second)
+				took := f[0].at.Sub(stopped)
+				t.Logf("%s: %s blaming %s (%s) %v after B was stopped", n.node, f[0].kind, f[0].peer, f[0].side, took.Round(time.Millisecond))
+				if f[0].kind != "peer-silent" || f[0].peer != "B" || f[0].side != n.side {
+					t.Errorf("%s's first fault %+v, want peer-silent blaming B (%s)", n.node, f[0], n.side)
+				}
+				if took > 2*time.Second {
+					t.Errorf("%s took %v to report B silent, want within 2 s (3 x 500ms + 250ms)", n.node, took)
+				}
+			}
+			for _, n := range []string{"A", "C"} {
+				if !strings.Contains(procs[n].err.String(), "peer-silent") {
+					t.Errorf("%s's log has no peer-silent fault line", n)
+				}
+			}
+			if policy == "halt" {
+				for _, n := range []string{"A", "C"} {
+					if code := procs[n].wait(t, 10*time.Second); code != 4 {
+						t.Errorf("%s exited %d, want 4", n, code)
+					}
+				}
+				if code := procs["D"].wait(t, 15*time.Second); code != 4 {
+					t.Errorf("D exited %d, want 4", code)
+				}
+				if f := readFaults(t, dir, "D"); len(f) != 1 || f[0].kind != "peer-unreachable" || f[0].peer != "C" {
+					t.Errorf("D's faults %+v, want one peer-unreachable blaming C (halted)", f)
+				}
+				procs["B"].signal(t, syscall.SIGCONT)
+				cont = true
+				if code := procs["B"].wait(t, 15*time.Second); code == 0 {
+					t.Errorf("B exited 0 after its neighbours halted, want non-zero")
+				}
+				var bf []string
+				for _, f := range readFaults(t, dir, "B") {
+					bf = append(bf, f.kind+" blaming "+f.peer)
+				}
+				t.Logf("halt: every node ended %v after B was stopped; B, continued, reported %v", time.Since(stopped).Round(time.Millisecond), bf)
+				if exists(filepath.Join(dir, "C.start")) || exists(filepath.Join(dir, "D.start")) {
+					t.Errorf("a task after B's ran although the chain halted")
+				}
+				return
+			}
+			// wait: A and C report and keep waiting; the round is kept.
+			time.Sleep(time.Second)
+			for _, n := range []string{"A", "C", "D"} {
+				if !procs[n].running() {
+					t.Fatalf("%s exited (%d) under --fault-policy wait", n, procs[n].code)
+				}
+			}
+			procs["B"].signal(t, syscall.SIGCONT)
+			cont = true
+			for _, n := range []string{"A", "B", "C", "D"} {
+				if code := procs[n].wait(t, 20*time.Second); code != 0 {
+					t.Errorf("%s exited %d after B continued, want 0", n, code)
+				}
+			}
+			checkRanInOrder(t, dir, "A", "B", "C", "D")
+			for n, want := range map[string]int{"A": 1, "B": 0, "C": 1, "D": 0} {
+				if f := readFaults(t, dir, n); len(f) != want {
+					t.Errorf("%s reported %d faults, want %d: %+v", n, len(f), want, f)
+				}
+			}
+		})
+	}
+}
+
+// TestNetnsNoFalseAlarms: heartbeats must not cry wolf. Three hosts, all
+// with --heartbeat 1500ms (at least 1.5 times the longest outage to ride
+// out: README "Faults") and the default halt policy, tasks of random
+// length up to 5 s (far longer than 3 intervals), and a 1 s partition of a
+// random link at a random moment (a veth end down, then up: no FIN, no
+// RST). The round completes, every node exits 0, and no hook ran. (Up to
+// about 17 s: the issue asks for tasks of up to 5 s.)
+func TestNetnsNoFalseAlarms(t *testing.T) {
+	t.Parallel()
+	rng := newRand(t)
+	tp := newNetnsTopo(t)
+	dir := t.TempDir()
+	tasks := map[string][]string{}
+	for _, n := range []string{"A", "B", "C"} {
+		tasks[n] = netnsTask(fmt.Sprintf("sleep %.2f", rng.Float64()*5))
+	}
+	flags := []string{"--heartbeat", "1500ms", "--on-fault", faultHook}
+	cut := [][2]string{{"A", "ab"}, {"B", "ba"}, {"B", "bc"}, {"C", "cb"}}[rng.IntN(4)]
+	after := time.Duration(rng.Int64N(int64(3 * time.Second)))
+	start := time.Now()
+	procs := tp.startChain(t, dir, map[string][]string{"A": flags, "B": flags, "C": flags}, tasks)
+	waitFile(t, filepath.Join(dir, "A.start"), 10*time.Second)
+	time.Sleep(after)
+	tp.mustIP(t, cut[0], "link", "set", cut[1], "down")
+	time.Sleep(time.Second)
+	tp.mustIP(t, cut[0], "link", "set", cut[1], "up")
+	t.Logf("tasks %v; %s's %s down for 1 s, %v after A's task began", tasks, cut[0], cut[1], after.Round(time.Millisecond))
+	for _, n := range []string{"A", "B", "C"} {
+		if code := procs[n].wait(t, 40*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", n, code)
+		}
+	}
+	t.Logf("round done in %v", time.Since(start).Round(time.Millisecond))
+	checkRanInOrder(t, dir, "A", "B", "C")
+	for _, n := range []string{"A", "B", "C"} {
+		if f := readFaults(t, dir, n); len(f) != 0 {
+			t.Errorf("%s reported faults: %+v", n, f)
+		}
+	}
+}
+
+// heldAt reports whether chainsync status's verdict line for a round
+// names node as the one holding it up.
+func heldAt(out, node string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "round ") && (strings.Contains(l, ": stuck at "+node+" ") || strings.Contains(l, ": held up at "+node+" ")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFaultsPeopleStatusE2E is the draft's cross-organisation process
+// ("the preference is to engage people to handle faults"): companies C,
+// D, E and F, each node --quiet with heartbeats, --fault-policy wait and a
+// status endpoint. First E has not approved (its --ready-file is
+// missing): chainsync status names E and that it is not locally ready.
+// Once approved, E's node hangs (SIGSTOP) in its task: D and F print the
+// fault although --quiet, their hooks "phone" (run), chainsync status
+// names E as where the round is held and that it does not answer, and
+// D's JSON document has the fields people and tools read. When E is
+// continued the process completes.
+func TestFaultsPeopleStatusE2E(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"C", "D", "E", "F"}
+	addrs := freeAddrs(t, 8)
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	saddrs := addrs[4:]
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		n := names[i]
+		task := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
+		if n == "E" {
+			task += "; sleep 3"
+		}
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, "run", "--chain", strings.Join(chain, ","), "--name", n,
+			"--quiet", "--heartbeat", "300ms", "--fault-policy", "wait", "--on-fault", faultHook,
+			"--status-addr", saddrs[i], "--ready-file", filepath.Join(dir, n+".approved"), "--ready-interval", "50ms",
+			"--", "sh", "-c", task)
+	}
+	for _, n := range []string{"C", "D", "F"} {
+		if err := os.WriteFile(filepath.Join(dir, n+".approved"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := strings.Join(saddrs, ",")
+	// Stuck on a person: E has not approved.
+	var out string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		o, _, code := runCLI(t, "status", all)
+		if code == 0 && heldAt(o, "E") && strings.Contains(o, "not locally ready") {
+			out = o
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chainsync status never said the round is held up at E, not locally ready:\n%s", o)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("before E approves:\n%s", out)
+
+	if err := os.WriteFile(filepath.Join(dir, "E.approved"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "E.start"), 15*time.Second)
+	procs["E"].signal(t, syscall.SIGSTOP)
+	stopped := time.Now()
+	cont := false
+	t.Cleanup(func() {
+		if !cont {
+			_ = procs["E"].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	for _, n := range []struct{ node, side string }{{"D", "succ"}, {"F", "pred"}} {
+		f := waitFaults(t, dir, n.node, 1, 10*time.Second)
+		if f[0].kind != "peer-silent" || f[0].peer != "E" || f[0].side != n.side {
+			t.Errorf("%s's hook saw %+v, want peer-silent blaming E", n.node, f[0])
+		}
+		t.Logf("%s phoned about E %v after E hung (--heartbeat 300ms)", n.node, f[0].at.Sub(stopped).Round(time.Millisecond))
+		line := procs[n.node].waitLog(t, 5*time.Second, "the fault at ERROR despite --quiet", containsAll("ERROR", "peer-silent", "E"))
+		t.Logf("%s printed: %s", n.node, line)
+	}
+	out, stderr, code := runCLI(t, "status", "--timeout", "1s", all)
+	if code != 1 || !heldAt(out, "E") || !strings.Contains(out, "does not answer") || !strings.Contains(stderr, saddrs[2]) {
+		t.Errorf("chainsync status while E hangs: exit %d, want 1 and the round held up at E, which does not answer\n%s%s", code, out, stderr)
+	}
+	t.Logf("while E hangs:\n%s", out)
+
+	out, _, code = runCLI(t, "status", "--json", saddrs[1])
+	var doc struct {
+		Name  string
+		Role  string
+		Links map[string]struct {
+			Up   *bool
+			Peer *string
+		}
+		Rounds []struct {
+			Round      *string
+			State      string
+			WaitingFor string `json:"waiting_for"`
+			From       string
+			Since      time.Time
+		}
+		Faults []struct {
+			Kind, Peer string
+			Round      *string
+			Time       time.Time
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 {
+		t.Fatalf("status --json of D: exit %d, %v\n%s", code, err, out)
+	}
+	if doc.Name != "D" || doc.Role != "middle" {
+		t.Errorf("name %q role %q, want D middle", doc.Name, doc.Role)
+	}
+	for _, side := range []string{"pred", "succ"} {
+		l, ok := doc.Links[side]
+		if !ok || l.Up == nil || l.Peer == nil {
+			t.Errorf("links.%s missing or without up/peer: %s", side, out)
+		}
+	}
+	if s := doc.Links["succ"]; s.Peer != nil && *s.Peer != "E" {
+		t.Errorf("links.succ.peer %q, want E", *s.Peer)
+	}
+	if len(doc.Rounds) != 1 || doc.Rounds[0].Round == nil || doc.Rounds[0].State != "COMPLETE" ||
+		doc.Rounds[0].WaitingFor != "COMPLETE" || doc.Rounds[0].From != "succ" || doc.Rounds[0].Since.IsZero() {
+		t.Errorf("rounds: %+v, want the unnamed round in COMPLETE waiting for COMPLETE from succ, with since", doc.Rounds)
+	}
+	if len(doc.Faults) != 1 || doc.Faults[0].Kind != "peer-silent" || doc.Faults[0].Peer != "E" || doc.Faults[0].Round == nil || doc.Faults[0].Time.IsZero() {
+		t.Errorf("faults: %+v, want one peer-silent fault blaming E, with round and time", doc.Faults)
+	}
+
+	procs["E"].signal(t, syscall.SIGCONT)
+	cont = true
+	for _, n := range names {
+		if code := procs[n].wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exited %d after E continued, want 0", n, code)
+		}
+	}
+	for _, n := range names {
+		if got := len(readLines(t, filepath.Join(dir, n+".start"))); got != 1 {
+			t.Errorf("%s's task ran %d times, want once", n, got)
+		}
+	}
+	if f := readFaults(t, dir, "E"); len(f) != 0 {
+		t.Errorf("E, waking up, blamed a healthy neighbour: %+v", f)
+	}
+}
