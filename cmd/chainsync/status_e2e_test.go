@@ -11,6 +11,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -262,5 +263,31 @@ func TestStatusUnreachableNodeE2E(t *testing.T) {
 	out, _, code = runCLI(t, "status", "nonsense")
 	if code != 2 || out != "" {
 		t.Errorf("bad address: exit %d, want 2", code)
+	}
+}
+
+// A taken --status-addr or an unwritable --trace stops chainsync run
+// before the node starts (exit 1, the reason on stderr); a malformed
+// --status-addr is a usage error (exit 2).
+func TestRunObserverErrorsE2E(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--status-addr", ln.Addr().String()}, 1, "--status-addr " + ln.Addr().String()},
+		{[]string{"--trace", filepath.Join(t.TempDir(), "no", "dir", "t.jsonl")}, 1, "--trace"},
+		{[]string{"--status-addr", "9000"}, 2, "want HOST:PORT"},
+	} {
+		args := append(append([]string{"run", "--next", "127.0.0.1:1"}, tc.args...), "--", "true")
+		_, stderr, code := runCLI(t, args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d mentioning %q", tc.args, code, stderr, tc.code, tc.want)
+		}
 	}
 }
