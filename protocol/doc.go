@@ -13,12 +13,19 @@
 // The caller (a driver, such as package chainsync) owns one Machine per
 // node and must, in order:
 //
-//  1. Create it with New, giving the node's Role.
+//  1. Create it with New, giving the node's Role (and Durable, if the node
+//     keeps a journal). A restarted node first reinstates each round of its
+//     journal with Restore; a round restored in StateStart was interrupted
+//     in its task: report TaskDone (failed or not) or run the task again.
 //  2. Feed every event to Step, one at a time, with a reusable action slice.
 //  3. Carry out the returned actions in order: ActSend writes the message on
 //     that link (dropping it if the link is down is fine: it is re-sent on
 //     EvLinkUp); ActRunTask starts the task and later reports TaskDone;
-//     ActState and ActDone are for logs and waiters.
+//     ActState and ActDone are for logs and waiters. ActSave (Durable
+//     only) comes first among a step's actions: write its Record to
+//     durable storage, and sync, before carrying out any other action of
+//     the step. ActPeerRestarted reports a neighbour that came back without
+//     its state; it needs no answer.
 //  4. On a *Violation error, report it and close that connection; the
 //     Machine has not changed. Other errors are the caller's own misuse.
 //  5. Report LinkUp each time a link is (re-)established, so the last

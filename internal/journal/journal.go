@@ -73,7 +73,8 @@ const (
 	// KeepFinished is how many finished rounds compaction keeps.
 	KeepFinished = 16384
 	// compactEvery: compact once this many records were appended since the
-	// last compaction and they outnumber the live rounds four to one.
+	// last compaction and they are at least as many as the rounds kept, so
+	// the file stays within about twice its compacted size.
 	compactEvery = 4096
 )
 
@@ -131,6 +132,16 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	if err := j.compact(); err != nil {
 		lock.Close()
 		return nil, nil, err
+	}
+	// Return what compaction kept: at most KeepFinished finished rounds.
+	st.Rounds = st.Rounds[:0]
+	for _, id := range j.order {
+		st.Rounds = append(st.Rounds, j.last[id])
+	}
+	for id := range st.Delivered {
+		if _, kept := j.last[id]; !kept {
+			delete(st.Delivered, id)
+		}
 	}
 	return j, st, nil
 }
@@ -423,7 +434,7 @@ func (j *Journal) Save(recs []protocol.Record, delivered []string) error {
 		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
 	}
 	j.since += len(recs) + len(delivered)
-	if j.since >= compactEvery && j.since >= 4*len(j.order) {
+	if j.since >= compactEvery && j.since >= len(j.order) {
 		return j.compact()
 	}
 	return nil

@@ -377,15 +377,15 @@ func TestCompaction(t *testing.T) {
 	// The bound, from the compaction policy and independent of the number
 	// of rounds: the kept rounds (each its last record and delivery), plus
 	// what is appended before the next compaction. That happens once the
-	// records appended reach compactEvery and four per round in the
+	// records appended reach compactEvery and one per round in the
 	// journal; each new round here appends per = perRound+1 records and
-	// adds one round, so at most 4(K+1)per/(per-4) records are appended
+	// adds one round, so at most (K+1)per/(per-1) records are appended
 	// (one Save may overshoot).
 	frame := func(p int) int64 { return int64(frameHead + p) }
 	recFrame := frame(len(EncodeRecord(last[ids[0]])))
 	keptRound := recFrame + frame(len("D :"+ids[0]))
 	per := int64(perRound + 1)
-	appended := max(compactEvery, 4*(KeepFinished+1)*per/(per-4)+1) + int64(batch)*per
+	appended := max(compactEvery, (KeepFinished+1)*per/(per-1)+1) + int64(batch)*per
 	bound := frame(len(headerPayload(testHdr))) + frame(len(EncodeRecord(old))) +
 		KeepFinished*keptRound + appended*recFrame
 	t.Logf("%d rounds: %d bytes written, largest file %d bytes (bound %d), final %d bytes",
