@@ -171,5 +171,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 const benchAgentCommand = "bench-agent"
 
 func benchAgentMain(stdout, stderr io.Writer) int {
+	if fi, err := os.Stdin.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		fmt.Fprintf(stderr, "chainsync %s: this is one node of chainsync bench --mode procs, which starts it; run chainsync bench instead\n", benchAgentCommand)
+		return ExitUsage
+	}
 	return bench.AgentMain(os.Stdin, stdout, stderr)
 }
