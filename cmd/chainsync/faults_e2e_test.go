@@ -599,3 +599,165 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 		t.Errorf("E, waking up, blamed a healthy neighbour: %+v", f)
 	}
 }
+
+// loopbackChain starts nodes (in reverse order) on loopback with --chain,
+// the fault hook and flags, each running sh -c task(name), and returns
+// them by name.
+func loopbackChain(t *testing.T, dir string, names []string, flags []string, task func(name string) string) map[string]*proc {
+	t.Helper()
+	addrs := freeAddrs(t, len(names))
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		n := names[i]
+		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--on-fault", faultHook}, flags...)
+		args = append(args, "--", "sh", "-c", task(n))
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, args...)
+	}
+	return procs
+}
+
+// --task-timeout (issue 9, "Timeouts that blame the right node"): A's task
+// runs past 1 s. Its whole process group gets SIGTERM (a child in the
+// group records it); the task's main process ignores SIGTERM, so the group
+// gets SIGKILL 5 s later. A exits 3 with a task-timeout fault that blames
+// nobody else; B never runs its task and, its predecessor gone, reports A
+// unreachable (--connect-timeout 2s) and exits 4.
+func TestTaskTimeoutStopsGroupE2E(t *testing.T) {
+	dir := t.TempDir()
+	procs := loopbackChain(t, dir, []string{"A", "B"}, []string{"--task-timeout", "1s", "--connect-timeout", "2s"}, func(n string) string {
+		if n == "B" {
+			return `date +%s%N >> "$DIR/B.start"`
+		}
+		return `date +%s%N >> "$DIR/A.start"
+(trap 'echo TERM > "$DIR/child.term"; exit 0' TERM; while :; do sleep 0.05; done) &
+trap '' TERM
+sleep 60`
+	})
+	if code := procs["A"].wait(t, 20*time.Second); code != 3 {
+		t.Fatalf("A exited %d, want 3 (task failed: timeout)", code)
+	}
+	st := nanos(t, filepath.Join(dir, "A.start"))
+	took := time.Since(time.Unix(0, st[0]))
+	t.Logf("A exited %v after its task started (--task-timeout 1s, then SIGTERM, SIGKILL 5s later)", took.Round(time.Millisecond))
+	if took < 6*time.Second {
+		t.Errorf("A exited %v after its task started: the task ignoring SIGTERM was not given the 5s grace", took)
+	}
+	if got := readLines(t, filepath.Join(dir, "child.term")); !slices.Equal(got, []string{"TERM"}) {
+		t.Errorf("the task's child got %q, want SIGTERM (the whole group is signalled)", got)
+	}
+	if f := readFaults(t, dir, "A"); len(f) != 1 || f[0].kind != "task-timeout" || f[0].peer != "" || f[0].side != "" {
+		t.Errorf("A's hook saw %+v, want one task-timeout fault blaming nobody", f)
+	}
+	if code := procs["B"].wait(t, 15*time.Second); code != 4 {
+		t.Errorf("B exited %d, want 4", code)
+	}
+	if f := readFaults(t, dir, "B"); len(f) != 1 || f[0].kind != "peer-unreachable" || f[0].peer != "A" {
+		t.Errorf("B's hook saw %+v, want one peer-unreachable fault blaming A", f)
+	}
+	if exists(filepath.Join(dir, "B.start")) {
+		t.Errorf("B's task ran after A's timed out")
+	}
+}
+
+// --verify-cmd is the health gate and --task-timeout bounds it: A's task
+// succeeds but A never becomes healthy, so A exits 3 (task-timeout) and B
+// never runs; B's own task, healthy at the third check, goes on normally
+// in the second subtest.
+func TestVerifyCmdE2E(t *testing.T) {
+	t.Run("never-healthy", func(t *testing.T) {
+		dir := t.TempDir()
+		procs := loopbackChain(t, dir, []string{"A", "B"}, []string{"--task-timeout", "1s", "--verify-cmd", "false",
+			"--ready-interval", "100ms", "--connect-timeout", "1s"}, func(n string) string {
+			return fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
+		})
+		if code := procs["A"].wait(t, 15*time.Second); code != 3 {
+			t.Fatalf("A exited %d, want 3", code)
+		}
+		if f := readFaults(t, dir, "A"); len(f) != 1 || f[0].kind != "task-timeout" {
+			t.Errorf("A's hook saw %+v, want one task-timeout fault", f)
+		}
+		if !strings.Contains(procs["A"].err.String(), "--verify-cmd never succeeded") {
+			t.Errorf("A's log does not say --verify-cmd never succeeded")
+		}
+		procs["B"].wait(t, 15*time.Second)
+		if exists(filepath.Join(dir, "B.start")) {
+			t.Errorf("B's task ran although A never became healthy")
+		}
+	})
+	t.Run("healthy-later", func(t *testing.T) {
+		dir := t.TempDir()
+		// Healthy at the third check: each check counts itself.
+		verify := `echo x >> "$DIR/$CHAINSYNC_NODE.checks"; [ $(wc -l < "$DIR/$CHAINSYNC_NODE.checks") -ge 3 ] && date +%s%N > "$DIR/$CHAINSYNC_NODE.healthy"`
+		procs := loopbackChain(t, dir, []string{"A", "B", "C"}, []string{"--verify-cmd", verify, "--ready-interval", "100ms"}, func(n string) string {
+			return fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
+		})
+		for _, n := range []string{"A", "B", "C"} {
+			if code := procs[n].wait(t, 20*time.Second); code != 0 {
+				t.Errorf("%s exited %d, want 0", n, code)
+			}
+		}
+		for i, n := range []string{"A", "B"} {
+			next := []string{"B", "C"}[i]
+			healthy := nanos(t, filepath.Join(dir, n+".healthy"))
+			st := nanos(t, filepath.Join(dir, next+".start"))
+			if len(healthy) != 1 || len(st) != 1 || st[0] < healthy[0] {
+				t.Errorf("%s started at %v, before %s was healthy at %v", next, st, n, healthy)
+			}
+			if got := len(readLines(t, filepath.Join(dir, n+".checks"))); got != 3 {
+				t.Errorf("%s's --verify-cmd ran %d times, want 3", n, got)
+			}
+		}
+	})
+}
+
+// The data pipeline on loopback (no root needed): B's node is stopped
+// with SIGSTOP in its task; with --heartbeat 500ms A and C report it
+// within 2 s and, with halt, exit 4.
+func TestHungNodeLoopbackE2E(t *testing.T) {
+	dir := t.TempDir()
+	procs := loopbackChain(t, dir, []string{"A", "B", "C"}, []string{"--heartbeat", "500ms"}, func(n string) string {
+		s := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
+		if n == "B" {
+			s += "; sleep 2"
+		}
+		return s
+	})
+	waitFile(t, filepath.Join(dir, "B.start"), 15*time.Second)
+	procs["B"].signal(t, syscall.SIGSTOP)
+	stopped := time.Now()
+	t.Cleanup(func() { _ = procs["B"].cmd.Process.Signal(syscall.SIGCONT) })
+	for _, n := range []struct{ node, side string }{{"A", "succ"}, {"C", "pred"}} {
+		f := waitFaults(t, dir, n.node, 1, 10*time.Second)
+		took := f[0].at.Sub(stopped)
+		t.Logf("%s: %s blaming %s %v after B was stopped", n.node, f[0].kind, f[0].peer, took.Round(time.Millisecond))
+		if f[0].kind != "peer-silent" || f[0].peer != "B" || f[0].side != n.side || took > 2*time.Second {
+			t.Errorf("%s's first fault %+v after %v, want peer-silent blaming B (%s) within 2 s", n.node, f[0], took, n.side)
+		}
+		if code := procs[n.node].wait(t, 10*time.Second); code != 4 {
+			t.Errorf("%s exited %d, want 4", n.node, code)
+		}
+	}
+	if exists(filepath.Join(dir, "C.start")) {
+		t.Errorf("C's task ran after the chain halted")
+	}
+}
+
+// Bad fault flags are usage errors that start nothing (exit 2).
+func TestFaultFlagsUsageE2E(t *testing.T) {
+	for _, args := range [][]string{
+		{"--fault-policy", "retry"},
+		{"--heartbeat", "1ms"},
+		{"--heartbeat", "-1s"},
+		{"--task-timeout", "-1s"},
+	} {
+		full := append([]string{"run", "--listen", "127.0.0.1:0", "--prev", "127.0.0.1:1"}, args...)
+		out, stderr, code := runCLI(t, append(full, "--", "true")...)
+		if code != 2 || out != "" || !strings.Contains(stderr, args[0]) {
+			t.Errorf("run %v: exit %d, want 2 and an error naming %s\n%s%s", args, code, args[0], out, stderr)
+		}
+	}
+}
