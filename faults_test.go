@@ -16,12 +16,14 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // faultsOf returns the TraceFault events a node reported.
@@ -677,5 +679,46 @@ func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
 		if fs := faultsOf(w); len(fs) != 0 {
 			t.Errorf("%s reported %v", w.name, fs[0].Err)
 		}
+	}
+}
+
+// A would-be predecessor that fails authentication (a node with the wrong
+// pre-shared key, dialing again and again) does not restart
+// ConnectTimeout either: the Tail reports its real predecessor unreachable
+// ConnectTimeout after that predecessor was last healthy.
+func TestConnectTimeoutIgnoresFailedAuthTCP(t *testing.T) {
+	const ct = 600 * time.Millisecond
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	for _, f := range []string{good, bad} {
+		if err := secure.WritePSKFile(f, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0", PrevName: "B", ConnectTimeout: ct,
+		Secure: mustLoad(t, secure.Options{PSKFile: good, SelfName: "C", PrevName: "B"})})
+	c.Ready("")
+	started := make(chan struct{}, 1)
+	b := startWatched(t, Config{Name: "B", Next: c.Addr().String(), NextName: "C",
+		Secure: mustLoad(t, secure.Options{PSKFile: good, SelfName: "B", NextName: "C"}),
+		Task:   func(ctx context.Context, _ string) error { started <- struct{}{}; <-ctx.Done(); return ctx.Err() }})
+	b.Ready("")
+	recvWithin(t, started, 5*time.Second, "B's task to start")
+	c.waitState(t, "", protocol.StateWatch)
+	b.Close() // the real predecessor goes away, healthy until now
+	lastHealthy := time.Now()
+	startWatched(t, Config{Name: "B", Next: c.Addr().String(), NextName: "C",
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+		Secure: mustLoad(t, secure.Options{PSKFile: bad, SelfName: "B", NextName: "C"})}).Ready("")
+	ev := waitFault(t, c, 1, 10*time.Second)
+	took := ev.Time.Sub(lastHealthy)
+	refused := c.tr.count(traceSideKind(TraceViolation, protocol.Pred))
+	t.Logf("peer-unreachable %v after the predecessor was last healthy; %d connections failed authentication meanwhile", took.Round(time.Millisecond), refused)
+	checkFault(t, c, ev, FaultPeerUnreachable, protocol.Pred, "B")
+	if refused < 3 {
+		t.Errorf("only %d failed authentications before the fault: the impostor did not knock", refused)
+	}
+	if took < ct-20*time.Millisecond || took > ct+500*time.Millisecond {
+		t.Errorf("fault %v after the predecessor was last healthy, want about %v", took, ct)
 	}
 }
