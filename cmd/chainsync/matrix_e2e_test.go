@@ -412,20 +412,25 @@ func runMatrixCase(t *testing.T, c mxCase) {
 		} else {
 			t.Logf("named: %s", named)
 		}
-		time.Sleep(300 * time.Millisecond) // nothing more may run
-		mxStop(t, procs)
 		// Killed in its task, the victim halts the chain there: no task
 		// after it runs. Killed after its task, only the exit wave is
-		// stuck: every task ran.
+		// stuck: every task runs, the last ones perhaps after the restart
+		// was named; wait for them before stopping the chain.
 		last := v
 		if c.phase == phAfterTask {
 			last = 3
+			end := filepath.Join(dir, names[last]+".end")
+			for deadline := time.Now().Add(20 * time.Second); len(readLines(t, end)) == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 		for i, nm := range names {
 			if i > last {
 				runs[nm] = 0
 			}
 		}
+		time.Sleep(300 * time.Millisecond) // nothing more may run
+		mxStop(t, procs)
 	}
 	// With --resume-task done the interrupted task counts as its one run.
 	interrupted := ""
