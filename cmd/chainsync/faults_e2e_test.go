@@ -761,3 +761,48 @@ func TestFaultFlagsUsageE2E(t *testing.T) {
 		}
 	}
 }
+
+// A partition longer than 3 heartbeat intervals is a fault that both ends
+// of the cut link see, each blaming the other (from either side the other
+// is the silent one), and nobody else (issue 9: "detected within 3D + one
+// interval by both its neighbours, and by nobody else"). With --fault-policy
+// wait the round survives: when the link comes back the chain completes,
+// each task once, in order.
+func TestNetnsPartitionDetected(t *testing.T) {
+	t.Parallel()
+	tp := newNetnsTopo(t)
+	dir := t.TempDir()
+	flags := []string{"--heartbeat", "500ms", "--fault-policy", "wait", "--on-fault", faultHook}
+	procs := tp.startChain(t, dir, map[string][]string{"A": flags, "B": flags, "C": flags},
+		map[string][]string{"A": netnsTask(""), "B": netnsTask("sleep 4"), "C": netnsTask("")})
+	waitFile(t, filepath.Join(dir, "B.start"), 10*time.Second)
+	tp.mustIP(t, "C", "link", "set", "cb", "down")
+	cut := time.Now()
+	up := false
+	t.Cleanup(func() {
+		if !up {
+			_, _ = tp.runIP("-n", tp.ns["C"], "link", "set", "cb", "up")
+		}
+	})
+	for _, n := range []struct{ node, peer, side string }{{"B", "C", "succ"}, {"C", "B", "pred"}} {
+		f := waitFaults(t, dir, n.node, 1, 10*time.Second)
+		took := f[0].at.Sub(cut)
+		t.Logf("%s: %s blaming %s %v after the B-C link was cut", n.node, f[0].kind, f[0].peer, took.Round(time.Millisecond))
+		// 3D + D/2 = 1.75 s at most after the last line, which came before
+		// the cut; the hook adds its start-up, a loaded machine more.
+		if f[0].kind != "peer-silent" || f[0].peer != n.peer || f[0].side != n.side || took > 2500*time.Millisecond {
+			t.Errorf("%s's fault %+v after %v, want peer-silent blaming %s (%s) within 3D + D/2 (1.75 s) and some slack", n.node, f[0], took, n.peer, n.side)
+		}
+	}
+	tp.mustIP(t, "C", "link", "set", "cb", "up")
+	up = true
+	for _, n := range []string{"A", "B", "C"} {
+		if code := procs[n].wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d after the link came back, want 0", n, code)
+		}
+	}
+	checkRanInOrder(t, dir, "A", "B", "C")
+	if f := readFaults(t, dir, "A"); len(f) != 0 {
+		t.Errorf("A, not next to the cut link, reported %+v", f)
+	}
+}
