@@ -17,7 +17,8 @@ import (
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // hookRunner runs --on-fault, the draft's "SNMP trap" or "phone call",
-// once per failed or faulted round, with the fault described in its
+// once per fault the node reports (with --fault-policy wait, also for
+// faults that end no round), with the fault described in its
 // environment. A hook runs in its own process group and is killed with it
 // after its timeout, or when the node is stopped: it never holds up the
 // node's exit.

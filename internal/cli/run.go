@@ -39,9 +39,17 @@ Example, a three-node chain on one machine (three terminals):
 or, the same with one string on every node:
   chainsync run --chain A=127.0.0.1:7000,B=127.0.0.1:7001,C=127.0.0.1:7002 --name B -- ./upgrade.sh
 
+Faults are off by default (a node waits for ever, as the draft does). The
+recommended pair: the same --heartbeat on every node (finds a hung or cut-off
+neighbour and names it) and each node's own --task-timeout, e.g.
+  chainsync run --chain $CHAIN --name B --heartbeat 1s --task-timeout 30m \
+    --connect-timeout 5m --on-fault 'notify-oncall "$CHAINSYNC_FAULT" "$CHAINSYNC_PEER"' -- ./upgrade.sh
+--fault-policy wait keeps the round when a neighbour faults, until it is back.
+
 ` + envHelp + `
 Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
-failed (the chain halts here); 4 fault (a timeout fired); 130 interrupted.
+failed or ran past --task-timeout (the chain halts here); 4 fault (a
+neighbour silent or unreachable, or a timeout fired); 130 interrupted.
 
 Flags:
 `
@@ -87,10 +95,10 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors (at least --log-level warn)")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "fault if a link stays down this long while a round is in progress (0: wait forever)")
-	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long for READY, START or COMPLETE from a neighbour (0: wait forever)")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "peer-unreachable fault if a neighbour has not been healthy for this long while a round is in progress, counted from when it last was (refused or flapping connections do not restart it) (0: wait forever)")
+	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long in one state for READY, START or COMPLETE; the wait includes every earlier task, and it blames no node: prefer --heartbeat with --task-timeout (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
-	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c when a round fails or faults here (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
