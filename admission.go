@@ -2,6 +2,7 @@ package chainsync
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -194,10 +195,11 @@ func (a *admission) watch(l *link, raw net.Conn) net.Conn {
 // the link out of the pending set, so that the read loop's own handling
 // of the error stays silent. Writes do not pass through it.
 type pendingReader struct {
-	a *admission
-	l *link
-	r io.Reader
-	p *pendingConn // nil: already secured, activity tracked below TLS
+	a   *admission
+	l   *link
+	r   io.Reader
+	p   *pendingConn // nil: already secured, activity tracked below TLS
+	got int          // bytes read through this reader
 }
 
 // reader returns the pendingReader of l over r; track: r is the raw
@@ -213,14 +215,41 @@ func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 }
 
 func (r *pendingReader) Read(b []byte) (int, error) {
-	k, err := r.r.Read(b)
-	if k > 0 && r.p != nil && !r.p.active.Load() {
-		r.p.active.Store(true)
+	for {
+		k, err := r.r.Read(b)
+		r.got += k
+		if k > 0 && r.p != nil && !r.p.active.Load() {
+			r.p.active.Store(true)
+		}
+		if err != nil && r.got == 0 && r.a.keepIdle(r.l, err) {
+			continue
+		}
+		if err != nil {
+			r.a.ended(r.l, err)
+		}
+		return k, err
 	}
-	if err != nil {
-		r.a.ended(r.l, err)
+}
+
+// keepIdle reports whether a pending connection whose time to send a
+// first line ran out, having sent nothing at all, may stay: while no
+// predecessor is connected, an idle predecessor (a Head that is not ready
+// yet has nothing to say) is not a stranger to throw out every
+// PendingTimeout, re-dial and log about. A stranger it might be holds
+// only one pending slot, which any new connection takes over (evict).
+func (a *admission) keepIdle(l *link, err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
 	}
-	return k, err
+	n := a.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || !n.pending[l] || n.pred != nil {
+		return false
+	}
+	_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
+	return true
 }
 
 // ended reports a pending connection whose stream ended before its first
