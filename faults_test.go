@@ -722,3 +722,59 @@ func TestConnectTimeoutIgnoresFailedAuthTCP(t *testing.T) {
 		t.Errorf("fault %v after the predecessor was last healthy, want about %v", took, ct)
 	}
 }
+
+// FaultWait with ConnectTimeout (draft "Error Handling", the pipeline's
+// second option): the successor goes away and nothing listens at its
+// address; after ConnectTimeout the Head reports it unreachable, once,
+// and keeps the round. When the successor is back (restarted at the same
+// address) the Head re-sends its READY and the round completes, its task
+// run once.
+func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
+	const ct = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	var ran atomic.Int32
+	a := startWatched(t, Config{Name: "A", Next: addr, NextName: "B", ConnectTimeout: ct, FaultPolicy: FaultWait,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		Task: func(context.Context, string) error { ran.Add(1); return nil }})
+	a.Ready("")
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := wrapRawSock(t, c)
+	s.expectLine(t, "READY\n")
+	ln.Close()
+	s.reset() // gone: nothing listens at its address any more
+	ev := waitFault(t, a, 1, 5*time.Second)
+	checkFault(t, a, ev, FaultPeerUnreachable, protocol.Succ, "B")
+	if st := a.state(""); st != protocol.StateReady {
+		t.Fatalf("policy wait: the round is in %v after the fault, want still READY", st)
+	}
+	// Back, at the same address.
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	t.Cleanup(func() { ln2.Close() })
+	_ = ln2.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	c2, err := ln2.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := wrapRawSock(t, c2)
+	s2.expectLine(t, "READY\n") // the re-send
+	s2.sendLine(t, "START\n")
+	s2.expectLine(t, "COMPLETE\n")
+	s2.sendLine(t, "COMPLETE\n")
+	if res := waitResult(t, a, "", 5*time.Second); res.Status != StatusDone || ran.Load() != 1 {
+		t.Fatalf("result %v %v, task ran %d times; want done, once", res.Status, res.Err, ran.Load())
+	}
+	if n := len(faultsOf(a)); n != 1 {
+		t.Errorf("%d faults, want 1 (one report per outage)", n)
+	}
+}
