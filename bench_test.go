@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -161,13 +164,46 @@ func BenchmarkRelay(b *testing.B) {
 	b.ReportMetric(float64(total/time.Duration(b.N))/float64(hops*int(floor)), "x-floor")
 }
 
-// BenchmarkPipelined measures throughput with many rounds in flight at once
-// on a 4-node chain (empty tasks, one task at a time per node).
+// BenchmarkPipelined measures throughput on a 4-node chain that keeps 64
+// rounds in flight (a new round starts as soon as one ends at the Head),
+// with empty tasks, one task at a time per node, each checked to run
+// exactly once and in chain order. task=quick sets Config.QuickTask.
 func BenchmarkPipelined(b *testing.B) {
-	const n, inFlight = 4, 256
+	for _, quick := range []bool{false, true} {
+		mode := "task=goroutine"
+		if quick {
+			mode = "task=quick"
+		}
+		b.Run(mode, func(b *testing.B) { benchPipelined(b, quick) })
+	}
+}
+
+func benchPipelined(b *testing.B, quick bool) {
+	const n, inFlight = 4, 64
+	var (
+		mu    sync.Mutex
+		next  = map[string]int{} // round -> the node whose task runs next
+		wrong atomic.Int64
+		done  = make(chan struct{}, inFlight)
+	)
 	cfgs := chainConfigs(b, n)
 	for i := range cfgs {
 		cfgs[i].MaxRounds = 1 << 20
+		cfgs[i].QuickTask = quick
+		cfgs[i].Task = func(_ context.Context, round string) error {
+			mu.Lock()
+			if next[round] != i {
+				wrong.Add(1)
+			}
+			next[round] = i + 1
+			mu.Unlock()
+			return nil
+		}
+	}
+	cfgs[0].Trace = func(ev TraceEvent) {
+		if ev.Kind == TraceRoundDone {
+			done <- struct{}{}
+		}
 	}
 	nodes := make([]*Node, n)
 	for i, c := range cfgs {
@@ -178,25 +214,37 @@ func BenchmarkPipelined(b *testing.B) {
 		nodes[i] = nd
 		defer nd.Close()
 	}
-	ctx := context.Background()
-	t0 := time.Now()
-	rounds := 0
-	for b.Loop() {
-		ids := make([]string, inFlight)
-		for k := range ids {
-			ids[k] = fmt.Sprintf("p%d", rounds+k)
+	start := func(k int) {
+		id := "p" + strconv.Itoa(k)
+		for i := n - 1; i >= 0; i-- {
+			nodes[i].Ready(id)
 		}
-		for _, nd := range nodes {
-			for _, id := range ids {
-				nd.Ready(id)
-			}
-		}
-		for _, id := range ids {
-			if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
-				b.Fatalf("round %s: %+v %v", id, res, err)
-			}
-		}
-		rounds += inFlight
 	}
-	b.ReportMetric(float64(rounds)/time.Since(t0).Seconds(), "rounds/s")
+	rounds := 0
+	for ; rounds < inFlight; rounds++ {
+		start(rounds)
+	}
+	t0 := time.Now()
+	finished := 0
+	for b.Loop() {
+		<-done
+		finished++
+		start(rounds)
+		rounds++
+	}
+	elapsed := time.Since(t0)
+	for ; finished < rounds; finished++ {
+		<-done
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, k := range next {
+		if k != n {
+			b.Fatalf("round %s: %d of %d tasks ran", id, k, n)
+		}
+	}
+	if wrong.Load() != 0 || len(next) != rounds {
+		b.Fatalf("%d tasks out of order; %d of %d rounds ran", wrong.Load(), len(next), rounds)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "rounds/s")
 }

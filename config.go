@@ -39,11 +39,14 @@ type Config struct {
 	// node is closing). Nil means an empty task.
 	Task func(ctx context.Context, round string) error
 
-	// QuickTask says Task returns within microseconds and never blocks
-	// (an in-process hand-off, a counter): the node then runs it on the
-	// goroutine that made it runnable instead of starting a goroutine,
-	// which saves a thread wake-up per task. A task that blocks would hold
-	// up that goroutine's link, so leave it false for anything else.
+	// QuickTask says Task returns within microseconds, never blocks and
+	// never calls the Node (an in-process hand-off, a counter): the node
+	// then runs it at once, on the goroutine that made it runnable and
+	// while it holds its own lock, instead of starting a goroutine. That
+	// saves a thread wake-up per task, and with many rounds in flight the
+	// lines that tasks' ends cause leave together. A task that blocks
+	// would stall the whole node, so leave it false for anything else. It
+	// is ignored with Verify or TaskTimeout.
 	QuickTask bool
 
 	// Rounds, if non-nil, is the set of round ids this node takes part in;

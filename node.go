@@ -47,6 +47,8 @@ type Node struct {
 	j       *journal.Journal
 	saves   []protocol.Record // scratch for ActSave records
 	broken  error             // the journal failed: the node acts no more
+	quick   []string          // Config.QuickTask: rounds whose task runQuick runs next
+	inQuick bool              // runQuick is running
 	healthy [3]time.Time      // per side: when the neighbour was last known healthy (ConnectTimeout)
 }
 
@@ -388,6 +390,9 @@ func (n *Node) step(ev protocol.Event) error {
 	}
 	n.acts = acts
 	n.perform(acts)
+	if len(n.quick) > 0 {
+		n.runQuick()
+	}
 	return nil
 }
 
@@ -445,7 +450,11 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		n.startTask(a.Round)
+		if n.quickTasks() {
+			n.quick = append(n.quick, a.Round) // run by step, once these actions are done
+		} else {
+			n.startTask(a.Round)
+		}
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()

@@ -50,11 +50,38 @@ func (n *Node) unlock() {
 		l.flush()
 	}
 	for _, t := range run {
-		if t.slot && n.cfg.QuickTask {
-			n.runTask(t) // on this goroutine: no hand-off to a new one
-		} else {
-			go n.runTask(t)
+		go n.runTask(t)
+	}
+}
+
+// quickTasks says whether tasks run inline (Config.QuickTask).
+func (n *Node) quickTasks() bool {
+	return n.cfg.QuickTask && n.cfg.Verify == nil && n.cfg.TaskTimeout == 0
+}
+
+// runQuick runs the quick tasks that steps asked for, one after another,
+// on this goroutine and under mu (Config.QuickTask): no goroutine is
+// handed anything, and the lines their ends cause leave with the rest of
+// this hold of the lock, in one write per link. Caller holds mu.
+func (n *Node) runQuick() {
+	if n.inQuick {
+		return // the loop below is running already, further up this stack
+	}
+	n.inQuick = true
+	defer func() { n.inQuick = false }()
+	for len(n.quick) > 0 {
+		round := n.quick[0]
+		n.quick = n.quick[1:]
+		select {
+		case n.tasks <- struct{}{}:
+		default:
+			n.startTask(round) // a slot is busy: wait for it like any task
+			continue
 		}
+		n.taskStarted(round)
+		err := n.cfg.Task(n.ctx, round)
+		<-n.tasks
+		n.taskFinished(round, err, false) // its step may queue more
 	}
 }
 
@@ -104,6 +131,11 @@ func (n *Node) runTask(t taskStart) {
 	if n.closed {
 		return
 	}
+	n.taskFinished(round, err, timedOut)
+}
+
+// taskFinished reports round's task's end to the machine. Caller holds mu.
+func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	if timedOut {
 		if err == nil {
 			err = context.DeadlineExceeded
