@@ -294,9 +294,9 @@ func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
 	}
 	peer := n.peerName(side)
 	addr := ""
-	if l := n.pred; side == protocol.Pred && l != nil {
+	if l := n.pred; side == protocol.Pred && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
-	} else if l := n.succ; side == protocol.Succ && l != nil {
+	} else if l := n.succ; side == protocol.Succ && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
 	}
 	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",

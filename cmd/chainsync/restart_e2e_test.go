@@ -334,6 +334,9 @@ func TestRestartedPeerNamed(t *testing.T) {
 	again := dialRaw(t, addrs[1], 5*time.Second)
 	again.send(t, "READY\n")
 	line := p.waitLog(t, 5*time.Second, "restarted at WARN", containsAll("WARN", "restarted without its state"))
+	if peer := again.addr(); strings.Count(line, peer) != 2 { // in the message and as peer=
+		t.Errorf("the warning should name the restarted peer %s once in its text (and once as peer=): %s", peer, line)
+	}
 	again.quiet(t, 300*time.Millisecond)
 	again.hangUp()
 	if code := p.wait(t, 10*time.Second); code != 0 {
