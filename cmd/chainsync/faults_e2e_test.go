@@ -495,6 +495,7 @@ func heldAt(out, node string) bool {
 // D's JSON document has the fields people and tools read. When E is
 // continued the process completes.
 func TestFaultsPeopleStatusE2E(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	names := []string{"C", "D", "E", "F"}
 	addrs := freeAddrs(t, 8)
@@ -655,6 +656,7 @@ func loopbackChain(t *testing.T, dir string, names []string, flags []string, tas
 // nobody else; B never runs its task and, its predecessor gone, reports A
 // unreachable (--connect-timeout 2s) and exits 4.
 func TestTaskTimeoutStopsGroupE2E(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	procs := loopbackChain(t, dir, []string{"A", "B"}, []string{"--task-timeout", "1s", "--connect-timeout", "2s"}, func(n string) string {
 		if n == "B" {
@@ -696,6 +698,7 @@ sleep 60`
 // never runs; B's own task, healthy at the third check, goes on normally
 // in the second subtest.
 func TestVerifyCmdE2E(t *testing.T) {
+	t.Parallel()
 	t.Run("never-healthy", func(t *testing.T) {
 		dir := t.TempDir()
 		procs := loopbackChain(t, dir, []string{"A", "B"}, []string{"--task-timeout", "1s", "--verify-cmd", "false",
@@ -746,6 +749,7 @@ func TestVerifyCmdE2E(t *testing.T) {
 // with SIGSTOP in its task; with --heartbeat 500ms A and C report it
 // within 2 s and, with halt, exit 4.
 func TestHungNodeLoopbackE2E(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	procs := loopbackChain(t, dir, []string{"A", "B", "C"}, []string{"--heartbeat", "500ms", "--trace", filepath.Join(dir, "{node}.jsonl")}, func(n string) string {
 		s := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
