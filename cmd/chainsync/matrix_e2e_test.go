@@ -387,6 +387,9 @@ func runMatrixCase(t *testing.T, c mxCase) {
 				t.Errorf("%s exited %d, want 0", names[i], code)
 			}
 		}
+		if c.state && c.phase == phInTask {
+			procs[v].waitLog(t, time.Second, "its task resumed as done", containsAll("interrupted", "--resume-task done"))
+		}
 		if got == outHeadRerun {
 			runs["A"] = 2
 		}
