@@ -414,3 +414,67 @@ date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 		t.Errorf("tasks out of order or not once each: A ended %v, B started %v, C started %v", a, b, c)
 	}
 }
+
+// TestResumeTaskPolicies: "A round whose task had started but has no
+// recorded end when the node restarts was interrupted. What that means is
+// the operator's policy: fail (the default: the chain halts there), done
+// ..., or rerun." B of A -> B -> C is killed inside its task and restarted
+// with the same state directory: with the default (fail) it exits 3 and C
+// never runs its task; with rerun B runs its task again, after the
+// interrupted run was gone, and the chain completes. (done: the matrix.)
+func TestResumeTaskPolicies(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"", "rerun"} {
+		name := policy
+		if name == "" {
+			name = "default-fail"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			names := nodeNames(3)
+			addrs := mxAddrs(t, 3)
+			task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
+if [ "$CHAINSYNC_NODE" = B ] && [ ! -e "$DIR/release" ]; then : > "$DIR/B.held"; while [ ! -e "$DIR/release" ]; do sleep 0.05; done; fi
+date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
+			run := func(i int) *proc {
+				args := append([]string{"run"}, placeArgs("prevnext", names, addrs, i)...)
+				args = append(args, "--state-dir", filepath.Join(dir, "state."+names[i]))
+				if policy != "" {
+					args = append(args, "--resume-task", policy)
+				}
+				return startProc(t, names[i], []string{"DIR=" + dir}, append(args, "--", "sh", "-c", task)...)
+			}
+			procs := []*proc{run(0), run(1), run(2)}
+			waitFile(t, filepath.Join(dir, "B.held"), 10*time.Second)
+			_ = procs[1].cmd.Process.Kill()
+			procs[1].wait(t, 5*time.Second)
+			if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			procs[1] = run(1)
+			if policy == "" {
+				if code := procs[1].wait(t, 10*time.Second); code != 3 {
+					t.Fatalf("B exited %d after a restart in its task with --resume-task fail, want 3", code)
+				}
+				procs[1].waitLog(t, time.Second, "the round failed", containsAll("interrupted", "--resume-task fail"))
+				time.Sleep(300 * time.Millisecond)
+				if exists(filepath.Join(dir, "C.start")) {
+					t.Errorf("C ran its task although B's round failed")
+				}
+				mxStop(t, []*proc{procs[0], procs[2]})
+				return
+			}
+			for i, p := range procs {
+				if code := p.wait(t, 20*time.Second); code != 0 {
+					t.Errorf("%s exited %d, want 0", names[i], code)
+				}
+			}
+			bs, be := nanos(t, filepath.Join(dir, "B.start")), nanos(t, filepath.Join(dir, "B.end"))
+			cs := nanos(t, filepath.Join(dir, "C.start"))
+			if len(bs) != 2 || len(be) != 1 || len(cs) != 1 || !(bs[0] < bs[1] && be[0] < cs[0]) {
+				t.Errorf("with rerun, want B's task started twice, ended once, and C's after it: B %v / %v, C %v", bs, be, cs)
+			}
+		})
+	}
+}
