@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -731,11 +732,13 @@ func TestConnectTimeoutIgnoresFailedAuthTCP(t *testing.T) {
 // run once.
 func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 	const ct = 300 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the ephemeral range, so that no outgoing connection
+	// takes it while nothing listens there.
+	addr := testnet.FreeAddrs(t, 1)[0]
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
 	var ran atomic.Int32
 	a := startWatched(t, Config{Name: "A", Next: addr, NextName: "B", ConnectTimeout: ct, FaultPolicy: FaultWait,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
