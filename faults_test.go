@@ -781,3 +781,22 @@ func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 		t.Errorf("%d faults, want 1 (one report per outage)", n)
 	}
 }
+
+// DECISIONS.md "Heartbeats": both ends must enable them. A node without
+// heartbeats treats HEARTBEAT as bad input like any unknown line (a
+// draft-only peer would too), and says why: the violation names the
+// missing setting. Its state does not move.
+func TestHeartbeatToNodeWithoutHeartbeats(t *testing.T) {
+	w := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0"})
+	w.Ready("")
+	p := dialRawSock(t, w.Addr().String())
+	p.sendLine(t, "READY\n")
+	p.expectLine(t, "START\n")
+	m := w.mark()
+	p.sendLine(t, "HEARTBEAT\n")
+	w.expectViolation(t, m, protocol.Pred, p.addr(), "heartbeats enabled on both ends")
+	p.expectClosed(t, 5*time.Second)
+	if st := w.state(""); st != protocol.StateWatch {
+		t.Errorf("state %v after a HEARTBEAT, want WATCH unchanged", st)
+	}
+}
