@@ -840,3 +840,65 @@ func TestNetnsPartitionDetected(t *testing.T) {
 		t.Errorf("A, not next to the cut link, reported %+v", f)
 	}
 }
+
+// The draft's data pipeline, second option: "the progress in processing
+// could be preserved and only the faulty node needs to be reset". B hangs
+// (SIGSTOP) in its task; A and C, with --fault-policy wait, report it and
+// keep the round. The operator resets B alone: kills it and starts it
+// again with its --state-dir and --resume-task rerun. B runs its task
+// again, and the chain completes: A's task is not repeated, C's runs once,
+// after B's second run ended.
+func TestHungNodeResetE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := []string{"A", "B", "C"}
+	addrs := freeAddrs(t, len(names))
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	args := func(n string) []string {
+		task := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
+		if n == "B" {
+			task += `; sleep 1; date +%s%N >> "$DIR/B.end"`
+		}
+		return []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--heartbeat", "300ms",
+			"--fault-policy", "wait", "--on-fault", faultHook, "--state-dir", filepath.Join(dir, n+".state"),
+			"--resume-task", "rerun", "--", "sh", "-c", task}
+	}
+	procs := map[string]*proc{}
+	for _, n := range []string{"C", "B", "A"} {
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, args(n)...)
+	}
+	waitFile(t, filepath.Join(dir, "B.start"), 15*time.Second)
+	procs["B"].signal(t, syscall.SIGSTOP)
+	waitFaults(t, dir, "A", 1, 10*time.Second)
+	waitFaults(t, dir, "C", 1, 10*time.Second)
+	procs["B"].signal(t, syscall.SIGKILL)
+	procs["B"].wait(t, 5*time.Second)
+	restarted := time.Now()
+	b2 := startProc(t, "B (restarted)", []string{"DIR=" + dir}, args("B")...)
+	for _, p := range []*proc{procs["A"], b2, procs["C"]} {
+		if code := p.wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", p.name, code)
+		}
+	}
+	t.Logf("chain completed %v after B was reset", time.Since(restarted).Round(time.Millisecond))
+	for n, want := range map[string]int{"A": 1, "B": 2, "C": 1} {
+		if got := len(readLines(t, filepath.Join(dir, n+".start"))); got != want {
+			t.Errorf("%s's task started %d times, want %d", n, got, want)
+		}
+	}
+	// B's first run may have ended while its node was stopped (the task
+	// is its own process); the node never learned it, so the rerun was
+	// right. C must start after B's last run ended.
+	bEnd, cStart := nanos(t, filepath.Join(dir, "B.end")), nanos(t, filepath.Join(dir, "C.start"))
+	if len(bEnd) == 0 || len(cStart) != 1 || cStart[0] < slices.Max(bEnd) {
+		t.Errorf("B's task ended at %v, C's started at %v: want C once, after B's last run", bEnd, cStart)
+	}
+	for _, n := range []string{"A", "C"} {
+		if f := readFaults(t, dir, n); len(f) != 1 || f[0].kind != "peer-silent" || f[0].peer != "B" {
+			t.Errorf("%s's faults %+v, want one peer-silent blaming B", n, f)
+		}
+	}
+}
