@@ -416,6 +416,14 @@ func runMatrixCase(t *testing.T, c mxCase) {
 		} else {
 			t.Logf("named: %s", named)
 		}
+		// Who says so: the restarted node itself, offered a COMPLETE it
+		// cannot place; or, for the Head (whose READY B can place as
+		// older than its COMPLETE), B.
+		if v == 0 {
+			procs[1].waitLog(t, 10*time.Second, "B naming the Head's restart", containsAll("WARN", "predecessor", "restarted without its state"))
+		} else {
+			procs[v].waitLog(t, 10*time.Second, "the victim saying it may have restarted", containsAll("WARN", "may have restarted without --state-dir"))
+		}
 		// Killed in its task, the victim halts the chain there: no task
 		// after it runs. Killed after its task, only the exit wave is
 		// stuck: every task runs, the last ones perhaps after the restart
