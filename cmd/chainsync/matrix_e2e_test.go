@@ -148,37 +148,54 @@ func (c mxCase) name() string {
 	return fmt.Sprintf("%s/%s/%s/%s", mode, nodeNames(4)[c.victim], c.phase, c.delay)
 }
 
-// mxPorts hands out loopback ports below the ephemeral range, never the
-// same one twice in a test binary: dozens of cases run at once, and a
-// port taken by some connection's source port while its node is down
-// would fail the restart. Its range, 12000-19999, is below the one of
-// testnet.FreeAddrs (20000 and up), which the other tests draw from at
-// random: a victim's port, free while it is down, is never handed out.
+// mxPorts hands out loopback ports below the ephemeral range (never the
+// source port of an outgoing connection) and below testnet.FreeAddrs's
+// range (20000 and up), never the same one twice in this test binary.
+// While a victim is down its port is free, so another test binary running
+// these tests on the same machine at the same time (people and CI do)
+// must not take it either: each port handed out is also claimed, until
+// the case ends, with a flock on a file of that name in a directory
+// shared by every run.
 var mxPorts struct {
 	sync.Mutex
-	next int
+	used map[int]bool
 }
 
 func mxAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	mxPorts.Lock()
 	defer mxPorts.Unlock()
-	if mxPorts.next == 0 {
-		mxPorts.next = 12000 + rand.IntN(7000)
+	if mxPorts.used == nil {
+		mxPorts.used = map[int]bool{}
 	}
+	claims := filepath.Join(os.TempDir(), "chainsync-e2e-ports")
+	_ = os.MkdirAll(claims, 0o777)
 	var addrs []string
-	for len(addrs) < n {
-		mxPorts.next++
-		if mxPorts.next >= 20000 {
-			mxPorts.next = 12000
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 1000*n {
+			t.Fatalf("no free loopback port in 12000-19999")
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", mxPorts.next)
-		ln, err := net.Listen("tcp", addr)
+		port := 12000 + rand.IntN(8000)
+		if mxPorts.used[port] {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(claims, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close() // another run's
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			f.Close()
 			continue
 		}
 		ln.Close()
-		addrs = append(addrs, addr)
+		mxPorts.used[port] = true
+		t.Cleanup(func() { f.Close() })
+		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs
 }
@@ -339,6 +356,7 @@ func runMatrixCase(t *testing.T, c mxCase) {
 	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
 	killedAt := time.Now()
 	victim.wait(t, 5*time.Second)
+
 	if c.phase == phAfterExit && v > 0 && !alive {
 		t.Logf("%s had exited (%d) before the kill", names[v], victim.code)
 	}
