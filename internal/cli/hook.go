@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -82,30 +81,14 @@ func (h *hookRunner) start(ev chainsync.TraceEvent) {
 		}
 		ctx, cancel := context.WithTimeout(h.ctx, timeout)
 		defer cancel()
-		c := exec.Command("sh", "-c", h.cmd)
-		c.Env = append(os.Environ(), faultEnv(ev, h.node)...)
-		c.Stdout, c.Stderr = os.Stderr, os.Stderr
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := c.Start(); err != nil {
-			h.log.Error("--on-fault command could not start", "err", err.Error())
-			return
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- c.Wait() }()
-		var err error
-		select {
-		case err = <-waited:
-		case <-ctx.Done():
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			<-waited
-			if h.ctx.Err() != nil {
-				h.log.Warn("--on-fault command killed: the node is stopping")
-			} else {
-				h.log.Error("--on-fault command killed after --on-fault-timeout", "timeout", h.timeout)
-			}
-			return
-		}
-		if err != nil {
+		err := runShell(ctx, h.cmd, faultEnv(ev, h.node)...)
+		switch {
+		case err == nil:
+		case h.ctx.Err() != nil:
+			h.log.Warn("--on-fault command killed: the node is stopping")
+		case ctx.Err() != nil:
+			h.log.Error("--on-fault command killed after --on-fault-timeout", "timeout", timeout)
+		default:
 			h.log.Error("--on-fault command failed", "err", err.Error())
 		}
 	}()

@@ -429,10 +429,7 @@ func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *run
 	switch {
 	case o.readyCmd != "":
 		check = func() bool {
-			c := exec.CommandContext(ctx, "sh", "-c", o.readyCmd)
-			c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
-			c.Stdout, c.Stderr = os.Stderr, os.Stderr
-			return c.Run() == nil
+			return runShell(ctx, o.readyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name) == nil
 		}
 	case o.readyFile != "":
 		check = func() bool { _, err := os.Stat(o.readyFile); return err == nil }

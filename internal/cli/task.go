@@ -202,21 +202,8 @@ func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) err
 	t := time.NewTicker(o.readyInterval)
 	defer t.Stop()
 	for attempt := 1; ; attempt++ {
-		c := exec.Command("sh", "-c", o.verifyCmd)
-		c.Env = append(os.Environ(), "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
-		c.Stdout, c.Stderr = os.Stderr, os.Stderr
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := c.Start(); err != nil {
-			return fmt.Errorf("--verify-cmd cannot start: %w", err)
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- c.Wait() }()
-		var err error
-		select {
-		case err = <-waited:
-		case <-ctx.Done():
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			<-waited
+		err := runShell(ctx, o.verifyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
+		if ctx.Err() != nil {
 			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
 		}
 		if err == nil {

@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// runShell runs `sh -c cmd` with env added to the environment and its
+// output on stderr, as the leader of a new process group (the hooks and
+// checks a node runs: --ready-cmd, --verify-cmd, --on-fault). If ctx ends
+// first, the whole group is killed and ctx's error returned: nothing such
+// a command started outlives it.
+func runShell(ctx context.Context, cmd string, env ...string) error {
+	c := exec.Command("sh", "-c", cmd)
+	c.Env = append(os.Environ(), env...)
+	c.Stdout, c.Stderr = os.Stderr, os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+	select {
+	case err := <-waited:
+		return err
+	case <-ctx.Done():
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-waited
+		return ctx.Err()
+	}
+}
