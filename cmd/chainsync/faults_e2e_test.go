@@ -349,7 +349,8 @@ func hungChain(t *testing.T, policy string) (map[string]*proc, string, *netnsTop
 //     the chain complete with each task run once, in order, and B, waking
 //     up, blames nobody.
 func TestNetnsHungNode(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures detection times, which a machine busy
+	// with the parallel tests would stretch.
 	for _, policy := range []string{"halt", "wait"} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
@@ -495,7 +496,8 @@ func heldAt(out, node string) bool {
 // D's JSON document has the fields people and tools read. When E is
 // continued the process completes.
 func TestFaultsPeopleStatusE2E(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures detection times, which a machine busy
+	// with the parallel tests would stretch.
 	dir := t.TempDir()
 	names := []string{"C", "D", "E", "F"}
 	addrs := freeAddrs(t, 8)
@@ -749,7 +751,8 @@ func TestVerifyCmdE2E(t *testing.T) {
 // with SIGSTOP in its task; with --heartbeat 500ms A and C report it
 // within 2 s and, with halt, exit 4.
 func TestHungNodeLoopbackE2E(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures detection times, which a machine busy
+	// with the parallel tests would stretch.
 	dir := t.TempDir()
 	procs := loopbackChain(t, dir, []string{"A", "B", "C"}, []string{"--heartbeat", "500ms", "--trace", filepath.Join(dir, "{node}.jsonl")}, func(n string) string {
 		s := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
@@ -801,7 +804,8 @@ func TestFaultFlagsUsageE2E(t *testing.T) {
 // wait the round survives: when the link comes back the chain completes,
 // each task once, in order.
 func TestNetnsPartitionDetected(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures detection times, which a machine busy
+	// with the parallel tests would stretch.
 	tp := newNetnsTopo(t)
 	dir := t.TempDir()
 	flags := func(n string) []string {
