@@ -132,8 +132,11 @@ func TestHeartbeatBlamesSilentNeighbourTCP(t *testing.T) {
 			ev := waitFault(t, w, 1, 5*time.Second)
 			took := ev.Time.Sub(since)
 			t.Logf("silent %s detected %v after it last spoke (D=%v, 3D+D/2=%v)", side, took.Round(time.Millisecond), d, 3*d+d/2)
-			if took < 3*d-20*time.Millisecond || took > 3*d+d/2+300*time.Millisecond {
-				t.Errorf("detected after %v, want 3D..3D+D/2 (%v..%v) plus scheduling slack", took, 3*d, 3*d+d/2)
+			// The bound allows one more 3D: a node starved of CPU for over
+			// an interval (a loaded machine under -race) rightly restarts
+			// its count rather than blame a neighbour it could not hear.
+			if took < 3*d-20*time.Millisecond || took > 3*d+d/2+3*d+100*time.Millisecond {
+				t.Errorf("detected after %v, want 3D..3D+D/2 (%v..%v), plus slack for a starved machine", took, 3*d, 3*d+d/2)
 			}
 			want := map[protocol.Side]string{protocol.Succ: "B", protocol.Pred: "B"}[side]
 			checkFault(t, w, ev, FaultPeerSilent, side, want)
