@@ -500,7 +500,9 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
 		} else {
-			n.log.Warn("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+			// Routine (a neighbour not up yet, or reconnecting): the machine
+			// re-sends it when the link comes up.
+			n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
 		}
 		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
