@@ -1,389 +1,224 @@
 package chainsync
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net"
-	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
-	"github.com/chainsync-go/chainsync/transport"
 	"github.com/chainsync-go/chainsync/wire"
 )
 
-// DECISIONS.md, "Roles and connections": every node but the Tail dials its
-// successor, every node but the Head listens for its predecessor.
+// maxOutbox bounds the bytes queued for one link. A neighbour that lets
+// this much pile up is not reading: the link is closed (everything in it
+// is re-sent on reconnect, DECISIONS.md "Roles and connections").
+const maxOutbox = 1 << 20
 
-// acceptLoop accepts would-be predecessors. Each is pending until its first
-// protocol line is accepted by the machine; only then does it replace the
-// current predecessor connection.
-func (n *Node) acceptLoop() {
-	defer n.wg.Done()
-	adm := newAdmission(n)
-	n.wg.Add(1)
-	go func() { defer n.wg.Done(); adm.lim.run(n.ctx.Done()) }()
-	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
-	for {
-		c, err := n.ln.Accept()
-		if err != nil {
-			if n.ctx.Err() != nil {
-				return
-			}
-			n.log.Warn("accept failed; retrying", "err", err)
-			if !n.sleep(b.Next()) {
-				return
-			}
-			continue
-		}
-		b.Reset()
-		transport.Tune(c)
-		l := n.newLink(c, protocol.Pred)
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
-			c.Close()
-			return
-		}
-		evicted := adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
-		n.wg.Add(1)
-		n.mu.Unlock()
-		go n.servePred(l, adm)
-		adm.settle(evicted)
-	}
+// link is one connection to a neighbour: its reader, and an outbox with its
+// own writer, so that no socket write ever happens under the node's lock.
+//
+// Steps of the machine queue lines with enqueue (under the node's lock).
+// Once the lock is released, flush tries to write the queue at once
+// without blocking, in one system call for everything queued (plain TCP
+// only); whatever the socket does not take at once goes to the link's
+// writer goroutine, which waits up to WriteTimeout for the peer to read.
+// A peer that stops reading therefore stalls nothing but its own link.
+type link struct {
+	c    net.Conn
+	side protocol.Side
+	peer string
+	r    *wire.Reader
+	n    *Node
+
+	wmu     sync.Mutex
+	out     []byte   // queued lines, not yet written
+	spare   []byte   // the other buffer, reused
+	marks   []string // rounds whose final exit-wave COMPLETE is in out
+	writing bool     // a write is in progress (flush or the writer)
+	dead    bool     // closed: queue nothing more
+	wake    chan struct{}
+	quit    chan struct{}
+	wdl     time.Time // writer only: when to refresh the write deadline
+
+	silent   bool         // heartbeats: reported silent, until it speaks again (node's mu)
+	upAt     time.Time    // when the connection was made
+	spokeAt  time.Time    // when the first protocol line was queued on it (node's mu; zero: none yet)
+	lastRecv atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
+	lastSent atomic.Int64 // UnixNano of the last line queued to the peer
 }
 
-// servePred secures a pending connection and reads from it.
-func (n *Node) servePred(l *link, adm *admission) {
-	defer n.wg.Done()
-	defer func() { n.mu.Lock(); adm.done(l); n.mu.Unlock() }()
-	start := time.Now()
-	deadline := start.Add(n.cfg.PendingTimeout)
-	track := true // plain TCP: the reader sees the peer's first bytes
-	if n.cfg.Secure != nil {
-		hs := start.Add(handshakeTimeout)
-		if deadline.Before(hs) {
-			hs = deadline
-		}
-		n.mu.Lock()
-		raw := adm.watch(l, l.c)
-		n.mu.Unlock()
-		ctx, cancel := context.WithDeadline(n.ctx, hs)
-		sc, err := n.cfg.Secure.Server(ctx, raw)
-		cancel()
-		n.mu.Lock()
-		if err != nil || n.closed || !adm.authenticated(l) {
-			if err != nil && !n.closed && adm.stillPending(l) {
-				adm.refused(l, err)
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-			}
-			delete(n.pending, l)
-			l.c.Close()
-			if sc != nil {
-				sc.Close()
-			}
-			n.mu.Unlock()
-			return
-		}
-		l.c = sc
-		n.mu.Unlock()
-		track = false
-	}
-	_ = l.c.SetReadDeadline(deadline)
-	l.r = wire.NewReader(adm.reader(l, l.c, track))
-	n.readLoop(l)
+// flapTime: a connection that carried nothing from the peer and lasted
+// less than this is a flap; it does not count as the neighbour being
+// healthy (Config.ConnectTimeout).
+const flapTime = 2 * time.Second
+
+// heard records that a line arrived from the peer.
+func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
+
+// heardAt is when the last line arrived from the peer (UnixNano, 0: never).
+func (l *link) heardAt() int64 { return l.lastRecv.Load() }
+
+func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n, upAt: time.Now(),
+		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	l.lastSent.Store(l.upAt.UnixNano())
+	return l
 }
 
-// dialLoop keeps a connection to the successor, re-dialing whenever it is
-// lost.
-func (n *Node) dialLoop() {
-	defer n.wg.Done()
-	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
-	onRetry := func(err error, attempt int, next time.Duration) {
-		if attempt == 1 || attempt%20 == 0 {
-			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempt,
-				"retry_in", next.Round(time.Millisecond), "err", err)
-		}
-	}
-	for {
-		c, err := transport.Dial(n.ctx, n.cfg.Next, &b, onRetry)
-		if err != nil {
-			return // closing
-		}
-		if n.cfg.Secure != nil {
-			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PendingTimeout)
-			sc, err := n.cfg.Secure.Client(ctx, c, n.cfg.Next)
-			cancel()
-			if err != nil {
-				c.Close()
-				if n.ctx.Err() != nil {
-					return
-				}
-				n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
-					"next", n.cfg.Next, "reason", err.Error())
-				n.mu.Lock()
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
-				n.mu.Unlock()
-				if !n.sleep(b.Next()) {
-					return
-				}
-				continue
-			}
-			c = sc
-		}
-		l := n.newLink(c, protocol.Succ)
-		l.r = wire.NewReader(c)
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
-			c.Close()
-			return
-		}
-		n.succ = l
-		l.startWriter()
-		n.linkUp(l)
-		n.unlock()
-		up := time.Now()
-		n.readLoop(l)
-		if time.Since(up) > 5*time.Second {
-			b.Reset() // a link that worked: come back fast after a transient drop
-		}
-		if !n.sleep(b.Next()) {
-			return
-		}
-	}
+// startWriter starts l's writer goroutine. Caller holds n.mu.
+func (l *link) startWriter() {
+	l.n.wg.Add(1)
+	go l.writer()
 }
 
-func (n *Node) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-n.ctx.Done():
+// enqueue queues one encoded line; exitWave marks the round's final
+// COMPLETE to the predecessor, whose delivery is reported to the node. It
+// reports false if the outbox is full (the caller drops the link). Caller
+// holds n.mu.
+func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.dead {
+		return true // being dropped; the machine re-sends on reconnect
+	}
+	if len(l.out)+len(line) > maxOutbox {
 		return false
 	}
-}
-
-// readLoop reads l until it fails or is closed.
-func (n *Node) readLoop(l *link) {
-	l.r.Heartbeats = n.cfg.Heartbeat > 0
-	for {
-		msg, err := l.r.ReadMessage()
-		if err != nil {
-			n.readFailed(l, err)
-			return
-		}
-		l.heard()
-		if msg.Cmd == protocol.Heartbeat {
-			continue // it only says the neighbour is alive
-		}
-		n.mu.Lock()
-		ok := n.handle(l, msg)
-		// Lines that arrived together are handled under one lock, so that
-		// the lines they cause leave in one write per link.
-		for k := 1; ok && k < maxBatch && l.r.HasLine(); k++ {
-			if msg, err = l.r.ReadMessage(); err != nil {
-				break
-			}
-			l.heard()
-			if msg.Cmd != protocol.Heartbeat {
-				ok = n.handle(l, msg)
-			}
-		}
-		n.unlock()
-		if err != nil {
-			n.readFailed(l, err)
-			return
-		}
-		if !ok {
-			return
-		}
+	l.lastSent.Store(time.Now().UnixNano())
+	l.out = append(l.out, line...)
+	if exitWave {
+		l.marks = append(l.marks, round)
 	}
-}
-
-// maxBatch bounds the lines handled under one hold of the node's lock.
-const maxBatch = 64
-
-// handle acts on one message; false means l is closed. Caller holds mu.
-func (n *Node) handle(l *link, msg protocol.Message) bool {
-	if n.closed {
-		return false
-	}
-	cur := n.succ
-	if l.side == protocol.Pred {
-		cur = n.pred
-		if cur != l && !n.pending[l] {
-			return false // already dropped
-		}
-	} else if cur != l {
-		return false
-	}
-	if n.infoOn() {
-		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
-	}
-	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
-	if cur == l {
-		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
-			n.violation(l, err)
-			return false
-		}
-		if l.side == protocol.Pred {
-			n.watchOpened(msg)
-		}
-		return true
-	}
-	// A pending predecessor connection: it replaces the current one only if
-	// its first line is one the machine accepts. The re-sends of LinkUp are
-	// computed first (LinkUp changes no state), so that the reply to this
-	// line is not sent twice.
-	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
-	acts, err := n.stepSaved(protocol.Recv(l.side, msg), n.acts[:0])
-	if err != nil {
-		n.violation(l, err)
-		return false
-	}
-	n.acts = acts
-	// A predecessor that restarted without its state gets none of the
-	// re-sends for that round: a START re-sent to it would run its task
-	// a second time (DECISIONS.md, "Restarts and durable state").
-	for _, a := range acts {
-		if a.Kind == protocol.ActPeerRestarted {
-			resend = slices.DeleteFunc(resend, func(r protocol.Action) bool { return r.Msg.Round == a.Round })
-		}
-	}
-	delete(n.pending, l)
-	_ = l.c.SetReadDeadline(time.Time{})
-	if cur != nil {
-		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
-		cur.close()
-		cur.c.Close()
-	}
-	n.pred = l
-	l.startWriter()
-	n.announceUp(l)
-	n.perform(resend)
-	n.resendExitWave(&msg)
-	n.perform(acts)
-	n.watchOpened(msg)
 	return true
 }
 
-// violation reports bad input on l and closes it. Caller holds mu.
-func (n *Node) violation(l *link, err error) {
-	what := "predecessor"
-	if l.side == protocol.Succ {
-		what = "successor"
+// close marks l dead and stops its writer; the caller closes the conn.
+func (l *link) close() {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if !l.dead {
+		l.dead = true
+		close(l.quit)
 	}
-	args := []any{"peer", l.peer, "err", err.Error()}
-	var v *protocol.Violation
-	if errors.As(err, &v) && v.Ahead && n.cfg.StateDir == "" {
-		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
-	}
-	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...)
-	n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
-	n.drop(l, err)
 }
 
-// readFailed handles the end of l's stream.
-func (n *Node) readFailed(l *link, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return
+// flush writes what is queued without blocking, if no other write is in
+// progress, and hands any rest to the writer. Called without n.mu.
+func (l *link) flush() { l.drain(false) }
+
+func (l *link) writer() {
+	defer l.n.wg.Done()
+	for {
+		select {
+		case <-l.wake:
+			l.drain(true)
+		case <-l.quit:
+			return
+		}
 	}
-	var pe *wire.ProtocolError
-	var ne net.Error
-	switch {
-	case errors.As(err, &pe):
-		n.violation(l, err)
-		return
-	case n.pending[l] && errors.As(err, &ne) && ne.Timeout():
-		n.log.Warn("closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
-	case n.pending[l]:
-		n.log.Info("connection closed before sending a protocol line", "peer", l.peer)
-	}
-	n.drop(l, err)
 }
 
-// drop closes l and, if it was a current link, marks that link down.
-// Caller holds mu.
-func (n *Node) drop(l *link, err error) {
-	l.close()
-	l.c.Close()
-	delete(n.pending, l)
-	if n.pred != l && n.succ != l {
+// drain writes the queue: at once and without blocking (block false), or
+// waiting for the peer up to WriteTimeout (block true, the writer only).
+func (l *link) drain(block bool) {
+	l.wmu.Lock()
+	if l.writing || l.dead || len(l.out) == 0 {
+		l.wmu.Unlock()
 		return
 	}
-	// The neighbour was healthy until now if this connection carried a
-	// line from it or lasted: a connection that is refused, fails
-	// authentication or flaps does not restart ConnectTimeout.
-	if l.heardAt() != 0 || time.Since(l.upAt) >= flapTime {
-		n.healthy[l.side] = time.Now()
-	}
-	if n.pred == l {
-		n.pred = nil
-		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
+	l.writing = true
+	batch, marks := l.out, l.marks
+	l.out, l.marks = l.spare[:0], nil
+	l.wmu.Unlock()
+
+	var wrote int
+	var err error
+	if block {
+		wrote, err = l.writeBlocking(batch)
 	} else {
-		n.succ = nil
-		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
+		wrote, err = l.writeNow(batch)
 	}
-	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
-	n.linkDown(l.side)
-}
 
-// linkUp records l as the current link on its side and re-sends what the
-// machine says. Caller holds mu.
-func (n *Node) linkUp(l *link) {
-	n.announceUp(l)
-	if err := n.step(protocol.LinkUp(l.side)); err != nil {
-		n.log.Error("internal error: link up", "err", err)
-	}
-}
-
-// announceUp stops side's ConnectTimeout watchdog and reports the link up.
-// Caller holds mu.
-func (n *Node) announceUp(l *link) {
-	if t := n.down[l.side]; t != nil {
-		t.Stop()
-		n.down[l.side] = nil
-	}
-	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
-	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
-}
-
-// linkDown starts the ConnectTimeout watchdog for side. Caller holds mu.
-func (n *Node) linkDown(side protocol.Side) {
-	d := n.cfg.ConnectTimeout
-	if d <= 0 || n.closed {
+	l.wmu.Lock()
+	l.writing = false
+	if err != nil {
+		l.wmu.Unlock()
+		l.n.writeFailed(l, err)
 		return
 	}
-	if t := n.down[side]; t != nil {
-		t.Stop()
+	if wrote < len(batch) {
+		// The socket took only part: the rest goes first, to the writer.
+		rest := append(batch[wrote:len(batch):len(batch)], l.out...)
+		l.out, l.marks = rest, append(marks, l.marks...)
+		l.wmu.Unlock()
+		l.kick()
+		return
 	}
-	// ConnectTimeout counts from when the neighbour was last healthy.
-	wait := max(time.Until(n.healthy[side].Add(d)), 0)
-	n.down[side] = time.AfterFunc(wait, func() {
-		n.mu.Lock()
-		defer n.unlock()
-		up := n.succ != nil
-		if side == protocol.Pred {
-			up = n.pred != nil
+	l.spare = batch[:0]
+	more := len(l.out) > 0
+	l.wmu.Unlock()
+	if more {
+		l.kick()
+	}
+	if len(marks) > 0 {
+		l.n.delivered(l, marks)
+	}
+}
+
+func (l *link) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeNow writes as much of b as the socket takes without waiting. Only
+// a plain TCP connection can; others leave everything to the writer.
+func (l *link) writeNow(b []byte) (int, error) {
+	tc, ok := l.c.(*net.TCPConn)
+	if !ok {
+		return 0, nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0, nil
+	}
+	wrote := 0
+	var werr error
+	cerr := rc.Write(func(fd uintptr) bool {
+		for wrote < len(b) {
+			k, err := syscall.Write(int(fd), b[wrote:])
+			if k > 0 {
+				wrote += k
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				if !errors.Is(err, syscall.EAGAIN) {
+					werr = err
+				}
+				break
+			}
 		}
-		if n.closed || up {
-			return
-		}
-		reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
-		if side == protocol.Pred {
-			reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
-		}
-		if !n.inProgress() {
-			// Nothing in progress yet: not a fault; keep watching.
-			n.healthy[side] = time.Now()
-			n.linkDown(side)
-			return
-		}
-		n.linkFault(FaultPeerUnreachable, side, reason, time.Since(n.healthy[side]).Round(time.Millisecond))
+		return true // never wait here: the writer does
 	})
+	if werr == nil {
+		werr = cerr
+	}
+	return wrote, werr
+}
+
+// writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
+func (l *link) writeBlocking(b []byte) (int, error) {
+	// Refresh the deadline only when half of it is used up: setting it
+	// costs more than the write on the fast path.
+	if now := time.Now(); now.After(l.wdl) {
+		l.wdl = now.Add(l.n.cfg.WriteTimeout / 2)
+		_ = l.c.SetWriteDeadline(now.Add(l.n.cfg.WriteTimeout))
+	}
+	return l.c.Write(b)
 }

@@ -1,0 +1,394 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/transport"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// A node's connections to its neighbours: accepting predecessors (with
+// admission.go), dialing the successor, reading lines and handing them to
+// the machine, and links going up and down. The link type itself, with
+// its outbox and writer, is in link.go.
+//
+// DECISIONS.md, "Roles and connections": every node but the Tail dials its
+// successor, every node but the Head listens for its predecessor.
+
+// acceptLoop accepts would-be predecessors. Each is pending until its first
+// protocol line is accepted by the machine; only then does it replace the
+// current predecessor connection.
+func (n *Node) acceptLoop() {
+	defer n.wg.Done()
+	adm := newAdmission(n)
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); adm.lim.run(n.ctx.Done()) }()
+	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			if n.ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("accept failed; retrying", "err", err)
+			if !n.sleep(b.Next()) {
+				return
+			}
+			continue
+		}
+		b.Reset()
+		transport.Tune(c)
+		l := n.newLink(c, protocol.Pred)
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			c.Close()
+			return
+		}
+		evicted := adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
+		n.wg.Add(1)
+		n.mu.Unlock()
+		go n.servePred(l, adm)
+		adm.settle(evicted)
+	}
+}
+
+// servePred secures a pending connection and reads from it.
+func (n *Node) servePred(l *link, adm *admission) {
+	defer n.wg.Done()
+	defer func() { n.mu.Lock(); adm.done(l); n.mu.Unlock() }()
+	start := time.Now()
+	deadline := start.Add(n.cfg.PendingTimeout)
+	track := true // plain TCP: the reader sees the peer's first bytes
+	if n.cfg.Secure != nil {
+		hs := start.Add(handshakeTimeout)
+		if deadline.Before(hs) {
+			hs = deadline
+		}
+		n.mu.Lock()
+		raw := adm.watch(l, l.c)
+		n.mu.Unlock()
+		ctx, cancel := context.WithDeadline(n.ctx, hs)
+		sc, err := n.cfg.Secure.Server(ctx, raw)
+		cancel()
+		n.mu.Lock()
+		if err != nil || n.closed || !adm.authenticated(l) {
+			if err != nil && !n.closed && adm.stillPending(l) {
+				adm.refused(l, err)
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+			}
+			delete(n.pending, l)
+			l.c.Close()
+			if sc != nil {
+				sc.Close()
+			}
+			n.mu.Unlock()
+			return
+		}
+		l.c = sc
+		n.mu.Unlock()
+		track = false
+	}
+	_ = l.c.SetReadDeadline(deadline)
+	l.r = wire.NewReader(adm.reader(l, l.c, track))
+	n.readLoop(l)
+}
+
+// dialLoop keeps a connection to the successor, re-dialing whenever it is
+// lost.
+func (n *Node) dialLoop() {
+	defer n.wg.Done()
+	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
+	onRetry := func(err error, attempt int, next time.Duration) {
+		if attempt == 1 || attempt%20 == 0 {
+			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempt,
+				"retry_in", next.Round(time.Millisecond), "err", err)
+		}
+	}
+	for {
+		c, err := transport.Dial(n.ctx, n.cfg.Next, &b, onRetry)
+		if err != nil {
+			return // closing
+		}
+		if n.cfg.Secure != nil {
+			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PendingTimeout)
+			sc, err := n.cfg.Secure.Client(ctx, c, n.cfg.Next)
+			cancel()
+			if err != nil {
+				c.Close()
+				if n.ctx.Err() != nil {
+					return
+				}
+				n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
+					"next", n.cfg.Next, "reason", err.Error())
+				n.mu.Lock()
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
+				n.mu.Unlock()
+				if !n.sleep(b.Next()) {
+					return
+				}
+				continue
+			}
+			c = sc
+		}
+		l := n.newLink(c, protocol.Succ)
+		l.r = wire.NewReader(c)
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			c.Close()
+			return
+		}
+		n.succ = l
+		l.startWriter()
+		n.linkUp(l)
+		n.unlock()
+		up := time.Now()
+		n.readLoop(l)
+		if time.Since(up) > 5*time.Second {
+			b.Reset() // a link that worked: come back fast after a transient drop
+		}
+		if !n.sleep(b.Next()) {
+			return
+		}
+	}
+}
+
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// readLoop reads l until it fails or is closed.
+func (n *Node) readLoop(l *link) {
+	l.r.Heartbeats = n.cfg.Heartbeat > 0
+	for {
+		msg, err := l.r.ReadMessage()
+		if err != nil {
+			n.readFailed(l, err)
+			return
+		}
+		l.heard()
+		if msg.Cmd == protocol.Heartbeat {
+			continue // it only says the neighbour is alive
+		}
+		n.mu.Lock()
+		ok := n.handle(l, msg)
+		// Lines that arrived together are handled under one lock, so that
+		// the lines they cause leave in one write per link.
+		for k := 1; ok && k < maxBatch && l.r.HasLine(); k++ {
+			if msg, err = l.r.ReadMessage(); err != nil {
+				break
+			}
+			l.heard()
+			if msg.Cmd != protocol.Heartbeat {
+				ok = n.handle(l, msg)
+			}
+		}
+		n.unlock()
+		if err != nil {
+			n.readFailed(l, err)
+			return
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// maxBatch bounds the lines handled under one hold of the node's lock.
+const maxBatch = 64
+
+// handle acts on one message; false means l is closed. Caller holds mu.
+func (n *Node) handle(l *link, msg protocol.Message) bool {
+	if n.closed {
+		return false
+	}
+	cur := n.succ
+	if l.side == protocol.Pred {
+		cur = n.pred
+		if cur != l && !n.pending[l] {
+			return false // already dropped
+		}
+	} else if cur != l {
+		return false
+	}
+	if n.infoOn() {
+		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+	}
+	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	if cur == l {
+		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
+			n.violation(l, err)
+			return false
+		}
+		if l.side == protocol.Pred {
+			n.watchOpened(msg)
+		}
+		return true
+	}
+	// A pending predecessor connection: it replaces the current one only if
+	// its first line is one the machine accepts. The re-sends of LinkUp are
+	// computed first (LinkUp changes no state), so that the reply to this
+	// line is not sent twice.
+	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
+	acts, err := n.stepSaved(protocol.Recv(l.side, msg), n.acts[:0])
+	if err != nil {
+		n.violation(l, err)
+		return false
+	}
+	n.acts = acts
+	// A predecessor that restarted without its state gets none of the
+	// re-sends for that round: a START re-sent to it would run its task
+	// a second time (DECISIONS.md, "Restarts and durable state").
+	for _, a := range acts {
+		if a.Kind == protocol.ActPeerRestarted {
+			resend = slices.DeleteFunc(resend, func(r protocol.Action) bool { return r.Msg.Round == a.Round })
+		}
+	}
+	delete(n.pending, l)
+	_ = l.c.SetReadDeadline(time.Time{})
+	if cur != nil {
+		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
+		cur.close()
+		cur.c.Close()
+	}
+	n.pred = l
+	l.startWriter()
+	n.announceUp(l)
+	n.perform(resend)
+	n.resendExitWave(&msg)
+	n.perform(acts)
+	n.watchOpened(msg)
+	return true
+}
+
+// violation reports bad input on l and closes it. Caller holds mu.
+func (n *Node) violation(l *link, err error) {
+	what := "predecessor"
+	if l.side == protocol.Succ {
+		what = "successor"
+	}
+	args := []any{"peer", l.peer, "err", err.Error()}
+	var v *protocol.Violation
+	if errors.As(err, &v) && v.Ahead && n.cfg.StateDir == "" {
+		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
+	}
+	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...)
+	n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	n.drop(l, err)
+}
+
+// readFailed handles the end of l's stream.
+func (n *Node) readFailed(l *link, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	var pe *wire.ProtocolError
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
+		n.violation(l, err)
+		return
+	case n.pending[l] && errors.As(err, &ne) && ne.Timeout():
+		n.log.Warn("closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
+	case n.pending[l]:
+		n.log.Info("connection closed before sending a protocol line", "peer", l.peer)
+	}
+	n.drop(l, err)
+}
+
+// drop closes l and, if it was a current link, marks that link down.
+// Caller holds mu.
+func (n *Node) drop(l *link, err error) {
+	l.close()
+	l.c.Close()
+	delete(n.pending, l)
+	if n.pred != l && n.succ != l {
+		return
+	}
+	// The neighbour was healthy until now if this connection carried a
+	// line from it or lasted: a connection that is refused, fails
+	// authentication or flaps does not restart ConnectTimeout.
+	if l.heardAt() != 0 || time.Since(l.upAt) >= flapTime {
+		n.healthy[l.side] = time.Now()
+	}
+	if n.pred == l {
+		n.pred = nil
+		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
+	} else {
+		n.succ = nil
+		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
+	}
+	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
+	n.linkDown(l.side)
+}
+
+// linkUp records l as the current link on its side and re-sends what the
+// machine says. Caller holds mu.
+func (n *Node) linkUp(l *link) {
+	n.announceUp(l)
+	if err := n.step(protocol.LinkUp(l.side)); err != nil {
+		n.log.Error("internal error: link up", "err", err)
+	}
+}
+
+// announceUp stops side's ConnectTimeout watchdog and reports the link up.
+// Caller holds mu.
+func (n *Node) announceUp(l *link) {
+	if t := n.down[l.side]; t != nil {
+		t.Stop()
+		n.down[l.side] = nil
+	}
+	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
+	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
+}
+
+// linkDown starts the ConnectTimeout watchdog for side. Caller holds mu.
+func (n *Node) linkDown(side protocol.Side) {
+	d := n.cfg.ConnectTimeout
+	if d <= 0 || n.closed {
+		return
+	}
+	if t := n.down[side]; t != nil {
+		t.Stop()
+	}
+	// ConnectTimeout counts from when the neighbour was last healthy.
+	wait := max(time.Until(n.healthy[side].Add(d)), 0)
+	n.down[side] = time.AfterFunc(wait, func() {
+		n.mu.Lock()
+		defer n.unlock()
+		up := n.succ != nil
+		if side == protocol.Pred {
+			up = n.pred != nil
+		}
+		if n.closed || up {
+			return
+		}
+		reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
+		if side == protocol.Pred {
+			reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+		}
+		if !n.inProgress() {
+			// Nothing in progress yet: not a fault; keep watching.
+			n.healthy[side] = time.Now()
+			n.linkDown(side)
+			return
+		}
+		n.linkFault(FaultPeerUnreachable, side, reason, time.Since(n.healthy[side]).Round(time.Millisecond))
+	})
+}
