@@ -27,7 +27,19 @@
 // and the last message sent on it is re-sent for every unfinished round, so
 // a transient disconnect loses nothing and never runs a task twice.
 //
+// With Config.StateDir the node keeps each round's progress on disk,
+// written and synced before the message or task it causes, so that a node
+// restarted with the same directory carries on where its neighbours last
+// saw it (Config.ResumeTask says what happens to a task the restart
+// interrupted). Config.Heartbeat, TaskTimeout, ConnectTimeout and
+// FaultPolicy detect and handle faults; every fault has a kind and names
+// the neighbour it blames (Fault, Snapshot, TraceFault).
+//
 // The protocol logic itself is package protocol, which does no I/O; the
 // line codec is package wire, TCP plumbing is package transport and TLS is
-// package secure.
+// package secure. In this package, node.go holds the API and the
+// step-and-act loop, rounds.go the rounds table (waiters, results, the exit
+// wave), task.go the task runner, link.go a link with its outbox and
+// writer, connect.go accepting, dialing and reading, health.go heartbeats
+// and neighbour faults, state.go the journal's part.
 package chainsync
