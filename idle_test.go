@@ -41,3 +41,29 @@ func TestIdlePredecessorIsNotThrownOut(t *testing.T) {
 		t.Fatalf("after a late first line: %q, %v; want START (log: %s)", line, err, logs.tail(10))
 	}
 }
+
+// Snapshot says when each neighbour last sent a line, so an operator sees
+// a link that is up but silent before any fault is called.
+func TestSnapshotLastHeard(t *testing.T) {
+	cfgs := chainConfigs(t, 2)
+	nodes := startAll(t, cfgs, []int{1, 0})
+	before := time.Now()
+	if err := nodes[0].Ready(""); err != nil {
+		t.Fatal(err)
+	}
+	// The Tail is not ready, so it answers nothing: the Head hears nothing.
+	deadline := time.Now().Add(10 * time.Second)
+	for !nodes[1].Snapshot().PredUp {
+		if time.Now().After(deadline) {
+			t.Fatal("the Head's READY never reached the Tail")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tail, head := nodes[1].Snapshot(), nodes[0].Snapshot()
+	if tail.PredHeard.Before(before) || time.Since(tail.PredHeard) > 10*time.Second {
+		t.Errorf("Tail: PredHeard %v, want the time the READY arrived (after %v)", tail.PredHeard, before)
+	}
+	if !head.SuccHeard.IsZero() {
+		t.Errorf("Head: SuccHeard %v, want zero (the Tail has sent nothing)", head.SuccHeard)
+	}
+}

@@ -271,8 +271,12 @@ type Snapshot struct {
 	PredUp, SuccUp bool          // whether each link is connected now
 	PredPeer       string        // the predecessor's name, or address if it has none
 	SuccPeer       string        // the successor's name, or address if it has none
-	Rounds         []RoundStatus // unfinished rounds, by round id
-	Faults         []Fault       // the most recent faults, oldest first
+	// PredHeard and SuccHeard are when each neighbour last sent a line on
+	// its current link (zero: none yet, or the link is down), so a link
+	// that is up but silent shows before a heartbeat fault is called.
+	PredHeard, SuccHeard time.Time
+	Rounds               []RoundStatus // unfinished rounds, by round id
+	Faults               []Fault       // the most recent faults, oldest first
 }
 
 // Snapshot returns what the node is doing now: which links are up and
@@ -283,6 +287,12 @@ func (n *Node) Snapshot() Snapshot {
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(n.faults)
+	if l := n.pred; l != nil && l.heardAt() != 0 {
+		st.PredHeard = time.Unix(0, l.heardAt())
+	}
+	if l := n.succ; l != nil && l.heardAt() != 0 {
+		st.SuccHeard = time.Unix(0, l.heardAt())
+	}
 	for id, ri := range n.rounds {
 		if ri.finished() {
 			continue

@@ -31,6 +31,10 @@ type Link struct {
 	Exists bool   `json:"exists"` // this node has a neighbour on this side
 	Up     bool   `json:"up"`     // connected now
 	Peer   string `json:"peer"`   // the neighbour's name, or its address if it has none
+	// LastHeard is when the neighbour last sent a line on this link
+	// (a protocol message or a heartbeat); absent if it has sent none
+	// since the link came up.
+	LastHeard *time.Time `json:"last_heard,omitempty"`
 }
 
 // Round is one unfinished round at a node.
@@ -76,6 +80,12 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		},
 		Rounds: []Round{},
 		Faults: []Fault{},
+	}
+	if !s.PredHeard.IsZero() {
+		d.Links.Pred.LastHeard = &s.PredHeard
+	}
+	if !s.SuccHeard.IsZero() {
+		d.Links.Succ.LastHeard = &s.SuccHeard
 	}
 	for _, r := range s.Rounds {
 		st := r.State

@@ -327,6 +327,12 @@ func TestStatusDocument(t *testing.T) {
 		if l["up"] != true || l["peer"] == "" {
 			t.Errorf("links.%s = %v, want up with a peer", side, l)
 		}
+		// Both of B's neighbours have spoken: A its READY, C its START.
+		if heard, ok := l["last_heard"].(string); !ok {
+			t.Errorf("links.%s has no last_heard: %v", side, l)
+		} else if _, err := time.Parse(time.RFC3339Nano, heard); err != nil {
+			t.Errorf("links.%s.last_heard: %v", side, err)
+		}
 	}
 	rounds := raw["rounds"].([]any)
 	if len(rounds) != 1 {
