@@ -46,18 +46,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// e2eSeed returns a random seed, or CHAINSYNC_E2E_SEED's to replay a run.
+func e2eSeed(t *testing.T) uint64 {
+	t.Helper()
+	s := os.Getenv("CHAINSYNC_E2E_SEED")
+	if s == "" {
+		return rand.Uint64()
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("CHAINSYNC_E2E_SEED=%q: %v", s, err)
+	}
+	return v
+}
+
 // newRand returns a seeded source and logs the seed if the test fails.
 // CHAINSYNC_E2E_SEED=N replays a run.
 func newRand(t *testing.T) *rand.Rand {
 	t.Helper()
-	seed := rand.Uint64()
-	if s := os.Getenv("CHAINSYNC_E2E_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAINSYNC_E2E_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
+	seed := e2eSeed(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("random seed %d (replay: CHAINSYNC_E2E_SEED=%d go test -run '^%s$' ./cmd/chainsync/)", seed, seed, t.Name())
@@ -111,10 +118,20 @@ func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 // naming it in the failure log.
 func startCommand(t *testing.T, name string, env []string, label, path string, args ...string) *proc {
 	t.Helper()
+	return launch(t, name, env, label, false, path, args...)
+}
+
+// launch starts path args; with group, in a process group of its own,
+// which is killed whole at cleanup if it still runs.
+func launch(t *testing.T, name string, env []string, label string, group bool, path string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
+	if group {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	// A task's orphaned grandchild may hold the output pipes open.
 	p.cmd.WaitDelay = 2 * time.Second
 	if err := p.cmd.Start(); err != nil {
@@ -126,11 +143,17 @@ func startCommand(t *testing.T, name string, env []string, label, path string, a
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
+		switch {
+		case group:
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.done
+		default:
+			select {
+			case <-p.done:
+			default:
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
 		}
 		if t.Failed() {
 			t.Logf("---- %s (%s) exit %d, stderr:\n%s", name, label, p.code, p.err.String())

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,26 +28,8 @@ import (
 // namespaces cannot be made; removes everything at cleanup.
 func newNetnsLine(t *testing.T, names ...string) (*netnsTopo, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("network namespace tests need root (ip netns add, veth)")
-	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Skipf("network namespace tests need ip(8) (iproute2): %v", err)
-	}
-	tp := &netnsTopo{ip: ip, ns: map[string]string{}}
-	seq := netnsSeq.Add(1)
+	tp := newNamespaces(t, names, nil)
 	for _, node := range names {
-		name := fmt.Sprintf("cs%d-%d%s", os.Getpid(), seq, strings.ToLower(node))
-		if _, err := tp.runIP("netns", "add", name); err != nil {
-			t.Skipf("cannot create a network namespace here (unprivileged container?): %v", err)
-		}
-		tp.ns[node] = name
-		t.Cleanup(func() {
-			if _, err := tp.runIP("netns", "del", name); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
 		tp.mustIP(t, node, "link", "set", "lo", "up")
 	}
 	var chain []string
@@ -83,28 +64,7 @@ func netnsDev(i int, end string) string { return fmt.Sprintf("l%d%s", i, end) }
 // is killed if it still runs.
 func startGroup(t *testing.T, name string, env []string, label, path string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: new(syncBuf), err: new(syncBuf), done: make(chan struct{})}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p.cmd.WaitDelay = 2 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("---- %s (%s) exit %d, stderr:\n%s", name, label, p.code, p.err.String())
-		}
-	})
-	return p
+	return launch(t, name, env, label, true, path, args...)
 }
 
 // faultHook is an --on-fault command that appends one line per fault to

@@ -209,14 +209,7 @@ func mxAddrs(t *testing.T, n int) []string {
 // bounds the cases running at once.
 func TestKillMatrix(t *testing.T) {
 	t.Parallel()
-	seed := rand.Uint64()
-	if s := os.Getenv("CHAINSYNC_E2E_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAINSYNC_E2E_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
+	seed := e2eSeed(t)
 	t.Logf("seed %d (replay: CHAINSYNC_E2E_SEED=%d go test -run '^TestKillMatrix$' ./cmd/chainsync/)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	delays := []time.Duration{3 * time.Second, 200 * time.Millisecond} // the long ones first

@@ -68,9 +68,10 @@ func (tp *netnsTopo) mustIP(t *testing.T, node string, args ...string) {
 	}
 }
 
-// newNetnsTopo builds the topology, or skips the test if this machine
-// cannot. Everything it creates is removed at cleanup.
-func newNetnsTopo(t *testing.T) *netnsTopo {
+// newNamespaces makes a network namespace for each node, or skips the test
+// where this machine cannot. At cleanup it deletes, in each node's
+// namespace, the veth devices devs names for it, then the namespace.
+func newNamespaces(t *testing.T, nodes []string, devs map[string][]string) *netnsTopo {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("network namespace tests need root (ip netns add, veth)")
@@ -81,7 +82,7 @@ func newNetnsTopo(t *testing.T) *netnsTopo {
 	}
 	tp := &netnsTopo{ip: ip, ns: map[string]string{}}
 	seq := netnsSeq.Add(1)
-	for _, node := range []string{"A", "B", "C"} {
+	for _, node := range nodes {
 		name := fmt.Sprintf("cs%d-%d%s", os.Getpid(), seq, strings.ToLower(node))
 		if _, err := tp.runIP("netns", "add", name); err != nil {
 			t.Skipf("cannot create a network namespace here (unprivileged container?): %v", err)
@@ -91,7 +92,7 @@ func newNetnsTopo(t *testing.T) *netnsTopo {
 			// Deleting a namespace deletes the veth ends in it, and with
 			// them their peers. Delete the veths explicitly first anyway,
 			// so nothing depends on when the kernel frees the namespace.
-			for _, dev := range map[string][]string{"A": {"ab"}, "B": {"ba", "bc"}, "C": {"cb"}}[node] {
+			for _, dev := range devs[node] {
 				_, _ = tp.runIP("-n", name, "link", "del", dev)
 			}
 			if _, err := tp.runIP("netns", "del", name); err != nil {
@@ -99,6 +100,14 @@ func newNetnsTopo(t *testing.T) *netnsTopo {
 			}
 		})
 	}
+	return tp
+}
+
+// newNetnsTopo builds the topology, or skips the test if this machine
+// cannot. Everything it creates is removed at cleanup.
+func newNetnsTopo(t *testing.T) *netnsTopo {
+	t.Helper()
+	tp := newNamespaces(t, []string{"A", "B", "C"}, map[string][]string{"A": {"ab"}, "B": {"ba", "bc"}, "C": {"cb"}})
 	// Both ends of each veth are created inside the test's namespaces.
 	for _, l := range []struct{ from, dev, to, peer string }{{"A", "ab", "B", "ba"}, {"B", "bc", "C", "cb"}} {
 		if _, err := tp.runIP("-n", tp.ns[l.from], "link", "add", l.dev, "type", "veth", "peer", "name", l.peer, "netns", tp.ns[l.to]); err != nil {
