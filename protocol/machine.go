@@ -108,6 +108,18 @@ type Event struct {
 	Failed bool    // EvTaskDone: the task reported failure
 }
 
+// RoundOf returns the round ev is about, and false for EvLinkUp, which
+// is about every round on that link.
+func (ev Event) RoundOf() (string, bool) {
+	switch ev.Kind {
+	case EvRecv:
+		return ev.Msg.Round, true
+	case EvLocalReady, EvTaskDone, EvAbort:
+		return ev.Round, true
+	}
+	return "", false
+}
+
 // Recv is the event "msg arrived from the neighbour on side from".
 func Recv(from Side, msg Message) Event { return Event{Kind: EvRecv, From: from, Msg: msg} }
 
@@ -312,12 +324,9 @@ func (m *Machine) Active() int { return m.active }
 // error means the peer misbehaved; any other error is local misuse. On
 // error no state has changed and out is returned as given.
 func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
-	if !m.cfg.Durable || ev.Kind == EvLinkUp {
+	id, one := ev.RoundOf()
+	if !m.cfg.Durable || !one {
 		return m.step(ev, out)
-	}
-	id := ev.Round
-	if ev.Kind == EvRecv {
-		id = ev.Msg.Round
 	}
 	before := m.rounds[id].record()
 	start := len(out)

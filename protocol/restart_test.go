@@ -150,7 +150,7 @@ func (sc *saveChecker) check(i int, ev protocol.Event, acts []protocol.Action) e
 	}
 	sc.saves++
 	rec := *save
-	id, _ := roundOf(ev)
+	id, _ := ev.RoundOf()
 	if rec.Round != id {
 		return fmt.Errorf("saved round %q, the event is for %q", rec.Round, id)
 	}
@@ -193,16 +193,6 @@ func (sc *saveChecker) check(i int, ev protocol.Event, acts []protocol.Action) e
 		}
 	}
 	return nil
-}
-
-func roundOf(ev protocol.Event) (string, bool) {
-	switch ev.Kind {
-	case protocol.EvRecv:
-		return ev.Msg.Round, true
-	case protocol.EvLocalReady, protocol.EvTaskDone, protocol.EvAbort:
-		return ev.Round, true
-	}
-	return "", false
 }
 
 // TestDurableSaves: over random schedules with drops, duplicates and

@@ -116,20 +116,10 @@ func (c *Checker) Round(id string) *RoundRef {
 	return r
 }
 
-func eventRound(ev protocol.Event) (string, bool) {
-	switch ev.Kind {
-	case protocol.EvRecv:
-		return ev.Msg.Round, true
-	case protocol.EvLocalReady, protocol.EvTaskDone, protocol.EvAbort:
-		return ev.Round, true
-	}
-	return "", false
-}
-
 // Observe checks one Step of node i: the event, the actions it returned
 // and its error.
 func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err error) error {
-	id, hasRound := eventRound(ev)
+	id, hasRound := ev.RoundOf()
 	if err != nil {
 		// A rejected event changes nothing.
 		if hasRound && protocol.ValidRound(id) {
