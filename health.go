@@ -114,7 +114,7 @@ func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, afte
 	}
 	st, _ := n.m.State(round)
 	fe := &FaultError{Round: round, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
-	n.recordFault(Fault{Kind: kind, Round: round, Side: side, Peer: fe.Peer, Err: fe.Error()})
+	n.recordFault(fe.fault())
 	if n.cfg.FaultPolicy == FaultWait {
 		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "rounds", len(ids))
 		return

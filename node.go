@@ -567,7 +567,7 @@ func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.L
 func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason string, after time.Duration) {
 	st, _ := n.m.State(id)
 	fe := &FaultError{Round: id, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
-	n.recordFault(Fault{Kind: kind, Round: id, Side: side, Peer: fe.Peer, Err: fe.Error()})
+	n.recordFault(fe.fault())
 	n.endRound(id, fe)
 }
 

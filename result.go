@@ -93,6 +93,11 @@ func (e *FaultError) Error() string {
 	return s
 }
 
+// fault is e as a Fault, for Snapshot, traces and the log.
+func (e *FaultError) fault() Fault {
+	return Fault{Kind: e.Kind, Round: e.Round, Side: e.Side, Peer: e.Peer, Err: e.Error()}
+}
+
 func roundName(r string) string {
 	if r == "" {
 		return "(unnamed)"

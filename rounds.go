@@ -143,7 +143,7 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		// slow: the neighbour, or any node beyond it. It names no peer.
 		reason += " (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)"
 		fe := &FaultError{Round: id, State: st, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: d}
-		n.recordFault(Fault{Kind: fe.Kind, Round: id, Side: side, Err: fe.Error()})
+		n.recordFault(fe.fault())
 		if n.cfg.FaultPolicy == FaultWait {
 			n.log.Warn("fault policy wait: the round keeps waiting", "round", id)
 			return
@@ -227,7 +227,7 @@ func (n *Node) awaitExit(id string, ri *roundInfo) {
 		fe := &FaultError{Round: id, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
 			Peer: n.peerName(protocol.Pred), After: d,
 			Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
-		n.recordFault(Fault{Kind: fe.Kind, Round: id, Side: fe.Side, Peer: fe.Peer, Err: fe.Error()})
+		n.recordFault(fe.fault())
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: fe})
 	})
 }
