@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Admission of would-be predecessors (DECISIONS.md "Roles and
+// Admission of would-be predecessors (docs/DESIGN.md "Roles and
 // connections": pending connections are bounded in number, and a stray
 // client never displaces the real predecessor).
 //

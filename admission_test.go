@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// DECISIONS.md "Roles and connections": pending connections are bounded,
+// docs/DESIGN.md "Roles and connections": pending connections are bounded,
 // and a stray client never displaces the real predecessor. When the slots
 // are full, the connection evicted is the one with the least progress
 // (sent nothing, then sent bytes, then authenticated), the oldest first;

@@ -291,7 +291,7 @@ func (p *proxy) cut() {
 	p.conns = nil
 }
 
-// DECISIONS.md, reconnects: a link dropped mid-round is re-established, the
+// docs/DESIGN.md "Reconnects": a link dropped mid-round is re-established, the
 // last message on it is re-sent, duplicates are no-ops, and every task runs
 // exactly once.
 func TestLinkDropMidRoundTCP(t *testing.T) {
@@ -331,7 +331,7 @@ func TestLinkDropMidRoundTCP(t *testing.T) {
 }
 
 // A task error halts the chain at that node: no COMPLETE is sent on, so the
-// successor never runs its task (DECISIONS.md, faults).
+// successor never runs its task (docs/DESIGN.md "Faults").
 func TestTaskFailureHaltsTCP(t *testing.T) {
 	const n = 3
 	cfgs := chainConfigs(t, n)
@@ -404,7 +404,7 @@ func TestCloseNoLeaks(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, reconnects, and the model's finding on the draft's "MAY
+// docs/DESIGN.md "Reconnects", and the model's finding on the draft's "MAY
 // terminate": B's exit-wave COMPLETE to the Head is lost in a link cut.
 // The Head reconnects and re-sends its COMPLETE; B, done but lingering,
 // answers the duplicate with its final COMPLETE again, so the Head

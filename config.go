@@ -66,7 +66,7 @@ type Config struct {
 	// StateDir, if set, is this node's durable state: every change to a
 	// round is written there and synced before the message or task it
 	// causes, so a node restarted with the same StateDir carries on where
-	// its neighbours last saw it (DECISIONS.md, "Restarts and durable
+	// its neighbours last saw it (docs/DESIGN.md, "Restarts and durable
 	// state"). Created with mode 0700 if missing; one process at a time.
 	// Empty: state lives in memory only, and a restarted node starts over.
 	StateDir string
@@ -80,7 +80,7 @@ type Config struct {
 	// fault. Zero waits until Close.
 	ExitWaveTimeout time.Duration
 
-	// Heartbeat, if positive, turns on heartbeats (DECISIONS.md,
+	// Heartbeat, if positive, turns on heartbeats (docs/DESIGN.md,
 	// "Heartbeats"): the line HEARTBEAT is sent on a link that carried
 	// nothing for Heartbeat, and a neighbour whose link stays up but
 	// silent for 3*Heartbeat while a round is in progress is reported as a

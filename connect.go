@@ -18,7 +18,7 @@ import (
 // the machine, and links going up and down. The link type itself, with
 // its outbox and writer, is in link.go.
 //
-// DECISIONS.md, "Roles and connections": every node but the Tail dials its
+// docs/DESIGN.md, "Roles and connections": every node but the Tail dials its
 // successor, every node but the Head listens for its predecessor.
 
 // acceptLoop accepts would-be predecessors. Each is pending until its first
@@ -252,7 +252,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	n.acts = acts
 	// A predecessor that restarted without its state gets none of the
 	// re-sends for that round: a START re-sent to it would run its task
-	// a second time (DECISIONS.md, "Restarts and durable state").
+	// a second time (docs/DESIGN.md, "Restarts and durable state").
 	for _, a := range acts {
 		if a.Kind == protocol.ActPeerRestarted {
 			resend = slices.DeleteFunc(resend, func(r protocol.Action) bool { return r.Msg.Round == a.Round })

@@ -1,7 +1,7 @@
 // Package chainsync runs one node of a ChainSync chain over real TCP (or
 // TLS): a fixed chain of processes A -> B -> ... -> N that run their tasks
 // strictly in order, and only once every one of them is ready
-// (draft-dohmeyer-chainsync, read through the project's DECISIONS.md).
+// (draft-dohmeyer-chainsync, read through the project's docs/DESIGN.md).
 //
 // A node knows only its neighbours. It listens for its predecessor (unless
 // it is the Head) and dials its successor (unless it is the Tail), with

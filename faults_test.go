@@ -1,7 +1,7 @@
 package chainsync
 
 // Faults over real TCP (draft "Error Handling": detection and handling are
-// left to implementations; DECISIONS.md "Faults" and "Heartbeats"):
+// left to implementations; docs/DESIGN.md "Faults" and "Heartbeats"):
 // heartbeats that find a silent neighbour and blame it, heartbeat lines only
 // on idle links, no false alarm during a long task, the wait policy that
 // keeps a round until the neighbour speaks again, the task timeout, the
@@ -156,7 +156,7 @@ func TestHeartbeatBlamesSilentNeighbourTCP(t *testing.T) {
 	}
 }
 
-// DECISIONS.md "Heartbeats": HEARTBEAT goes only on a link that carried
+// docs/DESIGN.md "Heartbeats": HEARTBEAT goes only on a link that carried
 // nothing for D. While the Tail answers a READY every 20 ms with START
 // (for 5D), its link is never idle: a HEARTBEAT among the STARTs is
 // allowed only where the test itself paused for D/2 or more between two
@@ -477,7 +477,7 @@ func TestVerifyGatesCompleteTCP(t *testing.T) {
 	})
 }
 
-// DECISIONS.md "Restarts and durable state", the switch stack: the task
+// docs/DESIGN.md "Restarts and durable state", the switch stack: the task
 // restarts the node (here: the node is closed while its task runs); the
 // restarted node, with ResumeDone, takes the task as done but still runs
 // Verify before sending COMPLETE on, and never runs the task again.
@@ -795,7 +795,7 @@ func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 	}
 }
 
-// DECISIONS.md "Heartbeats": both ends must enable them. A node without
+// docs/DESIGN.md "Heartbeats": both ends must enable them. A node without
 // heartbeats treats HEARTBEAT as bad input like any unknown line (a
 // draft-only peer would too), and says why: the violation names the
 // missing setting. Its state does not move.

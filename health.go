@@ -8,7 +8,7 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// DECISIONS.md, "Heartbeats": an extension, off by default. A link that
+// docs/DESIGN.md, "Heartbeats": an extension, off by default. A link that
 // carried nothing for the interval D gets the line HEARTBEAT; a neighbour
 // whose link is up but has said nothing for 3D while a round is in
 // progress is silent (stopped, hung or partitioned) and is blamed for it.

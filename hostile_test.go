@@ -3,7 +3,7 @@ package chainsync
 // Hostile-peer tests over real TCP on 127.0.0.1: a running node is attacked
 // on its listening side (a would-be predecessor, or its current predecessor
 // connection) and on its dialing side (a fake successor it dials), and must
-// (DECISIONS.md, "Wire format": "Bad input never kills a node and never
+// (docs/DESIGN.md, "Wire format": "Bad input never kills a node and never
 // moves its state"):
 //
 //   - report it clearly: a Warn log naming the peer and the reason, and a
@@ -181,7 +181,7 @@ type badInput struct {
 
 func (p badInput) legalIn(st protocol.State) bool { return slices.Contains(p.legal, st) }
 
-// malformedInputs returns wire-grammar violations (DECISIONS.md, "Wire format":
+// malformedInputs returns wire-grammar violations (docs/DESIGN.md, "Wire format":
 // line longer than 256 bytes, unknown command, malformed round-id, NUL or
 // control byte), usable on either side.
 func malformedInputs(rng *rand.Rand) []badInput {
@@ -250,7 +250,7 @@ func attackPred(t *testing.T, w *watched, round string, p badInput, others ...*w
 
 // checkReport checks what a violation report says beyond the reason: a
 // wrong-state message names the round's state, and offending bytes are
-// quoted and truncated (DECISIONS.md "Wire format": "peer address, round,
+// quoted and truncated (docs/DESIGN.md "Wire format": "peer address, round,
 // state, the offending bytes escaped and truncated").
 func checkReport(t *testing.T, p badInput, reported, round string, st protocol.State) {
 	t.Helper()
@@ -271,7 +271,7 @@ func checkReport(t *testing.T, p badInput, reported, round string, st protocol.S
 }
 
 // predCommands are well-formed lines that are violations from the
-// predecessor in some states (DECISIONS.md, "Wire format": a message legal
+// predecessor in some states (docs/DESIGN.md, "Wire format": a message legal
 // on the wire but impossible in the receiver's state).
 func predCommands() []badInput {
 	return []badInput{
@@ -289,7 +289,7 @@ func predCommands() []badInput {
 // every bad input, in every state of the round: before the predecessor
 // connects (SYNC), with the honest predecessor connected (READY, WATCH),
 // and on the honest predecessor's own connection (WATCH), which must then
-// reconnect. DECISIONS.md "Wire format" (violations; bad input never moves
+// reconnect. docs/DESIGN.md "Wire format" (violations; bad input never moves
 // state) and "Roles and connections" (pending connections never displace
 // the real predecessor; reconnect and re-send).
 func TestHostilePredecessorInput(t *testing.T) {
@@ -344,7 +344,7 @@ func TestHostilePredecessorInput(t *testing.T) {
 // dials a fake successor, which sends bad input in SYNC, READY and WATCH.
 // Each time M must report it, close the connection, keep the round's state,
 // re-dial, and re-send its last message to the new connection; then the
-// fake successor behaves and the round completes. DECISIONS.md "Wire
+// fake successor behaves and the round completes. docs/DESIGN.md "Wire
 // format" (violations, "re-dialing, if it is the dialing side") and
 // "Roles and connections" (reconnects).
 func TestHostileSuccessorInput(t *testing.T) {
@@ -440,7 +440,7 @@ func TestHostileSuccessorInput(t *testing.T) {
 // TestHostileHeadSuccessor: the Head only dials. A fake successor feeds it
 // bad input over successive connections; the Head reports each, re-dials,
 // re-sends READY, and then runs its task exactly once when START arrives.
-// DECISIONS.md "Wire format" and "State machine" (Head never enters WATCH).
+// docs/DESIGN.md "Wire format" and "State machine" (Head never enters WATCH).
 func TestHostileHeadSuccessor(t *testing.T) {
 	checkNoLeaks(t)
 	rng := rand.New(rand.NewPCG(1, 4))
@@ -496,7 +496,7 @@ func TestHostileHeadSuccessor(t *testing.T) {
 
 // TestHostileTailListener: the Tail only listens. Would-be predecessors
 // send bad input and wrong-state commands in SYNC and in WATCH; the honest
-// predecessor then runs the round. DECISIONS.md "Wire format" and "State
+// predecessor then runs the round. docs/DESIGN.md "Wire format" and "State
 // machine" (Tail: SYNC -> READY -> WATCH immediately).
 func TestHostileTailListener(t *testing.T) {
 	checkNoLeaks(t)
@@ -540,7 +540,7 @@ func TestHostileTailListener(t *testing.T) {
 
 // TestHostileDuplicates: exact duplicates of messages already acted on are
 // no-ops, in every state, from both sides, whether sent back to back in one
-// segment or later (DECISIONS.md "Roles and connections": "Receivers treat
+// segment or later (docs/DESIGN.md "Roles and connections": "Receivers treat
 // an exact duplicate of a message they already acted on as a no-op").
 func TestHostileDuplicates(t *testing.T) {
 	checkNoLeaks(t)
@@ -628,7 +628,7 @@ func TestHostileDuplicates(t *testing.T) {
 // at a time, or send nothing at all, are closed PendingTimeout after they
 // connected, however they pace their bytes (the deadline is absolute, not
 // per read), and are reported; meanwhile the honest predecessor connects
-// and the round runs. DECISIONS.md "Roles and connections": "until then it
+// and the round runs. docs/DESIGN.md "Roles and connections": "until then it
 // is pending, so a stray client ... that sends nothing ... never displaces
 // the real predecessor".
 func TestHostileSlowloris(t *testing.T) {
@@ -714,7 +714,7 @@ func TestHostileSlowloris(t *testing.T) {
 // close their sending side (FIN). The partial line is never acted on, not
 // even a partial "COMPLETE" from the real predecessor while the node waits
 // in WATCH; the node closes the connection and reports it; the predecessor
-// reconnects and the round completes. DECISIONS.md "Wire format" (a line
+// reconnects and the round completes. docs/DESIGN.md "Wire format" (a line
 // ends with LF) and "Roles and connections" (reconnects).
 func TestHostileHalfClosed(t *testing.T) {
 	checkNoLeaks(t)
@@ -782,7 +782,7 @@ func TestHostileHalfClosed(t *testing.T) {
 // never displaces the honest predecessor. Without Config.Rounds, the
 // predecessor may open rounds, up to MaxRounds; the line beyond is a
 // violation. Either way memory, goroutines and descriptors stay bounded and
-// the honest round completes. DECISIONS.md "Wire format" (violations) and
+// the honest round completes. docs/DESIGN.md "Wire format" (violations) and
 // "Named rounds" (a node learns of a round from its predecessor's READY or
 // from its own configuration); Config.Rounds, Config.MaxRounds.
 func TestHostileRoundStorm(t *testing.T) {
@@ -850,7 +850,7 @@ func TestHostileRoundStorm(t *testing.T) {
 
 		// One connection, 10,000 distinct READYs. Its first line is a
 		// well-formed READY, so it becomes M's predecessor connection
-		// (DECISIONS.md: that is how a restarted predecessor comes back);
+		// (docs/DESIGN.md: that is how a restarted predecessor comes back);
 		// each READY opens a round that waits for M's local readiness,
 		// until MaxRounds; the next READY is a violation.
 		m := f.mid.mark()
@@ -903,7 +903,7 @@ func TestHostileRoundStorm(t *testing.T) {
 // few lines one by one, the rest as counts in a summary line. Meanwhile the
 // established predecessor connection keeps working (the round runs through
 // the flood), and afterwards a new predecessor connection is accepted.
-// DECISIONS.md "Roles and connections": "Pending connections are bounded in
+// docs/DESIGN.md "Roles and connections": "Pending connections are bounded in
 // number".
 func TestHostileConnectionFlood(t *testing.T) {
 	const (
@@ -1037,7 +1037,7 @@ func TestHostileConnectionFlood(t *testing.T) {
 // RST (SO_LINGER 0) while M waits in WATCH, and while M's task runs. M
 // reports the lost link, keeps its state, runs nothing early or twice; the
 // predecessor reconnects and re-sends its last message, an exact duplicate,
-// and the round completes. DECISIONS.md "Roles and connections":
+// and the round completes. docs/DESIGN.md "Roles and connections":
 // "After reconnecting, each side re-sends the last protocol message it sent
 // on that link ... So a transient disconnect loses nothing and never
 // triggers a task twice."
@@ -1113,7 +1113,7 @@ func TestHostileResetScripted(t *testing.T) {
 // nodes (Head H -> M, through a proxy that aborts both TCP connections with
 // an RST), while M waits in WATCH (H's task runs) and while M's task runs.
 // H re-dials on its own, both sides re-send, and each task runs exactly
-// once. DECISIONS.md "Roles and connections" (reconnects).
+// once. docs/DESIGN.md "Roles and connections" (reconnects).
 func TestHostileResetRealNodes(t *testing.T) {
 	checkNoLeaks(t)
 	for _, which := range []int{0, 1} { // whose task is running at the reset
@@ -1184,7 +1184,7 @@ func TestHostileResetRealNodes(t *testing.T) {
 // for rounds this node will never be locally ready for. With PhaseTimeout
 // set, those rounds are aborted after it, so the slots come back: Ready
 // works and the honest predecessor's READY for the next round is accepted.
-// (The first version kept them for ever.) DECISIONS.md "Wire format": bad
+// (The first version kept them for ever.) docs/DESIGN.md "Wire format": bad
 // input must not stop the node's work.
 func TestHostileRoundSlotsReclaimed(t *testing.T) {
 	checkNoLeaks(t)
@@ -1223,7 +1223,7 @@ func TestHostileRoundSlotsReclaimed(t *testing.T) {
 // input is re-dialed with growing backoff, not in a hot loop at BackoffMin
 // (the first version reset the backoff on every successful TCP connect, so
 // a misbehaving successor got ~60 dials and Warn lines a second with
-// BackoffMin 20ms). DECISIONS.md "Roles and connections": "A node dials
+// BackoffMin 20ms). docs/DESIGN.md "Roles and connections": "A node dials
 // with capped exponential backoff and jitter"; "Wire format": "keeps
 // waiting for a well-behaved connection from that neighbour (re-dialing, if
 // it is the dialing side)".
@@ -1265,7 +1265,7 @@ func TestHostileRedialBackoff(t *testing.T) {
 // watchdog running, so that the unfinished round faults in time. (The first
 // version of handle() called linkUp() after that failed write, which
 // stopped the watchdog for a link that was down: the round waited forever.)
-// DECISIONS.md "Faults" (timeouts) and "Wire format" (bad input never
+// docs/DESIGN.md "Faults" (timeouts) and "Wire format" (bad input never
 // moves state). The failed write depends on the RST overtaking the node's
 // reply; the test retries until it does, and skips if it never does.
 func TestHostilePromotionWriteFailure(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DECISIONS.md, "Roles and connections": a new predecessor connection is
+// docs/DESIGN.md, "Roles and connections": a new predecessor connection is
 // pending until its first line. A predecessor with nothing to say yet (a
 // Head that is not ready) is not thrown out after PendingTimeout while no
 // other predecessor is connected: its first line, however late, is heard.

@@ -14,7 +14,7 @@ import (
 
 // maxOutbox bounds the bytes queued for one link. A neighbour that lets
 // this much pile up is not reading: the link is closed (everything in it
-// is re-sent on reconnect, DECISIONS.md "Roles and connections").
+// is re-sent on reconnect, docs/DESIGN.md "Roles and connections").
 const maxOutbox = 1 << 20
 
 // link is one connection to a neighbour: its reader, and an outbox with its

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DECISIONS.md, "Restarts and durable state": a Head that restarts without
+// docs/DESIGN.md, "Restarts and durable state": a Head that restarts without
 // its state after its task ran sends READY again. Its successor has had
 // COMPLETE from it, so the READY is older than the Head's last message: the
 // successor reports the restart and answers nothing, above all not the

@@ -407,7 +407,7 @@ func (n *Node) step(ev protocol.Event) error {
 }
 
 // stepSaved feeds ev to the machine and, with a state directory, writes
-// and syncs the step's records before returning its actions (DECISIONS.md:
+// and syncs the step's records before returning its actions (docs/DESIGN.md:
 // fsync, then act). If the journal fails the node stops acting: it
 // returns the error and no actions. Caller holds mu.
 func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {

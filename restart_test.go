@@ -101,7 +101,7 @@ func (l *runLog) check(t *testing.T, starts []int, completed, interrupted map[in
 	}
 }
 
-// DECISIONS.md, "Restarts and durable state", on real TCP: a 3-node chain
+// docs/DESIGN.md, "Restarts and durable state", on real TCP: a 3-node chain
 // whose middle node is closed in each phase of a round and started again
 // from the same StateDir. The chain completes with each task once, in
 // chain order; a task interrupted by the restart follows ResumeTask (done:

@@ -23,7 +23,7 @@ type roundInfo struct {
 	since time.Time   // when the round entered its current state
 	// The exit wave: a round that is over at this node (state DONE) is
 	// finished only once its final COMPLETE was handed to a live
-	// predecessor connection (DECISIONS.md, "Restarts and durable state").
+	// predecessor connection (docs/DESIGN.md, "Restarts and durable state").
 	awaiting  bool        // done, the final COMPLETE not yet handed over
 	delivered bool        // handed over (journalled with a state directory)
 	exitTimer *time.Timer // ExitWaveTimeout while awaiting

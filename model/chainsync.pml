@@ -1,7 +1,7 @@
 /*
  * ChainSync -- Promela model of one synchronization round on a chain of N
  * nodes, with the project's fault additions (docs: model/README.md,
- * spec: ../shared/spec/chainsync-draft.txt + DECISIONS.md).
+ * spec: the ChainSync draft as read in docs/DESIGN.md).
  *
  *   spin -DN=4 -a chainsync.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan
  *
@@ -25,7 +25,7 @@
  *   BUG 1, 2 and 6 need N >= 3; BUG 3, 4 and 5 need MAXDROPS >= 1;
  *   BUG 7 needs MAXCRASH >= 1.
  *
- * Crash-restart with a journal (DECISIONS.md, "Restarts and durable
+ * Crash-restart with a journal (docs/DESIGN.md, "Restarts and durable
  * state"): every node keeps a journal (jst, jlr, jgot, jlastF, jlastB) of
  * its durable state, written (fsynced) in the same step as the change and
  * so before the message or task the step causes. A crash (at most
@@ -83,7 +83,7 @@
 
 mtype = { READY, START, COMPLETE };
 
-/* per-node protocol state (DECISIONS.md "State machine") */
+/* per-node protocol state (docs/DESIGN.md "State machine") */
 #define SYNC     0
 #define RDY      1
 #define WATCH    2

@@ -1,6 +1,6 @@
 // Package protocol is the ChainSync state machine: the per-node, per-round
 // logic of draft-dohmeyer-chainsync (the four waves READY, START, COMPLETE
-// forward and COMPLETE backward) as read by the project's DECISIONS.md.
+// forward and COMPLETE backward) as read by the project's docs/DESIGN.md.
 //
 // It does no I/O: no sockets, goroutines, clocks or files. A Machine takes
 // events (a message from a neighbour, local readiness, a finished task, a

@@ -51,7 +51,7 @@ type fuzzRef struct {
 //   - a task runs at most once per round;
 //   - a rejected message is a *protocol.Violation, any other rejection one
 //     of the documented local errors, and a rejection changes no state
-//     and returns out as given (DECISIONS.md: "Bad input never ... moves
+//     and returns out as given (docs/DESIGN.md: "Bad input never ... moves
 //     its state");
 //   - READY never comes from the successor and START never from the
 //     predecessor; every send goes to a neighbour the role has, in the

@@ -152,7 +152,7 @@ const (
 	ActSave
 	// ActPeerRestarted: the neighbour on side To sent Msg, which is older
 	// than the last message it sent for Round: it restarted and lost its
-	// state (DECISIONS.md, "Restarts and durable state"). Nothing was
+	// state (docs/DESIGN.md, "Restarts and durable state"). Nothing was
 	// answered, and nothing more is re-sent to it for Round.
 	ActPeerRestarted
 )
@@ -549,7 +549,7 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 }
 
 // linkUp re-sends the last message sent on the link for every unfinished
-// round (DECISIONS.md, reconnects), in round-id order.
+// round (docs/DESIGN.md "Reconnects"), in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
 	ids := make([]string, 0, m.active)
 	for id, r := range m.rounds {

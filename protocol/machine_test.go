@@ -146,7 +146,7 @@ func TestStrings(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, Wire format: round-id = 1*128 ( ALPHA / DIGIT / "-" / "_" / "." ).
+// docs/DESIGN.md "Wire format": round-id = 1*128 ( ALPHA / DIGIT / "-" / "_" / "." ).
 func TestValidRound(t *testing.T) {
 	ok := []string{"", "r", "R-1_2.3", strings.Repeat("a", 128), "0"}
 	bad := []string{strings.Repeat("a", 129), "a b", "a:b", "é", "a\x00", "a/b", "a\n"}
@@ -162,7 +162,7 @@ func TestValidRound(t *testing.T) {
 	}
 }
 
-// Draft: States; DECISIONS.md: State machine. The per-role paths through
+// Draft: States; docs/DESIGN.md "State machine". The per-role paths through
 // the states, one role at a time, with the messages each step sends.
 func TestRolePaths(t *testing.T) {
 	type stepWant struct {
@@ -205,7 +205,7 @@ func TestRolePaths(t *testing.T) {
 			{recv(protocol.Pred, protocol.Complete, "x"), S(protocol.StateStart), nil, true},
 			{protocol.TaskDone("x", false), S(protocol.StateComplete, protocol.StateDone), R("COMPLETE x to pred"), false},
 		}},
-		// DECISIONS.md: "A one-node chain is both: locally ready -> task
+		// docs/DESIGN.md: "A one-node chain is both: locally ready -> task
 		// runs -> done."
 		{protocol.Single, []stepWant{
 			{protocol.LocalReady("x"), S(protocol.StateReady, protocol.StateStart), nil, true},
@@ -234,7 +234,7 @@ func TestRolePaths(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, Wire format: messages impossible in the receiver's state
+// docs/DESIGN.md "Wire format": messages impossible in the receiver's state
 // or from that side are violations; no state changes.
 func TestViolations(t *testing.T) {
 	for _, tc := range []struct {
@@ -293,7 +293,7 @@ func TestViolations(t *testing.T) {
 	}
 }
 
-// DECISIONS.md: "Receivers treat an exact duplicate of a message they
+// docs/DESIGN.md: "Receivers treat an exact duplicate of a message they
 // already acted on as a no-op", and after a reconnect each side re-sends
 // the last message it sent on the link for every unfinished round.
 func TestDuplicatesAndResends(t *testing.T) {
@@ -344,7 +344,7 @@ func TestDuplicatesAndResends(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, Faults: a failed task halts the chain at that node.
+// docs/DESIGN.md "Faults": a failed task halts the chain at that node.
 func TestTaskFailedHalts(t *testing.T) {
 	m := protocol.New(protocol.Config{Role: protocol.Middle})
 	step(t, m, protocol.LocalReady(""))
@@ -484,7 +484,7 @@ func TestStepAppends(t *testing.T) {
 
 // Regression (found by FuzzMachine): a round that is halted (task failed or
 // aborted) ignores late messages, but START from the predecessor and READY
-// from the successor are violations in every state (DECISIONS.md, Wire
+// from the successor are violations in every state (docs/DESIGN.md, Wire
 // format: "READY arriving from the successor's side").
 func TestWrongWayInHaltedRound(t *testing.T) {
 	for _, halt := range []protocol.Event{protocol.Abort(""), protocol.TaskDone("", true)} {

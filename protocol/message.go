@@ -8,7 +8,7 @@ const (
 	Ready    Command = iota + 1 // READY: the chain to the left is ready (forward wave)
 	Start                       // START: the whole chain is ready (backward wave)
 	Complete                    // COMPLETE: execution trigger (forward) and exit wave (backward)
-	// Heartbeat is the project's extension (DECISIONS.md, "Heartbeats"):
+	// Heartbeat is the project's extension (docs/DESIGN.md, "Heartbeats"):
 	// a line on an idle link that belongs to no round and changes no
 	// state. It is never a round's message: Valid reports false for it.
 	Heartbeat
@@ -43,7 +43,7 @@ func (m Message) String() string {
 	return m.Cmd.String() + " " + m.Round
 }
 
-// MaxRoundLen is the longest round id DECISIONS.md allows.
+// MaxRoundLen is the longest round id docs/DESIGN.md allows.
 const MaxRoundLen = 128
 
 // ValidRound reports whether id is a legal round id: empty (the unnamed

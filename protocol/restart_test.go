@@ -11,7 +11,7 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// Tests of the machine's part in restarts (DECISIONS.md, "Restarts and
+// Tests of the machine's part in restarts (docs/DESIGN.md, "Restarts and
 // durable state"): Config.Durable's ActSave, Restore, and a neighbour that
 // restarted without its state (ActPeerRestarted, Violation.Ahead).
 
@@ -204,7 +204,7 @@ func (sc *saveChecker) check(i int, ev protocol.Event, acts []protocol.Action) e
 // the round exactly. Then every record reached is restored on its own
 // (Restore round-trips), and the records cover every state of every role.
 //
-// DECISIONS.md, "Restarts and durable state" ("fsync, then act ...
+// docs/DESIGN.md, "Restarts and durable state" ("fsync, then act ...
 // before the message or task that the step causes").
 func TestDurableSaves(t *testing.T) {
 	sc := &saveChecker{seen: map[protocol.Role]map[protocol.Record]bool{}}
@@ -286,7 +286,7 @@ func TestNotDurableNoSaves(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, "Restarts and durable state": what Restore refuses.
+// docs/DESIGN.md, "Restarts and durable state": what Restore refuses.
 func TestRestoreRejects(t *testing.T) {
 	m := protocol.New(protocol.Config{Role: protocol.Middle, Durable: true})
 	for _, rec := range []protocol.Record{
@@ -381,7 +381,7 @@ func machineAt(t *testing.T, role protocol.Role, durable bool, st protocol.State
 	return m
 }
 
-// DECISIONS.md, "Restarts and durable state": "A neighbour that sends a
+// docs/DESIGN.md, "Restarts and durable state": "A neighbour that sends a
 // message older than the last one it sent on that link for that round
 // (READY after COMPLETE) has restarted and lost its state. That is
 // reported as such ... and never answered". From the predecessor: READY

@@ -33,7 +33,7 @@ var (
 // a failure. A failure prints its seed; replay it with -seed.
 //
 // Draft: Introduction (the guarantees); Protocol Operation, Phases 1-4;
-// DECISIONS.md: Roles and connections (reconnects), State machine, Faults.
+// docs/DESIGN.md "Roles and connections" ("Reconnects"), State machine, Faults.
 func TestSimulate(t *testing.T) {
 	if *seedFlag != 0 {
 		replay(t, *seedFlag, *chainLenFlag)
@@ -63,7 +63,7 @@ func TestSimulate(t *testing.T) {
 // each restart that the node is where its neighbours last saw it; every
 // round must still finish everywhere, each task once, in chain order.
 //
-// DECISIONS.md, "Restarts and durable state"; draft, Introduction.
+// docs/DESIGN.md, "Restarts and durable state"; draft, Introduction.
 func TestSimulateCrashRestart(t *testing.T) {
 	if *seedFlag != 0 {
 		seed := *seedFlag
@@ -343,7 +343,7 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 
 	// crash kills node k (it loses its Machine, keeps its journal) and
 	// restarts it at once; its links come up later like dropped ones.
-	// DECISIONS.md, "Restarts and durable state": a task the restart
+	// docs/DESIGN.md, "Restarts and durable state": a task the restart
 	// interrupted is resolved by a resume policy, chosen at random per
 	// task: done (the restart was the task: it counts as its one run) or
 	// rerun; the task that is meant to fail fails (policy fail).

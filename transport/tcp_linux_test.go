@@ -10,7 +10,7 @@ import (
 
 // Every link gets TCP_NODELAY, keepalive and (on Linux) TCP_USER_TIMEOUT,
 // so a neighbour that vanishes is noticed even with a message in flight
-// (DECISIONS.md, faults: "TCP keepalive is on").
+// (docs/DESIGN.md "Faults": "TCP keepalive is on").
 func TestTuneSetsSocketOptions(t *testing.T) {
 	ln, err := Listen(context.Background(), "127.0.0.1:0")
 	if err != nil {

@@ -97,7 +97,7 @@ const maxInterned = 1024
 type Reader struct {
 	br     *bufio.Reader
 	intern map[string]string
-	// Heartbeats accepts the line HEARTBEAT (DECISIONS.md, "Heartbeats")
+	// Heartbeats accepts the line HEARTBEAT (docs/DESIGN.md, "Heartbeats")
 	// as a Message with Cmd protocol.Heartbeat. Off, it is an unknown
 	// command, as it is to a draft-only peer.
 	Heartbeats bool

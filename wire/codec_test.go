@@ -40,7 +40,7 @@ type parseCase struct {
 }
 
 var parseCases = []parseCase{
-	// DECISIONS.md, Wire format: command [ ":" round-id ] [ CR ] LF.
+	// docs/DESIGN.md "Wire format": command [ ":" round-id ] [ CR ] LF.
 	{"bare READY", "READY", msg(ready, ""), ""},
 	{"bare START", "START", msg(start, ""), ""},
 	{"bare COMPLETE", "COMPLETE", msg(complete, ""), ""},
@@ -139,7 +139,7 @@ func TestReaderGrammar(t *testing.T) {
 	}
 }
 
-// The offending bytes are in the error, escaped and truncated (DECISIONS.md:
+// The offending bytes are in the error, escaped and truncated (docs/DESIGN.md:
 // "the offending bytes escaped and truncated").
 func TestProtocolErrorMessage(t *testing.T) {
 	line := "READY:\x00\x1b[2J" + strings.Repeat("A", 300)
@@ -293,7 +293,7 @@ func TestReaderSplits(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, Wire format: "Send exactly COMMAND[:ROUND-ID]\n"; the colon
+// docs/DESIGN.md "Wire format": "Send exactly COMMAND[:ROUND-ID]\n"; the colon
 // option writes "COMMAND:" for the unnamed round.
 func TestAppend(t *testing.T) {
 	for _, tc := range []struct {

@@ -1,5 +1,5 @@
 // Package wire is the ChainSync line codec: COMMAND[:ROUND-ID] LF, exactly
-// as DECISIONS.md's grammar says.
+// as docs/DESIGN.md's grammar says.
 //
 // Reading is strict and bounded: a Reader never buffers more than MaxLine+1
 // bytes, and every malformed line (too long, unknown command, bad round id,

@@ -14,7 +14,7 @@ import (
 	"github.com/chainsync-go/chainsync/wire"
 )
 
-// refGrammar is DECISIONS.md's grammar written as plainly as possible, as
+// refGrammar is docs/DESIGN.md's grammar written as plainly as possible, as
 // a reference for the codec (the line without its LF):
 //
 //	line     = command [ ":" round-id ] [ CR ] LF

@@ -1,7 +1,7 @@
 package main
 
 // chainsync check, the preflight, on the built binary: the same flags and
-// security as run, both links checked, no protocol line sent (DECISIONS.md
+// security as run, both links checked, no protocol line sent (docs/DESIGN.md
 // "Roles and connections" for who dials whom, "Security" for TLS 1.3,
 // mutual TLS, pins and PSKs).
 

@@ -79,7 +79,7 @@ func nanos(t *testing.T, path string) []int64 {
 // TestChainRandomOrder runs chains of 3 and 6 separate processes, started
 // in random order and made locally ready (--ready-file) at random moments,
 // and checks the draft's promises from the tasks' own timestamps (draft
-// "Introduction" and "Protocol Operation"; DECISIONS "State machine":
+// "Introduction" and "Protocol Operation"; docs/DESIGN.md "State machine":
 // "n tasks, run in chain order, none before every node was ready"; roles
 // per "Roles and connections").
 func TestChainRandomOrder(t *testing.T) {
@@ -170,7 +170,7 @@ func testRandomChain(t *testing.T, n int, form string) {
 // TestConcurrentRounds runs a 4-process chain with --rounds 5: five named
 // rounds (ids 0..4, as the reference implementation's --n-rounds) run
 // concurrently on the same connections (draft "Message Types": ROUND-ID
-// "to support multiple concurrent rounds"; DECISIONS "Wire format": "Named
+// "to support multiple concurrent rounds"; docs/DESIGN.md "Wire format": "Named
 // rounds run concurrently and independently"). Every task runs once per
 // round, and within each round in chain order.
 func TestConcurrentRounds(t *testing.T) {
@@ -216,7 +216,7 @@ func TestConcurrentRounds(t *testing.T) {
 }
 
 // TestTaskFailureHaltsChain: the middle node's task fails (exit 7). Per
-// DECISIONS "Faults", that halts the chain there: no COMPLETE is sent on
+// docs/DESIGN.md "Faults", that halts the chain there: no COMPLETE is sent on
 // (the tail never runs its task), the failure is reported and the process
 // exits 3; --on-fault runs with CHAINSYNC_FAULT=task-failed (the general form
 // of the draft's "SNMP trap"/"phone call", draft "Error Handling"). The
@@ -267,7 +267,7 @@ func TestTaskFailureHaltsChain(t *testing.T) {
 }
 
 // TestSIGTERMStopsTask: SIGTERM to a node whose task is running stops the
-// node (exit 130) and passes the signal on to the task (DECISIONS "Faults":
+// node (exit 130) and passes the signal on to the task (docs/DESIGN.md "Faults":
 // a node stops when "it is told to stop"; chainsync run --help: "130
 // interrupted").
 func TestSIGTERMStopsTask(t *testing.T) {
@@ -298,7 +298,7 @@ func TestSIGTERMStopsTask(t *testing.T) {
 }
 
 // TestConnectTimeout: a Head whose successor never comes up faults after
-// --connect-timeout (DECISIONS "Roles and connections": dial "until it
+// --connect-timeout (docs/DESIGN.md "Roles and connections": dial "until it
 // connects ... or until a configured timeout"; "Faults": timeouts are
 // optional and report a fault), exits 4 and names the successor.
 func TestConnectTimeout(t *testing.T) {
@@ -332,7 +332,7 @@ func TestConnectTimeout(t *testing.T) {
 }
 
 // TestSingleNode: a one-node chain is both Head and Tail: locally ready ->
-// task runs -> done (DECISIONS "Roles and connections"); the task sees
+// task runs -> done (docs/DESIGN.md "Roles and connections"); the task sees
 // CHAINSYNC_ROLE=single, and with --round the id in CHAINSYNC_ROUND.
 // --log-format json writes one JSON object per line on stderr.
 func TestSingleNode(t *testing.T) {
@@ -357,7 +357,7 @@ func TestSingleNode(t *testing.T) {
 
 // TestRestartBeforeStart: one process of a 3-process chain is killed
 // (SIGKILL) mid-round, after the READY wave reached it but before the START
-// wave, and restarted with the same command line. DECISIONS "Roles and
+// wave, and restarted with the same command line. docs/DESIGN.md "Roles and
 // connections": a lost connection is re-established (the dialing side
 // re-dials), each side re-sends its last message, duplicates are no-ops,
 // and a restarted predecessor comes back through the pending-connection

@@ -1,6 +1,6 @@
 package main
 
-// Configuration from the environment, on the built binary (DECISIONS.md,
+// Configuration from the environment, on the built binary (docs/DESIGN.md,
 // "Configuration from the environment").
 
 import (

@@ -1,6 +1,6 @@
 package main
 
-// The kill -9 matrix (issue 8; DECISIONS.md "Restarts and durable state"):
+// The kill -9 matrix (issue 8; docs/DESIGN.md "Restarts and durable state"):
 // a 4-process chain A -> B -> C -> D, one node killed with SIGKILL at each
 // phase of a round and restarted with the same command line, with and
 // without --state-dir.
@@ -200,7 +200,7 @@ func mxAddrs(t *testing.T, n int) []string {
 	return addrs
 }
 
-// TestKillMatrix: DECISIONS.md "Restarts and durable state" end to end
+// TestKillMatrix: docs/DESIGN.md "Restarts and durable state" end to end
 // with the built binary. Every position (Head, a middle chosen by the
 // seed, Tail) x every phase x restart after 0.2 s and 3 s, with and
 // without --state-dir (see mxExpect for what each must end in): 60

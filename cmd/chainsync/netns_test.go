@@ -237,7 +237,7 @@ func TestNetnsChain(t *testing.T) {
 // link only once it is up again. The draft says a chain runs over
 // "reliable TCP connections" ("Abstract") with one "persistent
 // bidirectional TCP connection" per pair ("Topology and Configuration");
-// DECISIONS "Roles and connections": "a transient disconnect loses nothing
+// docs/DESIGN.md "Roles and connections": "a transient disconnect loses nothing
 // and never triggers a task twice". So the round completes, each task
 // runs exactly once, in order, and every node exits 0.
 //
@@ -311,7 +311,7 @@ func TestNetnsPartitionHeals(t *testing.T) {
 // so the FIN/RST B's kernel sends on the process's death never reaches A
 // or C. Neither sees a broken connection (TCP keepalive would take ~35 s
 // at best, see TestNetnsVanishedPeerKeepalive); --phase-timeout finds the
-// fault (DECISIONS "Faults": timeouts are optional, and when they fire the
+// fault (docs/DESIGN.md "Faults": timeouts are optional, and when they fire the
 // node reports a fault): C (2 s, waiting in WATCH) and A (3 s, waiting for
 // COMPLETE to come back) exit 4. C's timeout runs from when C entered
 // WATCH (when it sent START), so it has to cover A's and B's tasks too.
@@ -383,7 +383,7 @@ func TestNetnsSwitchNeverComesBack(t *testing.T) {
 // Linux does not send keepalive probes at all; without TCP_USER_TIMEOUT the
 // connection only dies after tcp_retries2 retransmissions (~15 min by
 // default). Draft "Error Handling" (the data-pipeline example: "a failed
-// TCP connection would be sufficient to detect a fault"); DECISIONS
+// TCP connection would be sufficient to detect a fault"); docs/DESIGN.md
 // "Faults": "TCP keepalive is on".
 func TestNetnsVanishedPeerKeepalive(t *testing.T) {
 	if os.Getenv("CHAINSYNC_NETNS_SLOW") == "" {

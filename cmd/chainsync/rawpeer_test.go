@@ -20,10 +20,10 @@ import (
 // taskRecorder is a task that appends "ROLE|ROUND|NODE" to $DIR/task.
 var taskRecorder = []string{"sh", "-c", `echo "$CHAINSYNC_ROLE|$CHAINSYNC_ROUND|$CHAINSYNC_NODE" >> "$DIR/task"`}
 
-// TestRawHead: the binary as Head, its successor a raw listener (DECISIONS
+// TestRawHead: the binary as Head, its successor a raw listener (docs/DESIGN.md
 // "Roles and connections": the Head only dials). Draft "Protocol
 // Operation": READY when locally ready, the task on START, COMPLETE after
-// it; done when COMPLETE comes back. DECISIONS "Wire format": exactly
+// it; done when COMPLETE comes back. docs/DESIGN.md "Wire format": exactly
 // "COMMAND\n" for the unnamed round.
 func TestRawHead(t *testing.T) {
 	t.Parallel()
@@ -60,8 +60,8 @@ func TestRawHead(t *testing.T) {
 // dials): the full four-wave exchange, exact bytes both ways (draft
 // "Protocol Operation", "Example Message Flow"). Variants: the
 // reference-compatible "COMMAND:" form for the unnamed round
-// (--unnamed-round-colon; DECISIONS "Wire format") and CR LF from the peers
-// (DECISIONS "Wire format": "tolerate one CR before LF").
+// (--unnamed-round-colon; docs/DESIGN.md "Wire format") and CR LF from the peers
+// (docs/DESIGN.md "Wire format": "tolerate one CR before LF").
 func TestRawMiddle(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -232,7 +232,7 @@ func playSucc(c *rawConn, rounds []string, rng *rand.Rand, eol string) (map[stri
 
 // TestRawRounds: --rounds 3 against raw neighbours, in each role. The round
 // ids are 0, 1, 2 on the wire ("READY:0\n", ...) as the reference
-// implementation's --n-rounds uses them (DECISIONS "Roles and connections":
+// implementation's --n-rounds uses them (docs/DESIGN.md "Roles and connections":
 // interoperate with it on the wire); the peers interleave the rounds at
 // random (draft "Message Types": concurrent rounds on one connection).
 func TestRawRounds(t *testing.T) {
@@ -313,7 +313,7 @@ func TestRawRounds(t *testing.T) {
 }
 
 // badInputs are hostile first lines from a would-be predecessor, with what
-// the node's log must say about each (DECISIONS "Wire format": a line
+// the node's log must say about each (docs/DESIGN.md "Wire format": a line
 // longer than 256 bytes, an unknown command, a NUL/control byte, and a
 // message impossible in the receiver's state are protocol violations).
 var badInputs = []struct {
@@ -327,7 +327,7 @@ var badInputs = []struct {
 }
 
 // sendBad plays one hostile client against the node's --listen address and
-// checks what DECISIONS "Wire format" promises: "Bad input never kills a
+// checks what docs/DESIGN.md "Wire format" promises: "Bad input never kills a
 // node and never moves its state. The node reports the violation clearly
 // (peer address, ...), closes that connection, and keeps waiting".
 func sendBad(t *testing.T, p *proc, listen, data, reason string) {
@@ -353,7 +353,7 @@ func sendBad(t *testing.T, p *proc, listen, data, reason string) {
 // port before the honest predecessor and send bad input. Each is reported
 // and closed; nothing is acted on (no task, nothing to the successor); the
 // process stays up; the round then completes with a well-behaved
-// predecessor (DECISIONS "Roles and connections": a new connection is
+// predecessor (docs/DESIGN.md "Roles and connections": a new connection is
 // pending until it sent a well-formed protocol line; "Wire format": "Bad
 // input never kills a node and never moves its state").
 func TestBadInputToMiddle(t *testing.T) {
@@ -425,7 +425,7 @@ func TestBadInputToMiddle(t *testing.T) {
 
 	// Bad input from the successor's side (READY travels forward only):
 	// the node reports it, drops the connection, re-dials, and nothing
-	// reaches the predecessor (DECISIONS "Wire format": "re-dialing, if it
+	// reaches the predecessor (docs/DESIGN.md "Wire format": "re-dialing, if it
 	// is the dialing side").
 	t.Run("bad-successor", func(t *testing.T) {
 		t.Parallel()
@@ -470,7 +470,7 @@ func finishMiddle(t *testing.T, p *proc, pr, s *rawConn, dir string) {
 }
 
 // TestRawReconnect: a Tail whose raw predecessor drops the link mid-round
-// and again after the last COMPLETE. DECISIONS "Roles and connections":
+// and again after the last COMPLETE. docs/DESIGN.md "Roles and connections":
 // after reconnecting each side re-sends the last message it sent on the
 // link for every unfinished round; an exact duplicate is a no-op; "a
 // transient disconnect loses nothing and never triggers a task twice". And

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests of chainsync run's restart and stop machinery (issue 8;
-// DECISIONS.md "Restarts and durable state"): the state directory's lock,
+// docs/DESIGN.md "Restarts and durable state"): the state directory's lock,
 // a damaged journal, a torn last record, SIGHUP and SIGQUIT, a hanging
 // --on-fault hook, and an exit wave that cannot be delivered.
 

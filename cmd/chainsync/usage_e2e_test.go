@@ -14,8 +14,8 @@ const noTask = "\x00no-task"
 
 // TestUsageErrors: a bad command line exits 2 with a clear message and
 // starts nothing (chainsync run --help, "Exit status": "2 usage error";
-// DECISIONS "Roles and connections" for the --prev/--listen rule; the
-// --round ids per DECISIONS "Wire format" round-id grammar).
+// docs/DESIGN.md "Roles and connections" for the --prev/--listen rule; the
+// --round ids per docs/DESIGN.md "Wire format" round-id grammar).
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -112,7 +112,7 @@ func TestHelpVersionDemo(t *testing.T) {
 // the chain reaches it. Otherwise the chain synchronises, the predecessors'
 // tasks run, and only then does this node fail and halt the chain half-way
 // (the draft's switch-stack example: switch 1 upgraded, switch 2's node
-// cannot even start its task). DECISIONS is silent; an operator expects a
+// cannot even start its task). docs/DESIGN.md is silent; an operator expects a
 // bad command line to exit at once with "nothing started" (run --help:
 // "2 usage error" / "1 could not start").
 func TestMissingTaskRejectedAtStart(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// --chain derives each node's place (DECISIONS.md, roles and connections:
+// --chain derives each node's place (docs/DESIGN.md "Roles and connections":
 // the Head only dials, the Tail only listens).
 func TestPlaceFromChain(t *testing.T) {
 	ms, err := parseChain("A=10.0.0.1:7000, B=10.0.0.2:7000,C=[::1]:7002")

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Configuration from the environment (DECISIONS.md): every flag of
+// Configuration from the environment (docs/DESIGN.md): every flag of
 // chainsync run (and of chainsync check, which takes the same flags) may
 // also come from CHAINSYNC_<FLAG>, upper case with dashes as underscores;
 // a flag given on the command line wins. The mapping is computed from the

@@ -18,7 +18,7 @@ func runFlagSet(o *runOpts) *flag.FlagSet {
 }
 
 // Every run flag has a variable, CHAINSYNC_<FLAG>, and none of them is a
-// variable a node sets for its task or hook (DECISIONS.md, "Configuration
+// variable a node sets for its task or hook (docs/DESIGN.md, "Configuration
 // from the environment"). A flag added later whose name would clash fails
 // here until it gets an entry in envRenames.
 func TestEnvNames(t *testing.T) {

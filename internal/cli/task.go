@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// DECISIONS.md, "Restarts and durable state": a node's task does not
+// docs/DESIGN.md, "Restarts and durable state": a node's task does not
 // outlive the node. Each run of the task is the leader of a new process
 // group; the node's stop signals go to the whole group; when the task's
 // main process ends, whatever it left in its group is killed; and the

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestTaskGroupGoneWhenRunReturns: DECISIONS.md "Restarts and durable
+// TestTaskGroupGoneWhenRunReturns: docs/DESIGN.md "Restarts and durable
 // state": a node's task does not outlive it, and tasks run in chain order
 // without overlapping. When taskRunner.run returns (and the node sends
 // COMPLETE on, starting the successor's task), nothing the task left in

@@ -1,6 +1,6 @@
 // Package journal is a node's durable state: an append-only file of
 // checksummed records, one per change to a round, fsynced before the node
-// acts on the change (DECISIONS.md, "Restarts and durable state").
+// acts on the change (docs/DESIGN.md, "Restarts and durable state").
 //
 // # Format
 //

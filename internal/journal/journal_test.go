@@ -13,7 +13,7 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// Tests of the journal (DECISIONS.md, "Restarts and durable state": "A
+// Tests of the journal (docs/DESIGN.md, "Restarts and durable state": "A
 // torn last record is dropped; any other damage stops the node with a
 // clear error, never a guess. One process per state directory (a lock).")
 

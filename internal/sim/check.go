@@ -12,7 +12,7 @@ import (
 // quorum/quick_test.go checks an implementation against a naive one. Hook
 // it up with Attach, or call Observe from your own Hook.
 //
-// The invariants (DECISIONS.md, "State machine"; draft, "Protocol
+// The invariants (docs/DESIGN.md, "State machine"; draft, "Protocol
 // Operation"):
 //   - no task starts before every node was locally ready;
 //   - a node's task starts only after its predecessor's task finished, so
@@ -314,7 +314,7 @@ func (c *Checker) action(i int, a protocol.Action) error {
 }
 
 // allowed is the draft's per-role state diagram (section "States" and
-// "Protocol Operation") as DECISIONS.md reads it: the Head never enters
+// "Protocol Operation") as docs/DESIGN.md reads it: the Head never enters
 // WATCH, everyone else passes through it.
 func allowed(role protocol.Role, from, to protocol.State) bool {
 	if to == protocol.StateAborted {

@@ -33,7 +33,7 @@ func hasState(acts []protocol.Action, to protocol.State) bool {
 	return slices.ContainsFunc(acts, func(a protocol.Action) bool { return a.Kind == protocol.ActState && a.State == to })
 }
 
-// The seeded bugs of DECISIONS.md's guarantees (draft, Introduction: "No
+// The seeded bugs of docs/DESIGN.md's guarantees (draft, Introduction: "No
 // process starts until the entire chain is ready. Execution order is
 // strictly A -> B -> ... -> N."), each the Promela model's bug of the
 // same kind (model/chainsync.pml).
@@ -219,7 +219,7 @@ func TestCheckerCatchesSeededBugs(t *testing.T) {
 // A journal that misses a step (as when it is written after the send and
 // the node dies in between) is caught at the restart: the restored
 // Machine is behind what its neighbours saw. And a finished task may not
-// run again. DECISIONS.md, "Restarts and durable state".
+// run again. docs/DESIGN.md, "Restarts and durable state".
 func TestCheckerCatchesLostJournalRecords(t *testing.T) {
 	caught := 0
 	for seed := uint64(1); seed <= 200; seed++ {

@@ -7,7 +7,7 @@ import (
 )
 
 // Restart crashes node i and starts it again, as a process killed with
-// kill -9 and restarted with the same state directory (DECISIONS.md,
+// kill -9 and restarted with the same state directory (docs/DESIGN.md,
 // "Restarts and durable state"): its Machine is replaced by a new one
 // (the process lost its memory) into which every record of its Journal is
 // restored, in the order the rounds were first saved; its running tasks

@@ -333,7 +333,7 @@ func TestRenderFault(t *testing.T) {
 	}
 }
 
-// DECISIONS "Restarts and durable state": a node restarted by its own task
+// docs/DESIGN.md "Restarts and durable state": a node restarted by its own task
 // appends to its trace file, and the render draws both runs in one lane.
 func TestAppendAcrossRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "B.jsonl")
