@@ -395,7 +395,7 @@ func TestNetnsHungNode(t *testing.T) {
 
 // TestNetnsNoFalseAlarms: heartbeats must not cry wolf. Three hosts, all
 // with --heartbeat 1500ms (at least 1.5 times the longest outage to ride
-// out: README "Faults") and the default halt policy, tasks of random
+// out: docs/FAULTS.md) and the default halt policy, tasks of random
 // length up to 5 s (far longer than 3 intervals), and a 1 s partition of a
 // random link at a random moment (a veth end down, then up: no FIN, no
 // RST). The round completes, every node exits 0, and no hook ran. (Up to

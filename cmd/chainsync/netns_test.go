@@ -374,7 +374,7 @@ func TestNetnsSwitchNeverComesBack(t *testing.T) {
 }
 
 // TestNetnsVanishedPeerKeepalive (opt-in: CHAINSYNC_NETNS_SLOW=1, ~40 s)
-// checks the README's "TCP keepalive detects vanished peers" with
+// checks docs/DESIGN.md's "TCP keepalive detects vanished peers" with
 // --connect-timeout alone, no --phase-timeout: B vanishes (interfaces down,
 // then SIGKILL, so no FIN/RST) while A's task runs, and A then sends its
 // COMPLETE into the void. C's link to B is idle, so keepalive (15 s idle,

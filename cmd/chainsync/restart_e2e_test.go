@@ -348,30 +348,30 @@ func TestRestartedPeerNamed(t *testing.T) {
 	t.Logf("logged: %s", line)
 }
 
-// supervisorScript returns the README's chainsync-supervise loop, so that
+// supervisorScript returns docs/RESTARTS.md's chainsync-supervise loop, so that
 // the example users copy is the one tested.
 func supervisorScript(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/RESTARTS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const begin = "#!/bin/sh\n# chainsync-supervise:"
 	i := bytes.Index(b, []byte(begin))
 	if i < 0 {
-		t.Fatal("README.md has no chainsync-supervise script")
+		t.Fatal("docs/RESTARTS.md has no chainsync-supervise script")
 	}
 	j := bytes.Index(b[i:], []byte("\n```"))
 	if j < 0 {
-		t.Fatal("README.md: the chainsync-supervise script does not end")
+		t.Fatal("docs/RESTARTS.md: the chainsync-supervise script does not end")
 	}
 	return string(b[i:i+j]) + "\n"
 }
 
-// TestSupervisedSwitchRestartsItself: the README's switch-stack example.
+// TestSupervisedSwitchRestartsItself: docs/RESTARTS.md's switch-stack example.
 // B's task restarts B's own node (kill -9 $PPID, as a switch upgrade
 // restarts the management plane the node runs in) and waits to be taken
-// down with it. B runs under the README's supervisor loop with
+// down with it. B runs under docs/RESTARTS.md's supervisor loop with
 // --state-dir and --resume-task done: the loop starts B again, B finds its
 // task interrupted, takes it as done and sends COMPLETE on; C runs its
 // task after B's, every node and the loop exit 0, and B's task ran once.

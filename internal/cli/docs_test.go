@@ -135,8 +135,8 @@ func TestPackaging(t *testing.T) {
 			t.Errorf("%s is not Type=notify", unit)
 		}
 	}
-	readme, _ := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	readme, _ := os.ReadFile(filepath.Join(repoRoot, "docs/OPERATIONS.md"))
 	if strings.Contains(string(readme), "Type=exec") || !strings.Contains(string(readme), "Type=notify") {
-		t.Errorf("README's unit should use Type=notify")
+		t.Errorf("docs/OPERATIONS.md's unit should use Type=notify")
 	}
 }
