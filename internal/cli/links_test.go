@@ -4,6 +4,7 @@ package cli
 // links.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,7 +35,12 @@ func anchors(text string) map[string]bool {
 				b.WriteRune(r)
 			}
 		}
-		out[b.String()] = true
+		// GitHub numbers a repeated heading: #tested, #tested-1, ...
+		a := b.String()
+		for i := 1; out[a]; i++ {
+			a = fmt.Sprintf("%s-%d", b.String(), i)
+		}
+		out[a] = true
 	}
 	return out
 }
@@ -75,6 +81,76 @@ func TestMarkdownLinksStayInRepo(t *testing.T) {
 				if !anchors(string(text))[anchor] {
 					t.Errorf("%s: link %s: no heading #%s in %s", md, target, anchor, dest)
 				}
+			}
+		}
+	}
+}
+
+var (
+	// refDef is a reference-style link definition: [label]: target.
+	refDef = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:\s*(\S+)`)
+	// htmlRef is a link or image in inline HTML.
+	htmlRef = regexp.MustCompile(`(?i)(?:href|src)\s*=\s*["']([^"']+)["']`)
+	// bareURL is what GitHub turns into a link by itself.
+	bareURL = regexp.MustCompile(`(?i)\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s)>\]]*`)
+	// codeSpan is inline code, where a URL is text, not a link.
+	codeSpan = regexp.MustCompile("`[^`\n]*`")
+)
+
+// prose returns a Markdown file's text outside fenced code blocks and
+// inline code.
+func prose(text string) string {
+	var b strings.Builder
+	inCode := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inCode = !inCode
+			continue
+		}
+		if !inCode {
+			b.WriteString(codeSpan.ReplaceAllString(l, ""))
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// Besides [text](target) links, Markdown links by reference definitions,
+// inline HTML and bare URLs (GitHub links those by itself): none of them
+// may leave the repository either, and those that point inside it must
+// exist.
+func TestMarkdownHasNoOtherLinksOut(t *testing.T) {
+	mds := repoFiles(t, func(p string) bool { return strings.HasSuffix(p, ".md") })
+	for _, md := range mds {
+		b, err := os.ReadFile(filepath.Join(repoRoot, md))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := prose(string(b))
+		for _, u := range bareURL.FindAllString(text, -1) {
+			t.Errorf("%s: %s is a link that leaves the repository", md, u)
+		}
+		var targets []string
+		for _, m := range refDef.FindAllStringSubmatch(text, -1) {
+			targets = append(targets, m[1])
+		}
+		for _, m := range htmlRef.FindAllStringSubmatch(text, -1) {
+			targets = append(targets, m[1])
+		}
+		for _, target := range targets {
+			file, _, _ := strings.Cut(target, "#")
+			if file == "" {
+				continue
+			}
+			if strings.Contains(target, ":") || filepath.IsAbs(file) {
+				t.Errorf("%s: link %s leaves the repository", md, target)
+				continue
+			}
+			dest := filepath.Join(filepath.Dir(md), file)
+			if rel := filepath.ToSlash(filepath.Clean(dest)); rel == ".." || strings.HasPrefix(rel, "../") {
+				t.Errorf("%s: link %s leaves the repository", md, target)
+			} else if _, err := os.Stat(filepath.Join(repoRoot, dest)); err != nil {
+				t.Errorf("%s: link %s: %s does not exist", md, target, rel)
 			}
 		}
 	}
