@@ -155,3 +155,41 @@ func TestMarkdownHasNoOtherLinksOut(t *testing.T) {
 		}
 	}
 }
+
+// The repository stands alone: no file cites the developers' notes kept
+// outside it (the project's reading of the draft is docs/DESIGN.md). The
+// names are split so that this file does not match itself.
+func TestRepositoryStandsAlone(t *testing.T) {
+	outside := []string{"DECI" + "SIONS", "shared/" + "spec", "chainsync-draft" + ".txt"}
+	n := 0
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		for _, s := range outside {
+			if i := strings.Index(string(b), s); i >= 0 {
+				line := strings.Count(string(b[:i]), "\n") + 1
+				rel, _ := filepath.Rel(repoRoot, p)
+				t.Errorf("%s:%d cites %s, which is not in the repository: point to docs/DESIGN.md (its sections by name) instead", filepath.ToSlash(rel), line, s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("looked at only %d files", n)
+	}
+}
