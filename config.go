@@ -52,7 +52,16 @@ type Config struct {
 	// Rounds, if non-nil, is the set of round ids this node takes part in;
 	// a predecessor's READY for any other round is a protocol violation.
 	// Nil means any round a predecessor opens is accepted (up to MaxRounds).
+	// With Follow, Rounds are the rounds known up front, and any other
+	// round the predecessor opens is accepted too.
 	Rounds []string
+	// Follow makes a long-lived node: it joins every round its predecessor
+	// opens, learning the round from the READY that opens it, and reports
+	// each such round on Node.Rounds, where the application learns it and
+	// says when it is locally ready (Node.Ready). The application must
+	// read Node.Rounds: a round it never hears of never becomes locally
+	// ready, and with one task at a time it holds up every later round.
+	Follow bool
 	// UnnamedColon sends the unnamed round as "COMMAND:" instead of the
 	// draft's bare "COMMAND", for peers that require the colon (the draft
 	// author's reference implementation does).

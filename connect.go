@@ -229,12 +229,16 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
 	}
 	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	opening := n.opening(l.side, msg)
 	if cur == l {
 		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
 			n.violation(l, err)
 			return false
 		}
 		if l.side == protocol.Pred {
+			if opening {
+				n.opened(msg.Round, true)
+			}
 			n.watchOpened(msg)
 		}
 		return true
@@ -271,6 +275,9 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	n.perform(resend)
 	n.resendExitWave(&msg)
 	n.perform(acts)
+	if opening {
+		n.opened(msg.Round, true)
+	}
 	n.watchOpened(msg)
 	return true
 }

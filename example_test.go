@@ -164,3 +164,74 @@ func ExampleResult_taskFailed() {
 	// A: fault
 	// C ran its task: false
 }
+
+// A long-lived chain, as a staged data pipeline embedded in a program: the
+// Head extracts, B transforms, C loads. B and C follow (Config.Follow):
+// they join every round the Head opens, learning it from Node.Rounds, and
+// say when they are ready for it. The Head opens one round per batch as
+// batches arrive; with one task at a time, every node processes the
+// batches in the order the Head opened them.
+func Example_longLivedChain() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var mu sync.Mutex
+	done := map[string][]string{}
+	stage := func(name string) func(context.Context, string) error {
+		return func(_ context.Context, batch string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			done[name] = append(done[name], batch)
+			return nil
+		}
+	}
+	// follow answers every round a node learns from its predecessor; a
+	// real stage would first fetch what the batch needs.
+	follow := func(n *chainsync.Node) {
+		for batch := range n.Rounds() {
+			_ = n.Ready(batch)
+		}
+	}
+
+	c, err := chainsync.Start(chainsync.Config{Name: "C", Listen: "127.0.0.1:0", Follow: true, Task: stage("load")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	go follow(c)
+	b, err := chainsync.Start(chainsync.Config{Name: "B", Listen: "127.0.0.1:0", Next: c.Addr().String(), Follow: true, Task: stage("transform")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	go follow(b)
+	a, err := chainsync.Start(chainsync.Config{Name: "A", Next: b.Addr().String(), Task: stage("extract")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+
+	// The stream of batches: the Head opens a round for each.
+	var batches []string
+	for i := 1; i <= 5; i++ {
+		batch := fmt.Sprintf("batch-%d", i)
+		batches = append(batches, batch)
+		if err := a.Ready(batch); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, batch := range batches {
+		if res, err := a.Wait(ctx, batch); err != nil || res.Status != chainsync.StatusDone {
+			log.Fatal(batch, res.Status, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, stage := range []string{"extract", "transform", "load"} {
+		fmt.Println(stage, done[stage])
+	}
+	// Output:
+	// extract [batch-1 batch-2 batch-3 batch-4 batch-5]
+	// transform [batch-1 batch-2 batch-3 batch-4 batch-5]
+	// load [batch-1 batch-2 batch-3 batch-4 batch-5]
+}

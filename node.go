@@ -50,6 +50,12 @@ type Node struct {
 	quick   []string          // Config.QuickTask: rounds whose task runQuick runs next
 	inQuick bool              // runQuick is running
 	healthy [3]time.Time      // per side: when the neighbour was last known healthy (ConnectTimeout)
+
+	// Rounds: the rounds learned from the predecessor (Config.Follow),
+	// queued for announce, which hands them to the application.
+	roundsCh  chan string
+	roundsSig chan struct{}
+	roundsQ   []string
 }
 
 // keepFaults is how many recent faults Snapshot reports.
@@ -116,8 +122,10 @@ func Start(cfg Config) (*Node, error) {
 		pending: make(map[*link]bool),
 		rounds:  make(map[string]*roundInfo),
 	}
-	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds}
-	if cfg.Rounds != nil {
+	// One task at a time: the tasks run in the order the Head opened the
+	// rounds, which the READY wave carries down the chain.
+	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, Ordered: cfg.MaxParallelTasks == 1}
+	if cfg.Rounds != nil && !cfg.Follow {
 		set := make(map[string]bool, len(cfg.Rounds))
 		for _, r := range cfg.Rounds {
 			set[r] = true
@@ -127,6 +135,10 @@ func Start(cfg Config) (*Node, error) {
 	pc.Durable = cfg.StateDir != ""
 	n.m = protocol.New(pc)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.roundsCh = make(chan string)
+	n.roundsSig = make(chan struct{}, 1)
+	n.wg.Add(1)
+	go n.announce()
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
@@ -209,12 +221,16 @@ func (n *Node) Ready(round string) error {
 	if n.closed {
 		return ErrStopped
 	}
-	if n.cfg.Rounds != nil && !slices.Contains(n.cfg.Rounds, round) {
+	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
 	ri := n.round(round)
+	_, known := n.m.State(round)
 	if err := n.step(protocol.LocalReady(round)); err != nil {
 		return err
+	}
+	if !known {
+		n.opened(round, false)
 	}
 	ri.ready = true
 	if st, _ := n.m.State(round); st == protocol.StateSync {
@@ -277,6 +293,9 @@ type Snapshot struct {
 	PredHeard, SuccHeard time.Time
 	Rounds               []RoundStatus // unfinished rounds, by round id
 	Faults               []Fault       // the most recent faults, oldest first
+	// Finished are the last rounds that ended here (at most 32), oldest
+	// first, with how and when.
+	Finished []RoundResult
 }
 
 // Snapshot returns what the node is doing now: which links are up and
@@ -308,7 +327,21 @@ func (n *Node) Snapshot() Snapshot {
 		}
 		st.Rounds = append(st.Rounds, rs)
 	}
+	// Rounds a predecessor opened that this node has no record of yet.
+	for _, id := range n.m.Unfinished() {
+		if _, ok := n.rounds[id]; !ok {
+			st.Rounds = append(st.Rounds, RoundStatus{Round: id, State: protocol.StateSync})
+		}
+	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
+	for _, id := range n.over[max(0, len(n.over)-keepHistory):] {
+		ri := n.rounds[id]
+		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended}
+		if ri.res.Err != nil {
+			rr.Err = ri.res.Err.Error()
+		}
+		st.Finished = append(st.Finished, rr)
+	}
 	return st
 }
 

@@ -110,16 +110,17 @@ type TraceKind uint8
 
 // Trace event kinds.
 const (
-	TraceSent      TraceKind = iota + 1 // Msg was written to Side
-	TraceReceived                       // Msg arrived from Side
-	TraceState                          // Round moved From -> To
-	TraceTaskStart                      // the task of Round started
-	TraceTaskEnd                        // the task of Round ended (Err if it failed)
-	TraceLinkUp                         // the link to Side is up (Peer)
-	TraceLinkDown                       // the link to Side is down (Err)
-	TraceViolation                      // Side sent bad input (Err); the connection was closed
-	TraceRoundDone                      // Round is over here with Status
-	TraceFault                          // a fault was detected: Fault says which, Side/Peer whom it blames
+	TraceSent        TraceKind = iota + 1 // Msg was written to Side
+	TraceReceived                         // Msg arrived from Side
+	TraceState                            // Round moved From -> To
+	TraceTaskStart                        // the task of Round started
+	TraceTaskEnd                          // the task of Round ended (Err if it failed)
+	TraceLinkUp                           // the link to Side is up (Peer)
+	TraceLinkDown                         // the link to Side is down (Err)
+	TraceViolation                        // Side sent bad input (Err); the connection was closed
+	TraceRoundDone                        // Round is over here with Status
+	TraceFault                            // a fault was detected: Fault says which, Side/Peer whom it blames
+	TraceRoundOpened                      // this node heard of Round for the first time (Ready, or the predecessor's READY)
 )
 
 // TraceEvent is one thing that happened at a node, for Config.Trace.

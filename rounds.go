@@ -29,6 +29,8 @@ type roundInfo struct {
 	exitTimer *time.Timer // ExitWaveTimeout while awaiting
 	waiters   int         // Wait calls blocked on this round
 	timedOut  bool        // the task failed by running past TaskTimeout
+	opened    time.Time   // when this node first heard of the round
+	ended     time.Time   // when the round ended here
 }
 
 // finished reports whether the round's result is in.
@@ -78,7 +80,8 @@ func (r RoundStatus) Doing() string {
 func (n *Node) round(id string) *roundInfo {
 	ri := n.rounds[id]
 	if ri == nil {
-		ri = &roundInfo{done: make(chan struct{}), since: time.Now()}
+		now := time.Now()
+		ri = &roundInfo{done: make(chan struct{}), since: now, opened: now}
 		n.rounds[id] = ri
 	}
 	return ri
@@ -93,6 +96,7 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 		ri.timer.Stop()
 	}
 	ri.res = res
+	ri.ended = time.Now()
 	close(ri.done)
 	n.over = append(n.over, id)
 	if len(n.over) > keepResults {

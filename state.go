@@ -69,6 +69,9 @@ func (n *Node) resume(st *journal.State) {
 		default:
 			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
 			n.armPhase(rec.Round, ri, rec.State)
+			if n.cfg.Follow && !rec.LocalReady && rec.PredReady {
+				n.announceRound(rec.Round) // the application learns it again
+			}
 		}
 	}
 	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds), "interrupted_tasks", interrupted)

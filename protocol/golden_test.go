@@ -26,7 +26,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata
 //
 // The script language (one command per block, "----", then its output):
 //
-//	chain A B C D [colon]   new chain, Head first; colon: send "COMMAND:" for the unnamed round
+//	chain A B C D [colon] [ordered]  new chain, Head first; colon: send "COMMAND:" for the
+//	                        unnamed round; ordered: protocol.Config.Ordered
 //	ready A B.. [round=R]   the nodes become locally ready, in that order
 //	deliver [N | X->Y]      deliver the oldest message in flight (N times), or the next on link X->Y
 //	stabilize               deliver everything in global FIFO order (lockstep); tasks finish instantly
@@ -162,11 +163,13 @@ func (g *golden) run(cmd string) []string {
 	}
 	switch fields[0] {
 	case "chain":
-		colon := len(args) > 0 && args[len(args)-1] == "colon"
-		if colon {
+		var colon, ordered bool
+		for len(args) > 0 && (args[len(args)-1] == "colon" || args[len(args)-1] == "ordered") {
+			colon = colon || args[len(args)-1] == "colon"
+			ordered = ordered || args[len(args)-1] == "ordered"
 			args = args[:len(args)-1]
 		}
-		g.net = sim.New(sim.Config{Names: args})
+		g.net = sim.New(sim.Config{Names: args, Machine: func(_ int, pc *protocol.Config) { pc.Ordered = ordered }})
 		g.net.Colon = colon
 		g.chk = sim.NewChecker(g.net)
 		g.chk.Faults = true // the scripts drop links and duplicate messages

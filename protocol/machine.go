@@ -1,9 +1,11 @@
 package protocol
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // State is a round's state at one node: the draft's five states, plus the
@@ -207,6 +209,10 @@ type Record struct {
 	// The last command received from each neighbour (0: none); an older
 	// one later means that neighbour restarted without its state.
 	RecvPred, RecvSucc Command
+	// Seq numbers the rounds in the order this node learned them (from its
+	// own readiness at the Head, from the predecessor's READY elsewhere);
+	// 0 until then. Restore puts rounds back in that order.
+	Seq uint64
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -256,6 +262,16 @@ type Config struct {
 	// among the step's actions, so the caller can persist it before it
 	// sends anything or runs a task.
 	Durable bool
+	// Ordered keeps the rounds in the order this node learned them: from
+	// its own local readiness at the Head (or a one-node chain), from the
+	// predecessor's READY elsewhere. A round leaves SYNC (passes READY
+	// on) only after every round learned before it has, even if this node
+	// became ready for it first; and a round's task runs only after the
+	// task of every round learned before it has run here, or that round
+	// has ended. Since every link is FIFO, every node then runs its tasks
+	// in the order the rounds were opened at the Head: one task at a time,
+	// the pipeline's batch 5 before batch 6 on every node.
+	Ordered bool
 }
 
 type round struct {
@@ -271,6 +287,8 @@ type round struct {
 	// A neighbour that restarted without its state: nothing more is
 	// re-sent to it for this round.
 	lostPred, lostSucc bool
+	seq                uint64 // when this node learned the round (see learn), for re-sends in that order
+	queued             bool   // in Machine.order (Config.Ordered)
 }
 
 func (r *round) record() Record {
@@ -279,7 +297,7 @@ func (r *round) record() Record {
 	}
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
-		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc}
+		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -289,6 +307,15 @@ type Machine struct {
 	rounds   map[string]*round
 	active   int
 	finished []string // finished round ids, oldest first
+	seq      uint64   // rounds learned so far
+
+	// Config.Ordered: the rounds in the order this node learned them.
+	// Every round before order[readyAt] has left SYNC, and every round
+	// before order[taskAt] has run its task here or ended; the entries
+	// before both are dropped from time to time.
+	order           []*round
+	readyAt, taskAt int
+	moved           []*round // rounds pump moved in this step (Durable), once each
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -317,6 +344,18 @@ func (m *Machine) State(round string) (State, bool) {
 	return r.state, true
 }
 
+// Unfinished returns the ids of the rounds that are not finished, in no
+// particular order.
+func (m *Machine) Unfinished() []string {
+	ids := make([]string, 0, m.active)
+	for id, r := range m.rounds {
+		if !r.state.Terminal() {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // Active returns the number of rounds that are not finished.
 func (m *Machine) Active() int { return m.active }
 
@@ -324,20 +363,34 @@ func (m *Machine) Active() int { return m.active }
 // error means the peer misbehaved; any other error is local misuse. On
 // error no state has changed and out is returned as given.
 func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
-	id, one := ev.RoundOf()
-	if !m.cfg.Durable || !one {
+	if !m.cfg.Durable {
 		return m.step(ev, out)
 	}
-	before := m.rounds[id].record()
+	id, one := ev.RoundOf()
+	var before Record
+	if one {
+		before = m.rounds[id].record()
+	}
 	start := len(out)
+	m.moved = m.moved[:0]
 	out, err := m.step(ev, out)
 	if err != nil {
 		return out, err
 	}
-	if after := m.rounds[id].record(); after != before {
-		out = slices.Insert(out, start, Action{Kind: ActSave, Round: id, Record: after})
+	// The event's round, and every round whose turn came in this step
+	// (Config.Ordered), is saved before any of the step's actions.
+	var saves []Action
+	if one {
+		if after := m.rounds[id].record(); after != before {
+			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
+		}
 	}
-	return out, nil
+	for _, r := range m.moved {
+		if !one || r.id != id {
+			saves = append(saves, Action{Kind: ActSave, Round: r.id, Record: r.record()})
+		}
+	}
+	return slices.Insert(out, start, saves...), nil
 }
 
 // Restore reinstates a round from its Record, as a restarted node does
@@ -353,17 +406,34 @@ func (m *Machine) Restore(rec Record) error {
 	}
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
-		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc}
+		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq}
+	m.seq = max(m.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.state.Terminal() {
 		m.finished = append(m.finished, r.id)
-	} else {
-		m.active++
+		return nil
+	}
+	m.active++
+	m.learn(r)
+	if r.queued {
+		// Back into the order it was learned in, whatever the order of
+		// the records.
+		for i := len(m.order) - 1; i > 0 && m.order[i-1].seq > r.seq; i-- {
+			m.order[i-1], m.order[i] = m.order[i], m.order[i-1]
+		}
 	}
 	return nil
 }
 
 func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
+	out, err := m.step1(ev, out)
+	if err == nil && m.cfg.Ordered {
+		out = m.pump(out)
+	}
+	return out, err
+}
+
+func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvRecv:
 		out, err := m.recv(ev.From, ev.Msg, out)
@@ -443,6 +513,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return out, nil // duplicate
 		}
 		r.predReady = true
+		m.learn(r)
 		return m.advance(r, out), nil
 
 	case from == Pred && msg.Cmd == Complete:
@@ -515,6 +586,9 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 		return out, nil
 	}
 	r.localReady = true
+	if !m.cfg.Role.HasPred() {
+		m.learn(r)
+	}
 	return m.advance(r, out), nil
 }
 
@@ -549,17 +623,26 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 }
 
 // linkUp re-sends the last message sent on the link for every unfinished
-// round (docs/DESIGN.md "Reconnects"), in round-id order.
+// round (docs/DESIGN.md "Reconnects"): with Config.Ordered in the order
+// this node learned the rounds, so that the READYs and STARTs keep their
+// order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
-	ids := make([]string, 0, m.active)
-	for id, r := range m.rounds {
+	rs := make([]*round, 0, m.active)
+	for _, r := range m.rounds {
 		if !r.state.Terminal() {
-			ids = append(ids, id)
+			rs = append(rs, r)
 		}
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		r := m.rounds[id]
+	slices.SortFunc(rs, func(a, b *round) int {
+		if m.cfg.Ordered {
+			if c := cmp.Compare(a.seq, b.seq); c != 0 {
+				return c
+			}
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	for _, r := range rs {
+		id := r.id
 		last, lost := r.lastSucc, r.lostSucc
 		if side == Pred {
 			last, lost = r.lastPred, r.lostPred
@@ -578,7 +661,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 	for {
 		switch r.state {
 		case StateSync:
-			if !r.localReady || role.HasPred() && !r.predReady {
+			if !r.localReady || role.HasPred() && !r.predReady || m.cfg.Ordered && !m.readyTurn(r) {
 				return out
 			}
 			out = m.set(r, StateReady, out)
@@ -595,11 +678,14 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				out = m.set(r, StateWatch, out)
 				out = m.send(r, Pred, Start, out) // phase 2
 			} else {
+				if m.cfg.Ordered && !m.taskTurn(r) {
+					return out
+				}
 				out = m.set(r, StateStart, out) // the Head starts phase 3
 				out = append(out, Action{Kind: ActRunTask, Round: r.id})
 			}
 		case StateWatch:
-			if !r.completeRecv {
+			if !r.completeRecv || m.cfg.Ordered && !m.taskTurn(r) {
 				return out
 			}
 			out = m.set(r, StateStart, out)
@@ -651,4 +737,75 @@ func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 		m.finished = m.finished[1:]
 	}
 	return append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
+}
+
+// learn notes when this node learned round r: from its local readiness
+// at the Head (or a one-node chain), from the predecessor's READY
+// elsewhere. That is the order of its READYs and re-sends and, with
+// Config.Ordered, of its tasks.
+func (m *Machine) learn(r *round) {
+	if r.queued || r.state.Terminal() {
+		return
+	}
+	if m.cfg.Role.HasPred() && !r.predReady || !m.cfg.Role.HasPred() && !r.localReady {
+		return
+	}
+	if r.seq == 0 {
+		m.seq++
+		r.seq = m.seq
+	}
+	if !m.cfg.Ordered {
+		return
+	}
+	r.queued = true
+	m.order = append(m.order, r)
+}
+
+// readyTurn reports whether every round learned before r has left SYNC.
+func (m *Machine) readyTurn(r *round) bool {
+	for m.readyAt < len(m.order) && m.order[m.readyAt].state != StateSync {
+		m.readyAt++
+	}
+	return m.readyAt < len(m.order) && m.order[m.readyAt] == r
+}
+
+// taskTurn reports whether every round learned before r has run its task
+// here or ended.
+func (m *Machine) taskTurn(r *round) bool {
+	for m.taskAt < len(m.order) && m.order[m.taskAt].state >= StateComplete {
+		m.taskAt++
+	}
+	return m.taskAt < len(m.order) && m.order[m.taskAt] == r
+}
+
+// pump moves the rounds whose turn has come since the step began: the
+// next round waiting to pass READY on, the next waiting to run its task
+// (Config.Ordered).
+func (m *Machine) pump(out []Action) []Action {
+	for moved := true; moved; {
+		moved = false
+		m.readyTurn(nil) // moves readyAt past the rounds that left SYNC
+		m.taskTurn(nil)
+		for _, at := range [...]int{m.readyAt, m.taskAt} {
+			if at >= len(m.order) {
+				continue
+			}
+			r := m.order[at]
+			st := r.state
+			out = m.advance(r, out)
+			if r.state != st {
+				moved = true
+				if m.cfg.Durable && !slices.Contains(m.moved, r) {
+					m.moved = append(m.moved, r)
+				}
+			}
+		}
+	}
+	// Drop the rounds that are past both turns.
+	if k := min(m.readyAt, m.taskAt); k >= 64 && 2*k >= len(m.order) {
+		m.order = slices.Delete(m.order, 0, k)
+		m.readyAt -= k
+		m.taskAt -= k
+	}
+	return out
 }

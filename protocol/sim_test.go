@@ -122,6 +122,84 @@ func TestSimulateLongChains(t *testing.T) {
 	}
 }
 
+// TestSimulateOrdered runs random schedules, with faults and (in half of
+// them) crash-restarts, of Machines with Config.Ordered, and checks after
+// every step that each node passes READY on and runs its tasks in the
+// order the Head opened the rounds, whatever the order in which nodes
+// become locally ready; and that every round still finishes everywhere.
+//
+// The project's reading of long-lived chains: with one task at a time a
+// node runs its tasks in the order the rounds were opened at the Head, and
+// the READY wave carries that order. Draft: Message Types (ROUND-ID),
+// Protocol Operation, Phases 1-4.
+func TestSimulateOrdered(t *testing.T) {
+	total := *schedulesFlag / 2
+	if *seedFlag != 0 {
+		total = 1
+	}
+	for i := range total {
+		seed := *seedBaseFlag + uint64(i)
+		if *seedFlag != 0 {
+			seed = *seedFlag
+		}
+		ext := &schedExt{ordered: true, durable: seed%2 == 0, faults: true, setup: checkOrder}
+		var trace func(string)
+		if *seedFlag != 0 {
+			trace = func(s string) { t.Log(s) }
+		}
+		if res := runScheduleExt(seed, 1+int(seed%9), trace, ext); res.err != nil {
+			t.Fatalf("seed %d: %s\nreplay: go test ./protocol -run TestSimulateOrdered -seed %d -v", seed, res, seed)
+		}
+	}
+}
+
+// checkOrder fails a schedule in which a node sends READY on, or starts a
+// task, for a round the Head opened after one it has not yet done so for.
+func checkOrder(net *sim.Network, fail func(error)) {
+	opened := map[string]int{} // round -> when the Head opened it
+	type progress struct{ ready, task int }
+	last := make([]progress, len(net.Nodes))
+	for i := range last {
+		last[i] = progress{-1, -1}
+	}
+	seen := map[string]bool{}
+	hook := net.Hook
+	net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+		for _, a := range acts {
+			if a.Kind == protocol.ActState && a.From == protocol.StateSync && node == 0 {
+				if _, ok := opened[a.Round]; !ok {
+					opened[a.Round] = len(opened)
+				}
+			}
+			var at *int
+			var what string
+			switch {
+			case a.Kind == protocol.ActState && a.From == protocol.StateSync && a.State == protocol.StateReady:
+				at, what = &last[node].ready, "left SYNC"
+			case a.Kind == protocol.ActRunTask:
+				at, what = &last[node].task, "ran its task"
+			default:
+				continue
+			}
+			key := fmt.Sprint(node, what, a.Round)
+			if seen[key] {
+				continue // a task run again after a restart
+			}
+			seen[key] = true
+			k, ok := opened[a.Round]
+			if !ok {
+				fail(fmt.Errorf("node %d %s for round %q before the Head opened it", node, what, a.Round))
+				continue
+			}
+			if k < *at {
+				fail(fmt.Errorf("node %d %s for round %q (opened %d at the Head) after a round opened later (%d)", node, what, a.Round, k, *at))
+			}
+			*at = max(*at, k)
+		}
+		hook(node, ev, acts, err)
+	}
+}
+
 func replay(t *testing.T, seed uint64, n int) {
 	res := runSchedule(seed, n, func(s string) { t.Log(s) })
 	t.Logf("seed %d: %s", seed, res)
@@ -218,6 +296,7 @@ func runSchedule(seed uint64, n int, trace func(string)) (res schedResult) {
 // schedExt lets a test add its own checks to runSchedule's schedules.
 type schedExt struct {
 	durable bool // force Durable Machines
+	ordered bool // Config.Ordered Machines, and no failing task
 	faults  bool // force faults (drops, duplicates and, if durable, crash-restarts)
 	// setup is called once the Checker is attached; it may wrap net.Hook.
 	setup func(net *sim.Network, fail func(error))
@@ -242,7 +321,7 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		res.rounds = append(res.rounds, roundPool[p])
 	}
 	res.faults = n > 1 && (rng.IntN(2) == 0 || ext != nil && ext.faults)
-	if rng.IntN(8) == 0 {
+	if rng.IntN(8) == 0 && (ext == nil || !ext.ordered) {
 		res.failNode, res.failRound = rng.IntN(n), res.rounds[rng.IntN(k)]
 	}
 	names := make([]string, n)
@@ -250,7 +329,10 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		names[i] = fmt.Sprint("n", i)
 	}
 	res.durable = rng.IntN(2) == 0 || ext != nil && ext.durable
-	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) { pc.Durable = res.durable }})
+	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) {
+		pc.Durable = res.durable
+		pc.Ordered = ext != nil && ext.ordered
+	}})
 	res.colon = rng.IntN(4) == 0
 	net.Colon = res.colon
 	if rng.IntN(2) == 0 {

@@ -17,13 +17,15 @@
 // is "-" when the node has none, else ":" and the name). Every other
 // payload is a round record,
 //
-//	R :ROUND STATE FLAGS LASTPRED LASTSUCC RECVPRED RECVSUCC
+//	R :ROUND STATE FLAGS LASTPRED LASTSUCC RECVPRED RECVSUCC [SEQ]
 //
 // (ROUND after a colon, so the unnamed round is ":"; STATE and the four
 // commands as decimal numbers of the protocol package's State and
 // Command, 0 for none; FLAGS five 0/1 digits: locally ready, READY from
 // the predecessor, START from the successor, COMPLETE from the
-// predecessor, COMPLETE from the successor), or a delivery,
+// predecessor, COMPLETE from the successor; SEQ, when present, the
+// protocol package's Record.Seq: the order in which the node learned its
+// rounds), or a delivery,
 //
 //	D :ROUND
 //
@@ -337,7 +339,7 @@ func parsePayload(p []byte) (Entry, error) {
 			return Entry{DeliveredUnnamed: true}, nil
 		}
 		return Entry{Delivered: id}, nil
-	case len(f) == 8 && f[0] == "R":
+	case (len(f) == 8 || len(f) == 9) && f[0] == "R":
 		id, err := roundOf(f[1])
 		if err != nil {
 			return Entry{}, err
@@ -369,6 +371,13 @@ func parsePayload(p []byte) (Entry, error) {
 				return Entry{}, err
 			}
 			*c = protocol.Command(v)
+		}
+		if len(f) == 9 {
+			seq, err := strconv.ParseUint(f[8], 10, 64)
+			if err != nil || seq == 0 {
+				return Entry{}, fmt.Errorf("bad sequence number %q in %q", f[8], s)
+			}
+			r.Seq = seq
 		}
 		return Entry{Record: r}, nil
 	}
@@ -406,6 +415,9 @@ func EncodeRecord(r protocol.Record) []byte {
 		}
 	}
 	fmt.Fprintf(&p, " %d %d %d %d", r.LastPred, r.LastSucc, r.RecvPred, r.RecvSucc)
+	if r.Seq != 0 {
+		fmt.Fprintf(&p, " %d", r.Seq)
+	}
 	return p.Bytes()
 }
 

@@ -38,6 +38,7 @@ const (
 	KindViolation = "violation"
 	KindRoundDone = "round-done"
 	KindFault     = "fault"
+	KindOpened    = "round-opened"
 	KindDropped   = "dropped" // the writer fell behind and dropped Count records
 )
 
@@ -153,6 +154,8 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 	case chainsync.TraceRoundDone:
 		r.Kind = KindRoundDone
 		r.Status = ev.Status.String()
+	case chainsync.TraceRoundOpened:
+		r.Kind = KindOpened
 	case chainsync.TraceFault:
 		r.Kind = KindFault
 		r.Fault = string(ev.Fault)
