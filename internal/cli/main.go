@@ -39,6 +39,8 @@ func init() {
 		{name: "run", args: "[flags] -- COMMAND...", summary: "run one node of a real chain",
 			usage: runUsage, flags: func(fs *flag.FlagSet) { (&runOpts{}).flags(fs) },
 			main: func(args []string, _, stderr io.Writer) int { return runMain(args, stderr) }},
+		{name: "open", args: "--control ADDR [--id ID] [--wait]", summary: "open a round at a served Head (run --control)",
+			usage: openUsage, flags: func(fs *flag.FlagSet) { (&openOpts{}).flags(fs) }, main: openMain},
 		{name: "check", args: "[run flags]", summary: "preflight: check the configuration and both links, start nothing",
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
 		{name: "status", args: "ADDR[,ADDR...]", summary: "ask running nodes (--status-addr) where they stand",

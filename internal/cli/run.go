@@ -77,6 +77,10 @@ type runOpts struct {
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
+	serve                           bool   // serve.go
+	roundsFrom, control             string
+	every                           time.Duration
+	maxOpen                         int
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -89,7 +93,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.rounds, "rounds", 0, "run `N` concurrent rounds with ids 0..N-1 (as the reference implementation's --n-rounds)")
 	fs.BoolVar(&o.colon, "unnamed-round-colon", false, "send the unnamed round as COMMAND: (the reference implementation needs it)")
 	fs.StringVar(&o.readyCmd, "ready-cmd", "", "run `CMD` with sh -c until it exits 0; that is \"locally ready\" (absent: ready at once)")
-	fs.StringVar(&o.readyFile, "ready-file", "", "locally ready once `PATH` exists (checked every --ready-interval)")
+	fs.StringVar(&o.readyFile, "ready-file", "", "locally ready once `PATH` exists (checked every --ready-interval); {round} in it is replaced by the round id")
 	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "how often to retry --ready-cmd or check --ready-file")
 	fs.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "while a round waits, log where it stands this often, so a long wait is visibly not a hang (0: never)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
@@ -108,7 +112,12 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "a task interrupted by a restart (needs --state-dir): `fail` the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
-	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node")
+	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
+	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain")
+	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
+	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
+	fs.StringVar(&o.control, "control", "", "Head: accept chainsync open on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can open rounds)")
+	fs.IntVar(&o.maxOpen, "max-open", 64, "Head: at most `N` rounds in flight; beyond it chainsync open waits (or fails with --no-wait), --rounds-from stops reading and --every skips")
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
 	fs.StringVar(&o.traceFile, "trace", "", "append every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
@@ -230,7 +239,13 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, usagef("--status-addr %q: want HOST:PORT, e.g. 127.0.0.1:9000", o.statusAddr)
 		}
 	}
+	if err := o.checkServe(prev != ""); err != nil {
+		return cfg, nil, err
+	}
 	rounds := []string{o.round}
+	if o.serving() && o.round == "" && o.rounds == 0 {
+		rounds = nil // every round is opened while the chain runs
+	}
 	if o.rounds > 0 {
 		rounds = make([]string, o.rounds)
 		for i := range rounds {
@@ -239,7 +254,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	cfg = chainsync.Config{
 		Name: o.name, Listen: listen, Prev: prev, Next: next,
-		Rounds: rounds, UnnamedColon: o.colon, MaxRounds: max(len(rounds), 1),
+		Rounds: rounds, UnnamedColon: o.colon, MaxRounds: max(len(rounds), 1), Follow: o.serving(),
 		MaxParallelTasks: o.parallel,
 		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
 		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
@@ -248,6 +263,10 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		// A node is done only once its final COMPLETE is handed to its
 		// predecessor; --linger bounds the wait for a link to hand it to.
 		ExitWaveTimeout: max(o.linger, time.Second),
+	}
+	if o.serving() {
+		// A follower cannot know the Head's --max-open: room for plenty.
+		cfg.MaxRounds = max(1024, o.maxOpen+len(rounds))
 	}
 	if o.stateDir == "" && o.resumeTask != "fail" {
 		return cfg, nil, usagef("--resume-task needs --state-dir: without it a restarted node does not know it was interrupted")
@@ -359,6 +378,22 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.statusInterval > 0 {
 		go reportStatus(ctx, node, o.statusInterval, log)
 	}
+	stop := func(s os.Signal) int {
+		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
+		if ss, ok := s.(syscall.Signal); ok {
+			tasks.setStopSignal(ss)
+		}
+		hooks.stop()
+		cancel()
+		node.Close()
+		return ExitInterrupted
+	}
+	if o.serving() {
+		code := serveRun(ctx, node, rounds, o, log, sigs, stop)
+		cancel()
+		node.Close()
+		return code
+	}
 
 	results := make(chan chainsync.Result, len(rounds))
 	for _, r := range rounds {
@@ -373,14 +408,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		case res := <-results:
 			code = max(code, resultCode(res))
 		case s := <-sigs:
-			log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
-			if ss, ok := s.(syscall.Signal); ok {
-				tasks.setStopSignal(ss)
-			}
-			hooks.stop()
-			cancel()
-			node.Close()
-			return ExitInterrupted
+			return stop(s)
 		}
 	}
 	cancel()
@@ -425,26 +453,8 @@ func resultCode(res chainsync.Result) int {
 // becomeReady waits for --ready-cmd or --ready-file (if any), then tells
 // the node it is locally ready for round.
 func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *runOpts, log *slog.Logger) {
-	check := func() bool { return true }
-	switch {
-	case o.readyCmd != "":
-		check = func() bool {
-			return runShell(ctx, o.readyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name) == nil
-		}
-	case o.readyFile != "":
-		check = func() bool { _, err := os.Stat(o.readyFile); return err == nil }
-	}
-	t := time.NewTicker(o.readyInterval)
-	defer t.Stop()
-	for attempt := 1; !check(); attempt++ {
-		if attempt == 1 {
-			log.Info("not locally ready yet; checking again every "+o.readyInterval.String(), "round", round)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if waitReady(ctx, round, o, log) != nil {
+		return
 	}
 	log.Info("locally ready", "round", round)
 	err := node.Ready(round)

@@ -1,0 +1,305 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// The control protocol between chainsync open and a Head's --control: the
+// client sends one JSON request line; the Head answers with one JSON line
+// (the round id, or why not), and with wait a second one, the round's
+// outcome, when the round is over in the whole chain.
+
+// controlRequest asks the Head to open a round.
+type controlRequest struct {
+	ID     string `json:"id,omitempty"` // "": a generated id
+	Wait   bool   `json:"wait"`         // answer again with the outcome
+	NoWait bool   `json:"no_wait"`      // fail rather than wait for a slot under --max-open
+}
+
+// controlReply is the Head's answer: Round (opened) or Error (refused);
+// then, with Wait, Outcome.
+type controlReply struct {
+	Round   string   `json:"round,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Outcome *outcome `json:"outcome,omitempty"`
+}
+
+// maxControlLine bounds a request line.
+const maxControlLine = 1024
+
+// controlNetwork splits --control ADDR into a network and address.
+func controlNetwork(addr string) (network, address string, err error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return "", "", fmt.Errorf("--control %q: give the socket's path, e.g. unix:/run/chainsync/control.sock", addr)
+		}
+		return "unix", path, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", "", fmt.Errorf("--control %q: want unix:PATH or HOST:PORT, e.g. 127.0.0.1:7300", addr)
+	}
+	return "tcp", addr, nil
+}
+
+// controlServer serves --control.
+type controlServer struct {
+	ln    net.Listener
+	path  string // the unix socket, removed on close
+	op    *opener
+	log   *slog.Logger
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+// listenControl binds --control: a unix socket is created with mode 0600
+// (a stale socket left by a dead Head is replaced; a live one is not).
+func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, error) {
+	network, address, err := controlNetwork(addr)
+	if err != nil {
+		return nil, err
+	}
+	cs := &controlServer{op: op, log: log, conns: map[net.Conn]bool{}}
+	if network == "unix" {
+		if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--control %s: another process serves that socket", addr)
+		}
+		if fi, err := os.Lstat(address); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("--control %s: %s exists and is not a socket", addr, address)
+			}
+			_ = os.Remove(address) // stale: nobody answers on it
+		}
+		old := syscall.Umask(0o177) // the socket is born 0600
+		cs.ln, err = net.Listen("unix", address)
+		syscall.Umask(old)
+		if err == nil {
+			err = os.Chmod(address, 0o600)
+		}
+		cs.path = address
+	} else {
+		cs.ln, err = net.Listen("tcp", address)
+	}
+	if err != nil {
+		if cs.ln != nil {
+			cs.ln.Close()
+		}
+		return nil, fmt.Errorf("--control %s: %v", addr, err)
+	}
+	log.Info("control endpoint up: open rounds with chainsync open --control "+addr, "control", addr)
+	cs.wg.Add(1)
+	go cs.accept()
+	return cs, nil
+}
+
+func (cs *controlServer) accept() {
+	defer cs.wg.Done()
+	for {
+		c, err := cs.ln.Accept()
+		if err != nil {
+			return
+		}
+		cs.mu.Lock()
+		cs.conns[c] = true
+		cs.mu.Unlock()
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			cs.serve(c)
+			cs.mu.Lock()
+			delete(cs.conns, c)
+			cs.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// serve answers one chainsync open.
+func (cs *controlServer) serve(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReaderSize(io.LimitReader(c, maxControlLine), maxControlLine)
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	enc := json.NewEncoder(c)
+	var req controlRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		_ = enc.Encode(controlReply{Error: "bad request: " + err.Error()})
+		return
+	}
+	var notify chan outcome
+	if req.Wait {
+		notify = make(chan outcome, 1)
+	}
+	id, err := cs.op.openRound(req.ID, !req.NoWait, notify)
+	if err != nil {
+		_ = enc.Encode(controlReply{Error: err.Error()})
+		return
+	}
+	cs.log.Info("round opened by chainsync open", "round", id, "client", c.RemoteAddr().String())
+	if err := enc.Encode(controlReply{Round: id}); err != nil || !req.Wait {
+		return
+	}
+	// Hang up early if the client goes away; else wait for the outcome.
+	gone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, c)
+		close(gone)
+	}()
+	select {
+	case oc := <-notify:
+		_ = enc.Encode(controlReply{Round: id, Outcome: &oc})
+	case <-gone:
+	case <-cs.op.ctx.Done():
+		_ = enc.Encode(controlReply{Round: id, Outcome: &outcome{Round: id, Status: chainsync.StatusStopped.String(),
+			Node: cs.op.o.name, Reason: "the Head stopped before the round was over"}})
+	}
+}
+
+func (cs *controlServer) close() {
+	cs.ln.Close()
+	cs.mu.Lock()
+	for c := range cs.conns {
+		c.Close()
+	}
+	cs.mu.Unlock()
+	cs.wg.Wait()
+	if cs.path != "" {
+		_ = os.Remove(cs.path)
+	}
+}
+
+const openUsage = `Usage: chainsync open --control ADDR [--id ID] [--wait] [--no-wait]
+
+Asks a served Head (chainsync run --control ADDR) to open a round, and
+prints the round's id. Without --id the Head makes a new id, unique and
+sortable by time (e.g. 20261201T064500Z-3f9a). An id that was used already
+is refused. When --max-open rounds are in flight, open waits for one to end
+(or fails at once with --no-wait).
+
+With --wait, open waits until the round is over in the whole chain and
+says how it ended: exit 0 done; 3 a task failed; 4 a fault; the node where
+it failed and why on stderr.
+
+Examples:
+  chainsync open --control unix:/run/chainsync/control.sock
+  chainsync open --control 127.0.0.1:7300 --id batch-0042 --wait
+
+Exit status: 0 opened (with --wait: done); 1 refused (id used already,
+--max-open reached with --no-wait, no Head at ADDR); 2 usage error;
+3 a task failed (--wait); 4 fault (--wait); 130 the Head stopped first.
+
+Flags:
+`
+
+type openOpts struct {
+	control, id    string
+	wait, noWait   bool
+	connectTimeout time.Duration
+}
+
+func (o *openOpts) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.control, "control", "", "the Head's --control `ADDR`: unix:PATH or HOST:PORT (required)")
+	fs.StringVar(&o.id, "id", "", "the round's `ID` (1-128 of A-Z a-z 0-9 - _ .); absent: the Head makes one")
+	fs.BoolVar(&o.wait, "wait", false, "wait until the round is over in the whole chain; the exit status says how it ended")
+	fs.BoolVar(&o.noWait, "no-wait", false, "fail (exit 1) instead of waiting when --max-open rounds are in flight")
+	fs.DurationVar(&o.connectTimeout, "timeout", 10*time.Second, "how long to try to reach the Head")
+}
+
+func openMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("open", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o openOpts
+	o.flags(fs)
+	fs.Usage = func() { printUsage(stderr, openUsage, o.flags) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "chainsync open: "+format+"\n(see chainsync open --help)\n", a...)
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q", fs.Arg(0))
+	}
+	if o.control == "" {
+		return usage("--control is required: the Head's --control address")
+	}
+	network, address, err := controlNetwork(o.control)
+	if err != nil {
+		return usage("%v", err)
+	}
+	if o.id != "" && !protocol.ValidRound(o.id) {
+		return usage("--id %q: use 1-128 of A-Z a-z 0-9 - _ .", o.id)
+	}
+	c, err := net.DialTimeout(network, address, o.connectTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "chainsync open: cannot reach the Head at --control %s: %v (is chainsync run --control %s running?)\n", o.control, err, o.control)
+		return ExitError
+	}
+	defer c.Close()
+	req, _ := json.Marshal(controlRequest{ID: o.id, Wait: o.wait, NoWait: o.noWait})
+	if _, err := c.Write(append(req, '\n')); err != nil {
+		fmt.Fprintf(stderr, "chainsync open: %v\n", err)
+		return ExitError
+	}
+	dec := json.NewDecoder(bufio.NewReader(c))
+	var rep controlReply
+	if err := dec.Decode(&rep); err != nil {
+		fmt.Fprintf(stderr, "chainsync open: the Head at %s did not answer: %v\n", o.control, err)
+		return ExitError
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(stderr, "chainsync open: refused: %s\n", rep.Error)
+		return ExitError
+	}
+	fmt.Fprintln(stdout, rep.Round)
+	if !o.wait {
+		return ExitOK
+	}
+	if err := dec.Decode(&rep); err != nil || rep.Outcome == nil {
+		fmt.Fprintf(stderr, "chainsync open: round %s: the Head went away before the round was over: %v\n", rep.Round, err)
+		return ExitError
+	}
+	oc := rep.Outcome
+	switch oc.Status {
+	case chainsync.StatusDone.String():
+		return ExitOK
+	case chainsync.StatusTaskFailed.String():
+		fmt.Fprintf(stderr, "chainsync open: round %s: task failed at %s: %s\n", oc.Round, nodeLabel(oc.Node), oc.Reason)
+		return ExitTaskFailed
+	case chainsync.StatusFault.String():
+		fmt.Fprintf(stderr, "chainsync open: round %s: fault at %s: %s\n", oc.Round, nodeLabel(oc.Node), oc.Reason)
+		return ExitFault
+	}
+	fmt.Fprintf(stderr, "chainsync open: round %s: %s: %s\n", oc.Round, oc.Status, oc.Reason)
+	return ExitInterrupted
+}
+
+func nodeLabel(name string) string {
+	if name == "" {
+		return "the Head"
+	}
+	return "node " + name
+}

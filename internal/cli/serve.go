@@ -1,0 +1,482 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// A served node (--serve, or a Head that opens rounds with --rounds-from,
+// --every or --control) stays up and takes part in every round: a node
+// with a predecessor learns each round from the READY that opens it; the
+// Head opens them. See docs/SERVE.md.
+
+// serving reports whether the node runs as a long-lived node.
+func (o *runOpts) serving() bool {
+	return o.serve || o.opens()
+}
+
+// opens reports whether the Head opens rounds on demand.
+func (o *runOpts) opens() bool {
+	return o.roundsFrom != "" || o.every > 0 || o.control != ""
+}
+
+// outcome is how a round ended, as the Head reports it to chainsync open.
+type outcome struct {
+	Round  string `json:"round"`
+	Status string `json:"status"`           // done, task failed, fault, stopped
+	Node   string `json:"node,omitempty"`   // where it failed
+	Reason string `json:"reason,omitempty"` // why
+}
+
+// outcomeOf describes res, a round's result at this node (name).
+func outcomeOf(res chainsync.Result, name string) outcome {
+	oc := outcome{Round: res.Round, Status: res.Status.String()}
+	if res.Status == chainsync.StatusDone {
+		return oc
+	}
+	oc.Node = name
+	if res.Err != nil {
+		oc.Reason = res.Err.Error()
+	}
+	var fe *chainsync.FaultError
+	if errors.As(res.Err, &fe) && fe.Peer != "" {
+		oc.Node = fe.Peer
+	}
+	return oc
+}
+
+// opener is the Head's account of the rounds it opened: at most max in
+// flight, each id used once.
+type opener struct {
+	node *chainsync.Node
+	o    *runOpts
+	log  *slog.Logger
+	max  int
+	ctx  context.Context // ends when the node stops
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	open    map[string][]chan outcome // rounds in flight -> who waits for the outcome
+	results chan outcome              // every round's outcome, for the serve loop
+	lastID  string
+	closed  bool
+}
+
+func newOpener(ctx context.Context, node *chainsync.Node, o *runOpts, log *slog.Logger) *opener {
+	op := &opener{node: node, o: o, log: log, max: o.maxOpen, ctx: ctx,
+		open: map[string][]chan outcome{}, results: make(chan outcome, 16)}
+	op.cond = sync.NewCond(&op.mu)
+	return op
+}
+
+// errFull is opening a round beyond --max-open without waiting.
+var errFull = errors.New("--max-open rounds are in flight")
+
+// inFlight returns the number of rounds open now.
+func (op *opener) inFlight() int {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return len(op.open)
+}
+
+// openRound opens round id ("" asks for a generated id): it waits for a
+// free slot under --max-open if wait, else fails with errFull; it refuses
+// an id in flight or already finished here. notify, if not nil, receives
+// the round's outcome. It returns the id.
+func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, error) {
+	op.mu.Lock()
+	for len(op.open) >= op.max && !op.closed {
+		if !wait {
+			op.mu.Unlock()
+			return "", fmt.Errorf("%w (%d): try again later, or raise --max-open", errFull, op.max)
+		}
+		op.cond.Wait()
+	}
+	if op.closed {
+		op.mu.Unlock()
+		return "", chainsync.ErrStopped
+	}
+	gen := id == ""
+	if gen {
+		id = op.newID()
+	}
+	if !protocol.ValidRound(id) || id == "" {
+		op.mu.Unlock()
+		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ .", id)
+	}
+	if _, dup := op.open[id]; dup {
+		op.mu.Unlock()
+		return "", fmt.Errorf("round %s is already open: a round id is used once", id)
+	}
+	var subs []chan outcome
+	if notify != nil {
+		subs = append(subs, notify)
+	}
+	op.open[id] = subs
+	op.mu.Unlock()
+
+	// The Head's own readiness for the round (--ready-cmd, --ready-file)
+	// comes before the round is opened on the wire.
+	if err := waitReady(op.ctx, id, op.o, op.log); err != nil {
+		op.finish(outcome{Round: id, Status: chainsync.StatusStopped.String()})
+		return "", err
+	}
+	err := op.node.Ready(id)
+	if errors.Is(err, protocol.ErrRoundFinished) {
+		op.mu.Lock()
+		delete(op.open, id)
+		op.cond.Broadcast()
+		op.mu.Unlock()
+		return "", fmt.Errorf("round %s was used already (it is finished at this node): a round id is used once; choose another id, or leave --id out for a new one", id)
+	}
+	if err != nil {
+		op.mu.Lock()
+		delete(op.open, id)
+		op.cond.Broadcast()
+		op.mu.Unlock()
+		return "", err
+	}
+	op.log.Info("round opened", "round", id, "in_flight", op.inFlight())
+	go op.watch(id)
+	return id, nil
+}
+
+// adopt counts a round that is already open at the node (resumed from
+// --state-dir, or given with --round/--rounds) as in flight.
+func (op *opener) adopt(id string) {
+	op.mu.Lock()
+	if _, ok := op.open[id]; ok {
+		op.mu.Unlock()
+		return
+	}
+	op.open[id] = nil
+	op.mu.Unlock()
+	go op.watch(id)
+}
+
+// watch waits for the round's outcome at the Head, which is its outcome in
+// the whole chain.
+func (op *opener) watch(id string) {
+	res, _ := op.node.Wait(context.Background(), id)
+	op.finish(outcomeOf(res, op.o.name))
+}
+
+func (op *opener) finish(oc outcome) {
+	op.mu.Lock()
+	subs := op.open[oc.Round]
+	delete(op.open, oc.Round)
+	op.cond.Broadcast()
+	op.mu.Unlock()
+	for _, ch := range subs {
+		ch <- oc // buffered
+	}
+	select {
+	case op.results <- oc:
+	case <-op.ctx.Done():
+	}
+}
+
+// subscribe adds notify to the waiters for round id's outcome; false if
+// the round is not in flight.
+func (op *opener) subscribe(id string, notify chan outcome) bool {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	subs, ok := op.open[id]
+	if ok {
+		op.open[id] = append(subs, notify)
+	}
+	return ok
+}
+
+// stop wakes every caller waiting for a slot; no more rounds open.
+func (op *opener) stop() {
+	op.mu.Lock()
+	op.closed = true
+	op.cond.Broadcast()
+	op.mu.Unlock()
+}
+
+// newID returns a new round id: the time in UTC to the second, then four
+// hex digits that grow within the second (starting at random), so ids are
+// unique and sort by time, e.g. 20261201T064500Z-3f9a. Caller holds mu.
+func (op *opener) newID() string {
+	for {
+		now := time.Now().UTC()
+		stamp := now.Format("20060102T150405Z")
+		var n uint16
+		if prev, ok := strings.CutPrefix(op.lastID, stamp+"-"); ok {
+			var v uint16
+			if _, err := fmt.Sscanf(prev, "%04x", &v); err == nil && v < 0xffff {
+				n = v + 1
+			} else {
+				time.Sleep(time.Until(now.Truncate(time.Second).Add(time.Second)))
+				continue
+			}
+		} else {
+			var b [2]byte
+			_, _ = rand.Read(b[:])
+			n = binary.BigEndian.Uint16(b[:]) & 0x7fff
+		}
+		id := fmt.Sprintf("%s-%04x", stamp, n)
+		op.lastID = id
+		if _, dup := op.open[id]; !dup {
+			return id
+		}
+	}
+}
+
+// readRounds opens a round for every line of r (an empty line: a new
+// generated id), waiting for a free slot under --max-open before it reads
+// on. It returns at the end of r or when ctx ends.
+func (op *opener) readRounds(ctx context.Context, r io.Reader, name string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 4096)
+	line := 0
+	for sc.Scan() {
+		line++
+		id := strings.TrimSpace(sc.Text())
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := op.openRound(id, true, nil); err != nil {
+			if errors.Is(err, chainsync.ErrStopped) || ctx.Err() != nil {
+				return
+			}
+			op.log.Error("--rounds-from: cannot open this round; skipped", "file", name, "line", line, "err", err.Error())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		op.log.Error("--rounds-from: read failed; no more rounds from it", "file", name, "line", line+1, "err", err.Error())
+	}
+}
+
+// tick opens a round with a generated id every d, skipping (and logging)
+// a tick when --max-open rounds are in flight.
+func (op *opener) tick(ctx context.Context, d time.Duration) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := op.openRound("", false, nil); err != nil {
+			if errors.Is(err, errFull) {
+				op.log.Warn("--every: tick skipped, --max-open rounds are in flight", "max_open", op.max)
+			} else if ctx.Err() == nil && !errors.Is(err, chainsync.ErrStopped) {
+				op.log.Error("--every: cannot open a round", "err", err.Error())
+			}
+		}
+	}
+}
+
+// waitReady waits until this node is locally ready for round (--ready-cmd
+// or --ready-file, {round} replaced by the id); at once without either.
+// It fails only when ctx ends.
+func waitReady(ctx context.Context, round string, o *runOpts, log *slog.Logger) error {
+	check := func() bool { return true }
+	switch {
+	case o.readyCmd != "":
+		check = func() bool {
+			return runShell(ctx, o.readyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name) == nil
+		}
+	case o.readyFile != "":
+		path := readyPath(o.readyFile, round)
+		check = func() bool { _, err := os.Stat(path); return err == nil }
+	}
+	t := time.NewTicker(o.readyInterval)
+	defer t.Stop()
+	for attempt := 1; !check(); attempt++ {
+		if attempt == 1 {
+			log.Info("not locally ready yet; checking again every "+o.readyInterval.String(), "round", round)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// readyPath is --ready-file for round: every {round} replaced by its id.
+func readyPath(file, round string) string { return strings.ReplaceAll(file, "{round}", round) }
+
+// serveRun runs a served node until it is stopped (exit 130), a round
+// fails under --fault-policy halt (exit 3 or 4), or, at a Head reading
+// --rounds-from without --serve, the file ends and its rounds are over
+// (exit 0, or the worst outcome). rounds are the rounds configured up
+// front, whose readiness run already started.
+func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *runOpts, log *slog.Logger,
+	sigs <-chan os.Signal, stop func(os.Signal) int) int {
+	halt := o.faultPolicy != "wait"
+	results := make(chan outcome, 64)
+	watched := map[string]bool{}
+	var wmu sync.Mutex
+	watch := func(id string) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		if watched[id] {
+			return
+		}
+		watched[id] = true
+		go func() {
+			res, _ := node.Wait(context.Background(), id)
+			select {
+			case results <- outcomeOf(res, o.name):
+			case <-ctx.Done():
+			}
+		}()
+	}
+	forget := func(id string) {
+		wmu.Lock()
+		delete(watched, id)
+		wmu.Unlock()
+	}
+
+	var op *opener
+	fileDone := make(chan struct{}) // closed at the end of --rounds-from
+	if node.Role().HasPred() {
+		for _, id := range rounds {
+			watch(id)
+		}
+		for _, r := range node.Snapshot().Rounds { // resumed from --state-dir
+			watch(r.Round)
+		}
+		go func() {
+			for id := range node.Rounds() {
+				watch(id)
+				go becomeReady(ctx, node, id, o, log)
+			}
+		}()
+	} else {
+		op = newOpener(ctx, node, o, log)
+		defer op.stop()
+		results = op.results
+		for _, id := range rounds {
+			op.adopt(id)
+		}
+		for _, r := range node.Snapshot().Rounds { // resumed from --state-dir
+			op.adopt(r.Round)
+		}
+		if o.roundsFrom != "" {
+			go func() {
+				defer close(fileDone)
+				r, name := io.Reader(os.Stdin), "standard input"
+				if o.roundsFrom != "-" {
+					f, err := os.Open(o.roundsFrom)
+					if err != nil {
+						log.Error("--rounds-from: cannot open the file; no rounds from it", "err", err.Error())
+						return
+					}
+					defer f.Close()
+					r, name = f, o.roundsFrom
+				}
+				op.readRounds(ctx, r, name)
+				log.Info("--rounds-from: end of input", "file", name)
+			}()
+		}
+		if o.every > 0 {
+			go op.tick(ctx, o.every)
+		}
+		if o.control != "" {
+			cs, err := listenControl(o.control, op, log)
+			if err != nil {
+				log.Error("cannot start", "err", err.Error())
+				return ExitError
+			}
+			defer cs.close()
+		}
+	}
+	if o.roundsFrom == "" || o.serve {
+		fileDone = nil // never: the node serves until stopped
+	}
+	log.Info("serving: taking part in every round until stopped (SIGINT or SIGTERM)")
+	code := ExitOK
+	ended := false // --rounds-from ended: exit once no round is in flight
+	for {
+		eof := fileDone
+		if ended {
+			eof = nil
+		}
+		select {
+		case s := <-sigs:
+			return stop(s)
+		case <-eof:
+			ended = true
+		case oc := <-results:
+			forget(oc.Round)
+			if c := served(oc, op != nil, halt, log); c != ExitOK {
+				code = max(code, c)
+				if halt {
+					return c
+				}
+			}
+		}
+		if ended && op.inFlight() == 0 {
+			log.Info("--rounds-from ended and every round it opened is over; exiting")
+			return code
+		}
+	}
+}
+
+// checkServe checks the flags of a served node; hasPred says whether the
+// node has a predecessor (only the Head opens rounds).
+func (o *runOpts) checkServe(hasPred bool) error {
+	if o.opens() && hasPred {
+		return usagef("--rounds-from, --every and --control open rounds, which only the Head does (this node has a predecessor): give them to the Head, and --serve to the other nodes")
+	}
+	if o.every < 0 {
+		return usagef("--every must not be negative")
+	}
+	if o.every > 0 && o.every < time.Millisecond {
+		return usagef("--every %v is too short: use at least 1ms", o.every)
+	}
+	if o.maxOpen < 1 || o.maxOpen > 100000 {
+		return usagef("--max-open %d: use 1..100000", o.maxOpen)
+	}
+	if o.control != "" {
+		if _, _, err := controlNetwork(o.control); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	return nil
+}
+
+// served reports a round's outcome at a served node and returns its exit
+// code (ExitOK for a round done or stopped).
+func served(oc outcome, head, halt bool, log *slog.Logger) int {
+	switch oc.Status {
+	case chainsync.StatusDone.String():
+		if head {
+			log.Info("round done in the whole chain", "round", oc.Round)
+		}
+		return ExitOK
+	case chainsync.StatusStopped.String():
+		return ExitOK
+	}
+	c := ExitFault
+	if oc.Status == chainsync.StatusTaskFailed.String() {
+		c = ExitTaskFailed
+	}
+	if halt {
+		log.Error("round failed; stopping (--fault-policy halt)", "round", oc.Round, "status", oc.Status, "node", oc.Node)
+	} else {
+		log.Error("round failed; serving on (--fault-policy wait)", "round", oc.Round, "status", oc.Status, "node", oc.Node)
+	}
+	return c
+}
