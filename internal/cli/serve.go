@@ -115,7 +115,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 	}
 	if !protocol.ValidRound(id) || id == "" {
 		op.mu.Unlock()
-		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ .", id)
+		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (a dot, a dash, an underscore)", id)
 	}
 	if _, dup := op.open[id]; dup {
 		op.mu.Unlock()
@@ -187,18 +187,6 @@ func (op *opener) finish(oc outcome) {
 	case op.results <- oc:
 	case <-op.ctx.Done():
 	}
-}
-
-// subscribe adds notify to the waiters for round id's outcome; false if
-// the round is not in flight.
-func (op *opener) subscribe(id string, notify chan outcome) bool {
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	subs, ok := op.open[id]
-	if ok {
-		op.open[id] = append(subs, notify)
-	}
-	return ok
 }
 
 // stop wakes every caller waiting for a slot; no more rounds open.
