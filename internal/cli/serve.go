@@ -434,7 +434,7 @@ func (o *runOpts) checkServe(hasPred bool) error {
 	if o.every > 0 && o.every < time.Millisecond {
 		return usagef("--every %v is too short: use at least 1ms", o.every)
 	}
-	if o.maxOpen < 1 || o.maxOpen > 100000 {
+	if o.serving() && (o.maxOpen < 1 || o.maxOpen > 100000) {
 		return usagef("--max-open %d: use 1..100000", o.maxOpen)
 	}
 	if o.control != "" {

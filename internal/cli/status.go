@@ -220,6 +220,16 @@ func printNode(w io.Writer, n status.Node) {
 	fmt.Fprintf(w, "  links: pred %s, succ %s\n", linkText(d.Links.Pred), linkText(d.Links.Succ))
 	if len(d.Rounds) == 0 {
 		fmt.Fprintln(w, "  rounds: none in progress (all done here, or none started)")
+	} else {
+		fmt.Fprintf(w, "  rounds in flight: %d\n", len(d.Rounds))
+	}
+	for _, f := range d.Finished {
+		why := ""
+		if f.Error != "" {
+			why = ": " + f.Error
+		}
+		fmt.Fprintf(w, "  finished round %s: %s at %s (opened %s before)%s\n", status.RoundName(f.Round), f.Status,
+			f.Ended.Format("15:04:05.000"), f.Ended.Sub(f.Opened).Round(time.Millisecond), why)
 	}
 	for _, r := range d.Rounds {
 		fmt.Fprintf(w, "  round %s: %s for %s, waiting for %s\n", status.RoundName(r.Round), r.State, age(d, r.Since), waitText(d, r))
@@ -270,6 +280,13 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		}
 	}
 	tw.Flush()
+	var flight []string
+	for _, n := range nodes {
+		if n.Doc != nil {
+			flight = append(flight, fmt.Sprintf("%s %d", n.Label(), len(n.Doc.Rounds))+lastFinished(n.Doc))
+		}
+	}
+	fmt.Fprintf(w, "\nrounds in flight: %s\n", strings.Join(flight, ", "))
 	for _, n := range nodes {
 		if n.Doc == nil {
 			fmt.Fprintf(w, "\n%s does not answer at %s: %v\n", n.Label(), n.Addr, n.Err)
@@ -296,4 +313,13 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		}
 		fmt.Fprintf(w, "round %s: stuck at %s%s: %s\n", status.RoundName(v.Round), v.Node, since, v.Why)
 	}
+}
+
+// lastFinished names the last round that ended at a node, if any.
+func lastFinished(d *status.Doc) string {
+	if len(d.Finished) == 0 {
+		return ""
+	}
+	f := d.Finished[len(d.Finished)-1]
+	return fmt.Sprintf(" (last finished: %s, %s)", status.RoundName(f.Round), f.Status)
 }

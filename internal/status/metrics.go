@@ -43,6 +43,7 @@ type Metrics struct {
 	msgs       [2][4]uint64 // [sent, received][command]
 	resent     [4]uint64    // [command]: re-sends after a reconnect
 	outcomes   [5]uint64    // [chainsync.Status]
+	opened     uint64       // rounds this node heard of (TraceRoundOpened)
 	open       map[string]time.Time
 	tasks      map[string]time.Time
 	roundDur   histogram
@@ -92,6 +93,8 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 		if _, ok := m.open[ev.Round]; !ok && !ev.To.Terminal() {
 			m.open[ev.Round] = ev.Time
 		}
+	case chainsync.TraceRoundOpened:
+		m.opened++
 	case chainsync.TraceRoundDone:
 		if t0, ok := m.open[ev.Round]; ok {
 			m.roundDur.observe(ev.Time.Sub(t0).Seconds())
@@ -155,6 +158,8 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	for _, c := range commands {
 		b.sample("chainsync_messages_resent_total", m.resent[c], "command", c.String())
 	}
+	b.family("chainsync_rounds_opened_total", "counter", "Rounds this node heard of: opened by it (the Head) or by its predecessor's READY.")
+	b.sample("chainsync_rounds_opened_total", m.opened)
 	b.family("chainsync_rounds_total", "counter", "Rounds that ended at this node, by outcome.")
 	for _, o := range outcomeLabels {
 		b.sample("chainsync_rounds_total", m.outcomes[o.s], "outcome", o.label)

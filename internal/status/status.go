@@ -16,6 +16,18 @@ type Doc struct {
 	Links   Links     `json:"links"`
 	Rounds  []Round   `json:"rounds"` // unfinished rounds at this node, by round id
 	Faults  []Fault   `json:"faults"` // the most recent faults, oldest first
+	// Finished are the last rounds that ended at this node (at most 32),
+	// oldest first.
+	Finished []Finished `json:"finished"`
+}
+
+// Finished is one round that ended at a node.
+type Finished struct {
+	Round  string    `json:"round"`
+	Status string    `json:"status"` // done, task failed, fault or stopped
+	Opened time.Time `json:"opened"` // when the node first heard of it
+	Ended  time.Time `json:"ended"`
+	Error  string    `json:"error,omitempty"` // why, unless done
 }
 
 // Links holds both neighbour links. Both are always present; Exists is
@@ -78,8 +90,12 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 			Pred: Link{Exists: s.Role.HasPred(), Up: s.PredUp, Peer: s.PredPeer},
 			Succ: Link{Exists: s.Role.HasSucc(), Up: s.SuccUp, Peer: s.SuccPeer},
 		},
-		Rounds: []Round{},
-		Faults: []Fault{},
+		Rounds:   []Round{},
+		Faults:   []Fault{},
+		Finished: []Finished{},
+	}
+	for _, f := range s.Finished {
+		d.Finished = append(d.Finished, Finished{Round: f.Round, Status: f.Status.String(), Opened: f.Opened, Ended: f.Ended, Error: f.Err})
 	}
 	if !s.PredHeard.IsZero() {
 		d.Links.Pred.LastHeard = &s.PredHeard
