@@ -539,6 +539,8 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
+		// Its send on LinkUp will be the first on that link, not a re-send.
+		n.round(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {
 			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
@@ -549,6 +551,15 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		}
 		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
+	}
+	if resend {
+		// The machine re-sends the last message of each round when a link
+		// comes up; one that never went out (the link was down when it was
+		// sent) goes out for the first time now: not a re-send.
+		if ri := n.rounds[msg.Round]; ri != nil && ri.unsent[side] != 0 {
+			resend = ri.unsent[side] != msg.Cmd
+			ri.unsent[side] = 0
+		}
 	}
 	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the

@@ -132,7 +132,7 @@ type TraceEvent struct {
 	Peer   string // remote address, where known
 	Round  string
 	Msg    protocol.Message
-	Resend bool // TraceSent: a re-send after reconnecting
+	Resend bool // TraceSent: sent again after a reconnect (a connection had carried it before)
 	Queued bool // TraceSent: the link was down; it goes out on reconnect
 	From   protocol.State
 	To     protocol.State

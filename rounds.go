@@ -31,6 +31,10 @@ type roundInfo struct {
 	timedOut  bool        // the task failed by running past TaskTimeout
 	opened    time.Time   // when this node first heard of the round
 	ended     time.Time   // when the round ended here
+	// unsent, per side, is the message the machine sent while that link
+	// was down and no connection has carried yet: when the link comes up
+	// it goes out for the first time, not as a re-send.
+	unsent [3]protocol.Command
 }
 
 // finished reports whether the round's result is in.

@@ -74,7 +74,7 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 	switch ev.Kind {
 	case chainsync.TraceSent:
 		// A message queued while the link is down is counted when it
-		// really goes out (as a re-send on reconnect).
+		// really goes out, on reconnect: its first send, not a re-send.
 		if !ev.Queued && ev.Msg.Cmd.Valid() {
 			m.msgs[0][ev.Msg.Cmd]++
 			if ev.Resend {
@@ -154,7 +154,7 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 			b.sample("chainsync_messages_total", m.msgs[d][c], "direction", dir, "command", c.String())
 		}
 	}
-	b.family("chainsync_messages_resent_total", "counter", "Messages sent again after a link came back (already counted in chainsync_messages_total).")
+	b.family("chainsync_messages_resent_total", "counter", "Messages sent again, after a link that had carried them came back (already counted in chainsync_messages_total); a message first sent on reconnect is not one.")
 	for _, c := range commands {
 		b.sample("chainsync_messages_resent_total", m.resent[c], "command", c.String())
 	}
