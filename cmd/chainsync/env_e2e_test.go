@@ -75,3 +75,47 @@ func TestNameDefaultsToHostName(t *testing.T) {
 		t.Errorf("stdout:\n%s", out)
 	}
 }
+
+// TestTaskEnvHasNoNodeSettings (issue: tasks inherited the node's
+// CHAINSYNC_ settings): a node configured through CHAINSYNC_ variables,
+// among them CHAINSYNC_PSK_FILE's kind of setting and an unknown one,
+// starts its task, --ready-cmd, --verify-cmd and --on-fault with none of
+// them: each sees only the variables its node sets for it.
+func TestTaskEnvHasNoNodeSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dump := func(name string) string {
+		return `env | grep '^CHAINSYNC_' | cut -d= -f1 | sort | tr '\n' ' ' > "$OUT/` + name + `"`
+	}
+	env := []string{"OUT=" + dir, "CHAINSYNC_LINGER=1s", "CHAINSYNC_STATUS_INTERVAL=1m",
+		"CHAINSYNC_ON_FAULT_TIMEOUT=10s", "CHAINSYNC_SOMETHING_ELSE=x", "CHAINSYNC_ROUND=from-a-parent"}
+	ok := startProc(t, "ok", env, "run", "--name", "S", "--round", "r1",
+		"--ready-cmd", dump("ready"), "--verify-cmd", dump("verify"), "--", "sh", "-c", dump("task")+`; echo "$CHAINSYNC_ROUND" > "$OUT/round"`)
+	if code := ok.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("node exited %d", code)
+	}
+	bad := startProc(t, "bad", env, "run", "--name", "S", "--round", "r1",
+		"--on-fault", dump("hook"), "--", "sh", "-c", dump("failed")+"; exit 1")
+	if code := bad.wait(t, 20*time.Second); code != 3 {
+		t.Fatalf("failing node exited %d, want 3", code)
+	}
+	for file, want := range map[string]string{
+		"ready":  "CHAINSYNC_NODE CHAINSYNC_ROUND ",
+		"verify": "CHAINSYNC_NODE CHAINSYNC_ROUND ",
+		"task":   "CHAINSYNC_NODE CHAINSYNC_ROLE CHAINSYNC_ROUND ",
+		"failed": "CHAINSYNC_NODE CHAINSYNC_ROLE CHAINSYNC_ROUND ",
+		"hook":   "CHAINSYNC_ERROR CHAINSYNC_FAULT CHAINSYNC_NODE CHAINSYNC_PEER CHAINSYNC_ROUND CHAINSYNC_SIDE ",
+	} {
+		// The node waits for its hook before it exits: the file is there.
+		got, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s saw CHAINSYNC_ variables %q, want %q", file, got, want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "round")); string(b) != "r1\n" {
+		t.Errorf("the task saw CHAINSYNC_ROUND=%q, want its own round r1", b)
+	}
+}

@@ -7,14 +7,15 @@ import (
 	"syscall"
 )
 
-// runShell runs `sh -c cmd` with env added to the environment and its
+// runShell runs `sh -c cmd` with env added to the environment (childEnv:
+// without the node's CHAINSYNC_ settings) and its
 // output on stderr, as the leader of a new process group (the hooks and
 // checks a node runs: --ready-cmd, --verify-cmd, --on-fault). If ctx ends
 // first, the whole group is killed and ctx's error returned: nothing such
 // a command started outlives it.
 func runShell(ctx context.Context, cmd string, env ...string) error {
 	c := exec.Command("sh", "-c", cmd)
-	c.Env = append(os.Environ(), env...)
+	c.Env = childEnv(env...)
 	c.Stdout, c.Stderr = os.Stderr, os.Stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {

@@ -134,7 +134,7 @@ func (t *taskRunner) setStopSignal(s syscall.Signal) {
 func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
 	c := exec.Command(t.cmd[0], t.cmd[1:]...)
 	c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
-	c.Env = append(append(os.Environ(), t.env...), env...)
+	c.Env = childEnv(append(t.env[:len(t.env):len(t.env)], env...)...)
 	c.SysProcAttr = taskAttr()
 	// The parent-death signal is tied to the thread that started the
 	// task: keep this goroutine on it until the task is gone.
