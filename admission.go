@@ -29,11 +29,6 @@ import (
 // Warnings about refused, evicted and timed-out would-be predecessors are
 // rate-limited (admitLimiter), so that a flood cannot flood the log.
 
-// handshakeTimeout bounds the TLS handshake and PSK proof of an accepted
-// connection (PendingTimeout, if shorter, bounds it too): a real peer
-// finishes in a few round trips.
-const handshakeTimeout = 3 * time.Second
-
 // Progress of a pending connection, least first: the eviction order.
 const (
 	stageIdle   = iota // has sent nothing yet

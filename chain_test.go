@@ -450,7 +450,8 @@ func TestSnapshotSaysWhatARoundWaitsFor(t *testing.T) {
 		t.Fatalf("snapshot %+v", snap)
 	}
 	r := snap.Rounds[0]
-	if r.Round != "r1" || r.State != protocol.StateSync || !r.Ready || !strings.Contains(r.Doing(), "waiting for READY from the predecessor") {
+	if r.Round != "r1" || r.State != protocol.StateSync || !r.Ready || r.WaitingFor != protocol.WaitReady ||
+		!strings.Contains(r.Doing(), "waiting for READY from the predecessor") {
 		t.Errorf("round %+v: %q", r, r.Doing())
 	}
 	if time.Since(r.Since) > time.Minute {

@@ -235,43 +235,80 @@ type Securer interface {
 	Describe() string
 }
 
-// ErrConfig wraps every configuration error from Start.
+// ErrConfig wraps every configuration error from Validate and Start.
 var ErrConfig = errors.New("chainsync: invalid configuration")
 
-func (c *Config) validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+// ConfigError is a configuration error from Validate (and so from Start).
+// It matches ErrConfig with errors.Is. Field names the Config field to
+// fix, so that a command can name its own flag for it.
+type ConfigError struct {
+	Field  string // the Config field at fault, e.g. "Listen", "Rounds", "Heartbeat"
+	Value  string // the offending value, if one was given ("" when the field is missing)
+	Reason string // what is wrong and what to do, in words
+}
+
+// Error returns "chainsync: invalid configuration: " and the reason.
+func (e *ConfigError) Error() string { return ErrConfig.Error() + ": " + e.Reason }
+
+// Unwrap returns ErrConfig.
+func (e *ConfigError) Unwrap() error { return ErrConfig }
+
+// Validate reports the first problem with c as a *ConfigError, or nil if
+// Start would accept it. It changes nothing: Start fills in the defaults.
+// A command that builds a Config from flags calls it to refuse a bad
+// command line before it starts anything.
+func (c *Config) Validate() error {
+	bad := func(field, value, format string, a ...any) error {
+		return &ConfigError{Field: field, Value: value, Reason: fmt.Sprintf(format, a...)}
 	}
 	if c.Prev != "" && c.Listen == "" && c.Listener == nil {
-		return bad("a node with a predecessor (Prev %q) needs Listen, the address its predecessor dials", c.Prev)
+		return bad("Listen", "", "a node with a predecessor (Prev %q) needs Listen, the address its predecessor dials", c.Prev)
 	}
 	if c.Next != "" {
 		if _, _, err := net.SplitHostPort(c.Next); err != nil {
-			return bad("Next %q is not host:port: %v", c.Next, err)
+			return bad("Next", c.Next, "Next %q is not host:port: %v", c.Next, err)
 		}
 	}
 	if c.Listen != "" && c.Listener == nil {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-			return bad("Listen %q is not host:port: %v", c.Listen, err)
+			return bad("Listen", c.Listen, "Listen %q is not host:port: %v", c.Listen, err)
 		}
 	}
 	for _, r := range c.Rounds {
 		if !protocol.ValidRound(r) {
-			return bad("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
+			return bad("Rounds", r, "round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
 		}
 	}
 	if c.FaultPolicy > FaultWait {
-		return bad("FaultPolicy %d: use FaultHalt or FaultWait", c.FaultPolicy)
+		return bad("FaultPolicy", c.FaultPolicy.String(), "FaultPolicy %d: use FaultHalt or FaultWait", c.FaultPolicy)
 	}
-	if c.Heartbeat < 0 || c.TaskTimeout < 0 {
-		return bad("Heartbeat and TaskTimeout must not be negative")
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"Heartbeat", c.Heartbeat}, {"TaskTimeout", c.TaskTimeout},
+		{"ConnectTimeout", c.ConnectTimeout}, {"PhaseTimeout", c.PhaseTimeout},
+	} {
+		if d.v < 0 {
+			return bad(d.field, d.v.String(), "%s must not be negative", d.field)
+		}
 	}
 	if c.ResumeTask > ResumeRerun {
-		return bad("ResumeTask %d: use ResumeFail, ResumeDone or ResumeRerun", c.ResumeTask)
+		return bad("ResumeTask", c.ResumeTask.String(), "ResumeTask %d: use ResumeFail, ResumeDone or ResumeRerun", c.ResumeTask)
 	}
-	if c.MaxRounds < 0 || c.MaxParallelTasks < 0 || c.MaxPending < 0 {
-		return bad("limits must not be negative")
+	for _, l := range []struct {
+		field string
+		v     int
+	}{{"MaxRounds", c.MaxRounds}, {"MaxParallelTasks", c.MaxParallelTasks}, {"MaxPending", c.MaxPending}} {
+		if l.v < 0 {
+			return bad(l.field, fmt.Sprint(l.v), "limits must not be negative (%s %d)", l.field, l.v)
+		}
 	}
+	return nil
+}
+
+// withDefaults fills in the defaults of a valid c.
+func (c *Config) withDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -294,9 +331,11 @@ func (c *Config) validate() error {
 	if c.Task == nil {
 		c.Task = func(context.Context, string) error { return nil }
 	}
-	return nil
 }
 
-func (c *Config) role() protocol.Role {
+// Role returns the role a node with this configuration has in its chain:
+// it has a predecessor if it listens (Listen or Listener), a successor if
+// it dials (Next).
+func (c *Config) Role() protocol.Role {
 	return protocol.RoleOf(c.Listen != "" || c.Listener != nil, c.Next != "")
 }

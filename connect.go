@@ -1,7 +1,6 @@
 package chainsync
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/transport"
 	"github.com/chainsync-go/chainsync/wire"
 )
@@ -67,16 +67,10 @@ func (n *Node) servePred(l *link, adm *admission) {
 	deadline := start.Add(n.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
 	if n.cfg.Secure != nil {
-		hs := start.Add(handshakeTimeout)
-		if deadline.Before(hs) {
-			hs = deadline
-		}
 		n.mu.Lock()
 		raw := adm.watch(l, l.c)
 		n.mu.Unlock()
-		ctx, cancel := context.WithDeadline(n.ctx, hs)
-		sc, err := n.cfg.Secure.Server(ctx, raw)
-		cancel()
+		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
 		n.mu.Lock()
 		if err != nil || n.closed || !adm.authenticated(l) {
 			if err != nil && !n.closed && adm.stillPending(l) {
@@ -112,30 +106,20 @@ func (n *Node) dialLoop() {
 		}
 	}
 	for {
-		c, err := transport.Dial(n.ctx, n.cfg.Next, &b, onRetry)
+		c, err := secure.Dial(n.ctx, n.cfg.Secure, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
 		if err != nil {
-			return // closing
-		}
-		if n.cfg.Secure != nil {
-			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PendingTimeout)
-			sc, err := n.cfg.Secure.Client(ctx, c, n.cfg.Next)
-			cancel()
-			if err != nil {
-				c.Close()
-				if n.ctx.Err() != nil {
-					return
-				}
-				n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
-					"next", n.cfg.Next, "reason", err.Error())
-				n.mu.Lock()
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
-				n.mu.Unlock()
-				if !n.sleep(b.Next()) {
-					return
-				}
-				continue
+			if n.ctx.Err() != nil {
+				return // closing
 			}
-			c = sc
+			n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
+				"next", n.cfg.Next, "reason", err.Error())
+			n.mu.Lock()
+			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
+			n.mu.Unlock()
+			if !n.sleep(b.Next()) {
+				return
+			}
+			continue
 		}
 		l := n.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)

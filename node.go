@@ -111,13 +111,14 @@ func (n *Node) peerName(side protocol.Side) string {
 // and starts dialing the successor (if it has one). The node then runs
 // until Close. Rounds begin with Ready.
 func Start(cfg Config) (*Node, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.withDefaults()
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		role:    cfg.role(),
+		role:    cfg.Role(),
 		tasks:   make(chan struct{}, cfg.MaxParallelTasks),
 		pending: make(map[*link]bool),
 		rounds:  make(map[string]*roundInfo),
@@ -317,14 +318,8 @@ func (n *Node) Snapshot() Snapshot {
 			continue
 		}
 		s, _ := n.m.State(id)
-		rs := RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready}
-		if (s != 0 || ri.ready) && n.waitsForNeighbour(max(s, protocol.StateSync)) {
-			rs.WaitingFor = waitingFor(max(s, protocol.StateSync))
-			rs.From = protocol.Pred
-			if waitSide(s) == "successor" {
-				rs.From = protocol.Succ
-			}
-		}
+		rs := RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready,
+			WaitingFor: protocol.WaitIn(n.role, max(s, protocol.StateSync), ri.ready)}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	// Rounds a predecessor opened that this node has no record of yet.

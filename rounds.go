@@ -53,31 +53,29 @@ type RoundStatus struct {
 	State protocol.State // 0 if this node has not opened the round yet
 	Since time.Time      // when the round entered State (or was first seen)
 	Ready bool           // this node was told it is locally ready
-	// WaitingFor is the message the round waits for ("READY", "START" or
-	// "COMPLETE"), or "" when it waits for this node itself (to become
-	// locally ready, or for its task); From is the side it must come from.
-	WaitingFor string
-	From       protocol.Side
+	// WaitingFor is what the round waits for: a message from a neighbour
+	// (WaitingFor.Msg says which, and from which side), or this node
+	// itself (to become locally ready, or its task).
+	WaitingFor protocol.Wait
 }
 
 // Doing says in words what the round is waiting for at this node.
 func (r RoundStatus) Doing() string {
-	switch r.State {
-	case 0, protocol.StateSync:
-		if !r.Ready {
-			return "waiting to become locally ready"
-		}
-		return "locally ready; " + waitsFor(protocol.StateSync)
-	case protocol.StateReady:
-		return waitsFor(r.State) + " (the rest of the chain is not ready yet)"
-	case protocol.StateWatch:
-		return waitsFor(r.State) + " (an earlier task is running)"
-	case protocol.StateStart:
+	switch w := r.WaitingFor; w {
+	case protocol.WaitLocal:
+		return "waiting to become locally ready"
+	case protocol.WaitReady:
+		return "locally ready; " + waitsFor(w)
+	case protocol.WaitStart:
+		return waitsFor(w) + " (the rest of the chain is not ready yet)"
+	case protocol.WaitComplete:
+		return waitsFor(w) + " (an earlier task is running)"
+	case protocol.WaitTask:
 		return "running its task"
-	case protocol.StateComplete:
-		return "task done; " + waitsFor(r.State) + " (the exit wave)"
+	case protocol.WaitExit:
+		return "task done; " + waitsFor(w) + " (the exit wave)"
 	}
-	return r.State.String()
+	return max(r.State, protocol.StateSync).String()
 }
 
 // round returns the driver's record of id, creating it. Caller holds mu.
@@ -127,7 +125,10 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		ri.timer = nil
 	}
 	d := n.cfg.PhaseTimeout
-	if d <= 0 || !n.waitsForNeighbour(st) {
+	// A round in SYNC at a node with a predecessor waits for it, or, if
+	// the predecessor opened it, for this node to claim it.
+	opened := st == protocol.StateSync && n.role.HasPred()
+	if _, side := protocol.WaitIn(n.role, st, ri.ready).Msg(); d <= 0 || side == 0 && !opened {
 		return
 	}
 	ri.timer = time.AfterFunc(d, func() {
@@ -136,20 +137,18 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		if cur, _ := n.m.State(id); n.closed || cur != st {
 			return
 		}
-		reason := fmt.Sprintf("no %s from the %s", waitingFor(st), waitSide(st))
-		if st == protocol.StateSync && !ri.ready {
+		w := protocol.WaitIn(n.role, st, ri.ready)
+		if w == protocol.WaitLocal {
 			// A round this node never claimed must not hold a slot for
 			// ever, whatever the policy.
 			n.abort(id, FaultPhaseTimeout, 0, "the predecessor opened this round but this node never became locally ready for it", d)
 			return
 		}
-		side := protocol.Pred
-		if waitSide(st) == "successor" {
-			side = protocol.Succ
-		}
+		cmd, side := w.Msg()
 		// A phase timeout knows which way the round waits, not who is
 		// slow: the neighbour, or any node beyond it. It names no peer.
-		reason += " (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)"
+		reason := fmt.Sprintf("no %s from the %s (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)",
+			cmd, sideWord(side))
 		fe := &FaultError{Round: id, State: st, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: d}
 		n.recordFault(fe.fault())
 		if n.cfg.FaultPolicy == FaultWait {
@@ -174,38 +173,16 @@ func (n *Node) watchOpened(msg protocol.Message) {
 	}
 }
 
-// waitsForNeighbour reports whether a round in st is waiting on a
-// neighbour rather than on this node.
-func (n *Node) waitsForNeighbour(st protocol.State) bool {
-	switch st {
-	case protocol.StateSync:
-		return n.role.HasPred()
-	case protocol.StateReady, protocol.StateComplete:
-		return n.role.HasSucc()
-	case protocol.StateWatch:
-		return true
-	}
-	return false
+// waitsFor says what a round waiting on a neighbour waits for, e.g.
+// "waiting for START from the successor".
+func waitsFor(w protocol.Wait) string {
+	cmd, side := w.Msg()
+	return "waiting for " + cmd.String() + " from the " + sideWord(side)
 }
 
-// waitsFor says what a round in st waits for, e.g. "waiting for START
-// from the successor".
-func waitsFor(st protocol.State) string {
-	return "waiting for " + waitingFor(st) + " from the " + waitSide(st)
-}
-
-func waitingFor(st protocol.State) string {
-	switch st {
-	case protocol.StateReady:
-		return "START"
-	case protocol.StateWatch, protocol.StateComplete:
-		return "COMPLETE"
-	}
-	return "READY"
-}
-
-func waitSide(st protocol.State) string {
-	if st == protocol.StateReady || st == protocol.StateComplete {
+// sideWord names a side in words: "predecessor" or "successor".
+func sideWord(side protocol.Side) string {
+	if side == protocol.Succ {
 		return "successor"
 	}
 	return "predecessor"

@@ -53,6 +53,9 @@
 //  2. For each dialed connection call [Config.Client] with a context whose
 //     deadline bounds the handshake; for each accepted one, [Config.Server].
 //     Without a deadline, [DefaultHandshakeTimeout] applies.
+//     [Dial] and [Accept] do this the way a node does (dialing with
+//     backoff; an accepted connection gets at most [AcceptTimeout]), for
+//     the node and for chainsync check alike.
 //  3. On error the raw connection is already closed. Log the error: a
 //     [*RefusedError] reads "refused peer ADDR: REASON (detail)". A canceled
 //     context yields an error that wraps [context.Canceled] instead.

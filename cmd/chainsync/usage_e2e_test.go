@@ -37,6 +37,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad round id", []string{"run", "--round", "bad id!", "--"}, `--round "bad id!"`},
 		{"round id too long", []string{"run", "--round", strings.Repeat("x", 129), "--"}, "--round"},
 		{"negative --rounds", []string{"run", "--rounds", "-1", "--"}, "--rounds -1"},
+		{"bad --next", []string{"run", "--next", "nohostport", "--"}, `--next "nohostport": want HOST:PORT`},
 		{"unknown flag", []string{"run", "--bogus", "--"}, "flag provided but not defined: -bogus"},
 		{"bad --log-format", []string{"run", "--log-format", "xml", "--"}, "--log-format"},
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/transport"
 )
@@ -110,7 +110,7 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 
-	role := protocol.RoleOf(cfg.Listen != "", cfg.Next != "")
+	role := cfg.Role()
 	fmt.Fprintf(stdout, "%s: %s; links: %s\n", labelled("node", o.name), role, sec.Describe())
 	for _, w := range sec.Warnings() {
 		fmt.Fprintln(stdout, "warning:", w)
@@ -130,12 +130,12 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			pred <- linkCheck{false, "cannot listen: " + err.Error()}
 		} else {
-			go func() { pred <- checkPred(ctx, sec, ln, o.pendingTimeout, o.timeout) }()
+			go func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout) }()
 		}
 	}
 	if role.HasSucc() {
 		succ = make(chan linkCheck, 1)
-		go func() { succ <- checkSucc(ctx, sec, cfg.Next, o.pendingTimeout, o.timeout) }()
+		go func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout) }()
 	}
 	code := ExitOK
 	report := func(what string, ch chan linkCheck) {
@@ -213,10 +213,10 @@ func peerName(chain, addr string) string {
 }
 
 // checkPred accepts on ln, as run does, until a would-be predecessor
-// connects and completes the handshake run would demand, or ctx ends. A
-// connection that never starts TLS (a port scanner, a TCP health probe)
-// does not decide; any TLS verdict does.
-func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, handshake, timeout time.Duration) linkCheck {
+// connects and completes the handshake run would demand (secure.Accept,
+// within pending), or ctx ends. A connection that never starts TLS (a
+// port scanner, a TCP health probe) does not decide; any TLS verdict does.
+func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending, timeout time.Duration) linkCheck {
 	addr := ln.Addr().String()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
@@ -235,9 +235,7 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, handsha
 		}
 		transport.Tune(c)
 		peer := c.RemoteAddr().String()
-		hctx, cancel := context.WithTimeout(ctx, handshake)
-		sc, err := sec.Server(hctx, c)
-		cancel()
+		sc, err := secure.Accept(ctx, sec, c, time.Now().Add(pending))
 		if err != nil {
 			var re *secure.RefusedError
 			if errors.As(err, &re) && (re.Reason == secure.ReasonNotTLS || re.Reason == secure.ReasonTimeout ||
@@ -256,20 +254,20 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, handsha
 	}
 }
 
-// checkSucc dials addr with run's backoff until it answers or ctx ends,
-// then secures the connection exactly as run does, and sends nothing.
-func checkSucc(ctx context.Context, sec *secure.Config, addr string, handshake, timeout time.Duration) linkCheck {
-	b := transport.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+// checkSucc reaches cfg's successor as run does (secure.Dial, with run's
+// backoff and handshake bound) until it answers or ctx ends, and sends
+// nothing.
+func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, timeout time.Duration) linkCheck {
+	addr := cfg.Next
+	b := transport.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax}
 	var lastErr error
-	c, err := transport.Dial(ctx, addr, &b, func(err error, _ int, _ time.Duration) { lastErr = err })
+	sc, err := secure.Dial(ctx, sec, addr, &b, cfg.PendingTimeout, func(err error, _ int, _ time.Duration) { lastErr = err })
 	if err != nil {
+		var re *secure.RefusedError
+		if errors.As(err, &re) || ctx.Err() == nil {
+			return linkCheck{false, refusal(err)} // reached, then refused
+		}
 		return linkCheck{false, dialReason(addr, lastErr, timeout)}
-	}
-	hctx, cancel := context.WithTimeout(ctx, handshake)
-	sc, err := sec.Client(hctx, c, addr)
-	cancel()
-	if err != nil {
-		return linkCheck{false, refusal(err)}
 	}
 	defer sc.Close()
 	if !sec.Enabled() {

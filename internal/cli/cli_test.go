@@ -57,6 +57,14 @@ func TestConfigUsageErrors(t *testing.T) {
 		{runOpts{round: "a b"}, []string{"true"}, "--round"},
 		{runOpts{round: "x", rounds: 2}, []string{"true"}, "not both"},
 		{runOpts{}, []string{"/no/such/task"}, "cannot be run"},
+		// Decided by chainsync.Config.Validate, said in terms of the flags.
+		{runOpts{next: "nohostport"}, []string{"true"}, `--next "nohostport": want HOST:PORT`},
+		{runOpts{prev: "h:1", listen: "nohostport"}, []string{"true"}, `--listen "nohostport": want HOST:PORT`},
+		{runOpts{heartbeat: -1}, []string{"true"}, "--heartbeat and --task-timeout must not be negative"},
+		{runOpts{taskTimeout: -1}, []string{"true"}, "--heartbeat and --task-timeout must not be negative"},
+		{runOpts{phaseTimeout: -1}, []string{"true"}, "timeouts must not be negative"},
+		{runOpts{connectTimeout: -1}, []string{"true"}, "timeouts must not be negative"},
+		{runOpts{linger: -1}, []string{"true"}, "timeouts must not be negative"},
 	} {
 		o := tc.o
 		if o.readyInterval == 0 {

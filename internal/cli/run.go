@@ -178,9 +178,6 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, usagef("--listen: %s is the Head of --chain and has no predecessor to listen for", o.name)
 		}
 	}
-	if prev != "" && listen == "" {
-		return cfg, nil, usagef("--prev needs --listen, the address this node accepts its predecessor on")
-	}
 	if prev == "" && listen != "" {
 		return cfg, nil, usagef("--listen needs --prev: a node that listens has a predecessor (the Head only dials)")
 	}
@@ -189,9 +186,6 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	if o.rounds < 0 || o.rounds > 100000 {
 		return cfg, nil, usagef("--rounds %d: use 1..100000", o.rounds)
-	}
-	if o.round != "" && !protocol.ValidRound(o.round) {
-		return cfg, nil, usagef("--round %q: use 1-128 of A-Z a-z 0-9 - _ .", o.round)
 	}
 	if o.readyCmd != "" && o.readyFile != "" {
 		return cfg, nil, usagef("use --ready-cmd or --ready-file, not both")
@@ -222,16 +216,13 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, usagef("--fault-policy %q: use halt or wait", o.faultPolicy)
 	}
-	if o.heartbeat < 0 || o.taskTimeout < 0 {
-		return cfg, nil, usagef("--heartbeat and --task-timeout must not be negative")
-	}
 	if o.heartbeat > 0 && o.heartbeat < 10*time.Millisecond {
 		return cfg, nil, usagef("--heartbeat %v is too short: use at least 10ms (a few hundred ms or more across a network)", o.heartbeat)
 	}
 	if o.onFaultTimeout < 0 {
 		return cfg, nil, usagef("--on-fault-timeout must not be negative")
 	}
-	if o.connectTimeout < 0 || o.phaseTimeout < 0 || o.linger < 0 {
+	if o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
 	}
 	if o.statusAddr != "" {
@@ -273,6 +264,9 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	}
 	if cfg.PrevName == "" && cfg.NextName == "" {
 		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, flagError(err)
 	}
 	return cfg, rounds, nil
 }
@@ -326,7 +320,7 @@ func runMain(args []string, stderr io.Writer) int {
 
 // run starts the node, makes it ready per round, and waits for every round.
 func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
-	role := protocol.RoleOf(cfg.Listen != "", cfg.Next != "")
+	role := cfg.Role()
 	rp, err := startReaper()
 	if err != nil {
 		log.Warn("cannot start the task reaper: a task's children may outlive this node if it is killed", "err", err.Error())

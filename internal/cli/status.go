@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/status"
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 const statusUsage = `Usage: chainsync status ADDR[,ADDR...] [--json] [--timeout D]
@@ -188,19 +189,21 @@ func linkText(l status.Link) string {
 
 // waitText says what a round waits for, naming the neighbour.
 func waitText(d *status.Doc, r status.Round) string {
+	w := r.Wait()
+	cmd, side := w.Msg()
 	switch {
-	case r.From == status.FromSelf && r.WaitingFor == status.WaitTask:
+	case w == protocol.WaitTask:
 		return "its own task (running)"
-	case r.From == status.FromSelf:
+	case w == protocol.WaitLocal:
 		return "itself to become locally ready"
-	case r.WaitingFor == "":
+	case side == 0:
 		return r.Doing
 	}
 	peer := d.Links.Pred.Peer
-	if r.From == "succ" {
+	if side == protocol.Succ {
 		peer = d.Links.Succ.Peer
 	}
-	return fmt.Sprintf("%s from %s %s", r.WaitingFor, r.From, peer)
+	return fmt.Sprintf("%s from %s %s", cmd, side, peer)
 }
 
 func age(d *status.Doc, t time.Time) string {

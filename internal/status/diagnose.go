@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // Node is one member of a chain as chainsync status saw it: its status
@@ -165,17 +167,19 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 			// wait policy) holds it; its fault says why.
 			return hold(cur, r.WaitingFor, fromName(n, r.From), fmt.Sprintf("%s reported %s: %s", name, f.Kind, f.Error))
 		}
+		w := r.Wait()
+		_, side := w.Msg()
 		switch {
-		case r.From == FromSelf && r.WaitingFor == WaitTask:
+		case w == protocol.WaitTask:
 			return hold(cur, r.WaitingFor, FromSelf, name+" is running its task")
-		case r.From == FromSelf:
+		case w == protocol.WaitLocal:
 			return hold(cur, r.WaitingFor, FromSelf, name+" is not locally ready (its --ready-cmd or --ready-file has not said so)")
-		case r.WaitingFor == "" || (r.From != "pred" && r.From != "succ"):
+		case side == 0:
 			return hold(cur, "", "", fmt.Sprintf("%s is in %s: %s", name, r.State, r.Doing))
 		}
 		link := n.Doc.Links.Pred
 		j := cur - 1
-		if r.From == "succ" {
+		if side == protocol.Succ {
 			link, j = n.Doc.Links.Succ, cur+1
 		}
 		peer := fromName(n, r.From)
@@ -207,7 +211,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 				return v
 			}
 		}
-		if sent(rj, r.WaitingFor, r.From, nb.Doc.Role) {
+		if sent(rj, w, nb.Doc.Role) {
 			state := "has finished its part"
 			if rj != nil {
 				state = "is in " + rj.State
@@ -230,11 +234,12 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 // the round is held there (a hung node is silent on its links and to
 // chainsync status alike), not at the node that kept waiting for it.
 func blamesUnanswering(nodes []Node, i int, r *Round, f *Fault) bool {
+	_, side := r.Wait().Msg()
 	j := i - 1
-	if r.From == "succ" {
+	if side == protocol.Succ {
 		j = i + 1
 	}
-	return f.Side != "" && f.Side == r.From && j >= 0 && j < len(nodes) && nodes[j].Doc == nil
+	return side != 0 && f.Side == side.String() && j >= 0 && j < len(nodes) && nodes[j].Doc == nil
 }
 
 // fromName names the neighbour on side ("pred" or "succ") of n.
@@ -258,21 +263,20 @@ func fromName(n Node, side string) string {
 }
 
 // sent reports whether a neighbour whose round is r (nil: finished there)
-// has already sent msg to the node waiting for it on side from (the
-// waiting node's side).
-func sent(r *Round, msg, from, role string) bool {
+// has already sent what w, the wait of a node next to it, waits for.
+func sent(r *Round, w protocol.Wait, role string) bool {
 	if r == nil {
 		return true
 	}
 	st := r.State
-	switch {
-	case msg == "READY" && from == "pred":
+	switch w {
+	case protocol.WaitReady:
 		return st == "READY" || st == "WATCH" || st == "START" || st == "COMPLETE"
-	case msg == "START" && from == "succ":
+	case protocol.WaitStart:
 		return st == "WATCH" || st == "START" || st == "COMPLETE"
-	case msg == "COMPLETE" && from == "pred":
+	case protocol.WaitComplete:
 		return st == "COMPLETE"
-	case msg == "COMPLETE" && from == "succ":
+	case protocol.WaitExit:
 		// Only the Tail sends COMPLETE back as it enters COMPLETE;
 		// others send it when they finish.
 		return st == "COMPLETE" && (role == "tail" || role == "single")

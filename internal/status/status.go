@@ -76,11 +76,15 @@ type Fault struct {
 }
 
 // The values of Round.From and Round.WaitingFor that name this node itself.
-const (
+var (
 	FromSelf           = "self"
-	WaitLocalReadiness = "local-readiness"
-	WaitTask           = "task"
+	WaitLocalReadiness = protocol.WaitLocal.String()
+	WaitTask           = protocol.WaitTask.String()
 )
+
+// Wait returns what the round waits for, read back from WaitingFor and
+// From.
+func (r Round) Wait() protocol.Wait { return protocol.ParseWait(r.WaitingFor, r.From) }
 
 // FromSnapshot builds the status document from a node's snapshot.
 func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
@@ -108,16 +112,12 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		if st == 0 {
 			st = protocol.StateSync
 		}
-		rd := Round{Round: r.Round, State: st.String(), Since: r.Since, Ready: r.Ready, Doing: r.Doing()}
-		switch {
-		case !r.Ready && st == protocol.StateSync:
-			// Not locally ready: whatever else it waits for, the node
-			// itself holds the round here.
-			rd.WaitingFor, rd.From = WaitLocalReadiness, FromSelf
-		case st == protocol.StateStart:
-			rd.WaitingFor, rd.From = WaitTask, FromSelf
-		case r.WaitingFor != "":
-			rd.WaitingFor, rd.From = r.WaitingFor, r.From.String()
+		rd := Round{Round: r.Round, State: st.String(), Since: r.Since, Ready: r.Ready, Doing: r.Doing(),
+			WaitingFor: r.WaitingFor.String()}
+		if _, side := r.WaitingFor.Msg(); side != 0 {
+			rd.From = side.String()
+		} else if r.WaitingFor.Self() {
+			rd.From = FromSelf
 		}
 		d.Rounds = append(d.Rounds, rd)
 	}
