@@ -79,6 +79,9 @@ func (n *Node) recordFault(f Fault) {
 		n.log.Warn("neighbour restarted: "+f.Err, args...)
 	} else {
 		n.log.Error("fault: "+f.Err, args...)
+		if ri := n.rounds[f.Round]; ri != nil {
+			ri.reported = true
+		}
 	}
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Err: errors.New(f.Err)})
 }
@@ -472,6 +475,7 @@ func (n *Node) journalFailed(err error) {
 	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
 		"dir", n.cfg.StateDir, "err", err.Error())
 	for id, ri := range n.rounds {
+		ri.reported = true // the line above
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.broken})
 	}
 }
@@ -610,10 +614,11 @@ func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason strin
 	n.endRound(id, fe)
 }
 
-// endRound ends round id with the fault fe. Caller holds mu.
+// endRound ends round id with the fault fe, which the caller has just
+// recorded (recordFault). Caller holds mu.
 func (n *Node) endRound(id string, fe *FaultError) {
 	ri := n.round(id)
-	ri.cause = fe
+	ri.cause, ri.reported = fe, true
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})

@@ -2,6 +2,7 @@ package chainsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -35,6 +36,9 @@ type roundInfo struct {
 	// was down and no connection has carried yet: when the link comes up
 	// it goes out for the first time, not as a re-send.
 	unsent [3]protocol.Command
+	// reported: why the round ends is already logged at ERROR (its fault,
+	// or the journal failing), so its end is not a second ERROR line.
+	reported bool
 }
 
 // finished reports whether the round's result is in.
@@ -105,16 +109,42 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 		delete(n.rounds, n.over[0])
 		n.over = n.over[1:]
 	}
-	lvl := slog.LevelInfo
-	if res.Status != StatusDone {
-		lvl = slog.LevelError
-	}
+	lvl, msg := slog.LevelInfo, "round over"
 	args := []any{"round", id, "status", res.Status.String()}
-	if res.Err != nil {
-		args = append(args, "err", res.Err.Error())
+	switch {
+	case res.Status == StatusDone:
+	case ri.reported:
+		// One ERROR line per fault: the fault's own line said it all;
+		// this one only refers to it.
+		lvl, msg = slog.LevelWarn, "round over; the cause is the fault logged above"
+		if k := faultKindOf(res.Err); k != "" {
+			args = append(args, "fault", k)
+		}
+	case res.Status == StatusStopped:
+		lvl = slog.LevelWarn // the node was closed (interrupted): not a fault
+	default:
+		lvl = slog.LevelError
+		if res.Err != nil {
+			args = append(args, "err", res.Err.Error())
+		}
 	}
-	n.log.Log(context.Background(), lvl, "round over", args...)
+	n.log.Log(context.Background(), lvl, msg, args...)
 	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+}
+
+// faultKindOf names the kind of fault err reports, or "".
+func faultKindOf(err error) FaultKind {
+	var fe *FaultError
+	var te *TaskError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Kind
+	case errors.As(err, &te) && te.Timeout:
+		return FaultTaskTimeout
+	case errors.As(err, &te):
+		return FaultTaskFailed
+	}
+	return ""
 }
 
 // armPhase (re)starts the round's PhaseTimeout for a state in which it waits

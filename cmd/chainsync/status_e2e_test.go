@@ -291,3 +291,79 @@ func TestRunObserverErrorsE2E(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusEscapesHostileNode (issue: chainsync status printed what a
+// node sent, raw): a status endpoint whose name, peer, round, fault and
+// error texts hold ESC sequences, BEL, CR/LF, a C1 CSI and a bidi override
+// cannot write any of them to the terminal: the text output holds no
+// control character but its own newlines, and no line of it starts with
+// the forged text. --json is valid JSON that decodes to exactly what the
+// node sent. Two addresses (the chain view) as well as one.
+func TestStatusEscapesHostileNode(t *testing.T) {
+	evil := func(s string) string { return s + "\x1b[2J\x1b]0;pwned\x07\r\nFORGED line\u009b31m\u202e\xff" }
+	doc := map[string]any{
+		"name": evil("A"), "role": "middle", "version": evil("v"), "time": time.Now(),
+		"links": map[string]any{
+			"pred": map[string]any{"exists": true, "up": false, "peer": evil("P")},
+			"succ": map[string]any{"exists": true, "up": true, "peer": evil("S")},
+		},
+		"rounds": []any{map[string]any{"round": evil("r"), "state": evil("READY"), "waiting_for": evil("START"),
+			"from": "pred", "since": time.Now(), "doing": evil("d")}},
+		"faults": []any{map[string]any{"kind": evil("k"), "peer": evil("P"), "side": "pred", "round": evil("r"),
+			"time": time.Now(), "error": evil("e")}},
+		"finished": []any{},
+	}
+	body, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+	for _, addrs := range []string{addr, addr + "," + addr} {
+		out, stderr, code := runCLI(t, "status", addrs)
+		if code != 0 {
+			t.Fatalf("status %s: exit %d: %s", addrs, code, stderr)
+		}
+		for i, c := range []byte(out) {
+			if c < 0x20 && c != '\n' || c == 0x7f {
+				t.Fatalf("status %s wrote control byte %#x at %d:\n%q", addrs, c, i, out)
+			}
+		}
+		for _, bad := range []string{"\u009b", "\u202e", "\xff"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("status %s wrote %q unescaped", addrs, bad)
+			}
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "FORGED") {
+				t.Errorf("status %s printed a forged line: %q", addrs, l)
+			}
+		}
+		if !strings.Contains(out, `A\x1b[2J\x1b]0;pwned\x07\r\nFORGED line\u009b31m\u202e\ufffd`) {
+			t.Errorf("status %s does not show the name escaped:\n%s", addrs, out)
+		}
+		jout, stderr, code := runCLI(t, "status", "--json", addrs)
+		if code != 0 || !json.Valid([]byte(jout)) {
+			t.Fatalf("status --json %s: exit %d, valid %v: %s\n%s", addrs, code, json.Valid([]byte(jout)), stderr, jout)
+		}
+		var one struct{ Name string }
+		if addrs == addr {
+			if err := json.Unmarshal([]byte(jout), &one); err != nil {
+				t.Fatal(err)
+			}
+			// encoding/json (the sender here) sent the byte that is not UTF-8 as U+FFFD.
+			if want := strings.ToValidUTF8(evil("A"), "\ufffd"); one.Name != want {
+				t.Errorf("--json name %q, want %q", one.Name, want)
+			}
+		}
+	}
+}
