@@ -101,6 +101,18 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 	}
 	nodes := fetchAll(addrs, o.timeout)
 	status.NameSilent(nodes)
+	verdicts := status.Diagnose(nodes)
+	// Whatever a node (or whoever answers at its address) sends reaches a
+	// terminal only escaped; --json needs no escaping, its encoder does it.
+	for i := range nodes {
+		if n := &nodes[i]; n.Err != nil {
+			n.Err = errors.New(status.Escape(n.Err.Error()))
+		}
+	}
+	if !o.json {
+		status.EscapeAll(&nodes)
+		status.EscapeAll(&verdicts)
+	}
 	code := ExitOK
 	for _, n := range nodes {
 		if n.Err != nil {
@@ -118,7 +130,6 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	verdicts := status.Diagnose(nodes)
 	if o.json {
 		type jnode struct {
 			Addr   string      `json:"addr"`
