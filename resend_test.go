@@ -55,7 +55,7 @@ func (c *sendCounts) get() (sent, queued, resent int) {
 	return c.sent, c.queued, c.resent
 }
 
-// Draft "Protocol Operation" with DECISIONS.md's reconnect rule: a message
+// Draft "Protocol Operation" with docs/DESIGN.md's reconnect rule ("Reconnects"): a message
 // the machine sent while its link was down (here: each node is ready
 // before its successor is even started) goes out once, when the link
 // first comes up, and that first send is not a re-send. A fault-free
@@ -108,7 +108,7 @@ func TestFirstSendIsNotAResend(t *testing.T) {
 	}
 }
 
-// DECISIONS.md, reconnects: a message a connection already carried and
+// docs/DESIGN.md "Reconnects": a message a connection already carried and
 // that is sent again after the link comes back is a re-send, and is
 // reported as one.
 func TestResendAfterReconnectIsMarked(t *testing.T) {
