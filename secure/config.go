@@ -50,6 +50,10 @@ type Options struct {
 	// ServerName, if set, is the name the successor's certificate must
 	// carry (--tls-server-name), instead of the host it was dialed at.
 	ServerName string
+	// NoPred and NoSucc say this node has no predecessor (the Head) or no
+	// successor (the Tail): Describe and Warnings then say nothing about
+	// the link it does not have. Zero: both links.
+	NoPred, NoSucc bool
 }
 
 // Enabled reports whether any security option is set, that is whether the
@@ -317,10 +321,10 @@ func (c *Config) checkCert() {
 			c.warnf("--tls-cert %s does not verify against --tls-ca %s (%v): neighbours using that CA will refuse this node", file, c.opts.CAFile, err)
 		}
 	}
-	if c.roots == nil && c.pinPrev == nil && c.psk == nil {
+	if c.roots == nil && c.pinPrev == nil && c.psk == nil && !c.opts.NoPred {
 		c.warnf("no --tls-ca, --pin-prev or --psk-file: any TLS client can become this node's predecessor")
 	}
-	if c.roots == nil && c.pinNext == nil && c.psk == nil {
+	if c.roots == nil && c.pinNext == nil && c.psk == nil && !c.opts.NoSucc {
 		c.warnf("no --tls-ca, --pin-next or --psk-file: the successor's certificate is checked against this system's trust roots only")
 	}
 }
@@ -363,14 +367,17 @@ func (c *Config) Describe() string {
 	if c.ephemeral {
 		parts = append(parts, "ephemeral certificate")
 	}
-	if c.opts.ServerName != "" && c.roots != nil {
+	if c.opts.ServerName != "" && c.roots != nil && !c.opts.NoSucc {
 		parts = append(parts, "successor name "+c.opts.ServerName)
 	}
-	if c.roots == nil && c.pinNext == nil && c.psk == nil {
+	if c.roots == nil && c.pinNext == nil && c.psk == nil && !c.opts.NoSucc {
 		parts = append(parts, "successor checked against system roots")
 	}
-	if !c.requireClientCert && c.psk == nil {
+	if !c.requireClientCert && c.psk == nil && !c.opts.NoPred {
 		parts = append(parts, "predecessor NOT authenticated")
+	}
+	if len(parts) == 0 {
+		return mode
 	}
 	return mode + " (" + strings.Join(parts, ", ") + ")"
 }

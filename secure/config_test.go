@@ -73,6 +73,16 @@ func TestLoadWarnings(t *testing.T) {
 			t.Errorf("warnings %q lack %q", w, want)
 		}
 	}
+	// The Head is warned only about its successor, the Tail only about
+	// its predecessor.
+	head := strings.Join(mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true}).Warnings(), "\n")
+	tail := strings.Join(mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoSucc: true}).Warnings(), "\n")
+	if strings.Contains(head, "predecessor") || !strings.Contains(head, "system's trust roots") {
+		t.Errorf("Head's warnings %q: want the successor's, none about a predecessor", head)
+	}
+	if strings.Contains(tail, "successor") || !strings.Contains(tail, "predecessor") {
+		t.Errorf("Tail's warnings %q: want the predecessor's, none about a successor", tail)
+	}
 }
 
 func TestDescribe(t *testing.T) {
@@ -90,6 +100,13 @@ func TestDescribe(t *testing.T) {
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin}, "TLS 1.3 (pinned successor, predecessor NOT authenticated)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PSKFile: psk, SelfName: "A"}, "TLS 1.3 (PSK " + psk + ")"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile}, "TLS 1.3 (successor checked against system roots, predecessor NOT authenticated)"},
+		// A Head has no predecessor, a Tail no successor: nothing is said
+		// about the link a node does not have.
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin, NoPred: true}, "TLS 1.3 (pinned successor)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true}, "TLS 1.3 (successor checked against system roots)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoSucc: true}, "TLS 1.3 (predecessor NOT authenticated)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, NoSucc: true}, "mutual TLS 1.3 (CA " + a.CAFile + ")"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true, NoSucc: true}, "TLS 1.3"},
 	} {
 		if got := mustLoad(t, tc.o).Describe(); got != tc.want {
 			t.Errorf("Describe(%+v) = %q, want %q", tc.o, got, tc.want)

@@ -268,6 +268,8 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, flagError(err)
 	}
+	// The security log and warnings speak only of the links this node has.
+	o.tls.NoPred, o.tls.NoSucc = listen == "", next == ""
 	return cfg, rounds, nil
 }
 
