@@ -54,13 +54,27 @@ type Options struct {
 	// successor (the Tail): Describe and Warnings then say nothing about
 	// the link it does not have. Zero: both links.
 	NoPred, NoSucc bool
+	// AcceptAnyPredecessor (--insecure-accept-any-predecessor) says that
+	// a predecessor that nothing authenticates (no CAFile, PinPrev or
+	// PSKFile) is intended: any TLS client may then connect as the
+	// predecessor. Without it, CheckSides refuses that setup and Server
+	// refuses every connection.
+	AcceptAnyPredecessor bool
+	// AcceptAnySuccessor (--insecure-accept-any-successor) says that a
+	// successor that nothing authenticates (no CAFile, PinNext or PSKFile)
+	// is intended: its certificate is then not checked at all. Without
+	// it, CheckSides refuses that setup and Client refuses to dial. The
+	// system's trust roots never authenticate a neighbour: the nodes of a
+	// chain are not public web servers, and any public certificate would
+	// pass them.
+	AcceptAnySuccessor bool
 }
 
 // Enabled reports whether any security option is set, that is whether the
 // links use TLS.
 func (o Options) Enabled() bool {
 	return o.CertFile != "" || o.KeyFile != "" || o.CAFile != "" || o.PinPrev != "" ||
-		o.PinNext != "" || o.PSKFile != "" || o.ServerName != ""
+		o.PinNext != "" || o.PSKFile != "" || o.ServerName != "" || o.AcceptAnyPredecessor || o.AcceptAnySuccessor
 }
 
 // DefaultHandshakeTimeout bounds a handshake (TLS and PSK proof) whose
@@ -205,8 +219,16 @@ func (c *Config) loadCert() error {
 				"give --tls-cert and --tls-key (`chainsync certs` makes them)")
 		}
 		if c.psk == nil {
-			// Only --tls-server-name is left.
-			return errors.New("--tls-server-name needs TLS: give --tls-cert and --tls-key, or --psk-file")
+			// Only --tls-server-name or --insecure-accept-any-* is left.
+			flag := "--tls-server-name"
+			switch {
+			case o.ServerName != "":
+			case o.AcceptAnyPredecessor:
+				flag = "--insecure-accept-any-predecessor"
+			default:
+				flag = "--insecure-accept-any-successor"
+			}
+			return errors.New(flag + " needs TLS: give --tls-cert and --tls-key, or --psk-file")
 		}
 		cert, err := ephemeralCert()
 		if err != nil {
@@ -321,12 +343,51 @@ func (c *Config) checkCert() {
 			c.warnf("--tls-cert %s does not verify against --tls-ca %s (%v): neighbours using that CA will refuse this node", file, c.opts.CAFile, err)
 		}
 	}
-	if c.roots == nil && c.pinPrev == nil && c.psk == nil && !c.opts.NoPred {
-		c.warnf("no --tls-ca, --pin-prev or --psk-file: any TLS client can become this node's predecessor")
+	if !c.AuthenticatesPredecessor() && c.opts.AcceptAnyPredecessor && !c.opts.NoPred {
+		c.warnf("--insecure-accept-any-predecessor: no --tls-ca, --pin-prev or --psk-file, so any TLS client can become this node's predecessor")
 	}
-	if c.roots == nil && c.pinNext == nil && c.psk == nil && !c.opts.NoSucc {
-		c.warnf("no --tls-ca, --pin-next or --psk-file: the successor's certificate is checked against this system's trust roots only")
+	if !c.AuthenticatesSuccessor() && c.opts.AcceptAnySuccessor && !c.opts.NoSucc {
+		c.warnf("--insecure-accept-any-successor: no --tls-ca, --pin-next or --psk-file, so the successor's certificate is not checked at all")
 	}
+}
+
+// AuthenticatesPredecessor reports whether the predecessor link
+// authenticates its peer: a client certificate from the CA (CAFile), a
+// pinned key (PinPrev), or a proof of the pre-shared key (PSKFile).
+func (c *Config) AuthenticatesPredecessor() bool {
+	return c.Enabled() && (c.roots != nil || c.pinPrev != nil || c.psk != nil)
+}
+
+// AuthenticatesSuccessor reports whether the successor link authenticates
+// its peer: a certificate from the CA with the dialed name (CAFile), a
+// pinned key (PinNext), or a proof of the pre-shared key (PSKFile). The
+// system's trust roots do not count.
+func (c *Config) AuthenticatesSuccessor() bool {
+	return c.Enabled() && (c.roots != nil || c.pinNext != nil || c.psk != nil)
+}
+
+// CheckSides refuses a half-authenticated node: TLS on, but a side the
+// node has (hasPred: it accepts a predecessor; hasSucc: it dials a
+// successor) authenticates nobody, and the operator did not say so with
+// AcceptAnyPredecessor or AcceptAnySuccessor. Encryption without
+// authentication lets a stranger be that neighbour: as predecessor it
+// starts this node's task whenever it likes. A plain-TCP Config passes:
+// that mode is chosen in full knowledge (the node says so at start).
+func (c *Config) CheckSides(hasPred, hasSucc bool) error {
+	if !c.Enabled() {
+		return nil
+	}
+	if hasPred && !c.AuthenticatesPredecessor() && !c.opts.AcceptAnyPredecessor {
+		return errors.New("these TLS settings authenticate no predecessor: any TLS client could connect as this node's predecessor and start its task. " +
+			"Give --tls-ca CA.pem (its certificate must come from that CA), --pin-prev PIN (chainsync pin PRED.pem prints it) or --psk-file FILE; " +
+			"if anyone at all may be the predecessor, say so with --insecure-accept-any-predecessor")
+	}
+	if hasSucc && !c.AuthenticatesSuccessor() && !c.opts.AcceptAnySuccessor {
+		return errors.New("these TLS settings authenticate no successor (this system's public trust roots do not: any web server's certificate passes them): " +
+			"a stranger at the successor's address could pose as it. Give --tls-ca CA.pem, --pin-next PIN (chainsync pin SUCC.pem prints it) or --psk-file FILE; " +
+			"if anyone at all may be the successor, say so with --insecure-accept-any-successor")
+	}
+	return nil
 }
 
 // Warnings returns what Load found questionable but not fatal (a certificate
@@ -370,10 +431,10 @@ func (c *Config) Describe() string {
 	if c.opts.ServerName != "" && c.roots != nil && !c.opts.NoSucc {
 		parts = append(parts, "successor name "+c.opts.ServerName)
 	}
-	if c.roots == nil && c.pinNext == nil && c.psk == nil && !c.opts.NoSucc {
-		parts = append(parts, "successor checked against system roots")
+	if !c.AuthenticatesSuccessor() && !c.opts.NoSucc {
+		parts = append(parts, "successor NOT authenticated")
 	}
-	if !c.requireClientCert && c.psk == nil && !c.opts.NoPred {
+	if !c.AuthenticatesPredecessor() && !c.opts.NoPred {
 		parts = append(parts, "predecessor NOT authenticated")
 	}
 	if len(parts) == 0 {

@@ -1,6 +1,8 @@
 package secure
 
 import (
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,25 +65,86 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-func TestLoadWarnings(t *testing.T) {
-	certs := chain(t, "A")
+// TestHalfAuthenticatedRefused (issue: a TLS node without --tls-ca,
+// --pin-prev or --psk-file accepted anyone as its predecessor): TLS
+// settings that authenticate nobody on a side the node has are refused,
+// each side on its own, unless the operator says so with
+// --insecure-accept-any-predecessor or --insecure-accept-any-successor
+// (then a warning says it). The system's trust roots authenticate no
+// successor. Client and Server refuse such a side too, for library users
+// who skip CheckSides.
+func TestHalfAuthenticatedRefused(t *testing.T) {
+	certs := chain(t, "A", "B")
 	a := certs["A"]
-	c := mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile})
+	psk := newKeyFile(t)
+	bare := Options{CertFile: a.CertFile, KeyFile: a.KeyFile}
+	with := func(f func(*Options)) Options { o := bare; f(&o); return o }
+	for _, tc := range []struct {
+		name             string
+		o                Options
+		hasPred, hasSucc bool
+		want             string // "" means accepted
+	}{
+		{"cert only, middle", bare, true, true, "authenticate no predecessor"},
+		{"cert only, tail", bare, true, false, "authenticate no predecessor"},
+		{"cert only, head", bare, false, true, "authenticate no successor"},
+		{"pin-next only, middle", with(func(o *Options) { o.PinNext = a.Pin }), true, true, "--insecure-accept-any-predecessor"},
+		{"pin-next only, head", with(func(o *Options) { o.PinNext = a.Pin }), false, true, ""},
+		{"pin-prev only, middle", with(func(o *Options) { o.PinPrev = a.Pin }), true, true, "--insecure-accept-any-successor"},
+		{"pin-prev only, tail", with(func(o *Options) { o.PinPrev = a.Pin }), true, false, ""},
+		{"both pins", with(func(o *Options) { o.PinPrev, o.PinNext = a.Pin, a.Pin }), true, true, ""},
+		{"CA", mtls(a), true, true, ""},
+		{"PSK", Options{PSKFile: psk, SelfName: "B", PrevName: "A", NextName: "C"}, true, true, ""},
+		{"accepted predecessor", with(func(o *Options) { o.PinNext, o.AcceptAnyPredecessor = a.Pin, true }), true, true, ""},
+		{"accepted both", with(func(o *Options) { o.AcceptAnyPredecessor, o.AcceptAnySuccessor = true, true }), true, true, ""},
+		{"accepted successor only", with(func(o *Options) { o.AcceptAnySuccessor = true }), true, true, "authenticate no predecessor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustLoad(t, tc.o)
+			err := c.CheckSides(tc.hasPred, tc.hasSucc)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	c := mustLoad(t, with(func(o *Options) { o.AcceptAnyPredecessor, o.AcceptAnySuccessor = true, true }))
 	w := strings.Join(c.Warnings(), "\n")
-	for _, want := range []string{"any TLS client can become this node's predecessor", "system's trust roots"} {
+	for _, want := range []string{"any TLS client can become this node's predecessor", "not checked at all"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings %q lack %q", w, want)
 		}
 	}
 	// The Head is warned only about its successor, the Tail only about
 	// its predecessor.
-	head := strings.Join(mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true}).Warnings(), "\n")
-	tail := strings.Join(mustLoad(t, Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoSucc: true}).Warnings(), "\n")
-	if strings.Contains(head, "predecessor") || !strings.Contains(head, "system's trust roots") {
+	both := Options{CertFile: a.CertFile, KeyFile: a.KeyFile, AcceptAnyPredecessor: true, AcceptAnySuccessor: true}
+	headOpts, tailOpts := both, both
+	headOpts.NoPred, tailOpts.NoSucc = true, true
+	head := strings.Join(mustLoad(t, headOpts).Warnings(), "\n")
+	tail := strings.Join(mustLoad(t, tailOpts).Warnings(), "\n")
+	if strings.Contains(head, "predecessor") || !strings.Contains(head, "not checked at all") {
 		t.Errorf("Head's warnings %q: want the successor's, none about a predecessor", head)
 	}
 	if strings.Contains(tail, "successor") || !strings.Contains(tail, "predecessor") {
 		t.Errorf("Tail's warnings %q: want the predecessor's, none about a successor", tail)
+	}
+	if w := mustLoad(t, bare).Warnings(); len(w) != 0 {
+		t.Errorf("warnings without the flags: %q (CheckSides refuses instead)", w)
+	}
+	// Library users who skip CheckSides: nothing to authenticate with is
+	// refused at the connection.
+	c = mustLoad(t, bare)
+	p1, p2 := net.Pipe()
+	defer p2.Close()
+	if _, err := c.Server(context.Background(), p1); err == nil || !strings.Contains(err.Error(), "nothing authenticates the predecessor") {
+		t.Errorf("Server: %v", err)
+	}
+	p1, p2 = net.Pipe()
+	defer p2.Close()
+	if _, err := c.Client(context.Background(), p1, "b:1"); err == nil || !strings.Contains(err.Error(), "nothing authenticates the successor") {
+		t.Errorf("Client: %v", err)
 	}
 }
 
@@ -99,11 +162,11 @@ func TestDescribe(t *testing.T) {
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, ServerName: "b"}, "mutual TLS 1.3 (CA " + a.CAFile + ", successor name b)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin}, "TLS 1.3 (pinned successor, predecessor NOT authenticated)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PSKFile: psk, SelfName: "A"}, "TLS 1.3 (PSK " + psk + ")"},
-		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile}, "TLS 1.3 (successor checked against system roots, predecessor NOT authenticated)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile}, "TLS 1.3 (successor NOT authenticated, predecessor NOT authenticated)"},
 		// A Head has no predecessor, a Tail no successor: nothing is said
 		// about the link a node does not have.
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, PinNext: a.Pin, NoPred: true}, "TLS 1.3 (pinned successor)"},
-		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true}, "TLS 1.3 (successor checked against system roots)"},
+		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true}, "TLS 1.3 (successor NOT authenticated)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoSucc: true}, "TLS 1.3 (predecessor NOT authenticated)"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, CAFile: a.CAFile, NoSucc: true}, "mutual TLS 1.3 (CA " + a.CAFile + ")"},
 		{Options{CertFile: a.CertFile, KeyFile: a.KeyFile, NoPred: true, NoSucc: true}, "TLS 1.3"},

@@ -138,7 +138,11 @@ func (c *Config) buildClient() {
 		// authenticates the successor. Both are mandatory on this path.
 		cl.InsecureSkipVerify = true
 	default:
-		// Neither CA, pin nor PSK: the system roots (RootCAs nil).
+		// Neither CA, pin nor PSK: nothing authenticates the successor.
+		// Client refuses to dial unless AcceptAnySuccessor says that is
+		// intended; then nothing is checked (the system's roots would
+		// authenticate no one: any public certificate passes them).
+		cl.InsecureSkipVerify = true
 	}
 	cl.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
@@ -168,6 +172,10 @@ func (c *Config) buildClient() {
 func (c *Config) Client(ctx context.Context, raw net.Conn, addr string) (net.Conn, error) {
 	if !c.Enabled() {
 		return raw, nil
+	}
+	if !c.AuthenticatesSuccessor() && !c.opts.AcceptAnySuccessor {
+		raw.Close()
+		return nil, errors.New("secure: nothing authenticates the successor (no CA, pin or PSK): set Options.AcceptAnySuccessor if that is intended")
 	}
 	if c.psk != nil && c.opts.NextName == "" {
 		raw.Close()
@@ -199,6 +207,10 @@ func (c *Config) Client(ctx context.Context, raw net.Conn, addr string) (net.Con
 func (c *Config) Server(ctx context.Context, raw net.Conn) (net.Conn, error) {
 	if !c.Enabled() {
 		return raw, nil
+	}
+	if !c.AuthenticatesPredecessor() && !c.opts.AcceptAnyPredecessor {
+		raw.Close()
+		return nil, errors.New("secure: nothing authenticates the predecessor (no CA, pin or PSK): set Options.AcceptAnyPredecessor if that is intended")
 	}
 	if c.psk != nil && c.opts.PrevName == "" {
 		raw.Close()

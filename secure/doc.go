@@ -41,14 +41,18 @@
 //     made at [Load]. PSK mode adds a short exchange to the start of the
 //     stream, so both ends must run it; the other modes are standard TLS
 //     around the unchanged line protocol.
-//   - A certificate with none of the above authenticates only this node to
-//     its predecessor, and checks the successor against the system's trust
-//     roots; [Config.Warnings] says so.
+//   - A side with none of the above authenticates nobody; the system's
+//     trust roots do not count (any public certificate passes them).
+//     [Config.CheckSides] refuses a node that has such a side, unless
+//     [Options].AcceptAnyPredecessor or AcceptAnySuccessor says it is meant
+//     (then that side takes any peer, and [Config.Warnings] says so);
+//     [Config.Server] and [Config.Client] refuse such a side too.
 //
 // # Usage
 //
-//  1. Build [Options] from the flags and call [Load] once at startup. Print
-//     its error and exit if it fails; log [Config.Describe] and every
+//  1. Build [Options] from the flags and call [Load] once at startup, then
+//     [Config.CheckSides] with the sides the node has. Print an error and
+//     exit if either fails; log [Config.Describe] and every
 //     [Config.Warnings] line.
 //  2. For each dialed connection call [Config.Client] with a context whose
 //     deadline bounds the handshake; for each accepted one, [Config.Server].

@@ -563,3 +563,75 @@ func TestCertsFailPartway(t *testing.T) {
 		}
 	})
 }
+
+// TestHalfAuthenticatedNodeRefused (issue: a node with --tls-cert,
+// --tls-key and --pin-next but no --tls-ca, --pin-prev or --psk-file
+// accepted a TLS client without a certificate as its predecessor, which
+// then started B's and C's tasks): such a node now refuses to start (exit
+// 2, naming the flags that fix it), and so does chainsync check; the same
+// for a successor side that only the system's trust roots would check.
+// Only --insecure-accept-any-predecessor brings the old behaviour back,
+// with a warning: a TLS client without a certificate then starts the task.
+func TestHalfAuthenticatedNodeRefused(t *testing.T) {
+	t.Parallel()
+	certs := makeCerts(t, "A,B,C")
+	key := func(n string) []string {
+		return []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem")}
+	}
+	addrs := freeAddrs(t, 3)
+	dir := t.TempDir()
+	task := []string{"--", "sh", "-c", "touch " + filepath.Join(dir, "task")}
+	middle := append([]string{"--name", "B", "--listen", addrs[1], "--prev", addrs[0], "--next", addrs[2],
+		"--pin-next", pinOf(t, filepath.Join(certs, "C.pem"))}, key("B")...)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"run, predecessor side", append(append([]string{"run"}, middle...), task...), "--insecure-accept-any-predecessor"},
+		{"check, predecessor side", append([]string{"check", "--timeout", "1s"}, middle...), "--insecure-accept-any-predecessor"},
+		{"run, successor side by system roots", append(append([]string{"run", "--name", "A", "--next", addrs[1],
+			"--tls-server-name", "B"}, key("A")...), task...), "--insecure-accept-any-successor"},
+		{"run, tail without pin", append(append([]string{"run", "--name", "C", "--listen", addrs[2], "--prev", addrs[1]},
+			key("C")...), task...), "authenticate no predecessor"},
+	} {
+		p := startProc(t, tc.name, nil, tc.args...)
+		if code := p.wait(t, 10*time.Second); code != 2 || !strings.Contains(p.err.String(), tc.want) {
+			t.Errorf("%s: exit %d, want 2 with %q:\n%s", tc.name, code, tc.want, p.err.String())
+		}
+	}
+	if exists(filepath.Join(dir, "task")) {
+		t.Fatal("a refused node ran its task")
+	}
+
+	// Said explicitly: anyone may be the predecessor, and a TLS client
+	// without a certificate is.
+	tail := startProc(t, "C", nil, append(append([]string{"run", "--name", "C", "--listen", addrs[2], "--prev", addrs[1],
+		"--linger", "1s", "--insecure-accept-any-predecessor"}, key("C")...), task...)...)
+	tail.waitLog(t, 10*time.Second, "the warning", containsAll("any TLS client can become this node's predecessor"))
+	var c *tls.Conn
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		c, err = tls.Dial("tcp", addrs[2], &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stranger := newRaw(t, c)
+	stranger.send(t, "READY\n")
+	stranger.expect(t, "START\n")
+	stranger.send(t, "COMPLETE\n")
+	stranger.expect(t, "COMPLETE\n")
+	stranger.hangUp()
+	if code := tail.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("C exited %d", code)
+	}
+	if !exists(filepath.Join(dir, "task")) {
+		t.Error("with --insecure-accept-any-predecessor, the stranger did not start the task")
+	}
+}

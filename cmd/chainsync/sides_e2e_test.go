@@ -22,7 +22,9 @@ func TestLogsOnlyAboutSidesTheNodeHas(t *testing.T) {
 		return []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem")}
 	}
 	head := append(append([]string{"--chain", chain, "--name", "A"}, key("A")...), "--pin-next", pinOf(t, filepath.Join(certs, "B.pem")))
-	tail := append([]string{"--chain", chain, "--name", "B"}, key("B")...)
+	// Nothing authenticates the Tail's predecessor: said on purpose, or
+	// the Tail would refuse to start (TestHalfAuthenticatedNodeRefused).
+	tail := append([]string{"--chain", chain, "--name", "B", "--insecure-accept-any-predecessor"}, key("B")...)
 	for _, tc := range []struct {
 		name       string
 		flags      []string

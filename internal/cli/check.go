@@ -106,6 +106,9 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	}
 	logEnv(log, fromEnv)
 	sec, err := secure.Load(o.tls)
+	if err == nil {
+		err = sec.CheckSides(cfg.Role().HasPred(), cfg.Role().HasSucc())
+	}
 	if err != nil {
 		return fail(err)
 	}

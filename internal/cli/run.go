@@ -127,6 +127,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.tls.PinNext, "pin-next", "", "the successor's key `PIN` (sha256//BASE64, see chainsync pin)")
 	fs.StringVar(&o.tls.PSKFile, "psk-file", "", "pre-shared key `FILE` (made by chainsync psk), same on every node; peers prove they know it and their place in --chain (needs --chain)")
 	fs.StringVar(&o.tls.ServerName, "tls-server-name", "", "verify the successor's certificate for `NAME` instead of the --next host")
+	fs.BoolVar(&o.tls.AcceptAnyPredecessor, "insecure-accept-any-predecessor", false, "with TLS but no --tls-ca, --pin-prev or --psk-file, let any TLS client be the predecessor (without it, such a node refuses to start)")
+	fs.BoolVar(&o.tls.AcceptAnySuccessor, "insecure-accept-any-successor", false, "with TLS but no --tls-ca, --pin-next or --psk-file, take any certificate from the successor (without it, such a node refuses to start)")
 }
 
 // usageError is a bad command line: exit 2, nothing started.
@@ -297,7 +299,10 @@ func runMain(args []string, stderr io.Writer) int {
 	cfg, rounds, err := o.config(fs.Args())
 	if err == nil && o.tls.Enabled() {
 		var sc *secure.Config
-		if sc, err = secure.Load(o.tls); err != nil {
+		if sc, err = secure.Load(o.tls); err == nil {
+			err = sc.CheckSides(cfg.Role().HasPred(), cfg.Role().HasSucc())
+		}
+		if err != nil {
 			err = usageError{err.Error()}
 		} else {
 			cfg.Secure = sc
