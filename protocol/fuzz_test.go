@@ -48,7 +48,8 @@ type fuzzRef struct {
 //   - a task runs only once the draft's preconditions hold: locally ready,
 //     READY and COMPLETE from the predecessor (unless Head), START from the
 //     successor (unless Tail) (draft: Protocol Operation, Phases 1-3);
-//   - a task runs at most once per round;
+//   - a task runs at most once per round, and with Config.Ordered (bit 16
+//     of the first byte) only while no other round's task runs;
 //   - a rejected message is a *protocol.Violation, any other rejection one
 //     of the documented local errors, and a rejection changes no state
 //     and returns out as given (docs/DESIGN.md: "Bad input never ... moves
@@ -65,6 +66,7 @@ func FuzzMachine(f *testing.F) {
 	f.Add(byte(2), []byte{2, 4, 0, 5, 0, 7, 3, 4, 5, 0, 6, 0})             // Tail, round r1, link ups
 	f.Add(byte(3), []byte{2, 8, 4, 0x88, 2, 8, 7, 8})                      // Single, round r2, fails
 	f.Add(byte(1), []byte{0, 1, 1, 1, 0, 2, 0, 3, 1, 3, 0, 0, 1, 0, 7, 0}) // violations
+	f.Add(byte(16), []byte{2, 0, 2, 4, 1, 0, 1, 4, 3, 0, 3, 4})            // Head, Ordered: two rounds
 	f.Fuzz(func(t *testing.T, cfg byte, data []byte) {
 		role := protocol.Role(cfg&3 + 1)
 		pc := protocol.Config{Role: role}
@@ -74,6 +76,7 @@ func FuzzMachine(f *testing.F) {
 		if cfg&8 != 0 {
 			pc.AcceptRound = func(id string) bool { return id != "r3" }
 		}
+		pc.Ordered = cfg&16 != 0
 		m := protocol.New(pc)
 		refs := map[string]*fuzzRef{}
 		ref := func(id string) *fuzzRef {
@@ -170,6 +173,11 @@ func FuzzMachine(f *testing.F) {
 						t.Fatalf("task of %q ran without START from the successor", a.Round)
 					}
 					r.ran = true
+					for k, id := range fuzzRounds {
+						if pc.Ordered && id != a.Round && cur[k] == protocol.StateStart {
+							t.Fatalf("Ordered: task of %q started while the task of %q runs", a.Round, id)
+						}
+					}
 				case protocol.ActSend:
 					if a.To == protocol.Pred && !role.HasPred() || a.To == protocol.Succ && !role.HasSucc() {
 						t.Fatalf("%v sends to a missing %v", role, a.To)
