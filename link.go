@@ -3,6 +3,7 @@ package chainsync
 import (
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -206,7 +207,10 @@ func (l *link) writeNow(b []byte) (int, error) {
 		}
 		return true // never wait here: the writer does
 	})
-	if werr == nil {
+	if werr == nil && !errors.Is(cerr, os.ErrDeadlineExceeded) {
+		// An expired deadline is the writer's, from its last blocking
+		// write (writeBlocking renews it only when it writes): nothing
+		// went wrong here, so leave the bytes to the writer.
 		werr = cerr
 	}
 	return wrote, werr
