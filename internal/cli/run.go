@@ -46,6 +46,13 @@ neighbour and names it) and each node's own --task-timeout, e.g.
     --connect-timeout 5m --on-fault 'notify-oncall "$CHAINSYNC_FAULT" "$CHAINSYNC_PEER"' -- ./upgrade.sh
 --fault-policy wait keeps the round when a neighbour faults, until it is back.
 
+A chain that stays up: --serve on every node, and the Head opens rounds
+(--rounds-from FILE|-, --every D, or --control ADDR with chainsync open);
+each task runs in the order the Head opened the rounds, e.g.
+  chainsync run --chain $CHAIN --name B --serve -- ./transform-batch
+  chainsync run --chain $CHAIN --name A --serve --control unix:/tmp/cs.sock -- ./extract-batch
+  chainsync open --control unix:/tmp/cs.sock --wait
+
 ` + envHelp + `
 Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
 failed or ran past --task-timeout (the chain halts here); 4 fault (a
