@@ -68,6 +68,12 @@ type Config struct {
 	UnnamedColon bool
 	// MaxRounds bounds the rounds in progress at once. Default 1024.
 	MaxRounds int
+	// KeepFinished is how many finished rounds the node remembers: their
+	// results for Wait and Snapshot, their ids in the protocol machine (a
+	// late duplicate stays a no-op, a finished round never runs again)
+	// and their records in StateDir. Default 16384; keep it well above
+	// the rounds that can be in flight at once.
+	KeepFinished int
 	// MaxParallelTasks bounds the tasks running at once on this node.
 	// Default 1: one task at a time, in the order the rounds reach it.
 	MaxParallelTasks int
@@ -299,7 +305,7 @@ func (c *Config) Validate() error {
 	for _, l := range []struct {
 		field string
 		v     int
-	}{{"MaxRounds", c.MaxRounds}, {"MaxParallelTasks", c.MaxParallelTasks}, {"MaxPending", c.MaxPending}} {
+	}{{"MaxRounds", c.MaxRounds}, {"MaxParallelTasks", c.MaxParallelTasks}, {"MaxPending", c.MaxPending}, {"KeepFinished", c.KeepFinished}} {
 		if l.v < 0 {
 			return bad(l.field, fmt.Sprint(l.v), "limits must not be negative (%s %d)", l.field, l.v)
 		}
@@ -324,6 +330,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = 1024
+	}
+	if c.KeepFinished == 0 {
+		c.KeepFinished = 16384
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

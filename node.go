@@ -40,7 +40,7 @@ type Node struct {
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
 	toRun   []taskStart    // tasks to start once mu is released (see unlock)
-	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
+	over    []string       // finished rounds in rounds, oldest first (pruned past KeepFinished)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 	faults  []Fault        // the most recent faults, for Snapshot (at most keepFaults)
 	flushes []*link        // links with lines queued under mu, flushed by unlock
@@ -128,7 +128,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
-	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, Ordered: cfg.MaxParallelTasks == 1}
+	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
 	if cfg.Rounds != nil && !cfg.Follow {
 		set := make(map[string]bool, len(cfg.Rounds))
 		for _, r := range cfg.Rounds {
@@ -244,8 +244,8 @@ func (n *Node) Ready(round string) error {
 }
 
 // Wait blocks until round is over at this node, or ctx ends. It may be
-// called before or after the round ends: the results of the last 16384
-// finished rounds are kept.
+// called before or after the round ends: the results of the last
+// Config.KeepFinished (16384) finished rounds are kept.
 //
 // A round that ends because the node was closed returns its Result with
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.

@@ -11,9 +11,6 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// keepResults is how many finished rounds' results Wait can still return.
-const keepResults = 16384
-
 // roundInfo is the driver's view of one round: its waiters and its timer.
 type roundInfo struct {
 	done  chan struct{}
@@ -105,7 +102,7 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	ri.ended = time.Now()
 	close(ri.done)
 	n.over = append(n.over, id)
-	if len(n.over) > keepResults {
+	if len(n.over) > n.cfg.KeepFinished {
 		delete(n.rounds, n.over[0])
 		n.over = n.over[1:]
 	}

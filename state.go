@@ -29,6 +29,7 @@ func (n *Node) openState() (*journal.State, error) {
 			return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
 		}
 	}
+	j.SetKeepFinished(n.cfg.KeepFinished)
 	n.j = j
 	return st, nil
 }

@@ -267,6 +267,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.serving() {
 		// A follower cannot know the Head's --max-open: room for plenty.
 		cfg.MaxRounds = max(1024, o.maxOpen+len(rounds))
+		cfg.KeepFinished = max(keepServed, 4*cfg.MaxRounds)
 	}
 	if o.stateDir == "" && o.resumeTask != "fail" {
 		return cfg, nil, usagef("--resume-task needs --state-dir: without it a restarted node does not know it was interrupted")

@@ -23,6 +23,11 @@ import (
 // with a predecessor learns each round from the READY that opens it; the
 // Head opens them. See docs/SERVE.md.
 
+// keepServed is how many finished rounds a served node remembers (in
+// memory, in its state directory, for a reused id): far more than can be
+// in flight, few enough that a node that runs for months stays small.
+const keepServed = 4096
+
 // serving reports whether the node runs as a long-lived node.
 func (o *runOpts) serving() bool {
 	return o.serve || o.opens()

@@ -111,6 +111,7 @@ type Journal struct {
 	since  int // records appended since the last compaction
 	buf    []byte
 	closed bool
+	keep   int // finished rounds compaction keeps; 0: KeepFinished
 }
 
 // Open creates dir (mode 0700) if needed, locks it, and loads its journal.
@@ -452,8 +453,20 @@ func (j *Journal) Save(recs []protocol.Record, delivered []string) error {
 	return nil
 }
 
+// SetKeepFinished makes later compactions keep at most n finished rounds
+// instead of KeepFinished (n > 0).
+func (j *Journal) SetKeepFinished(n int) { j.keep = n }
+
+func (j *Journal) keepFinished() int {
+	if j.keep > 0 {
+		return j.keep
+	}
+	return KeepFinished
+}
+
 // compact rewrites the journal as the header plus the last record of each
-// round, keeping at most KeepFinished finished rounds.
+// round, keeping at most KeepFinished (or SetKeepFinished's) finished
+// rounds.
 func (j *Journal) compact() error {
 	finished := 0
 	for _, id := range j.order {
@@ -463,7 +476,7 @@ func (j *Journal) compact() error {
 	}
 	keep := j.order[:0:0]
 	for _, id := range j.order {
-		if j.last[id].State.Terminal() && finished > KeepFinished {
+		if j.last[id].State.Terminal() && finished > j.keepFinished() {
 			finished--
 			delete(j.last, id)
 			delete(j.deliv, id)
