@@ -334,6 +334,9 @@ func (n *Node) Snapshot() Snapshot {
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	for _, id := range n.over[max(0, len(n.over)-keepHistory):] {
 		ri := n.rounds[id]
+		if ri == nil || !ri.finished() {
+			continue // the id was used again since
+		}
 		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended}
 		if ri.res.Err != nil {
 			rr.Err = ri.res.Err.Error()

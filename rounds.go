@@ -102,7 +102,7 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	ri.ended = time.Now()
 	close(ri.done)
 	n.over = append(n.over, id)
-	if len(n.over) > n.cfg.KeepFinished {
+	for len(n.over) > n.cfg.KeepFinished {
 		delete(n.rounds, n.over[0])
 		n.over = n.over[1:]
 	}

@@ -732,7 +732,7 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	m.active--
 	m.finished = append(m.finished, r.id)
-	if len(m.finished) > m.cfg.KeepFinished {
+	for len(m.finished) > m.cfg.KeepFinished {
 		delete(m.rounds, m.finished[0])
 		m.finished = m.finished[1:]
 	}

@@ -381,8 +381,18 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, r := range rounds {
-		go becomeReady(ctx, node, r, o, log)
+	if role.HasPred() {
+		for _, r := range rounds {
+			go becomeReady(ctx, node, r, o, log)
+		}
+	} else {
+		// The Head opens its rounds in the order given, which is then the
+		// order of the tasks on every node (--parallel 1).
+		go func() {
+			for _, r := range rounds {
+				becomeReady(ctx, node, r, o, log)
+			}
+		}()
 	}
 	if o.statusInterval > 0 {
 		go reportStatus(ctx, node, o.statusInterval, log)
