@@ -55,6 +55,7 @@ var (
 var otherVars = map[string]bool{
 	"CHAINSYNC_NETNS_SLOW": true, "CHAINSYNC_E2E_SEED": true, "CHAINSYNC_SCALE": true,
 	"CHAINSYNC_SCALE_N": true, "CHAINSYNC_REFERENCE": true, // scale test sizes; bench/peers' reference checkout
+	"CHAINSYNC_SOAK": true, // the served chain's soak benchmark (TestServeSoak)
 }
 
 // The README, the docs and the deployment files name only CHAINSYNC_
