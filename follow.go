@@ -63,9 +63,9 @@ func (n *Node) announceRound(id string) {
 	}
 }
 
-// announce hands the queued rounds to the application, in order, until
+// handOutRounds hands the queued rounds to the application, in order, until
 // the node closes; then it closes the Rounds channel.
-func (n *Node) announce() {
+func (n *Node) handOutRounds() {
 	defer n.wg.Done()
 	defer close(n.roundsCh)
 	var batch []string

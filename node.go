@@ -52,7 +52,7 @@ type Node struct {
 	healthy [3]time.Time      // per side: when the neighbour was last known healthy (ConnectTimeout)
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
-	// queued for announce, which hands them to the application.
+	// queued for handOutRounds, which hands them to the application.
 	roundsCh  chan string
 	roundsSig chan struct{}
 	roundsQ   []string
@@ -142,7 +142,7 @@ func Start(cfg Config) (*Node, error) {
 	n.roundsCh = make(chan string)
 	n.roundsSig = make(chan struct{}, 1)
 	n.wg.Add(1)
-	go n.announce()
+	go n.handOutRounds()
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
