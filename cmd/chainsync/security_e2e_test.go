@@ -8,6 +8,7 @@ package main
 
 import (
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -633,5 +634,106 @@ func TestHalfAuthenticatedNodeRefused(t *testing.T) {
 	}
 	if !exists(filepath.Join(dir, "task")) {
 		t.Error("with --insecure-accept-any-predecessor, the stranger did not start the task")
+	}
+}
+
+// TestStatePathsNotFollowed (issue: with a --state-dir of mode 0777 holding
+// lock -> victim1 and journal.tmp -> victim2, and --trace a symbolic link,
+// the node truncated victim1, overwrote victim2 and appended to the trace
+// link's target): a state directory that group or others can write is
+// refused (exit 2, its mode in octal); each planted link is refused or
+// removed as a link, and every victim keeps its bytes and its mode; a
+// trace file is created 0600.
+func TestStatePathsNotFollowed(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	victim := func(name string) string {
+		p := filepath.Join(base, name)
+		if err := os.WriteFile(p, []byte("precious "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	untouched := func(p string) {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != "precious "+filepath.Base(p)+"\n" {
+			t.Errorf("%s changed: %q, %v", filepath.Base(p), b, err)
+		}
+	}
+	node := func(st string, extra ...string) *proc {
+		args := append([]string{"run", "--name", "S", "--state-dir", st}, extra...)
+		p := startProc(t, "S", nil, append(args, "--", "true")...)
+		p.wait(t, 20*time.Second)
+		return p
+	}
+	stateDir := func(name string, mode os.FileMode) string {
+		d := filepath.Join(base, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil { // not subject to umask
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	// A world-writable state directory, with the issue's links in it.
+	open := stateDir("open", 0o777)
+	v1, v2 := victim("victim1"), victim("victim2")
+	os.Symlink(v1, filepath.Join(open, "lock"))
+	os.Symlink(v2, filepath.Join(open, "journal.tmp"))
+	if p := node(open); p.code != 2 || !strings.Contains(p.err.String(), "--state-dir") || !strings.Contains(p.err.String(), "mode 0777") {
+		t.Errorf("mode 0777: exit %d, want 2 naming --state-dir and mode 0777:\n%s", p.code, p.err.String())
+	}
+	for _, mode := range []os.FileMode{0o770, 0o702} {
+		d := stateDir(fmt.Sprintf("mode%o", mode), mode)
+		if p := node(d); p.code != 2 || !strings.Contains(p.err.String(), fmt.Sprintf("mode %04o", mode)) {
+			t.Errorf("mode %04o: exit %d, want 2 naming the mode:\n%s", mode, p.code, p.err.String())
+		}
+	}
+
+	// Mode 0700, lock -> victim1: refused, victim1 untouched.
+	d := stateDir("locklink", 0o700)
+	os.Symlink(v1, filepath.Join(d, "lock"))
+	if p := node(d); p.code == 0 || !strings.Contains(p.err.String(), "symbolic link") {
+		t.Errorf("lock link: exit %d, want a refusal naming the link:\n%s", p.code, p.err.String())
+	}
+	// journal -> victim: refused, untouched.
+	v3 := victim("victim3")
+	d = stateDir("journallink", 0o700)
+	os.Symlink(v3, filepath.Join(d, "journal"))
+	if p := node(d); p.code == 0 || !strings.Contains(p.err.String(), "symbolic link") {
+		t.Errorf("journal link: exit %d, want a refusal naming the link:\n%s", p.code, p.err.String())
+	}
+	// journal.tmp -> victim2: a stale temporary name; the link is removed,
+	// never written through, and the round runs.
+	d = stateDir("tmplink", 0o700)
+	os.Symlink(v2, filepath.Join(d, "journal.tmp"))
+	if p := node(d); p.code != 0 {
+		t.Errorf("journal.tmp link: exit %d, want 0:\n%s", p.code, p.err.String())
+	}
+	if fi, err := os.Lstat(filepath.Join(d, "journal")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("journal is not a regular file: %v %v", fi, err)
+	}
+	// --trace a link: refused, its target untouched; a new trace is 0600.
+	v4 := victim("victim4")
+	link := filepath.Join(base, "trace.link")
+	os.Symlink(v4, link)
+	if p := node(stateDir("trace1", 0o700), "--trace", link); p.code == 0 || !strings.Contains(p.err.String(), "symbolic link") {
+		t.Errorf("--trace link: exit %d, want a refusal naming the link:\n%s", p.code, p.err.String())
+	}
+	trace := filepath.Join(base, "trace.jsonl")
+	if p := node(stateDir("trace2", 0o700), "--trace", trace); p.code != 0 {
+		t.Errorf("--trace: exit %d:\n%s", p.code, p.err.String())
+	}
+	if fi, err := os.Stat(trace); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("trace file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	for _, v := range []string{v1, v2, v3, v4} {
+		untouched(v)
+		if fi, _ := os.Stat(v); fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s's mode changed to %v", v, fi.Mode().Perm())
+		}
 	}
 }

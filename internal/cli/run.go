@@ -12,10 +12,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -272,6 +274,13 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.stateDir == "" && o.resumeTask != "fail" {
 		return cfg, nil, usagef("--resume-task needs --state-dir: without it a restarted node does not know it was interrupted")
 	}
+	if o.stateDir != "" {
+		// Whoever can write the directory can rewrite the journal.
+		if err := journal.CheckDir(o.stateDir); err != nil {
+			msg := strings.TrimPrefix(err.Error(), journal.ErrUnsafe.Error()+": ")
+			return cfg, nil, usagef("--state-dir %s", strings.TrimPrefix(msg, "chainsync: state directory "))
+		}
+	}
 	if cfg.PrevName == "" && cfg.NextName == "" {
 		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
 	}
@@ -374,6 +383,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
 		_ = sd.Stopping("cannot start: " + err.Error())
+		if errors.Is(err, journal.ErrUnsafe) {
+			return ExitUsage // a link planted in --state-dir: the operator must look
+		}
 		return ExitError
 	}
 	obs.serve(node, log)                            // before READY=1, so the status endpoint is up by then

@@ -32,6 +32,13 @@
 // saying the round's final exit-wave COMPLETE was handed to a live
 // connection to the predecessor. The last record of a round wins.
 //
+// Every file is opened relative to the open directory and without
+// following a symbolic link (openat with O_NOFOLLOW), the lock and the
+// temporary file included: a link planted in the directory is refused (the
+// lock, the journal) or removed as a link (a stale temporary file), never
+// written through. A directory that group or others can write is refused
+// (ErrUnsafe), as ssh refuses such a home directory.
+//
 // A crash can tear only the last frame (a short write): Open drops it. Any
 // other damage (a bad checksum before the end, a payload that does not
 // parse) is refused with ErrCorrupt: the journal is never guessed at.
@@ -66,6 +73,9 @@ var (
 	ErrLocked = errors.New("chainsync: state directory is in use")
 	// ErrMismatch: the journal belongs to a node in another place in a chain.
 	ErrMismatch = errors.New("chainsync: state directory belongs to another node")
+	// ErrUnsafe: the state directory is writable by group or others, or
+	// holds a symbolic link where the node's lock or journal belongs.
+	ErrUnsafe = errors.New("chainsync: state directory is not safe")
 )
 
 const (
@@ -102,6 +112,7 @@ type State struct {
 // Journal is an open, locked journal. It is not safe for concurrent use.
 type Journal struct {
 	dir    string
+	d      *os.File // the directory, open: every file is opened relative to it
 	hdr    Header
 	f      *os.File // the journal, opened for append
 	lock   *os.File
@@ -120,20 +131,35 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("chainsync: cannot create state directory: %w", err)
 	}
-	lock, err := lockDir(dir)
+	d, err := os.Open(dir)
 	if err != nil {
+		return nil, nil, fmt.Errorf("chainsync: cannot open state directory: %w", err)
+	}
+	fi, err := d.Stat()
+	if err == nil {
+		err = checkDirInfo(dir, fi)
+	}
+	if err != nil {
+		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, deliv: map[string]bool{}}
+	lock, err := lockDir(d, dir)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, deliv: map[string]bool{}}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
+		d.Close()
 		return nil, nil, err
 	}
 	// Start from a compacted file: it drops a torn tail and old rounds,
 	// and writes the header of a new journal.
 	if err := j.compact(); err != nil {
 		lock.Close()
+		d.Close()
 		return nil, nil, err
 	}
 	// Return what compaction kept: at most KeepFinished finished rounds.
@@ -149,11 +175,44 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	return j, st, nil
 }
 
-func lockDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// CheckDir refuses a state directory that group or others can write
+// (ErrUnsafe, naming its mode in octal): whoever can write it can replace
+// the journal, so make the node skip or repeat its task. A directory that
+// does not exist yet passes (Open creates it 0700).
+func CheckDir(dir string) error {
+	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("chainsync: cannot open %s: %w", path, err)
+		return nil // Open reports it, or creates the directory
+	}
+	return checkDirInfo(dir, fi)
+}
+
+func checkDirInfo(dir string, fi os.FileInfo) error {
+	if !fi.IsDir() {
+		return fmt.Errorf("chainsync: state directory %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%w: %s is writable by group or others (mode %04o): they could replace the journal or plant links in it; run: chmod 700 %s",
+			ErrUnsafe, dir, perm, dir)
+	}
+	return nil
+}
+
+// openErr explains a failure to open name in the state directory: a
+// symbolic link there is refused, never followed.
+func openErr(dir, name string, err error) error {
+	path := filepath.Join(dir, name)
+	if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		return fmt.Errorf("%w: %s is a symbolic link (to %s); a node never follows links in its state directory: remove it", ErrUnsafe, path, target)
+	}
+	return fmt.Errorf("chainsync: cannot open %s: %w", path, err)
+}
+
+func lockDir(d *os.File, dir string) (*os.File, error) {
+	f, err := openIn(d, "lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, openErr(dir, "lock", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := io.ReadAll(io.LimitReader(f, 200))
@@ -173,10 +232,15 @@ func lockDir(dir string) (*os.File, error) {
 // load reads the journal into j and returns what it holds.
 func (j *Journal) load() (*State, error) {
 	path := filepath.Join(j.dir, "journal")
-	data, err := os.ReadFile(path)
+	f, err := openIn(j.d, "journal", os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return &State{Delivered: map[string]bool{}}, nil
 	}
+	if err != nil {
+		return nil, openErr(j.dir, "journal", err)
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("chainsync: cannot read %s: %w", path, err)
 	}
@@ -492,21 +556,19 @@ func (j *Journal) compact() error {
 			b = appendFrame(b, []byte("D :"+id))
 		}
 	}
-	path := filepath.Join(j.dir, "journal")
-	tmp := path + ".tmp"
-	if err := writeSynced(tmp, b); err != nil {
+	if err := j.writeSynced("journal.tmp", b); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := renameIn(j.d, "journal.tmp", "journal"); err != nil {
 		return fmt.Errorf("chainsync: cannot replace the state journal: %w", err)
 	}
-	if err := syncDir(j.dir); err != nil {
-		return err
+	if err := j.d.Sync(); err != nil {
+		return fmt.Errorf("chainsync: cannot sync %s: %w", j.dir, err)
 	}
 	if j.f != nil {
 		j.f.Close()
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := openIn(j.d, "journal", os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fmt.Errorf("chainsync: cannot open the state journal: %w", err)
 	}
@@ -514,8 +576,15 @@ func (j *Journal) compact() error {
 	return nil
 }
 
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+// writeSynced writes b to a new file name in the directory, synced. A
+// file or symbolic link already there (left by a crash, or planted) is
+// removed first, as a link, so nothing is written through it.
+func (j *Journal) writeSynced(name string, b []byte) error {
+	path := filepath.Join(j.dir, name)
+	if err := removeIn(j.d, name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("chainsync: cannot remove %s: %w", path, err)
+	}
+	f, err := openIn(j.d, name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("chainsync: cannot write %s: %w", path, err)
 	}
@@ -527,20 +596,8 @@ func writeSynced(path string, b []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
+		_ = removeIn(j.d, name)
 		return fmt.Errorf("chainsync: cannot write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("chainsync: cannot sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("chainsync: cannot sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -562,5 +619,6 @@ func (j *Journal) Close() error {
 	j.closed = true
 	err := j.f.Close()
 	j.lock.Close()
+	j.d.Close()
 	return err
 }

@@ -517,3 +517,46 @@ func TestRecordEncodingExhaustive(t *testing.T) {
 	}
 	t.Logf("%d records round-tripped", n)
 }
+
+// Open never follows a link in the state directory and refuses a
+// directory others can write (issue: a planted lock -> victim was
+// truncated, journal.tmp -> victim overwritten). docs/DESIGN.md,
+// "Restarts and durable state".
+func TestOpenRefusesLinksAndOpenDirs(t *testing.T) {
+	hdr := Header{Role: "single", Name: "S"}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lock", "journal"} {
+		dir := t.TempDir()
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(dir, hdr); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("%s link: Open = %v, want ErrUnsafe naming the link", name, err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(victim, filepath.Join(dir, "journal.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := Open(dir, hdr)
+	if err != nil {
+		t.Fatalf("journal.tmp link: %v", err)
+	}
+	j.Close()
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("victim now holds %q", b)
+	}
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Open(open, hdr); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "mode 0757") {
+		t.Errorf("mode 0757: Open = %v, want ErrUnsafe naming the mode", err)
+	}
+	if err := CheckDir(open); err == nil {
+		t.Error("CheckDir passed a directory others can write")
+	}
+}
