@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // Admission of would-be predecessors (docs/DESIGN.md "Roles and
@@ -26,8 +28,11 @@ import (
 // evict it once its first bytes arrived. In secure modes an authenticated
 // connection is evicted only by another one, when every slot holds one.
 //
-// Warnings about refused, evicted and timed-out would-be predecessors are
-// rate-limited (admitLimiter), so that a flood cannot flood the log.
+// Every log line a peer can cause at will (refused, evicted and timed-out
+// would-be predecessors, bad input on any link, a successor that fails
+// authentication) is rate-limited by the node's one admitLimiter, so that
+// a flood cannot flood the log; the trace gets the same sample, and one
+// TraceViolation with Count for what it left out.
 
 // Progress of a pending connection, least first: the eviction order.
 const (
@@ -67,7 +72,7 @@ type admission struct {
 }
 
 func newAdmission(n *Node) *admission {
-	return &admission{n: n, conns: make(map[*link]*pendingConn), lim: newAdmitLimiter(n.log)}
+	return &admission{n: n, conns: make(map[*link]*pendingConn), lim: n.plim}
 }
 
 // admit registers l as pending, first evicting one pending connection if
@@ -265,9 +270,10 @@ func (a *admission) ended(l *link, err error) {
 	a.lim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
 }
 
-// refused reports a would-be predecessor that failed the handshake.
-func (a *admission) refused(l *link, err error) {
-	a.lim.note(kindRefused, slog.LevelWarn, "refused would-be predecessor", "peer", l.peer, "reason", err.Error())
+// refused reports a would-be predecessor that failed the handshake, and
+// whether it was logged (then the caller traces it too).
+func (a *admission) refused(l *link, err error) bool {
+	return a.lim.noteTraced(kindRefused, protocol.Pred, slog.LevelWarn, "refused would-be predecessor", "peer", l.peer, "reason", err.Error())
 }
 
 // Kinds of admission events, counted by admitLimiter.
@@ -276,6 +282,7 @@ const (
 	kindEvicted
 	kindTimedOut
 	kindClosed
+	kindBadInput // a line the protocol refuses, on any link
 	numKinds
 )
 
@@ -288,10 +295,15 @@ var (
 	admitBurst    = 10
 )
 
-// admitLimiter rate-limits admission log lines.
+// admitLimiter rate-limits the log lines (and trace events) that peers
+// cause.
 type admitLimiter struct {
-	log  *slog.Logger
-	kick chan struct{} // an interval began
+	log   *slog.Logger
+	kick  chan struct{} // an interval began
+	burst int           // events of each kind logged one by one per interval
+	// untraced, if set, records in the trace how many events of side were
+	// neither logged nor traced one by one in the interval just ended.
+	untraced func(side protocol.Side, count int, peer, last string, interval time.Duration)
 
 	mu         sync.Mutex
 	open       bool // an interval is running
@@ -299,14 +311,31 @@ type admitLimiter struct {
 	total      [numKinds]int
 	lastPeer   string
 	lastReason string
+	hidden     [3]int // per side: events noteTraced did not show
 }
 
 func newAdmitLimiter(log *slog.Logger) *admitLimiter {
-	return &admitLimiter{log: log, kick: make(chan struct{}, 1)}
+	return &admitLimiter{log: log, kick: make(chan struct{}, 1), burst: admitBurst}
 }
 
-// note logs one event at level, or counts it for the interval's summary.
-func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any) {
+// noteTraced is note for an event the caller also traces, on side: it
+// reports whether the event was logged, and so is to be traced one by
+// one; if not, it is counted in the interval's trace summary.
+func (w *admitLimiter) noteTraced(kind int, side protocol.Side, level slog.Level, msg string, args ...any) bool {
+	if w.note(kind, level, msg, args...) {
+		return true
+	}
+	if int(side) < len(w.hidden) {
+		w.mu.Lock()
+		w.hidden[side]++
+		w.mu.Unlock()
+	}
+	return false
+}
+
+// note logs one event at level, or counts it for the interval's summary;
+// it reports whether it logged it.
+func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any) bool {
 	w.mu.Lock()
 	if !w.open {
 		w.open = true
@@ -316,7 +345,7 @@ func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any)
 		}
 	}
 	w.total[kind]++
-	show := w.shown[kind] < admitBurst
+	show := w.shown[kind] < w.burst
 	if show {
 		w.shown[kind]++
 	} else {
@@ -334,15 +363,23 @@ func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any)
 	if show {
 		w.log.Log(context.Background(), level, msg, args...)
 	}
+	return show
 }
 
 // flush ends the interval: one summary line if any event was not logged.
 func (w *admitLimiter) flush(interval time.Duration) {
 	w.mu.Lock()
-	total, shown := w.total, w.shown
+	total, shown, untraced := w.total, w.shown, w.hidden
 	peer, reason := w.lastPeer, w.lastReason
-	w.total, w.shown, w.open = [numKinds]int{}, [numKinds]int{}, false
+	w.total, w.shown, w.hidden, w.open = [numKinds]int{}, [numKinds]int{}, [3]int{}, false
 	w.mu.Unlock()
+	if w.untraced != nil {
+		for side, c := range untraced {
+			if c > 0 {
+				w.untraced(protocol.Side(side), c, peer, reason, interval)
+			}
+		}
+	}
 	hidden := 0
 	for k := range total {
 		hidden += total[k] - shown[k]
@@ -350,9 +387,9 @@ func (w *admitLimiter) flush(interval time.Duration) {
 	if hidden == 0 {
 		return
 	}
-	w.log.Warn("would-be predecessors refused, evicted or closed: more than the log shows one by one",
+	w.log.Warn("would-be predecessors refused, evicted or closed, and bad input from peers: more than the log shows one by one",
 		"interval", interval, "refused", total[kindRefused], "evicted", total[kindEvicted],
-		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "not_logged", hidden,
+		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "bad_input", total[kindBadInput], "not_logged", hidden,
 		"last_peer", peer, "last", reason)
 }
 

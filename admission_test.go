@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // docs/DESIGN.md "Roles and connections": pending connections are bounded,
@@ -67,5 +69,31 @@ func TestAdmitLimiter(t *testing.T) {
 	w.flush(time.Second)
 	if got := strings.Count(buf.String(), "\n"); got != 1 {
 		t.Errorf("after a reset: %d lines, want the one event:\n%s", got, buf.String())
+	}
+}
+
+// Events the caller would trace are traced only while they are logged; the
+// rest are counted, per side, for one trace record at the interval's end
+// (issue: 2,000 junk connections cost 2,000 trace records).
+func TestAdmitLimiterTraceSample(t *testing.T) {
+	var buf bytes.Buffer
+	w := newAdmitLimiter(slog.New(slog.NewTextHandler(&buf, nil)))
+	counts := map[protocol.Side]int{}
+	w.untraced = func(side protocol.Side, count int, peer, last string, _ time.Duration) { counts[side] += count }
+	traced := 0
+	for range 500 {
+		if w.noteTraced(kindBadInput, protocol.Pred, slog.LevelWarn, "bad input", "peer", "p") {
+			traced++
+		}
+	}
+	if w.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "refused", "peer", "s") {
+		traced++
+	}
+	w.flush(time.Second)
+	if traced != admitBurst+1 || counts[protocol.Pred] != 500-admitBurst || counts[protocol.Succ] != 0 {
+		t.Errorf("traced %d, untraced %v; want %d traced and %d counted for pred", traced, counts, admitBurst+1, 500-admitBurst)
+	}
+	if !strings.Contains(buf.String(), "bad_input=500") {
+		t.Errorf("summary lacks bad_input=500:\n%s", buf.String())
 	}
 }

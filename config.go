@@ -153,6 +153,10 @@ type Config struct {
 	// with the node's lock held: it must be quick and must not call the
 	// node. Tools (the demo's ladder diagram, metrics) hook in here.
 	Trace func(TraceEvent)
+
+	// peerLogBurst, for tests that watch every violation: how many lines
+	// peers may cause per kind and interval (0: admitBurst).
+	peerLogBurst int
 }
 
 // FaultPolicy is what a node does about a fault caused by a neighbour

@@ -3,6 +3,7 @@ package chainsync
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"time"
@@ -27,8 +28,6 @@ import (
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
 	adm := newAdmission(n)
-	n.wg.Add(1)
-	go func() { defer n.wg.Done(); adm.lim.run(n.ctx.Done()) }()
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
 		c, err := n.ln.Accept()
@@ -73,8 +72,7 @@ func (n *Node) servePred(l *link, adm *admission) {
 		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
 		n.mu.Lock()
 		if err != nil || n.closed || !adm.authenticated(l) {
-			if err != nil && !n.closed && adm.stillPending(l) {
-				adm.refused(l, err)
+			if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
 				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 			}
 			delete(n.pending, l)
@@ -111,11 +109,12 @@ func (n *Node) dialLoop() {
 			if n.ctx.Err() != nil {
 				return // closing
 			}
-			n.log.Warn("successor refused or failed authentication; nothing sent; retrying",
-				"next", n.cfg.Next, "reason", err.Error())
-			n.mu.Lock()
-			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
-			n.mu.Unlock()
+			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
+				"next", n.cfg.Next, "reason", err.Error()) {
+				n.mu.Lock()
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
+				n.mu.Unlock()
+			}
 			if !n.sleep(b.Next()) {
 				return
 			}
@@ -209,12 +208,9 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	} else if cur != l {
 		return false
 	}
-	if n.infoOn() {
-		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
-	}
-	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
 	opening := n.opening(l.side, msg)
 	if cur == l {
+		n.received(l, msg)
 		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
 			n.violation(l, err)
 			return false
@@ -231,13 +227,17 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	// its first line is one the machine accepts. The re-sends of LinkUp are
 	// computed first (LinkUp changes no state), so that the reply to this
 	// line is not sent twice.
+	// Until then it is logged and traced only as the (rate-limited) bad
+	// input it may turn out to be: a stranger's junk line must not cost a
+	// log line and a trace record each.
 	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
 	acts, err := n.stepSaved(protocol.Recv(l.side, msg), n.acts[:0])
 	if err != nil {
-		n.violation(l, err)
+		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
 		return false
 	}
 	n.acts = acts
+	n.received(l, msg)
 	// A predecessor that restarted without its state gets none of the
 	// re-sends for that round: a START re-sent to it would run its task
 	// a second time (docs/DESIGN.md, "Restarts and durable state").
@@ -266,7 +266,27 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	return true
 }
 
-// violation reports bad input on l and closes it. Caller holds mu.
+// received logs and traces a line from l. Caller holds mu.
+func (n *Node) received(l *link, msg protocol.Message) {
+	if n.infoOn() {
+		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+	}
+	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+}
+
+// traceUntraced records in the trace the violations the rate limit kept
+// out of the log and the trace in the interval just ended: one
+// TraceViolation with their Count (admission.go).
+func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
+}
+
+// violation reports bad input on l and closes it; the log line and the
+// trace record are rate-limited (a flood of junk costs a few lines).
+// Caller holds mu.
 func (n *Node) violation(l *link, err error) {
 	what := "predecessor"
 	if l.side == protocol.Succ {
@@ -277,8 +297,9 @@ func (n *Node) violation(l *link, err error) {
 	if errors.As(err, &v) && v.Ahead && n.cfg.StateDir == "" {
 		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
 	}
-	n.log.Warn("bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...)
-	n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	if n.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
+		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	}
 	n.drop(l, err)
 }
 
@@ -296,9 +317,9 @@ func (n *Node) readFailed(l *link, err error) {
 		n.violation(l, err)
 		return
 	case n.pending[l] && errors.As(err, &ne) && ne.Timeout():
-		n.log.Warn("closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
+		n.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
 	case n.pending[l]:
-		n.log.Info("connection closed before sending a protocol line", "peer", l.peer)
+		n.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
 	}
 	n.drop(l, err)
 }

@@ -183,6 +183,9 @@ func startWatched(t *testing.T, cfg Config) *watched {
 	w := &watched{name: cfg.Name, tr: &traceCapture{}}
 	w.logs, cfg.Logger = newLogCapture()
 	cfg.Trace = w.tr.hook
+	if cfg.peerLogBurst == 0 {
+		cfg.peerLogBurst = 1 << 30 // these tests watch for every violation
+	}
 	if cfg.BackoffMin == 0 {
 		cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	}

@@ -917,6 +917,7 @@ func TestHostileConnectionFlood(t *testing.T) {
 	f := newMidFixture(t, "r1", func(m, _ *Config, _ *recorder) {
 		m.MaxPending = maxPending
 		m.PendingTimeout = pendingTO
+		m.peerLogBurst = admitBurst // this test checks the rate limit itself
 	})
 	head := f.headReady(t)
 	f.tailReady(t, head)

@@ -22,6 +22,7 @@ import (
 type Node struct {
 	cfg  Config
 	log  *slog.Logger
+	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
 	ln   net.Listener
 
@@ -143,6 +144,13 @@ func Start(cfg Config) (*Node, error) {
 	n.roundsSig = make(chan struct{}, 1)
 	n.wg.Add(1)
 	go n.handOutRounds()
+	n.plim = newAdmitLimiter(n.log)
+	if cfg.peerLogBurst > 0 {
+		n.plim.burst = cfg.peerLogBurst
+	}
+	n.plim.untraced = n.traceUntraced
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) }()
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()

@@ -139,6 +139,10 @@ type TraceEvent struct {
 	Status Status
 	Fault  FaultKind // TraceFault
 	Err    error
+	// Count, on a TraceViolation, is how many violations this event stands
+	// for when more than one: under a flood only a sample is traced one by
+	// one, and one event per interval counts the rest (Err says so).
+	Count int
 }
 
 // FaultKind names a kind of fault, as the --on-fault hook's CHAINSYNC_FAULT

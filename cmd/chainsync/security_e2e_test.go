@@ -8,6 +8,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -735,5 +736,86 @@ func TestStatePathsNotFollowed(t *testing.T) {
 		if fi, _ := os.Stat(v); fi.Mode().Perm() != 0o644 {
 			t.Errorf("%s's mode changed to %v", v, fi.Mode().Perm())
 		}
+	}
+}
+
+// TestJunkFloodLogBounded (issue: 2,000 plain-TCP connections in 10 s,
+// each sending one bad first line, cost 2,000 WARN and 2,000 INFO lines,
+// 656 KB of log and a 778 KB trace): the same flood at the Tail of a plain
+// TCP chain leaves well under 64 KB of log and of trace; the log keeps a
+// sample and a summary with the counts, the trace a sample and a record
+// counting the rest; the real Head then runs the round.
+func TestJunkFloodLogBounded(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addrs := freeAddrs(t, 2)
+	chain := chainFlag([]string{"A", "B"}, addrs)
+	trace := filepath.Join(dir, "b.trace")
+	b := startProc(t, "B", []string{"DIR=" + dir}, append([]string{"run", "--chain", chain, "--name", "B", "--round", "r1",
+		"--linger", "1s", "--trace", trace}, taskArgs...)...)
+	b.waitLog(t, 10*time.Second, "B listening", containsAll("node started"))
+	junk := []string{"HELLO\n", "START r1\n", "COMPLETE r1\n", "READY other-round\n", "READY r1 extra\n"}
+	const total = 2000
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < total; i += 8 {
+				c, err := net.DialTimeout("tcp", addrs[1], 2*time.Second)
+				if err != nil {
+					continue
+				}
+				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+				if _, err := io.WriteString(c, junk[i%len(junk)]); err == nil {
+					sent.Add(1)
+				}
+				// The node answers bad input by closing: wait for that,
+				// so every line is judged before the next connection.
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if sent.Load() < total*9/10 {
+		t.Fatalf("only %d of %d junk connections went through", sent.Load(), total)
+	}
+	a := startProc(t, "A", []string{"DIR=" + dir}, append([]string{"run", "--chain", chain, "--name", "A", "--round", "r1"}, taskArgs...)...)
+	if code := a.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("A exited %d", code)
+	}
+	if code := b.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("B exited %d", code)
+	}
+	if got := strings.Join(readLines(t, filepath.Join(dir, "tasks")), ","); got != "A,B" {
+		t.Errorf("tasks ran %q, want A,B", got)
+	}
+	log := b.err.String()
+	tb, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d junk connections: B's log %d bytes, trace %d bytes", sent.Load(), len(log), len(tb))
+	if len(log) >= 64<<10 || len(tb) >= 64<<10 {
+		t.Errorf("log %d bytes, trace %d bytes: want each well under 64 KB", len(log), len(tb))
+	}
+	if n := strings.Count(log, "bad input from predecessor"); n == 0 || n > 20 {
+		t.Errorf("%d bad-input lines logged one by one, want a sample (1..20)", n)
+	}
+	if !strings.Contains(log, "bad_input=") {
+		t.Error("no summary line counting the bad input")
+	}
+	counted := 0
+	for _, l := range strings.Split(string(tb), "\n") {
+		var r struct {
+			Kind  string
+			Count int
+		}
+		if json.Unmarshal([]byte(l), &r) == nil && r.Kind == "violation" {
+			counted += max(r.Count, 1)
+		}
+	}
+	if counted < int(sent.Load())*9/10 {
+		t.Errorf("the trace accounts for %d violations, want about %d (a sample plus counts)", counted, sent.Load())
 	}
 }

@@ -124,7 +124,7 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 		}
 	case chainsync.TraceViolation:
 		if s := ev.Side; s == protocol.Pred || s == protocol.Succ {
-			m.violations[s]++
+			m.violations[s] += uint64(max(1, ev.Count))
 		}
 	case chainsync.TraceFault:
 		if ev.Fault != "" {

@@ -67,7 +67,7 @@ type Record struct {
 	Status    string `json:"status,omitempty"` // round-done: done, task failed, fault, stopped
 	Fault     string `json:"fault,omitempty"`  // fault: its kind (peer-silent, ...)
 	Error     string `json:"error,omitempty"`
-	Count     int    `json:"count,omitempty"` // dropped: how many records
+	Count     int    `json:"count,omitempty"` // dropped: how many records; violation: how many it stands for, if more than one
 
 	// The node record describes the node.
 	Role   string   `json:"role,omitempty"`   // head, middle, tail or single
@@ -152,6 +152,9 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 		r.Kind = KindLinkDown
 	case chainsync.TraceViolation:
 		r.Kind = KindViolation
+		if ev.Count > 1 {
+			r.Count = ev.Count
+		}
 	case chainsync.TraceRoundDone:
 		r.Kind = KindRoundDone
 		r.Status = ev.Status.String()
