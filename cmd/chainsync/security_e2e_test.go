@@ -819,3 +819,76 @@ func TestJunkFloodLogBounded(t *testing.T) {
 		t.Errorf("the trace accounts for %d violations, want about %d (a sample plus counts)", counted, sent.Load())
 	}
 }
+
+// TestStatusFloodCannotHaltChain (issue: a node under ulimit -n 150 with
+// about 135 keep-alive connections to its --status-addr, each after one
+// GET /healthz, could not accept its predecessor, and its task failed
+// with "open /dev/null: too many open files"): the status endpoint serves
+// at most 32 connections at once (the rest wait in the kernel's backlog,
+// holding none of the node's descriptors) and closes idle ones after 2 s,
+// so the same node accepts its predecessor, runs its task and exits 0.
+func TestStatusFloodCannotHaltChain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addrs := freeAddrs(t, 3)
+	chain := chainFlag([]string{"A", "B"}, addrs[:2])
+	statusAddr := addrs[2]
+	b := startCommand(t, "B", []string{"DIR=" + dir}, "ulimit -n 150; chainsync run B", "sh",
+		append([]string{"-c", `ulimit -n 150 && exec "$0" "$@"`, bin, "run", "--chain", chain, "--name", "B",
+			"--linger", "1s", "--status-addr", statusAddr, "--state-dir", filepath.Join(dir, "st")}, taskArgs...)...)
+	b.waitLog(t, 10*time.Second, "status endpoint up", containsAll("status endpoint up"))
+	const flood = 135
+	var answered atomic.Int64
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range flood {
+		c, err := net.Dial("tcp", statusAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			buf := make([]byte, 512)
+			if n, _ := c.Read(buf); n > 0 {
+				answered.Add(1)
+			}
+			_, _ = io.Copy(io.Discard, c) // hold it open until the node closes it
+		}()
+	}
+	// The first 32 are served at once; then B holds at most that many.
+	deadline := time.Now().Add(10 * time.Second)
+	for answered.Load() < 32 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if answered.Load() < 32 {
+		t.Fatalf("only %d status requests answered", answered.Load())
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", b.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d status connections open, %d answered so far; B holds %d descriptors", flood, answered.Load(), len(fds))
+	if len(fds) > 32+40 {
+		t.Errorf("B holds %d descriptors under %d status connections: not bounded by the cap of 32", len(fds), flood)
+	}
+	a := startProc(t, "A", []string{"DIR=" + dir}, append([]string{"run", "--chain", chain, "--name", "A"}, taskArgs...)...)
+	if code := a.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("A exited %d", code)
+	}
+	if code := b.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("B exited %d", code)
+	}
+	if got := strings.Join(readLines(t, filepath.Join(dir, "tasks")), ","); got != "A,B" {
+		t.Errorf("tasks ran %q, want A,B", got)
+	}
+	if strings.Contains(b.err.String(), "too many open files") {
+		t.Errorf("B ran out of descriptors:\n%s", b.err.String())
+	}
+}

@@ -350,7 +350,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		log.Warn("cannot start the task reaper: a task's children may outlive this node if it is killed", "err", err.Error())
 	}
 	defer rp.close()
-	tasks := &taskRunner{cmd: cmd, reaper: rp, env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}}
+	tasks := newTaskRunner(cmd, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
 	}

@@ -117,9 +117,107 @@ type taskRunner struct {
 	cmd    []string
 	env    []string // added to the environment of every run
 	reaper *reaper
+	log    *slog.Logger // nil: silent
+
+	// Descriptors held for starting tasks (newTaskRunner): null is the
+	// task's standard input, opened once so a start needs no open of
+	// /dev/null; spare are held only to be closed when a start fails for
+	// want of descriptors, making room for it. Guarded by mu.
+	null    *os.File
+	spare   []*os.File
+	startFn func(*exec.Cmd) error // (*exec.Cmd).Start; tests replace it
 
 	mu      sync.Mutex
 	stopSig syscall.Signal // what a stop sends the group (the operator's signal)
+}
+
+// spareFDs is how many descriptors a node holds in reserve for starting
+// its task: starting a process takes about three (a pipe for the child's
+// exec error, a pidfd).
+const spareFDs = 8
+
+// newTaskRunner returns the runner of cmd, holding the descriptors a start
+// may need (see taskRunner).
+func newTaskRunner(cmd []string, rp *reaper, env []string, log *slog.Logger) *taskRunner {
+	t := &taskRunner{cmd: cmd, reaper: rp, env: env, log: log}
+	t.null, _ = os.Open(os.DevNull)
+	t.refill()
+	return t
+}
+
+// refill reopens the spare descriptors a start used up, as far as it can.
+func (t *taskRunner) refill() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.spare) < spareFDs {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return
+		}
+		t.spare = append(t.spare, f)
+	}
+}
+
+// release closes the spare descriptors; false if there were none.
+func (t *taskRunner) release() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range t.spare {
+		f.Close()
+	}
+	had := len(t.spare) > 0
+	t.spare = nil
+	return had
+}
+
+// outOfFDs reports whether err says this process (EMFILE) or the system
+// (ENFILE) has no file descriptor left.
+func outOfFDs(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// start starts the command newCmd makes. A start that fails for want of
+// file descriptors is a local fault, not the task's failure (the task
+// never ran): the runner closes its spare descriptors and tries again at
+// once, then every second until ctx ends, saying so at ERROR. Only if ctx
+// ends first is it an error, which says it was a local fault.
+func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.Cmd, error) {
+	startFn := t.startFn
+	if startFn == nil {
+		startFn = (*exec.Cmd).Start
+	}
+	log := t.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for attempt := 1; ; attempt++ {
+		c := newCmd()
+		err := startFn(c)
+		if err == nil {
+			if attempt > 1 {
+				log.Warn("task started after this node had run out of file descriptors", "task", t.cmd[0], "attempts", attempt)
+			}
+			t.refill()
+			return c, nil
+		}
+		if !outOfFDs(err) {
+			return nil, err
+		}
+		if t.release() {
+			continue // room made: at once
+		}
+		if attempt <= 2 || attempt%60 == 0 {
+			log.Error("local fault: cannot start the task: this node is out of file descriptors (not a failure of the task, which has not run); retrying every second",
+				"task", t.cmd[0], "err", err.Error(), "attempts", attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (a local fault: this node ran out of file descriptors, so the task never started)", err)
+		case <-tick.C:
+		}
+	}
 }
 
 // setStopSignal sets the signal a stopping node sends its running tasks.
@@ -132,22 +230,28 @@ func (t *taskRunner) setStopSignal(s syscall.Signal) {
 // run runs the task with extra environment. ctx ending stops it: the
 // group gets the stop signal, then SIGKILL after grace.
 func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
-	c := exec.Command(t.cmd[0], t.cmd[1:]...)
-	c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
-	c.Env = childEnv(append(t.env[:len(t.env):len(t.env)], env...)...)
-	c.SysProcAttr = taskAttr()
+	newCmd := func() *exec.Cmd {
+		c := exec.Command(t.cmd[0], t.cmd[1:]...)
+		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
+		if t.null != nil {
+			c.Stdin = t.null // no open of /dev/null at each start
+		}
+		c.Env = childEnv(append(t.env[:len(t.env):len(t.env)], env...)...)
+		c.SysProcAttr = taskAttr()
+		return c
+	}
 	// The parent-death signal is tied to the thread that started the
 	// task: keep this goroutine on it until the task is gone.
 	lockThread()
 	defer unlockThread()
-	if err := c.Start(); err != nil {
+	c, err := t.start(ctx, newCmd)
+	if err != nil {
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
 	}
 	pgid := c.Process.Pid
 	t.reaper.tell('+', pgid)
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
-	var err error
 	select {
 	case err = <-waited:
 	case <-ctx.Done():

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -95,4 +98,56 @@ func liveInGroup(pgid int) int {
 		}
 	}
 	return n
+}
+
+// A task that cannot start because this node has run out of file
+// descriptors is a local fault, not the task's failure (issue: a status
+// flood made a task "fail" with "open /dev/null: too many open files",
+// remembered as task-failed): the runner frees its spare descriptors and
+// starts it at once, or keeps trying every second, logging a local fault;
+// only if its context ends first does it give up, and the error says why.
+func TestTaskStartOutOfDescriptors(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	emfile := &os.PathError{Op: "fork/exec", Path: "true", Err: syscall.EMFILE}
+	fails := 0
+	tr := newTaskRunner([]string{"true"}, &reaper{}, nil, log)
+	tr.startFn = func(c *exec.Cmd) error {
+		if fails > 0 {
+			fails--
+			return emfile
+		}
+		return c.Start()
+	}
+	// One failure: the spare descriptors make room, it starts at once.
+	fails = 1
+	if err := tr.run(context.Background(), time.Second); err != nil {
+		t.Fatalf("after one EMFILE: %v", err)
+	}
+	if len(tr.spare) != spareFDs {
+		t.Errorf("%d spare descriptors after the start, want them reopened (%d)", len(tr.spare), spareFDs)
+	}
+	// Two: no spare left to free (the first failure used them); it says
+	// so and retries a second later.
+	fails = 2
+	tr.release()
+	start := time.Now()
+	if err := tr.run(context.Background(), time.Second); err != nil {
+		t.Fatalf("after two EMFILEs: %v", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("started again after %v, want a retry a second later", d)
+	}
+	if !strings.Contains(logs.String(), "local fault: cannot start the task: this node is out of file descriptors") {
+		t.Errorf("no local-fault line in the log:\n%s", logs.String())
+	}
+	// Never: the context ends it, with an error that says it was local.
+	fails = 1 << 30
+	tr.release()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	err := tr.run(ctx, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "local fault") || !errors.Is(err, syscall.EMFILE) {
+		t.Errorf("error %v, want EMFILE named a local fault", err)
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
@@ -56,13 +59,32 @@ func Listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// Serve serves h on ln until Close.
+// The status endpoint is bounded so that it can never take from the chain
+// what the chain needs (issue: 135 idle keep-alive connections to the
+// status port used up a node's descriptors, so it could neither accept its
+// predecessor nor start its task):
+const (
+	// MaxConns is how many status connections are served at once. The
+	// next one waits in the kernel's backlog, holding no descriptor of the
+	// node's, until one of them closes.
+	MaxConns = 32
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout = 2 * time.Second
+	// headerTimeout bounds the reading of a request's headers.
+	headerTimeout = 2 * time.Second
+)
+
+// Serve serves h on ln until Close, at most MaxConns connections at once.
 func Serve(ln net.Listener, h http.Handler) *Server {
 	s := &Server{
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10},
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, ReadTimeout: 5 * time.Second,
+			WriteTimeout: 10 * time.Second, IdleTimeout: IdleTimeout, MaxHeaderBytes: 16 << 10,
+			// Errors here are caused by clients (or by a descriptor limit
+			// that the cap keeps away): never a line per connection.
+			ErrorLog: log.New(io.Discard, "", 0)},
 		done: make(chan error, 1),
 	}
+	ln = &capListener{Listener: ln, slots: make(chan struct{}, MaxConns), done: make(chan struct{})}
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -71,6 +93,48 @@ func Serve(ln net.Listener, h http.Handler) *Server {
 		s.done <- err
 	}()
 	return s
+}
+
+// capListener accepts a connection only while fewer than cap(slots) are
+// open: Accept first takes a slot, which the connection gives back when
+// it is closed.
+type capListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, slots: l.slots}, nil
+}
+
+func (l *capListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// slotConn gives its slot back once, when closed.
+type slotConn struct {
+	net.Conn
+	slots chan struct{}
+	once  sync.Once
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.slots })
+	return err
 }
 
 // Close stops the server, letting requests in progress finish for up to a
