@@ -98,6 +98,7 @@ const (
 	EvTaskDone                        // the local task of a round finished (Failed says how)
 	EvLinkUp                          // the link to a neighbour was (re-)established
 	EvAbort                           // the driver gives up on a round (timeout, stop)
+	EvReport                          // this node reports a fault: tell the neighbours (Note)
 )
 
 // Event is one input to Machine.Step. Build it with Recv, LocalReady,
@@ -108,6 +109,7 @@ type Event struct {
 	Msg    Message // EvRecv
 	Round  string  // EvLocalReady, EvTaskDone, EvAbort
 	Failed bool    // EvTaskDone: the task reported failure
+	Note   Notice  // EvReport
 }
 
 // RoundOf returns the round ev is about, and false for EvLinkUp, which
@@ -115,6 +117,9 @@ type Event struct {
 func (ev Event) RoundOf() (string, bool) {
 	switch ev.Kind {
 	case EvRecv:
+		if ev.Msg.Cmd == FaultNotice {
+			return "", false // a notice changes no round
+		}
 		return ev.Msg.Round, true
 	case EvLocalReady, EvTaskDone, EvAbort:
 		return ev.Round, true
@@ -139,6 +144,11 @@ func LinkUp(side Side) Event { return Event{Kind: EvLinkUp, From: side} }
 // Abort is the event "the driver gives up on round".
 func Abort(round string) Event { return Event{Kind: EvAbort, Round: round} }
 
+// Report is the event "this node reports the fault n": the machine sends
+// the notice to both neighbours (Config.Extensions only) and remembers it,
+// so that it is not passed on again when it comes back.
+func Report(n Notice) Event { return Event{Kind: EvReport, Note: n} }
+
 // ActionKind says what the caller must do.
 type ActionKind uint8
 
@@ -157,6 +167,11 @@ const (
 	// state (docs/DESIGN.md, "Restarts and durable state"). Nothing was
 	// answered, and nothing more is re-sent to it for Round.
 	ActPeerRestarted
+	// ActNotice: a fault notice (Msg.Note) arrived from the neighbour on
+	// side To, for the first time; the machine has passed it on to the
+	// other side (an ActSend before this action). The driver applies its
+	// fault policy to it.
+	ActNotice
 )
 
 // Outcome is how a round ended at this node.
@@ -227,6 +242,10 @@ type Violation struct {
 	// well-behaved peer only is if this node lost its state (it restarted
 	// without a journal).
 	Ahead bool
+	// Mismatch: the two nodes are configured differently (a READY for a
+	// round this node does not run, or an extension line at a node
+	// without extensions); reconnecting will not mend it.
+	Mismatch bool
 }
 
 // Error describes the violation in one line for logs.
@@ -244,6 +263,8 @@ var (
 	ErrTooManyRounds = errors.New("chainsync: too many concurrent rounds")
 	ErrBadRound      = errors.New("chainsync: invalid round id (1-128 of A-Z a-z 0-9 - _ .)")
 	ErrNotRunning    = errors.New("chainsync: no task is running for this round")
+	ErrBadNotice     = errors.New("chainsync: invalid fault notice")
+	ErrNoExtensions  = errors.New("chainsync: extension lines are off at this node")
 )
 
 // Config fixes a Machine's place in the chain and its limits.
@@ -272,7 +293,15 @@ type Config struct {
 	// in the order the rounds were opened at the Head: one task at a time,
 	// the pipeline's batch 5 before batch 6 on every node.
 	Ordered bool
+	// Extensions: this node speaks the extension lines (HEARTBEAT and the
+	// fault notice). Without them a notice from a neighbour is a
+	// violation with Mismatch set, and EvReport sends nothing.
+	Extensions bool
 }
+
+// keepNotices is how many notices a Machine remembers, so that each is
+// passed on once.
+const keepNotices = 1024
 
 type round struct {
 	id    string
@@ -316,6 +345,8 @@ type Machine struct {
 	order           []*round
 	readyAt, taskAt int
 	moved           []*round // rounds pump moved in this step (Durable), once each
+	notices  map[Notice]bool
+	noticeQ  []Notice // the notices in notices, oldest first
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -437,7 +468,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvRecv:
 		out, err := m.recv(ev.From, ev.Msg, out)
-		if r := m.rounds[ev.Msg.Round]; err == nil && r != nil {
+		if r := m.rounds[ev.Msg.Round]; err == nil && r != nil && ev.Msg.Cmd.Valid() {
 			if ev.From == Pred {
 				r.recvPred = max(r.recvPred, ev.Msg.Cmd)
 			} else {
@@ -453,6 +484,8 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
 		return m.abort(ev.Round, out)
+	case EvReport:
+		return m.report(ev.Note, out)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -470,6 +503,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if from == Pred && !role.HasPred() || from == Succ && !role.HasSucc() {
 		return violation(0, "this node ("+role.String()+") has no such neighbour")
+	}
+	if msg.Cmd == FaultNotice {
+		return m.notice(from, msg, out)
 	}
 	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
 		return violation(0, "malformed message")
@@ -503,7 +539,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	case from == Pred && msg.Cmd == Ready:
 		if r == nil {
 			if m.cfg.AcceptRound != nil && !m.cfg.AcceptRound(msg.Round) {
-				return violation(0, "round not configured at this node")
+				return out, &Violation{From: from, Msg: msg, Reason: "round not configured at this node", Mismatch: true}
 			}
 			if m.active >= m.cfg.MaxRounds {
 				return violation(0, fmt.Sprintf("too many concurrent rounds (limit %d)", m.cfg.MaxRounds))
@@ -524,7 +560,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			if st == StateDone {
 				// The predecessor re-sent COMPLETE after a reconnect, so
 				// it may have missed our exit-wave COMPLETE: send it again.
-				out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{r.lastPred, r.id}, Resend: true})
+				out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: r.lastPred, Round: r.id}, Resend: true})
 			}
 			return out, nil
 		case st == StateSync || st == StateReady:
@@ -648,7 +684,7 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 			last, lost = r.lastPred, r.lostPred
 		}
 		if last != 0 && !lost {
-			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{last, id}, Resend: true})
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: last, Round: id}, Resend: true})
 		}
 	}
 	return out
@@ -724,7 +760,7 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 	} else {
 		r.lastSucc = c
 	}
-	return append(out, Action{Kind: ActSend, To: to, Msg: Message{c, r.id}})
+	return append(out, Action{Kind: ActSend, To: to, Msg: Message{Cmd: c, Round: r.id}})
 }
 
 // finish records a round as over, forgetting the oldest finished rounds
@@ -808,4 +844,64 @@ func (m *Machine) pump(out []Action) []Action {
 		m.taskAt -= k
 	}
 	return out
+}
+
+// report sends this node's own notice to both neighbours.
+func (m *Machine) report(n Notice, out []Action) ([]Action, error) {
+	if !n.Valid() {
+		return out, ErrBadNotice
+	}
+	if !m.cfg.Extensions {
+		return out, ErrNoExtensions
+	}
+	if !m.remember(n) {
+		return out, nil
+	}
+	msg := Message{Cmd: FaultNotice, Note: &n}
+	for _, side := range []Side{Pred, Succ} {
+		if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
+			out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+		}
+	}
+	return out, nil
+}
+
+// notice passes a neighbour's notice on, away from where it came from,
+// the first time it is seen (docs/DESIGN.md, "Extension lines").
+func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error) {
+	if !m.cfg.Extensions {
+		return out, &Violation{From: from, Msg: msg, Reason: "a fault notice, an extension line, at a node without extensions", Mismatch: true}
+	}
+	if msg.Note == nil || !msg.Note.Valid() {
+		return out, &Violation{From: from, Msg: msg, Reason: "malformed fault notice"}
+	}
+	if !m.remember(*msg.Note) {
+		return out, nil // seen already: passed on once
+	}
+	to := Succ
+	if from == Succ {
+		to = Pred
+	}
+	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
+		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
+	}
+	return append(out, Action{Kind: ActNotice, To: from, Msg: msg}), nil
+}
+
+// remember records n as seen and reports whether it is new. The oldest
+// notices are forgotten beyond keepNotices.
+func (m *Machine) remember(n Notice) bool {
+	if m.notices[n] {
+		return false
+	}
+	if m.notices == nil {
+		m.notices = make(map[Notice]bool)
+	}
+	m.notices[n] = true
+	m.noticeQ = append(m.noticeQ, n)
+	if len(m.noticeQ) > keepNotices {
+		delete(m.notices, m.noticeQ[0])
+		m.noticeQ = m.noticeQ[1:]
+	}
+	return true
 }

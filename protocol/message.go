@@ -12,13 +12,18 @@ const (
 	// a line on an idle link that belongs to no round and changes no
 	// state. It is never a round's message: Valid reports false for it.
 	Heartbeat
+	// FaultNotice is the project's second extension line: a fault one
+	// node reported, travelling along the chain (Message.Note says
+	// which). Like Heartbeat it is spoken only by nodes with extensions
+	// on, and Valid reports false for it.
+	FaultNotice
 )
 
-var commandNames = [...]string{Ready: "READY", Start: "START", Complete: "COMPLETE", Heartbeat: "HEARTBEAT"}
+var commandNames = [...]string{Ready: "READY", Start: "START", Complete: "COMPLETE", Heartbeat: "HEARTBEAT", FaultNotice: "FAULT"}
 
 // String returns the command's wire spelling, e.g. "READY".
 func (c Command) String() string {
-	if c >= Ready && c <= Heartbeat {
+	if c >= Ready && c <= FaultNotice {
 		return commandNames[c]
 	}
 	return "Command(?)"
@@ -28,15 +33,20 @@ func (c Command) String() string {
 func (c Command) Valid() bool { return c >= Ready && c <= Complete }
 
 // Message is one protocol line: a command and the round it belongs to.
-// The empty Round is the unnamed round.
+// The empty Round is the unnamed round. A FaultNotice carries its fields
+// in Note (and leaves Round empty).
 type Message struct {
 	Cmd   Command
 	Round string
+	Note  *Notice // FaultNotice only
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
 // form used by logs and golden traces.
 func (m Message) String() string {
+	if m.Cmd == FaultNotice && m.Note != nil {
+		return "FAULT " + m.Note.String()
+	}
 	if m.Round == "" {
 		return m.Cmd.String()
 	}
@@ -83,4 +93,83 @@ func (s Side) String() string {
 		return "succ"
 	}
 	return "Side(?)"
+}
+
+// Notice is a fault notice (docs/DESIGN.md, "Extension lines"): the node
+// Origin reported a fault of Kind in a round (or in none), blaming the
+// node Blamed (or none). Every node passes a notice on away from the side
+// it came from, once; what a notice does at a node is the driver's fault
+// policy, not the machine's.
+type Notice struct {
+	HasRound bool   // false: the fault is about no round in particular
+	Round    string // the round, if HasRound ("" is the unnamed round)
+	Kind     string // the fault kind, e.g. "peer-silent" (1..MaxNoticeKind of a-z 0-9 -)
+	Origin   string // the node that reported the fault (a NoticeName)
+	Blamed   string // the node it blames, "" for none (a NoticeName)
+}
+
+// Bounds of a notice's fields, so that the whole line stays within the
+// wire's 256 bytes.
+const (
+	MaxNoticeKind = 24
+	MaxNoticeName = 40
+)
+
+// String formats n as "peer-silent by C blames B round r7", for logs and
+// golden traces.
+func (n Notice) String() string {
+	s := n.Kind + " by " + n.Origin
+	if n.Blamed != "" {
+		s += " blames " + n.Blamed
+	}
+	if n.HasRound {
+		if n.Round == "" {
+			return s + " round (unnamed)"
+		}
+		return s + " round " + n.Round
+	}
+	return s
+}
+
+// Valid reports whether n can travel on the wire: a legal round, a kind of
+// lower-case letters, digits and dashes, an origin and an optional blamed
+// node that are NoticeNames.
+func (n Notice) Valid() bool {
+	if !ValidRound(n.Round) || !n.HasRound && n.Round != "" {
+		return false
+	}
+	if len(n.Kind) == 0 || len(n.Kind) > MaxNoticeKind {
+		return false
+	}
+	for i := 0; i < len(n.Kind); i++ {
+		if c := n.Kind[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return n.Origin != "" && NoticeName(n.Origin) == n.Origin && NoticeName(n.Blamed) == n.Blamed
+}
+
+// NoticeName returns s as a notice may carry it: at most MaxNoticeName
+// bytes of A-Z a-z 0-9 - _ . : @ [ ], every other byte replaced by "_".
+// A node's name in a notice is a label for people; the notice's identity
+// does not depend on it being unique.
+func NoticeName(s string) string {
+	ok := len(s) <= MaxNoticeName
+	for i := 0; ok && i < len(s); i++ {
+		ok = noticeNameByte(s[i])
+	}
+	if ok {
+		return s
+	}
+	b := []byte(s[:min(len(s), MaxNoticeName)])
+	for i, c := range b {
+		if !noticeNameByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func noticeNameByte(c byte) bool {
+	return roundByte(c) || c == ':' || c == '@' || c == '[' || c == ']'
 }

@@ -25,6 +25,10 @@ type ProtocolError struct {
 	// More says the line went on beyond Len: the reader stopped at the
 	// limit instead of buffering the rest.
 	More bool
+	// Extension says the line is one of the project's extension lines
+	// (HEARTBEAT, FAULT) at a reader that does not speak them: the two
+	// nodes are configured differently, which reconnecting will not mend.
+	Extension bool
 }
 
 // Error describes the failure in one line for logs.
@@ -48,6 +52,12 @@ func Parse(line []byte) (protocol.Message, error) {
 	return parse(line, nil, false)
 }
 
+// ParseExtensions is Parse at a node that speaks the extension lines:
+// HEARTBEAT and the fault notice are accepted too.
+func ParseExtensions(line []byte) (protocol.Message, error) {
+	return parse(line, nil, true)
+}
+
 func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.Message, error) {
 	raw := line
 	if len(line) > MaxLine {
@@ -61,6 +71,14 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 			return protocol.Message{}, badLine("NUL or control byte", raw)
 		}
 	}
+	if bytes.HasPrefix(line, []byte("FAULT ")) {
+		if !heartbeats {
+			pe := badLine("unknown command (FAULT, a fault notice, needs extensions: --heartbeat on both ends)", raw)
+			pe.Extension = true
+			return protocol.Message{}, pe
+		}
+		return parseNotice(line, raw)
+	}
 	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
 	var cmd protocol.Command
 	switch string(cmdPart) { // no allocation: the compiler switches on the bytes
@@ -72,7 +90,9 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		cmd = protocol.Complete
 	case "HEARTBEAT":
 		if !heartbeats || hasColon {
-			return protocol.Message{}, badLine("unknown command (HEARTBEAT needs heartbeats enabled on both ends)", raw)
+			pe := badLine("unknown command (HEARTBEAT needs heartbeats enabled on both ends)", raw)
+			pe.Extension = !heartbeats
+			return protocol.Message{}, pe
 		}
 		return protocol.Message{Cmd: protocol.Heartbeat}, nil
 	default:
@@ -90,6 +110,35 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 	return protocol.Message{Cmd: cmd, Round: string(id)}, nil
 }
 
+// parseNotice decodes a fault notice line (docs/PROTOCOL.md, "Fault
+// notices"):
+//
+//	FAULT SP round SP kind SP origin SP blamed
+//
+// where round is "-" (no round) or ":" and a round id (":" alone is the
+// unnamed round), and blamed is "-" for none.
+func parseNotice(line, raw []byte) (protocol.Message, error) {
+	f := bytes.Split(line, []byte{' '})
+	if len(f) != 5 {
+		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED)", raw)
+	}
+	n := protocol.Notice{Kind: string(f[2]), Origin: string(f[3])}
+	switch r := f[1]; {
+	case len(r) == 1 && r[0] == '-':
+	case len(r) >= 1 && r[0] == ':':
+		n.HasRound, n.Round = true, string(r[1:])
+	default:
+		return protocol.Message{}, badLine("malformed fault notice: round must be - or :ID", raw)
+	}
+	if b := string(f[4]); b != "-" {
+		n.Blamed = b
+	}
+	if n.Origin == "-" || !n.Valid() {
+		return protocol.Message{}, badLine("malformed fault notice", raw)
+	}
+	return protocol.Message{Cmd: protocol.FaultNotice, Note: &n}, nil
+}
+
 // maxInterned bounds the Reader's table of round-id strings.
 const maxInterned = 1024
 
@@ -97,9 +146,11 @@ const maxInterned = 1024
 type Reader struct {
 	br     *bufio.Reader
 	intern map[string]string
-	// Heartbeats accepts the line HEARTBEAT (docs/DESIGN.md, "Heartbeats")
-	// as a Message with Cmd protocol.Heartbeat. Off, it is an unknown
-	// command, as it is to a draft-only peer.
+	// Heartbeats accepts the extension lines (docs/DESIGN.md, "Extension
+	// lines"): HEARTBEAT as a Message with Cmd protocol.Heartbeat, and the
+	// fault notice as one with Cmd protocol.FaultNotice. Off, both are
+	// unknown commands, as they are to a draft-only peer (ProtocolError
+	// with Extension set).
 	Heartbeats bool
 }
 
@@ -161,6 +212,9 @@ func (r *Reader) internRound(id []byte) string {
 // Append does not validate m: tests use it to play a broken peer. Use Valid
 // first where m may come from outside.
 func Append(dst []byte, m protocol.Message, colon bool) []byte {
+	if m.Cmd == protocol.FaultNotice && m.Note != nil {
+		return appendNotice(dst, *m.Note)
+	}
 	dst = append(dst, m.Cmd.String()...)
 	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
@@ -172,5 +226,29 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 // Valid reports whether m can be written: a defined command and a legal
 // round id.
 func Valid(m protocol.Message) bool {
+	if m.Cmd == protocol.FaultNotice {
+		return m.Note != nil && m.Note.Valid()
+	}
 	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
+}
+
+func appendNotice(dst []byte, n protocol.Notice) []byte {
+	dst = append(dst, "FAULT "...)
+	if n.HasRound {
+		dst = append(dst, ':')
+		dst = append(dst, n.Round...)
+	} else {
+		dst = append(dst, '-')
+	}
+	dst = append(dst, ' ')
+	dst = append(dst, n.Kind...)
+	dst = append(dst, ' ')
+	dst = append(dst, n.Origin...)
+	dst = append(dst, ' ')
+	if n.Blamed == "" {
+		dst = append(dst, '-')
+	} else {
+		dst = append(dst, n.Blamed...)
+	}
+	return append(dst, '\n')
 }

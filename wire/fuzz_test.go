@@ -203,3 +203,82 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// refNotice is the fault notice's grammar (docs/PROTOCOL.md, "Fault
+// notices") written as plainly as possible, with HEARTBEAT, the other
+// extension line.
+var refNotice = regexp.MustCompile(`^FAULT (-|:[A-Za-z0-9._-]{0,128}) ([a-z0-9-]{1,24}) ([A-Za-z0-9._:@\[\]-]{1,40}) ([A-Za-z0-9._:@\[\]-]{1,40})\r?$`)
+
+func refParseExt(line []byte) (protocol.Message, bool) {
+	if len(line) > wire.MaxLine {
+		return protocol.Message{}, false
+	}
+	if m, ok := refParse(line); ok {
+		return m, true
+	}
+	if string(bytes.TrimSuffix(line, []byte("\r"))) == "HEARTBEAT" {
+		return protocol.Message{Cmd: protocol.Heartbeat}, true
+	}
+	sub := refNotice.FindSubmatch(line)
+	if sub == nil || string(sub[3]) == "-" {
+		return protocol.Message{}, false
+	}
+	n := protocol.Notice{Kind: string(sub[2]), Origin: string(sub[3])}
+	if r := string(sub[1]); r != "-" {
+		n.HasRound, n.Round = true, r[1:]
+	}
+	if b := string(sub[4]); b != "-" {
+		n.Blamed = b
+	}
+	return protocol.Message{Cmd: protocol.FaultNotice, Note: &n}, true
+}
+
+func sameMessage(a, b protocol.Message) bool {
+	if a.Cmd != b.Cmd || a.Round != b.Round || (a.Note == nil) != (b.Note == nil) {
+		return false
+	}
+	return a.Note == nil || *a.Note == *b.Note
+}
+
+// FuzzParseExtensions: with extensions on, the parser agrees with the
+// draft's grammar plus the extension lines' on every input, round-trips
+// what it accepts, and reports everything else as a well-formed
+// *ProtocolError. Without extensions the extension lines are refused with
+// Extension set (a configuration mismatch, not garbage).
+func FuzzParseExtensions(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{"HEARTBEAT", "HEARTBEAT\r", "HEARTBEAT:", "FAULT :r7 peer-silent C B", "FAULT - config-mismatch B -",
+		"FAULT : task-failed B B\r", "FAULT :r7 peer-silent - B", "FAULT :r7 Peer-silent C B", "FAULT :r7 peer-silent C",
+		"FAULT :r7 peer-silent C B extra", "FAULT -  x C B", "FAULT :" + strings.Repeat("a", 128) + " exit-wave-undelivered " +
+			strings.Repeat("n", 40) + " " + strings.Repeat("m", 40), "FAULT :r7 peer-silent 10.0.0.1:7000 [::1]:7001"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, err := wire.ParseExtensions(line)
+		want, ok := refParseExt(line)
+		if ok != (err == nil) {
+			t.Fatalf("ParseExtensions(%q) = %+v, %v; the reference grammar says ok=%v", line, m, err, ok)
+		}
+		if err != nil {
+			checkError(t, err, line)
+			return
+		}
+		if !sameMessage(m, want) {
+			t.Fatalf("ParseExtensions(%q) = %+v, reference %+v", line, m, want)
+		}
+		if m.Cmd == protocol.FaultNotice || m.Cmd == protocol.Heartbeat {
+			b := wire.Append(nil, m, false)
+			back, err := wire.ParseExtensions(b[:len(b)-1])
+			if err != nil || !sameMessage(back, m) {
+				t.Fatalf("round trip of %q via %q: %+v, %v", line, b, back, err)
+			}
+			if _, err := wire.Parse(line); err == nil {
+				t.Fatalf("Parse(%q) without extensions accepted an extension line", line)
+			} else if pe := checkError(t, err, line); !pe.Extension {
+				t.Fatalf("Parse(%q) without extensions: %v, want Extension set", line, err)
+			}
+		}
+	})
+}
