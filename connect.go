@@ -3,9 +3,12 @@ package chainsync
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -262,6 +265,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	if opening {
 		n.opened(msg.Round, true)
 	}
+	n.actOnNotices()
 	n.watchOpened(msg)
 	return true
 }
@@ -291,6 +295,11 @@ func (n *Node) violation(l *link, err error) {
 	what := "predecessor"
 	if l.side == protocol.Succ {
 		what = "successor"
+	}
+	if n.configMismatch(l, err) {
+		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+		n.drop(l, err)
+		return
 	}
 	args := []any{"peer", l.peer, "err", err.Error()}
 	var v *protocol.Violation
@@ -327,12 +336,12 @@ func (n *Node) readFailed(l *link, err error) {
 // drop closes l and, if it was a current link, marks that link down.
 // Caller holds mu.
 func (n *Node) drop(l *link, err error) {
-	l.close()
-	l.c.Close()
+	l.shut()
 	delete(n.pending, l)
 	if n.pred != l && n.succ != l {
 		return
 	}
+	n.refused(l, err)
 	// The neighbour was healthy until now if this connection carried a
 	// line from it or lasted: a connection that is refused, fails
 	// authentication or flaps does not restart ConnectTimeout.
@@ -403,4 +412,62 @@ func (n *Node) linkDown(side protocol.Side) {
 		}
 		n.linkFault(FaultPeerUnreachable, side, reason, time.Since(n.healthy[side]).Round(time.Millisecond))
 	})
+}
+
+// configMismatch reports err, bad input on l, as a configuration mismatch
+// if that is what it is: a READY or START for a round this node does not
+// run, or an extension line at a node without extensions (docs/DESIGN.md,
+// "Extension lines"). Reconnecting never mends those, so they are faults,
+// reported once, not bad input warned about on every reconnect. Caller
+// holds mu.
+func (n *Node) configMismatch(l *link, err error) bool {
+	if l.side == protocol.Pred && n.pred != nil && l != n.pred {
+		// A new connection while the predecessor is up and well-behaved
+		// is a stranger (on plain TCP anyone can connect): its bad line
+		// is bad input, never a reason to halt the chain.
+		return false
+	}
+	peer := n.peerName(l.side)
+	var pe *wire.ProtocolError
+	if errors.As(err, &pe) && pe.Extension {
+		cmd, _, _ := strings.Cut(string(pe.Line), " ")
+		cmd = strings.TrimSuffix(cmd, "\r")
+		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
+			peer, cmd))
+		return true
+	}
+	var v *protocol.Violation
+	if !errors.As(err, &v) {
+		return false
+	}
+	notRun := n.cfg.Rounds != nil && !slices.Contains(n.cfg.Rounds, v.Msg.Round)
+	switch {
+	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
+		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
+	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+	default:
+		return false
+	}
+	return true
+}
+
+// refusedWithin: a successor that closes a new connection this soon after
+// this node's first line, having said nothing on it, refused that line.
+const refusedWithin = time.Second
+
+// refused logs, once, a successor that closed the connection right after
+// this node's first line on it without a word: the way a node without the
+// extension lines says it is configured differently (it cannot send a
+// notice). Caller holds mu.
+func (n *Node) refused(l *link, err error) {
+	if l.side != protocol.Succ || n.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
+		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return
+	}
+	n.refusedOnce = true
+	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
+		"peer", l.peer)
 }

@@ -334,16 +334,25 @@ func TestFaultWaitKeepsRoundTCP(t *testing.T) {
 	if len(snap.Rounds) != 1 || snap.Rounds[0].State != protocol.StateReady || !snap.SuccUp {
 		t.Fatalf("policy wait: Snapshot %+v, want round r1 still in READY with the link up", snap)
 	}
-	// The successor speaks again: the round goes on.
+	// The successor speaks again: the round goes on. Among the heartbeats
+	// it has had A's fault notice (docs/DESIGN.md, "Extension lines").
 	s.sendLine(t, "START:r1\n")
+	notices := 0
 	for {
 		l, _ := readLineAt(t, s, 5*time.Second)
 		if l == "COMPLETE:r1\n" {
 			break
 		}
+		if l == "FAULT :r1 peer-silent A B\n" {
+			notices++
+			continue
+		}
 		if l != "HEARTBEAT\n" {
 			t.Fatalf("got %q, want COMPLETE:r1", l)
 		}
+	}
+	if notices != 1 {
+		t.Errorf("%d fault notices for one silence, want 1", notices)
 	}
 	// A second silence (the successor's task) is a second report, and
 	// still ends nothing.
@@ -795,21 +804,43 @@ func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 	}
 }
 
-// docs/DESIGN.md "Heartbeats": both ends must enable them. A node without
-// heartbeats treats HEARTBEAT as bad input like any unknown line (a
-// draft-only peer would too), and says why: the violation names the
-// missing setting. Its state does not move.
+// docs/DESIGN.md "Heartbeats" and "Extension lines": both ends must enable
+// them. A node without heartbeats that gets HEARTBEAT from its predecessor
+// reports a configuration mismatch (a fault, once, naming the missing
+// setting), not bad input to be warned about on every reconnect, and
+// closes the connection. Under FaultWait its state does not move; under
+// FaultHalt the round ends with the fault.
 func TestHeartbeatToNodeWithoutHeartbeats(t *testing.T) {
-	w := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0"})
-	w.Ready("")
-	p := dialRawSock(t, w.Addr().String())
-	p.sendLine(t, "READY\n")
-	p.expectLine(t, "START\n")
-	m := w.mark()
-	p.sendLine(t, "HEARTBEAT\n")
-	w.expectViolation(t, m, protocol.Pred, p.addr(), "heartbeats enabled on both ends")
-	p.expectClosed(t, 5*time.Second)
-	if st := w.state(""); st != protocol.StateWatch {
-		t.Errorf("state %v after a HEARTBEAT, want WATCH unchanged", st)
+	for _, policy := range []FaultPolicy{FaultWait, FaultHalt} {
+		t.Run(policy.String(), func(t *testing.T) {
+			w := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0", PrevName: "B", FaultPolicy: policy})
+			w.Ready("")
+			p := dialRawSock(t, w.Addr().String())
+			p.sendLine(t, "READY\n")
+			p.expectLine(t, "START\n")
+			p.sendLine(t, "HEARTBEAT\n")
+			ev := waitFault(t, w, 1, 5*time.Second)
+			checkFault(t, w, ev, FaultConfigMismatch, protocol.Pred, "B")
+			if !strings.Contains(ev.Err.Error(), "--heartbeat") {
+				t.Errorf("the mismatch does not name the setting: %v", ev.Err)
+			}
+			p.expectClosed(t, 5*time.Second)
+			if policy == FaultWait {
+				if st := w.state(""); st != protocol.StateWatch {
+					t.Errorf("state %v after a HEARTBEAT, want WATCH unchanged", st)
+				}
+				// It comes back and does it again: still one report.
+				p2 := dialRawSock(t, w.Addr().String())
+				p2.sendLine(t, "HEARTBEAT\n")
+				p2.expectClosed(t, 5*time.Second)
+				if n := len(faultsOf(w)); n != 1 {
+					t.Errorf("%d faults for one mismatch, want 1", n)
+				}
+				return
+			}
+			if res := waitResult(t, w, "", 5*time.Second); res.Status != StatusFault {
+				t.Errorf("halt: result %v, want fault", res.Status)
+			}
+		})
 	}
 }

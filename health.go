@@ -101,13 +101,7 @@ func (n *Node) inProgress() bool {
 // FaultHalt every unfinished round ends with it; with FaultWait the
 // rounds keep waiting for the neighbour to come back. Caller holds mu.
 func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, after time.Duration) {
-	var ids []string
-	for id, ri := range n.rounds {
-		if !ri.finished() {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
+	ids := n.unfinished()
 	round := ""
 	if len(ids) > 0 {
 		round = ids[0]
@@ -119,7 +113,25 @@ func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, afte
 		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "rounds", len(ids))
 		return
 	}
-	for _, id := range ids {
+	n.endAll(fe)
+}
+
+// unfinished returns the rounds not yet over here, by id. Caller holds mu.
+func (n *Node) unfinished() []string {
+	var ids []string
+	for id, ri := range n.rounds {
+		if !ri.finished() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// endAll ends every unfinished round with the fault fe (the chain halts
+// here). Caller holds mu.
+func (n *Node) endAll(fe *FaultError) {
+	for _, id := range n.unfinished() {
 		f := *fe
 		f.Round = id
 		f.State, _ = n.m.State(id)

@@ -44,11 +44,13 @@ type link struct {
 	quit    chan struct{}
 	wdl     time.Time // writer only: when to refresh the write deadline
 
-	silent   bool         // heartbeats: reported silent, until it speaks again (node's mu)
-	upAt     time.Time    // when the connection was made
-	spokeAt  time.Time    // when the first protocol line was queued on it (node's mu; zero: none yet)
-	lastRecv atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
-	lastSent atomic.Int64 // UnixNano of the last line queued to the peer
+	silent    bool         // heartbeats: reported silent, until it speaks again (node's mu)
+	upAt      time.Time    // when the connection was made
+	spokeAt   time.Time    // when the first protocol line was queued on it (node's mu; zero: none yet)
+	firstLine string       // the first line queued on it, HEARTBEAT included (node's mu)
+	firstAt   time.Time    // when (zero: none yet)
+	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
+	lastSent  atomic.Int64 // UnixNano of the last line queued to the peer
 }
 
 // flapTime: a connection that carried nothing from the peer and lasted
@@ -88,7 +90,11 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	if len(l.out)+len(line) > maxOutbox {
 		return false
 	}
-	l.lastSent.Store(time.Now().UnixNano())
+	now := time.Now()
+	if l.firstAt.IsZero() {
+		l.firstAt, l.firstLine = now, string(line[:len(line)-1])
+	}
+	l.lastSent.Store(now.UnixNano())
 	l.out = append(l.out, line...)
 	if exitWave {
 		l.marks = append(l.marks, round)
@@ -105,6 +111,41 @@ func (l *link) close() {
 		close(l.quit)
 	}
 }
+
+// shut closes l; what is still queued on it (a fault notice) is written
+// first, waiting at most shutWait for the peer, by a goroutine of its own,
+// so that no caller blocks on a socket. Caller holds n.mu.
+func (l *link) shut() {
+	l.wmu.Lock()
+	rest := l.out
+	if l.dead || l.writing || len(rest) > shutMax {
+		rest = nil // a peer that does not read gets nothing more
+	}
+	l.out = nil
+	if !l.dead {
+		l.dead = true
+		close(l.quit)
+	}
+	l.wmu.Unlock()
+	if len(rest) == 0 {
+		l.c.Close()
+		return
+	}
+	l.n.wg.Add(1)
+	go func() {
+		defer l.n.wg.Done()
+		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
+		_, _ = l.c.Write(rest)
+		l.c.Close()
+	}()
+}
+
+// shutWait and shutMax bound what a closing link still writes: a few
+// lines (a fault notice), for a short while.
+const (
+	shutWait = 300 * time.Millisecond
+	shutMax  = 1024
+)
 
 // flush writes what is queued without blocking, if no other write is in
 // progress, and hands any rest to the writer. Called without n.mu.

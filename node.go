@@ -57,6 +57,11 @@ type Node struct {
 	roundsCh  chan string
 	roundsSig chan struct{}
 	roundsQ   []string
+	notices   []protocol.Notice // neighbours' notices, acted on once the step's actions are done
+	// mismatched: the configuration mismatches reported, each once.
+	mismatched map[mismatchKey]bool
+	// refusedOnce: the successor's refusal of a first line was logged.
+	refusedOnce bool
 }
 
 // keepFaults is how many recent faults Snapshot reports.
@@ -75,16 +80,25 @@ func (n *Node) recordFault(f Fault) {
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
 	}
-	if f.Kind == FaultPeerRestarted {
+	if f.Origin != "" {
+		args = append(args, "origin", f.Origin, "cause", string(f.Cause), "peer", f.Peer)
+	}
+	switch f.Kind {
+	case FaultPeerRestarted:
 		// Not this node's failure, and nothing is lost: a warning.
 		n.log.Warn("neighbour restarted: "+f.Err, args...)
-	} else {
+	case FaultChainHalted:
+		n.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
+	case FaultChainFault:
+		n.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
+	default:
 		n.log.Error("fault: "+f.Err, args...)
 		if ri := n.rounds[f.Round]; ri != nil {
 			ri.reported = true
 		}
 	}
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Err: errors.New(f.Err)})
+	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err)})
+	n.announce(f)
 }
 
 // peerName names the neighbour on side: its configured name, else its
@@ -138,6 +152,7 @@ func Start(cfg Config) (*Node, error) {
 		pc.AcceptRound = func(r string) bool { return set[r] }
 	}
 	pc.Durable = cfg.StateDir != ""
+	pc.Extensions = cfg.Heartbeat > 0
 	n.m = protocol.New(pc)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.roundsCh = make(chan string)
@@ -238,6 +253,9 @@ func (n *Node) Ready(round string) error {
 	}
 	ri := n.round(round)
 	_, known := n.m.State(round)
+	if ri.finished() {
+		return protocol.ErrRoundFinished // e.g. halted by a notice before this node was ready
+	}
 	if err := n.step(protocol.LocalReady(round)); err != nil {
 		return err
 	}
@@ -399,8 +417,7 @@ func (n *Node) Close() error {
 	n.closed = true
 	for _, l := range []*link{n.pred, n.succ} {
 		if l != nil {
-			l.close()
-			l.c.Close()
+			l.shut() // what is queued (a fault notice) still goes out
 		}
 	}
 	for l := range n.pending {
@@ -442,10 +459,22 @@ func (n *Node) step(ev protocol.Event) error {
 	}
 	n.acts = acts
 	n.perform(acts)
+	n.actOnNotices()
 	if len(n.quick) > 0 {
 		n.runQuick()
 	}
 	return nil
+}
+
+// actOnNotices applies the fault policy to the notices a step brought,
+// after its actions (ending a round steps the machine again). Caller
+// holds mu.
+func (n *Node) actOnNotices() {
+	for len(n.notices) > 0 {
+		note := n.notices[0]
+		n.notices = n.notices[1:]
+		n.noticeArrived(note)
+	}
 }
 
 // stepSaved feeds ev to the machine and, with a state directory, writes
@@ -518,6 +547,8 @@ func (n *Node) act(a *protocol.Action) {
 		n.armPhase(a.Round, ri, a.State)
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
+	case protocol.ActNotice:
+		n.notices = append(n.notices, *a.Msg.Note)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
 		if a.Outcome == protocol.Done && n.role.HasPred() && !ri.delivered {
@@ -549,6 +580,12 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
+		if msg.Cmd == protocol.FaultNotice {
+			// Notices are not re-sent: a neighbour that is away learns of
+			// the fault from the notices of those that are not.
+			n.log.Info("link down; fault notice not sent that way", "to", side.String(), "notice", msg.Note.String())
+			return
+		}
 		// Its send on LinkUp will be the first on that link, not a re-send.
 		n.round(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {

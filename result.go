@@ -3,6 +3,7 @@ package chainsync
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -76,6 +77,12 @@ type FaultError struct {
 	Peer   string        // the blamed neighbour's name or address
 	Reason string
 	After  time.Duration // how long the node waited before calling it a fault (0: not a wait)
+	// Origin and Cause, for a fault another node reported (FaultChainHalted,
+	// FaultChainFault): the node that reported it and its kind there. Peer
+	// is then the node that one blamed, Side 0: a node that passes a
+	// notice on is never the culprit.
+	Origin string
+	Cause  FaultKind
 }
 
 // Error describes the failure in one line for logs.
@@ -95,7 +102,19 @@ func (e *FaultError) Error() string {
 
 // fault is e as a Fault, for Snapshot, traces and the log.
 func (e *FaultError) fault() Fault {
-	return Fault{Kind: e.Kind, Round: e.Round, Side: e.Side, Peer: e.Peer, Err: e.Error()}
+	return Fault{Kind: e.Kind, Round: e.Round, Side: e.Side, Peer: e.Peer, Origin: e.Origin, Cause: e.Cause, Err: e.Error()}
+}
+
+// reason is the fault's reason alone, without the "chainsync: KIND fault
+// in round R" prefix of Err, for a log line that names the kind itself.
+func (f Fault) reason() string {
+	if _, r, ok := strings.Cut(f.Err, "): "); ok {
+		if i := strings.LastIndex(r, " (blames"); i >= 0 {
+			r = r[:i]
+		}
+		return r
+	}
+	return f.Err
 }
 
 func roundName(r string) string {
@@ -138,6 +157,7 @@ type TraceEvent struct {
 	To     protocol.State
 	Status Status
 	Fault  FaultKind // TraceFault
+	Origin string    // TraceFault: the reporting node, for a fault another node found
 	Err    error
 	// Count, on a TraceViolation, is how many violations this event stands
 	// for when more than one: under a flood only a sample is traced one by
@@ -158,6 +178,13 @@ const (
 	FaultPeerRestarted       FaultKind = "peer-restarted"        // a neighbour came back without its state
 	FaultExitWaveUndelivered FaultKind = "exit-wave-undelivered" // the final COMPLETE could not be handed to the predecessor
 	FaultPhaseTimeout        FaultKind = "phase-timeout"         // a round waited too long in one state
+	FaultConfigMismatch      FaultKind = "config-mismatch"       // a neighbour runs other rounds, or other extensions
+	// FaultChainHalted: another node reported a fault (Fault.Origin, its
+	// kind Fault.Cause) and, under FaultHalt, the chain halts here too.
+	FaultChainHalted FaultKind = "chain-halted"
+	// FaultChainFault: another node reported a fault; under FaultWait it is
+	// only reported here.
+	FaultChainFault FaultKind = "chain-fault"
 )
 
 // Fault is one fault a node detected: what, in which round, and whom it
@@ -167,6 +194,11 @@ type Fault struct {
 	Round string
 	Side  protocol.Side // 0: this node itself
 	Peer  string        // the blamed neighbour's name (or address when no name is known)
-	Time  time.Time
-	Err   string // the fault in words
+	// Origin and Cause: for FaultChainHalted and FaultChainFault, the node
+	// that reported the fault and its kind there (Peer is the node it
+	// blamed); for a fault this node found, Origin is empty.
+	Origin string
+	Cause  FaultKind
+	Time   time.Time
+	Err    string // the fault in words
 }

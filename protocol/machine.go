@@ -345,8 +345,8 @@ type Machine struct {
 	order           []*round
 	readyAt, taskAt int
 	moved           []*round // rounds pump moved in this step (Durable), once each
-	notices  map[Notice]bool
-	noticeQ  []Notice // the notices in notices, oldest first
+	notices         map[Notice]bool
+	noticeQ         []Notice // the notices in notices, oldest first
 }
 
 // New returns a Machine for a node in the given configuration.

@@ -26,7 +26,7 @@ const envPrefix = "CHAINSYNC_"
 // so they are never read as settings: no flag maps to one of them.
 var taskVars = map[string]bool{
 	"CHAINSYNC_ROUND": true, "CHAINSYNC_ROLE": true, "CHAINSYNC_NODE": true,
-	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true,
+	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true, "CHAINSYNC_ORIGIN": true,
 }
 
 // childEnv is the environment of a process the node starts (its task,

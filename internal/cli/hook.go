@@ -50,8 +50,12 @@ func faultEnv(ev chainsync.TraceEvent, node string) []string {
 	if ev.Err != nil {
 		msg = ev.Err.Error()
 	}
+	origin := ev.Origin
+	if origin == "" {
+		origin = node // a fault this node found itself
+	}
 	return []string{"CHAINSYNC_FAULT=" + string(ev.Fault), "CHAINSYNC_PEER=" + ev.Peer, "CHAINSYNC_SIDE=" + side,
-		"CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + node, "CHAINSYNC_ERROR=" + msg}
+		"CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + node, "CHAINSYNC_ERROR=" + msg, "CHAINSYNC_ORIGIN=" + origin}
 }
 
 // observe is a Config.Trace hook: it starts the hook for every fault.

@@ -111,7 +111,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "peer-unreachable fault if a neighbour has not been healthy for this long while a round is in progress, counted from when it last was (refused or flapping connections do not restart it) (0: wait forever)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long in one state for READY, START or COMPLETE; the wait includes every earlier task, and it blames no node: prefer --heartbeat with --task-timeout (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
-	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR)")
+	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR, CHAINSYNC_ORIGIN)")
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")

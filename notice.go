@@ -1,0 +1,173 @@
+package chainsync
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// Fault notices (docs/DESIGN.md, "Extension lines"): a node that reports
+// a fault tells its neighbours, and every node passes the notice on away
+// from where it came, so that every node of the chain learns of a fault
+// that only the faulty node's neighbours can see. The machine sends and
+// forwards the line, once per notice; this file is the driver's part: what
+// to put in a notice, and what one does here (the fault policy).
+
+// selfName names this node in the notices it sends: its name, else its
+// listen address, else its role.
+func (n *Node) selfName() string {
+	switch {
+	case n.cfg.Name != "":
+		return protocol.NoticeName(n.cfg.Name)
+	case n.ln != nil:
+		return protocol.NoticeName(n.ln.Addr().String())
+	}
+	return n.role.String()
+}
+
+// extensions reports whether this node speaks the extension lines
+// (HEARTBEAT and the fault notice): exactly when heartbeats are on.
+func (n *Node) extensions() bool { return n.cfg.Heartbeat > 0 }
+
+// reports says whether a fault of kind is announced to the chain: every
+// fault this node finds itself, but not a restarted neighbour (nothing is
+// lost; it is only a warning) nor a notice that came from elsewhere (the
+// machine passes those on).
+func reports(kind FaultKind) bool {
+	switch kind {
+	case FaultPeerRestarted, FaultChainHalted, FaultChainFault:
+		return false
+	}
+	return true
+}
+
+// announce sends the notice of f, a fault this node found, to both
+// neighbours. Caller holds mu.
+func (n *Node) announce(f Fault) {
+	if !n.extensions() || !reports(f.Kind) {
+		return
+	}
+	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
+	switch {
+	case f.Side != 0:
+		note.Blamed = protocol.NoticeName(f.Peer)
+	case f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout:
+		note.Blamed = note.Origin // its own task
+	}
+	// A fresh slice: announce may run while the caller's step's actions
+	// are being carried out.
+	acts, err := n.stepSaved(protocol.Report(note), nil)
+	if err != nil {
+		n.log.Error("internal error: fault notice", "err", err.Error())
+		return
+	}
+	n.perform(acts)
+}
+
+// noticeArrived applies the fault policy to a neighbour's notice, which
+// the machine has already passed on: under FaultHalt every unfinished
+// round here ends (chain-halted); under FaultWait the notice is reported
+// (chain-fault) and changes nothing, except that a round whose task failed
+// somewhere can never complete, so it ends here too. Caller holds mu.
+func (n *Node) noticeArrived(note protocol.Notice) {
+	halt := n.cfg.FaultPolicy != FaultWait
+	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
+		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
+	if halt {
+		fe.Kind = FaultChainHalted
+	}
+	if note.HasRound {
+		fe.State, _ = n.m.State(note.Round)
+	}
+	n.recordFault(fe.fault())
+	switch {
+	case halt:
+		n.endAll(fe)
+	case fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout:
+		if ri := n.rounds[note.Round]; note.HasRound && ri != nil && !ri.finished() {
+			n.endRound(note.Round, fe)
+		}
+	}
+}
+
+// describeNotice says in words who found what: "C reported B silent".
+func describeNotice(note protocol.Notice) string {
+	o, b := note.Origin, note.Blamed
+	if b == "" {
+		b = "a node"
+	}
+	switch FaultKind(note.Kind) {
+	case FaultPeerSilent:
+		return fmt.Sprintf("%s reported %s silent", o, b)
+	case FaultPeerUnreachable:
+		return fmt.Sprintf("%s reported %s unreachable", o, b)
+	case FaultTaskFailed:
+		return fmt.Sprintf("%s reported that %s's task failed", o, b)
+	case FaultTaskTimeout:
+		return fmt.Sprintf("%s reported that %s's task ran past its timeout", o, b)
+	case FaultConfigMismatch:
+		return fmt.Sprintf("%s reported a configuration mismatch with %s", o, b)
+	case FaultPhaseTimeout:
+		return fmt.Sprintf("%s reported a phase timeout", o)
+	case FaultExitWaveUndelivered:
+		return fmt.Sprintf("%s reported that its final COMPLETE could not be delivered", o)
+	}
+	if note.Blamed == "" {
+		return fmt.Sprintf("%s reported a %s fault", o, note.Kind)
+	}
+	return fmt.Sprintf("%s reported a %s fault blaming %s", o, note.Kind, b)
+}
+
+// mismatchKey identifies one configuration mismatch, reported once
+// however often the neighbour reconnects.
+type mismatchKey struct {
+	side  protocol.Side
+	what  string
+	round string
+}
+
+// mismatch reports that the neighbour on l's side is configured
+// differently from this node (a config-mismatch fault, once per kind of
+// mismatch), tells it with a notice where extensions are on, and under
+// FaultHalt ends every unfinished round. The caller then closes l.
+// Caller holds mu.
+func (n *Node) mismatch(l *link, what, round, reason string) {
+	key := mismatchKey{l.side, what, round}
+	if n.mismatched[key] {
+		return
+	}
+	if n.mismatched == nil {
+		n.mismatched = make(map[mismatchKey]bool)
+	}
+	n.mismatched[key] = true
+	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
+		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
+	n.recordFault(fe.fault())
+	if n.extensions() && l != n.pred && l != n.succ {
+		// A connection still pending gets the notice itself, before it is
+		// closed: it is the only way to the neighbour that sent the line.
+		note := protocol.Notice{HasRound: true, Round: round, Kind: string(FaultConfigMismatch), Origin: n.selfName(),
+			Blamed: protocol.NoticeName(fe.Peer)}
+		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		l.enqueue(n.wbuf, false, "")
+	}
+	if n.cfg.FaultPolicy != FaultWait {
+		n.endAll(fe)
+	}
+}
+
+// runs says which rounds this node runs, for a mismatch's message.
+func (n *Node) runs() string {
+	rs := n.cfg.Rounds
+	switch {
+	case rs == nil:
+		return "any round its predecessor opens"
+	case len(rs) == 1:
+		return "round " + roundName(rs[0])
+	case len(rs) <= 4:
+		return "rounds " + strings.Join(rs, ", ")
+	}
+	return fmt.Sprintf("rounds %s, ... (%d in all)", strings.Join(rs[:3], ", "), len(rs))
+}
