@@ -87,7 +87,11 @@ type FaultError struct {
 
 // Error describes the failure in one line for logs.
 func (e *FaultError) Error() string {
-	s := fmt.Sprintf("chainsync: %s fault in round %s (state %s): %s", e.Kind, roundName(e.Round), e.State, e.Reason)
+	st := "state " + e.State.String()
+	if e.State == 0 {
+		st = "not open here"
+	}
+	s := fmt.Sprintf("chainsync: %s fault in round %s (%s): %s", e.Kind, roundName(e.Round), st, e.Reason)
 	switch {
 	case e.Side != 0 && e.Peer != "":
 		s += fmt.Sprintf(" (blames the %s %s)", e.Side, e.Peer)

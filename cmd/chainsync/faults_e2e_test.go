@@ -97,6 +97,19 @@ func readFaults(t *testing.T, dir, node string) []hookFault {
 	return out
 }
 
+// ownFaults keeps the faults a node found itself: not the chain-halted
+// and chain-fault reports of a neighbour's notice (docs/DESIGN.md,
+// "Extension lines"), which blame nobody on this node's behalf.
+func ownFaults(fs []hookFault) []hookFault {
+	var out []hookFault
+	for _, f := range fs {
+		if f.kind != "chain-halted" && f.kind != "chain-fault" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // waitFaults waits up to d for node's hook to have recorded n faults.
 func waitFaults(t *testing.T, dir, node string, n int, d time.Duration) []hookFault {
 	t.Helper()
@@ -301,9 +314,10 @@ func hungChain(t *testing.T, policy string) (map[string]*proc, string, *netnsTop
 // SIGSTOP during its task, so its connections stay up and say nothing.
 // With --heartbeat 500ms everywhere, A and C report peer-silent blaming B
 // within 2 s, and nobody else reports anything about B.
-//   - halt: A and C exit 4; D, whose predecessor C halted, reports C
-//     unreachable and exits 4; B, continued once its neighbours are gone,
-//     exits non-zero too: every node ends, within a bounded time.
+//   - halt: A and C exit 4; D learns of it from C's fault notice (it
+//     reports chain-halted blaming B, not its healthy predecessor C) and
+//     exits 4; B, continued once its neighbours are gone, exits non-zero
+//     too: every node ends, within a bounded time.
 //   - wait ("the progress in processing could be preserved and only the
 //     faulty node needs to be reset"): A and C keep waiting; SIGCONT lets
 //     the chain complete with each task run once, in order, and B, waking
@@ -351,8 +365,8 @@ func TestNetnsHungNode(t *testing.T) {
 				if code := procs["D"].wait(t, 15*time.Second); code != 4 {
 					t.Errorf("D exited %d, want 4", code)
 				}
-				if f := readFaults(t, dir, "D"); len(f) != 1 || f[0].kind != "peer-unreachable" || f[0].peer != "C" {
-					t.Errorf("D's faults %+v, want one peer-unreachable blaming C (halted)", f)
+				if f := readFaults(t, dir, "D"); len(f) != 1 || f[0].kind != "chain-halted" || f[0].peer != "B" {
+					t.Errorf("D's faults %+v, want one chain-halted blaming B (C's notice)", f)
 				}
 				procs["B"].signal(t, syscall.SIGCONT)
 				cont = true
@@ -385,9 +399,18 @@ func TestNetnsHungNode(t *testing.T) {
 			}
 			checkRanInOrder(t, dir, "A", "B", "C", "D")
 			for n, want := range map[string]int{"A": 1, "B": 0, "C": 1, "D": 0} {
-				if f := readFaults(t, dir, n); len(f) != want {
+				if f := ownFaults(readFaults(t, dir, n)); len(f) != want {
 					t.Errorf("%s reported %d faults, want %d: %+v", n, len(f), want, f)
 				}
+			}
+			// D learnt of it from C's notice, and blamed nobody but B.
+			for _, f := range readFaults(t, dir, "D") {
+				if f.kind != "chain-fault" || f.peer != "B" {
+					t.Errorf("D reported %+v, want only chain-fault notices blaming B", f)
+				}
+			}
+			if len(readFaults(t, dir, "D")) == 0 {
+				t.Error("D never learnt of B's silence")
 			}
 		})
 	}
@@ -583,7 +606,7 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 			t.Errorf("%s's task ran %d times, want once", n, got)
 		}
 	}
-	if f := readFaults(t, dir, "E"); len(f) != 0 {
+	if f := ownFaults(readFaults(t, dir, "E")); len(f) != 0 {
 		t.Errorf("E, waking up, blamed a healthy neighbour: %+v", f)
 	}
 }
@@ -802,8 +825,12 @@ func TestNetnsPartitionDetected(t *testing.T) {
 		}
 	}
 	checkRanInOrder(t, dir, "A", "B", "C")
-	if f := readFaults(t, dir, "A"); len(f) != 0 {
+	if f := ownFaults(readFaults(t, dir, "A")); len(f) != 0 {
 		t.Errorf("A, not next to the cut link, reported %+v", f)
+	}
+	// A learnt of it from B's fault notice, blaming C.
+	if f := readFaults(t, dir, "A"); len(f) == 0 || f[0].kind != "chain-fault" || f[0].peer != "C" {
+		t.Errorf("A's reports %+v, want B's notice first: chain-fault blaming C", f)
 	}
 }
 

@@ -133,6 +133,18 @@ func findFault(d *Doc, id string) *Fault {
 	return nil
 }
 
+// ownFault is findFault without the reports of another node's fault
+// notice (chain-fault, chain-halted): a node that only heard of a fault
+// elsewhere does not hold the round up.
+func ownFault(d *Doc, id string) *Fault {
+	for i := len(d.Faults) - 1; i >= 0; i-- {
+		if f := &d.Faults[i]; f.Round == id && f.Kind != "chain-fault" && f.Kind != "chain-halted" {
+			return f
+		}
+	}
+	return nil
+}
+
 func diagnoseRound(nodes []Node, id string) Verdict {
 	v := Verdict{Round: id, At: -1}
 	cur := -1
@@ -161,7 +173,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		n := nodes[cur]
 		r := findRound(n.Doc, id)
 		name := n.Label()
-		f := findFault(n.Doc, id)
+		f := ownFault(n.Doc, id)
 		if f != nil && !blamesUnanswering(nodes, cur, r, f) {
 			// A node that faulted in this round and still has it (the
 			// wait policy) holds it; its fault says why.
