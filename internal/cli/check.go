@@ -84,6 +84,7 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	o.noteGiven(fs)
 	if o.timeout <= 0 {
 		return fail(usagef("--timeout must be positive"))
 	}

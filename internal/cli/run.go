@@ -90,6 +90,7 @@ type runOpts struct {
 	roundsFrom, control             string
 	every                           time.Duration
 	maxOpen                         int
+	heartbeatGiven                  bool // --heartbeat was set (noteGiven)
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -122,7 +123,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
-	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain")
+	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s unless --heartbeat is given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
 	fs.StringVar(&o.control, "control", "", "Head: accept chainsync open on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can open rounds)")
@@ -227,6 +228,11 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, usagef("--fault-policy %q: use halt or wait", o.faultPolicy)
 	}
+	if o.serving() && !o.heartbeatGiven {
+		// A served chain speaks the extension lines, so that a round that
+		// fails anywhere ends everywhere and the Head learns how.
+		o.heartbeat = servedHeartbeat
+	}
 	if o.heartbeat > 0 && o.heartbeat < 10*time.Millisecond {
 		return cfg, nil, usagef("--heartbeat %v is too short: use at least 10ms (a few hundred ms or more across a network)", o.heartbeat)
 	}
@@ -313,6 +319,7 @@ func runMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
 		return ExitUsage
 	}
+	o.noteGiven(fs)
 	cfg, rounds, err := o.config(fs.Args())
 	if err == nil && o.tls.Enabled() {
 		var sc *secure.Config

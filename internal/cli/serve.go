@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,21 @@ import (
 // memory, in its state directory, for a reused id): far more than can be
 // in flight, few enough that a node that runs for months stays small.
 const keepServed = 4096
+
+// servedHeartbeat is --heartbeat for a served node that does not set it:
+// the extension lines (heartbeats and fault notices) on, with a silent
+// neighbour found after 6 s.
+const servedHeartbeat = 2 * time.Second
+
+// noteGiven records which of the flags whose default depends on others
+// were given (on the command line or in the environment).
+func (o *runOpts) noteGiven(fs *flag.FlagSet) {
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "heartbeat" {
+			o.heartbeatGiven = true
+		}
+	})
+}
 
 // serving reports whether the node runs as a long-lived node.
 func (o *runOpts) serving() bool {
