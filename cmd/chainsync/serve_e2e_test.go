@@ -307,61 +307,69 @@ func TestServeEveryAndMaxOpenE2E(t *testing.T) {
 }
 
 // TestServeKillMiddleE2E: a served chain of four nodes, each with a
-// --state-dir; the Head opens 20 rounds with slow tasks, and B is killed
-// with SIGKILL while they are open, then restarted on its state directory
-// (--resume-task rerun). Every round completes, each task once, in chain
-// order and on every node in the order opened; the Head exits 0.
+// --state-dir; the Head opens 20 rounds; B is ready (--ready-file, {round}
+// in its path) for the first few only. Once C has started the last of
+// those, B is killed with SIGKILL, with every round open, and restarted on
+// its state directory; then it becomes ready for the rest. Every round
+// completes, each task exactly once, in chain order and on every node in
+// the order opened; the Head exits 0.
 //
 // docs/DESIGN.md, "Restarts and durable state" and "Long-lived chains".
 func TestServeKillMiddleE2E(t *testing.T) {
 	rng := newRand(t)
 	dir := t.TempDir()
-	state := func(i int) []string {
-		return []string{"--state-dir", filepath.Join(dir, fmt.Sprint("state", i)), "--resume-task", "rerun"}
-	}
 	env := []string{"DIR=" + dir, "SLOW=0.05"}
 	names, addrs := nodeNames(4), freeAddrs(t, 4)
 	procs := make([]*proc, 4)
 	start := func(i int) *proc {
 		args := append([]string{"run"}, placeArgs("prevnext", names, addrs, i)...)
-		args = append(args, "--serve", "--quiet")
-		args = append(args, state(i)...)
+		args = append(args, "--serve", "--quiet", "--state-dir", filepath.Join(dir, fmt.Sprint("state", i)))
+		if i == 1 {
+			args = append(args, "--ready-file", filepath.Join(dir, "ready-{round}"), "--ready-interval", "20ms")
+		}
 		return startProc(t, names[i], env, append(args, "--", "sh", "-c", taskScript)...)
-	}
-	for i := 3; i >= 1; i-- {
-		procs[i] = start(i)
 	}
 	var opened []string
 	for k := range 20 {
 		opened = append(opened, fmt.Sprintf("r%02d", k))
 	}
+	ready := func(ids []string) {
+		for _, id := range ids {
+			if err := os.WriteFile(filepath.Join(dir, "ready-"+id), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := 2 + rng.IntN(6) // B is ready for the rounds before this one
+	ready(opened[:first])
+	for i := 3; i >= 1; i-- {
+		procs[i] = start(i)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "ids"), []byte(strings.Join(opened, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := headArgs(dir, names, addrs, append(state(0), "--rounds-from", filepath.Join(dir, "ids"), "--", "sh", "-c", taskScript)...)
+	args := headArgs(dir, names, addrs, "--state-dir", filepath.Join(dir, "state0"),
+		"--rounds-from", filepath.Join(dir, "ids"), "--", "sh", "-c", taskScript)
 	head := startProc(t, "A", env, args...)
-	// Kill B once it has run a few tasks, while the rounds are open.
-	after := 2 + rng.IntN(5)
+	// C starting the last round B is ready for means B's part of it has
+	// run and is journalled; the later rounds are open, waiting for B.
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		n := 0
-		for _, l := range readLines(t, filepath.Join(dir, "tasks")) {
-			if strings.HasPrefix(l, "end B ") {
-				n++
-			}
-		}
-		if n >= after {
-			break
+	for !slices.Contains(readLines(t, filepath.Join(dir, "tasks")), "start C "+opened[first-1]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("C never started round %s", opened[first-1])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 	procs[1].signal(t, syscall.SIGKILL)
 	procs[1].wait(t, 5*time.Second)
-	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	later := first + rng.IntN(len(opened)-first)
+	ready(opened[first:later]) // some while B is down, the rest once it is back
 	procs[1] = start(1)
+	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	ready(opened[later:])
 	if code := head.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("Head exited %d, want 0", code)
 	}
-	checkTasks(t, dir, names, opened, map[string]bool{"B": true})
-
+	checkTasks(t, dir, names, opened, nil)
 }
