@@ -227,28 +227,18 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return true
 	}
 	// A pending predecessor connection: it replaces the current one only if
-	// its first line is one the machine accepts. The re-sends of LinkUp are
-	// computed first (LinkUp changes no state), so that the reply to this
-	// line is not sent twice.
+	// its first line is one the machine accepts (protocol.Promote, which
+	// also re-sends what a new link needs).
 	// Until then it is logged and traced only as the (rate-limited) bad
 	// input it may turn out to be: a stranger's junk line must not cost a
 	// log line and a trace record each.
-	resend, _ := n.m.Step(protocol.LinkUp(protocol.Pred), nil)
-	acts, err := n.stepSaved(protocol.Recv(l.side, msg), n.acts[:0])
+	acts, err := n.stepSaved(protocol.Promote(l.side, msg), n.acts[:0])
 	if err != nil {
 		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
 		return false
 	}
 	n.acts = acts
 	n.received(l, msg)
-	// A predecessor that restarted without its state gets none of the
-	// re-sends for that round: a START re-sent to it would run its task
-	// a second time (docs/DESIGN.md, "Restarts and durable state").
-	for _, a := range acts {
-		if a.Kind == protocol.ActPeerRestarted {
-			resend = slices.DeleteFunc(resend, func(r protocol.Action) bool { return r.Msg.Round == a.Round })
-		}
-	}
 	delete(n.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur != nil {
@@ -259,8 +249,6 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	n.pred = l
 	l.startWriter()
 	n.announceUp(l)
-	n.perform(resend)
-	n.resendExitWave(&msg)
 	n.perform(acts)
 	if opening {
 		n.opened(msg.Round, true)

@@ -86,15 +86,7 @@ func (n *Node) heartbeats() {
 // machine, or done but still handing its final COMPLETE over. Caller
 // holds mu.
 func (n *Node) inProgress() bool {
-	if n.m.Active() > 0 {
-		return true
-	}
-	for _, ri := range n.rounds {
-		if ri.awaiting && !ri.finished() {
-			return true
-		}
-	}
-	return false
+	return n.m.Active() > 0
 }
 
 // linkFault reports a fault that blames the neighbour on side. With

@@ -499,7 +499,7 @@ func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.A
 	if len(n.saves) == 0 {
 		return out, nil
 	}
-	if err := n.j.Save(n.saves, nil); err != nil {
+	if err := n.j.Save(n.saves); err != nil {
 		n.journalFailed(err)
 		return out[:start], n.broken
 	}
@@ -545,17 +545,17 @@ func (n *Node) act(a *protocol.Action) {
 		}
 		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 		n.armPhase(a.Round, ri, a.State)
+		if a.Wait == protocol.WaitHandOver {
+			n.awaitExit(a.Round, ri)
+		}
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActNotice:
 		n.notices = append(n.notices, *a.Msg.Note)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
-		if a.Outcome == protocol.Done && n.role.HasPred() && !ri.delivered {
-			// Finished only once the exit-wave COMPLETE is handed to a
-			// live predecessor connection (see delivered).
-			n.awaitExit(a.Round, ri)
-			return
+		if ri.exitTimer != nil {
+			ri.exitTimer.Stop()
 		}
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {
@@ -566,6 +566,12 @@ func (n *Node) act(a *protocol.Action) {
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted")
 			}
+		case protocol.NotDelivered:
+			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
+				Peer: n.peerName(protocol.Pred), After: n.cfg.ExitWaveTimeout,
+				Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
+			n.recordFault(fe.fault())
+			res.Status, res.Err = StatusFault, fe
 		}
 		n.resolve(a.Round, ri, res)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -21,10 +20,9 @@ type roundInfo struct {
 	since time.Time   // when the round entered its current state
 	// The exit wave: a round that is over at this node (state DONE) is
 	// finished only once its final COMPLETE was handed to a live
-	// predecessor connection (docs/DESIGN.md, "Restarts and durable state").
-	awaiting  bool        // done, the final COMPLETE not yet handed over
-	delivered bool        // handed over (journalled with a state directory)
-	exitTimer *time.Timer // ExitWaveTimeout while awaiting
+	// predecessor connection (docs/DESIGN.md, "Restarts and durable
+	// state"); the machine says so (protocol.Delivered).
+	exitTimer *time.Timer // ExitWaveTimeout while the machine waits for that
 	waiters   int         // Wait calls blocked on this round
 	timedOut  bool        // the task failed by running past TaskTimeout
 	opened    time.Time   // when this node first heard of the round
@@ -75,6 +73,8 @@ func (r RoundStatus) Doing() string {
 		return "running its task"
 	case protocol.WaitExit:
 		return "task done; " + waitsFor(w) + " (the exit wave)"
+	case protocol.WaitHandOver:
+		return "done here; handing its final COMPLETE to the predecessor once a link to it is up"
 	}
 	return max(r.State, protocol.StateSync).String()
 }
@@ -215,84 +215,43 @@ func sideWord(side protocol.Side) string {
 	return "predecessor"
 }
 
-// awaitExit holds a round whose part is done at this node until its final
-// COMPLETE is handed to a live predecessor connection, for at most
-// ExitWaveTimeout. Caller holds mu.
+// awaitExit bounds by ExitWaveTimeout the time a round whose part is
+// done at this node waits for its final COMPLETE to be handed to a live
+// predecessor connection; then the node gives up (protocol.Undelivered).
+// Caller holds mu.
 func (n *Node) awaitExit(id string, ri *roundInfo) {
-	if ri.awaiting {
-		return
-	}
-	ri.awaiting = true
 	if ri.timer != nil {
 		ri.timer.Stop()
 	}
 	d := n.cfg.ExitWaveTimeout
-	if d <= 0 {
+	if d <= 0 || ri.exitTimer != nil {
 		return
 	}
 	ri.exitTimer = time.AfterFunc(d, func() {
 		n.mu.Lock()
 		defer n.unlock()
-		if n.closed || ri.finished() || ri.delivered {
+		if n.closed || ri.finished() {
 			return
 		}
-		fe := &FaultError{Round: id, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
-			Peer: n.peerName(protocol.Pred), After: d,
-			Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
-		n.recordFault(fe.fault())
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: fe})
+		if err := n.step(protocol.Undelivered(id)); err != nil && n.broken == nil {
+			n.log.Error("internal error: exit wave undelivered", "round", id, "err", err)
+		}
 	})
 }
 
 // delivered is told by a link's writer that the final COMPLETE of rounds
-// was written to a live connection: those rounds are now finished here.
+// was written to a live connection: it tells the machine, for which
+// those rounds are now over here.
 func (n *Node) delivered(l *link, rounds []string) {
 	n.mu.Lock()
 	defer n.unlock()
 	if n.closed || n.broken != nil {
 		return
 	}
-	var fresh []string
 	for _, id := range rounds {
-		if ri := n.rounds[id]; ri != nil && !ri.delivered {
-			ri.delivered = true
-			fresh = append(fresh, id)
+		if err := n.step(protocol.Delivered(id)); err != nil {
+			return // the journal failed: the node acts no more
 		}
-	}
-	if n.j != nil && len(fresh) > 0 {
-		if err := n.j.Save(nil, fresh); err != nil {
-			n.journalFailed(err)
-			return
-		}
-	}
-	for _, id := range fresh {
-		ri := n.rounds[id]
-		if !ri.awaiting {
-			continue // handed over before the machine said it is done (a re-send)
-		}
-		if ri.exitTimer != nil {
-			ri.exitTimer.Stop()
-		}
-		n.resolve(id, ri, Result{Round: id, Status: StatusDone})
-	}
-}
-
-// resendExitWave re-sends the final COMPLETE of every round still waiting
-// to hand it to the predecessor, on a new predecessor link, except skip
-// (whose COMPLETE the machine is answering already). Caller holds mu.
-func (n *Node) resendExitWave(skip *protocol.Message) {
-	var ids []string
-	for id, ri := range n.rounds {
-		if ri.awaiting && !ri.delivered && !ri.finished() {
-			if skip != nil && skip.Cmd == protocol.Complete && skip.Round == id {
-				continue
-			}
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		n.send(protocol.Pred, protocol.Message{Cmd: protocol.Complete, Round: id}, true)
 	}
 }
 

@@ -51,11 +51,11 @@ func (n *Node) resume(st *journal.State) {
 		ri.ready = rec.LocalReady
 		switch rec.State {
 		case protocol.StateDone:
-			if n.role.HasPred() && !st.Delivered[rec.Round] {
+			if n.role.HasPred() && !rec.Delivered {
+				// The machine re-sends it when the link comes up.
 				n.awaitExit(rec.Round, ri)
 				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 			} else {
-				ri.delivered = true
 				n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
 			}
 		case protocol.StateFailed:

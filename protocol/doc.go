@@ -21,7 +21,8 @@
 //  3. Carry out the returned actions in order: ActSend writes the message on
 //     that link (dropping it if the link is down is fine: it is re-sent on
 //     EvLinkUp); ActRunTask starts the task and later reports TaskDone;
-//     ActState and ActDone are for logs and waiters. ActSave (Durable
+//     ActState (with what the round now waits for) and ActDone are for
+//     logs, timers and waiters. ActSave (Durable
 //     only) comes first among a step's actions: write its Record to
 //     durable storage, and sync, before carrying out any other action of
 //     the step. ActPeerRestarted reports a neighbour that came back without
@@ -29,5 +30,11 @@
 //  4. On a *Violation error, report it and close that connection; the
 //     Machine has not changed. Other errors are the caller's own misuse.
 //  5. Report LinkUp each time a link is (re-)established, so the last
-//     message sent on it is re-sent for every unfinished round.
+//     message sent on it is re-sent for every unfinished round; for a new
+//     connection that must first prove itself with an acceptable line
+//     (a would-be predecessor), report Promote with that line instead.
+//  6. Report Delivered once a round's final COMPLETE to the predecessor
+//     was handed to a live connection: at a node with a predecessor a
+//     round in StateDone is over (ActDone) only then. Report Undelivered
+//     to give up on that (the round ends NotDelivered).
 package protocol

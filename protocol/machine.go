@@ -99,21 +99,30 @@ const (
 	EvLinkUp                          // the link to a neighbour was (re-)established
 	EvAbort                           // the driver gives up on a round (timeout, stop)
 	EvReport                          // this node reports a fault: tell the neighbours (Note)
+	// EvDelivered: the round's final (exit-wave) COMPLETE was handed to a
+	// live connection to the predecessor; only then is the round over at
+	// a node that has one.
+	EvDelivered
+	// EvUndelivered: the driver gives up handing the round's final
+	// COMPLETE to the predecessor (Config.ExitWaveTimeout in package
+	// chainsync): the round ends with Outcome NotDelivered.
+	EvUndelivered
 )
 
 // Event is one input to Machine.Step. Build it with Recv, LocalReady,
-// TaskDone, LinkUp or Abort.
+// TaskDone, LinkUp, Promote, Abort, Delivered or Undelivered.
 type Event struct {
 	Kind   EventKind
 	From   Side    // EvRecv: who sent it; EvLinkUp: which link
-	Msg    Message // EvRecv
-	Round  string  // EvLocalReady, EvTaskDone, EvAbort
+	Msg    Message // EvRecv; EvLinkUp from Promote: the new connection's first line
+	Round  string  // EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered
 	Failed bool    // EvTaskDone: the task reported failure
 	Note   Notice  // EvReport
 }
 
 // RoundOf returns the round ev is about, and false for EvLinkUp, which
-// is about every round on that link.
+// is about every round on that link (a Promote event is about its first
+// line's round).
 func (ev Event) RoundOf() (string, bool) {
 	switch ev.Kind {
 	case EvRecv:
@@ -121,7 +130,11 @@ func (ev Event) RoundOf() (string, bool) {
 			return "", false // a notice changes no round
 		}
 		return ev.Msg.Round, true
-	case EvLocalReady, EvTaskDone, EvAbort:
+	case EvLinkUp:
+		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice {
+			return ev.Msg.Round, true // Promote
+		}
+	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered:
 		return ev.Round, true
 	}
 	return "", false
@@ -141,6 +154,15 @@ func TaskDone(round string, failed bool) Event {
 // LinkUp is the event "the link to side is (re-)established".
 func LinkUp(side Side) Event { return Event{Kind: EvLinkUp, From: side} }
 
+// Promote is the event "a new connection on side's link, whose first
+// line is msg, is to replace the link": the machine takes msg as from
+// Recv and, if it accepts it, re-sends on the link what LinkUp would
+// (less what its answer to msg sends anyway, and nothing for a round
+// whose sender msg shows restarted without its state). If msg is a
+// violation nothing is sent and nothing changes: the caller keeps the
+// old connection and closes the new one.
+func Promote(side Side, msg Message) Event { return Event{Kind: EvLinkUp, From: side, Msg: msg} }
+
 // Abort is the event "the driver gives up on round".
 func Abort(round string) Event { return Event{Kind: EvAbort, Round: round} }
 
@@ -148,6 +170,14 @@ func Abort(round string) Event { return Event{Kind: EvAbort, Round: round} }
 // the notice to both neighbours (Config.Extensions only) and remembers it,
 // so that it is not passed on again when it comes back.
 func Report(n Notice) Event { return Event{Kind: EvReport, Note: n} }
+
+// Delivered is the event "round's final COMPLETE was handed to a live
+// connection to the predecessor".
+func Delivered(round string) Event { return Event{Kind: EvDelivered, Round: round} }
+
+// Undelivered is the event "the driver gives up handing round's final
+// COMPLETE to the predecessor".
+func Undelivered(round string) Event { return Event{Kind: EvUndelivered, Round: round} }
 
 // ActionKind says what the caller must do.
 type ActionKind uint8
@@ -182,9 +212,12 @@ const (
 	Done       Outcome = iota + 1 // this node's part of the round finished normally
 	TaskFailed                    // the local task failed; no COMPLETE was sent on
 	Aborted                       // the driver aborted the round
+	// NotDelivered: this node's part finished (state DONE) but its final
+	// COMPLETE was never handed to the predecessor (EvUndelivered).
+	NotDelivered
 )
 
-// String returns "done", "task failed" or "aborted".
+// String returns "done", "task failed", "aborted" or "not delivered".
 func (o Outcome) String() string {
 	switch o {
 	case Done:
@@ -193,6 +226,8 @@ func (o Outcome) String() string {
 		return "task failed"
 	case Aborted:
 		return "aborted"
+	case NotDelivered:
+		return "not delivered"
 	}
 	return "Outcome(?)"
 }
@@ -206,6 +241,7 @@ type Action struct {
 	Round   string  // ActRunTask, ActState, ActDone
 	From    State   // ActState
 	State   State   // ActState: the new state
+	Wait    Wait    // ActState: what the round waits for on entering State
 	Outcome Outcome // ActDone
 	Record  Record  // ActSave
 }
@@ -228,6 +264,10 @@ type Record struct {
 	// own readiness at the Head, from the predecessor's READY elsewhere);
 	// 0 until then. Restore puts rounds back in that order.
 	Seq uint64
+	// Delivered: the final COMPLETE was handed to a live connection to
+	// the predecessor (EvDelivered). A round in StateDone at a node with a
+	// predecessor is over only then.
+	Delivered bool
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -316,6 +356,8 @@ type round struct {
 	// A neighbour that restarted without its state: nothing more is
 	// re-sent to it for this round.
 	lostPred, lostSucc bool
+	delivered          bool   // the final COMPLETE was handed to the predecessor (EvDelivered)
+	over               bool   // finished at this node (ActDone)
 	seq                uint64 // when this node learned the round (see learn), for re-sends in that order
 	queued             bool   // in Machine.order (Config.Ordered)
 }
@@ -326,7 +368,8 @@ func (r *round) record() Record {
 	}
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
-		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq}
+		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
+		Delivered: r.delivered}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -427,7 +470,10 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 // Restore reinstates a round from its Record, as a restarted node does
 // before its links come up. A round in StateStart was interrupted inside
 // its task: the caller decides what that means (report TaskDone, failed
-// or not, or run the task again). Restore emits nothing.
+// or not, or run the task again). A round in StateDone at a node with a
+// predecessor whose Record is not Delivered still has its final COMPLETE
+// to hand over: LinkUp re-sends it, and the round is over at Delivered.
+// Restore emits nothing.
 func (m *Machine) Restore(rec Record) error {
 	if !ValidRound(rec.Round) || rec.State < StateSync || rec.State > StateAborted {
 		return fmt.Errorf("chainsync: cannot restore round %q in state %d", rec.Round, rec.State)
@@ -437,10 +483,16 @@ func (m *Machine) Restore(rec Record) error {
 	}
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
-		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq}
+		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
+		delivered: rec.Delivered}
 	m.seq = max(m.seq, r.seq)
 	m.rounds[r.id] = r
+	if m.handingOver(r) {
+		m.active++ // done here, its final COMPLETE still to be handed over
+		return nil
+	}
 	if r.state.Terminal() {
+		r.over = true
 		m.finished = append(m.finished, r.id)
 		return nil
 	}
@@ -467,27 +519,76 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvRecv:
-		out, err := m.recv(ev.From, ev.Msg, out)
-		if r := m.rounds[ev.Msg.Round]; err == nil && r != nil && ev.Msg.Cmd.Valid() {
-			if ev.From == Pred {
-				r.recvPred = max(r.recvPred, ev.Msg.Cmd)
-			} else {
-				r.recvSucc = max(r.recvSucc, ev.Msg.Cmd)
-			}
-		}
-		return out, err
+		return m.recvNoted(ev.From, ev.Msg, out)
 	case EvLocalReady:
 		return m.localReady(ev.Round, out)
 	case EvTaskDone:
 		return m.taskDone(ev.Round, ev.Failed, out)
 	case EvLinkUp:
+		if ev.Msg.Cmd != 0 {
+			return m.promote(ev.From, ev.Msg, out)
+		}
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
 		return m.abort(ev.Round, out)
 	case EvReport:
 		return m.report(ev.Note, out)
+	case EvDelivered:
+		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+			r.delivered = true
+			return m.finish(r, Done, out), nil
+		}
+		return out, nil // nothing to hand over (a re-send), or handed over already
+	case EvUndelivered:
+		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+			return m.finish(r, NotDelivered, out), nil
+		}
+		return out, nil // delivered meanwhile
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
+}
+
+// recvNoted is recv, noting the last command received on each side.
+func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, error) {
+	out, err := m.recv(from, msg, out)
+	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() {
+		if from == Pred {
+			r.recvPred = max(r.recvPred, msg.Cmd)
+		} else {
+			r.recvSucc = max(r.recvSucc, msg.Cmd)
+		}
+	}
+	return out, err
+}
+
+// promote takes msg, the first line of a new connection on side's link,
+// and puts that link's re-sends first (see Promote): those of the state
+// before msg, less a round whose sender msg shows restarted without its
+// state and less what the answer to msg sends again anyway.
+func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error) {
+	start := len(out)
+	out = m.linkUp(side, out)
+	k := len(out)
+	out, err := m.recvNoted(side, msg, out)
+	if err != nil {
+		return out[:start], err
+	}
+	answer := slices.Clone(out[k:])
+	resends := slices.DeleteFunc(out[start:k], func(a Action) bool {
+		for _, b := range answer {
+			if b.Kind == ActPeerRestarted && b.Round == a.Msg.Round || b.Kind == ActSend && b.To == a.To && b.Msg == a.Msg {
+				return true
+			}
+		}
+		return false
+	})
+	return append(append(out[:start], resends...), answer...), nil
+}
+
+// handingOver reports whether r is done at this node but its final
+// COMPLETE has not yet been handed to the predecessor: not over yet.
+func (m *Machine) handingOver(r *round) bool {
+	return r.state == StateDone && m.cfg.Role.HasPred() && !r.delivered && !r.over
 }
 
 func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
@@ -665,7 +766,7 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 func (m *Machine) linkUp(side Side, out []Action) []Action {
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
-		if !r.state.Terminal() {
+		if !r.state.Terminal() || side == Pred && m.handingOver(r) {
 			rs = append(rs, r)
 		}
 	}
@@ -731,7 +832,10 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				return out
 			}
 			if role.HasPred() {
-				out = m.send(r, Pred, Complete, out) // phase 4
+				// Phase 4. The round is over here once this COMPLETE was
+				// handed to a live connection (EvDelivered).
+				out = m.send(r, Pred, Complete, out)
+				return m.set(r, StateDone, out)
 			}
 			out = m.set(r, StateDone, out)
 			return m.finish(r, Done, out)
@@ -749,7 +853,8 @@ func (m *Machine) open(id string) *round {
 }
 
 func (m *Machine) set(r *round, s State, out []Action) []Action {
-	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s})
+	w := WaitIn(m.cfg.Role, s, r.localReady)
+	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s, Wait: w})
 	r.state = s
 	return out
 }
@@ -766,6 +871,7 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 // finish records a round as over, forgetting the oldest finished rounds
 // beyond KeepFinished.
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
+	r.over = true
 	m.active--
 	m.finished = append(m.finished, r.id)
 	for len(m.finished) > m.cfg.KeepFinished {

@@ -196,6 +196,8 @@ func TestRolePaths(t *testing.T) {
 			{recv(protocol.Pred, protocol.Complete, "x"), S(protocol.StateStart), nil, true},
 			{protocol.TaskDone("x", false), S(protocol.StateComplete), R("COMPLETE x to succ"), false},
 			{recv(protocol.Succ, protocol.Complete, "x"), S(protocol.StateDone), R("COMPLETE x to pred"), false},
+			// Over once that COMPLETE is handed to the predecessor.
+			{protocol.Delivered("x"), nil, nil, false},
 		}},
 		// Draft: Phase 2 ("Tail, upon entering READY, sends START to its
 		// predecessor and moves to WATCH"); Phase 4 ("Tail, upon
@@ -205,6 +207,7 @@ func TestRolePaths(t *testing.T) {
 			{recv(protocol.Pred, protocol.Ready, "x"), S(protocol.StateReady, protocol.StateWatch), R("START x to pred"), false},
 			{recv(protocol.Pred, protocol.Complete, "x"), S(protocol.StateStart), nil, true},
 			{protocol.TaskDone("x", false), S(protocol.StateComplete, protocol.StateDone), R("COMPLETE x to pred"), false},
+			{protocol.Delivered("x"), nil, nil, false},
 		}},
 		// docs/DESIGN.md: "A one-node chain is both: locally ready -> task
 		// runs -> done."
@@ -337,6 +340,20 @@ func TestDuplicatesAndResends(t *testing.T) {
 	if got, want := sends(step(t, m, recv(protocol.Pred, protocol.Complete, "a"))), []string{"COMPLETE a to pred (re-send)"}; !slices.Equal(got, want) {
 		t.Errorf("COMPLETE to a done round: %v, want %v", got, want)
 	}
+	// Until that COMPLETE is handed to a live predecessor connection, a
+	// new link to the predecessor re-sends it, and the round is not over.
+	if got, want := sends(step(t, m, protocol.LinkUp(protocol.Pred))), []string{"COMPLETE a to pred (re-send)"}; !slices.Equal(got, want) {
+		t.Errorf("LinkUp(pred) with round a's exit wave not handed over: %v, want %v", got, want)
+	}
+	if m.Active() != 3 {
+		t.Errorf("Active() = %d, want 3 (a handing over, b, c)", m.Active())
+	}
+	if acts := step(t, m, protocol.Delivered("a")); len(acts) != 1 || acts[0].Kind != protocol.ActDone || acts[0].Outcome != protocol.Done {
+		t.Errorf("Delivered: %v, want round a over, done", acts)
+	}
+	if acts := step(t, m, protocol.Delivered("a")); len(acts) != 0 {
+		t.Errorf("Delivered again: %v", acts)
+	}
 	if got, want := sends(step(t, m, protocol.LinkUp(protocol.Pred))), []string(nil); !slices.Equal(got, want) {
 		t.Errorf("LinkUp(pred) after round a finished: %v, want none (b sent nothing to pred)", got)
 	}
@@ -450,6 +467,7 @@ func TestMaxRoundsFromPeer(t *testing.T) {
 	step(t, m, protocol.LocalReady("a"))
 	step(t, m, recv(protocol.Pred, protocol.Complete, "a"))
 	step(t, m, protocol.TaskDone("a", false))
+	step(t, m, protocol.Delivered("a"))
 	step(t, m, recv(protocol.Pred, protocol.Ready, "c"))
 	if m.Active() != 2 {
 		t.Errorf("Active() = %d, want 2", m.Active())

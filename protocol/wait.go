@@ -14,6 +14,9 @@ const (
 	WaitStart                // START from the successor
 	WaitComplete             // COMPLETE from the predecessor: the tasks before this node's
 	WaitExit                 // the exit-wave COMPLETE from the successor
+	// WaitHandOver: done here; the final COMPLETE is to be handed to a
+	// live connection to the predecessor (EvDelivered).
+	WaitHandOver
 )
 
 // WaitIn returns what a round in state st waits for at a node in role,
@@ -40,6 +43,10 @@ func WaitIn(role Role, st State, localReady bool) Wait {
 		if role.HasSucc() {
 			return WaitExit
 		}
+	case StateDone:
+		if role.HasPred() {
+			return WaitHandOver // until it is over (EvDelivered)
+		}
 	}
 	return WaitNothing
 }
@@ -65,13 +72,16 @@ func (w Wait) Self() bool { return w == WaitLocal || w == WaitTask }
 
 // String returns the message's name ("READY", "START", "COMPLETE") for a
 // wait on a neighbour, "local-readiness" or "task" for a wait on this
-// node, and "" for WaitNothing: the words of the status endpoint.
+// node, "hand-over" for WaitHandOver and "" for WaitNothing: the words of
+// the status endpoint.
 func (w Wait) String() string {
 	switch w {
 	case WaitLocal:
 		return "local-readiness"
 	case WaitTask:
 		return "task"
+	case WaitHandOver:
+		return "hand-over"
 	case WaitNothing:
 		return ""
 	}
@@ -83,7 +93,7 @@ func (w Wait) String() string {
 // ("pred", "succ", or anything else for this node), as the status
 // endpoint writes them; WaitNothing if they name no wait.
 func ParseWait(what, from string) Wait {
-	for w := WaitLocal; w <= WaitExit; w++ {
+	for w := WaitLocal; w <= WaitHandOver; w++ {
 		if w.String() != what {
 			continue
 		}

@@ -24,7 +24,8 @@ func TestWaitIn(t *testing.T) {
 		{Head, StateStart, true, WaitTask},
 		{Middle, StateComplete, true, WaitExit},
 		{Tail, StateComplete, true, WaitNothing}, // the Tail starts the exit wave itself
-		{Middle, StateDone, true, WaitNothing},
+		{Middle, StateDone, true, WaitHandOver},  // until EvDelivered
+		{Head, StateDone, true, WaitNothing},
 		{Middle, StateFailed, true, WaitNothing},
 		{Middle, StateAborted, false, WaitNothing},
 	} {
@@ -36,13 +37,14 @@ func TestWaitIn(t *testing.T) {
 		WaitLocal: {"local-readiness", "self", ""}, WaitTask: {"task", "self", ""},
 		WaitReady: {"READY", "pred", "READY"}, WaitStart: {"START", "succ", "START"},
 		WaitComplete: {"COMPLETE", "pred", "COMPLETE"}, WaitExit: {"COMPLETE", "succ", "COMPLETE"},
+		WaitHandOver: {"hand-over", "self", ""},
 	} {
 		cmd, side := w.Msg()
 		from := "self"
 		if side != 0 {
 			from = side.String()
 		}
-		if w.String() != want[0] || from != want[1] || cmd != 0 && cmd.String() != want[2] || w.Self() != (side == 0) {
+		if w.String() != want[0] || from != want[1] || cmd != 0 && cmd.String() != want[2] || w.Self() != (side == 0 && w != WaitHandOver) {
 			t.Errorf("%d: %q from %q (%v), want %q", w, w.String(), from, cmd, want)
 		}
 		if got := ParseWait(w.String(), from); got != w {

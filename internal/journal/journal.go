@@ -30,7 +30,9 @@
 //	D :ROUND
 //
 // saying the round's final exit-wave COMPLETE was handed to a live
-// connection to the predecessor. The last record of a round wins.
+// connection to the predecessor: the protocol package's Record.Delivered,
+// written after a round record that has it (once per round; it stays set
+// whatever round record follows). The last round record of a round wins.
 //
 // Every file is opened relative to the open directory and without
 // following a symbolic link (openat with O_NOFOLLOW), the lock and the
@@ -99,11 +101,10 @@ type Header struct {
 }
 
 // State is what a journal holds: the last record of each round, in the
-// order the rounds first appeared, and which rounds' exit wave was
-// delivered.
+// order the rounds first appeared (with Delivered set if a delivery was
+// written for it).
 type State struct {
-	Rounds    []protocol.Record
-	Delivered map[string]bool
+	Rounds []protocol.Record
 	// Dropped is the size in bytes of a torn last frame that Open removed
 	// (0 if none), for the log.
 	Dropped int
@@ -118,7 +119,6 @@ type Journal struct {
 	lock   *os.File
 	order  []string // round ids, first appearance first
 	last   map[string]protocol.Record
-	deliv  map[string]bool
 	since  int // records appended since the last compaction
 	buf    []byte
 	closed bool
@@ -148,7 +148,7 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, deliv: map[string]bool{}}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
@@ -166,11 +166,6 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	st.Rounds = st.Rounds[:0]
 	for _, id := range j.order {
 		st.Rounds = append(st.Rounds, j.last[id])
-	}
-	for id := range st.Delivered {
-		if _, kept := j.last[id]; !kept {
-			delete(st.Delivered, id)
-		}
 	}
 	return j, st, nil
 }
@@ -234,7 +229,7 @@ func (j *Journal) load() (*State, error) {
 	path := filepath.Join(j.dir, "journal")
 	f, err := openIn(j.d, "journal", os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return &State{Delivered: map[string]bool{}}, nil
+		return &State{}, nil
 	}
 	if err != nil {
 		return nil, openErr(j.dir, "journal", err)
@@ -248,7 +243,7 @@ func (j *Journal) load() (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v; refusing to guess: move the directory aside to start this node afresh (it may then run its task again)", ErrCorrupt, path, err)
 	}
-	st := &State{Delivered: map[string]bool{}, Dropped: torn}
+	st := &State{Dropped: torn}
 	if len(recs) == 0 {
 		return st, nil // an empty file, or only a torn header: a new journal
 	}
@@ -265,7 +260,10 @@ func (j *Journal) load() (*State, error) {
 		case e.Header != nil:
 			return nil, fmt.Errorf("%w: %s: a second header", ErrCorrupt, path)
 		case e.Delivered != "" || e.DeliveredUnnamed:
-			j.deliv[e.round()] = true
+			if r, ok := j.last[e.round()]; ok {
+				r.Delivered = true
+				j.last[r.Round] = r
+			}
 		default:
 			j.remember(e.Record)
 		}
@@ -273,16 +271,17 @@ func (j *Journal) load() (*State, error) {
 	for _, id := range j.order {
 		st.Rounds = append(st.Rounds, j.last[id])
 	}
-	for id := range j.deliv {
-		st.Delivered[id] = true
-	}
 	return st, nil
 }
 
+// remember makes r the last record of its round; Delivered, once set,
+// stays set.
 func (j *Journal) remember(r protocol.Record) {
-	if _, ok := j.last[r.Round]; !ok {
+	prev, ok := j.last[r.Round]
+	if !ok {
 		j.order = append(j.order, r.Round)
 	}
+	r.Delivered = r.Delivered || prev.Delivered
 	j.last[r.Round] = r
 }
 
@@ -486,20 +485,29 @@ func EncodeRecord(r protocol.Record) []byte {
 	return p.Bytes()
 }
 
-// Save appends round records and deliveries, and fsyncs, before it
-// returns: only then may the node act on them.
-func (j *Journal) Save(recs []protocol.Record, delivered []string) error {
+// Save appends round records, and fsyncs, before it returns: only then
+// may the node act on them. A record whose Delivered is newly set is
+// followed by a delivery; if nothing else changed, the delivery alone is
+// written.
+func (j *Journal) Save(recs []protocol.Record) error {
 	if j.closed {
 		return errors.New("chainsync: journal closed")
 	}
 	j.buf = j.buf[:0]
+	frames := 0
 	for _, r := range recs {
-		j.buf = appendFrame(j.buf, EncodeRecord(r))
+		prev, known := j.last[r.Round]
+		same := r
+		same.Delivered = prev.Delivered
+		if !known || same != prev {
+			j.buf = appendFrame(j.buf, EncodeRecord(r))
+			frames++
+		}
 		j.remember(r)
-	}
-	for _, id := range delivered {
-		j.buf = appendFrame(j.buf, []byte("D :"+id))
-		j.deliv[id] = true
+		if r.Delivered && !prev.Delivered {
+			j.buf = appendFrame(j.buf, []byte("D :"+r.Round))
+			frames++
+		}
 	}
 	if len(j.buf) == 0 {
 		return nil
@@ -510,7 +518,7 @@ func (j *Journal) Save(recs []protocol.Record, delivered []string) error {
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
 	}
-	j.since += len(recs) + len(delivered)
+	j.since += frames
 	if j.since >= compactEvery && j.since >= len(j.order) {
 		return j.compact()
 	}
@@ -543,7 +551,6 @@ func (j *Journal) compact() error {
 		if j.last[id].State.Terminal() && finished > j.keepFinished() {
 			finished--
 			delete(j.last, id)
-			delete(j.deliv, id)
 			continue
 		}
 		keep = append(keep, id)
@@ -552,7 +559,7 @@ func (j *Journal) compact() error {
 	b := appendFrame(nil, headerPayload(j.hdr))
 	for _, id := range j.order {
 		b = appendFrame(b, EncodeRecord(j.last[id]))
-		if j.deliv[id] {
+		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))
 		}
 	}

@@ -34,6 +34,7 @@ func machineRecords(t testing.TB, rounds ...string) [][]protocol.Record {
 			protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.Complete, Round: id}),
 			protocol.TaskDone(id, false),
 			protocol.Recv(protocol.Succ, protocol.Message{Cmd: protocol.Complete, Round: id}),
+			protocol.Delivered(id), // the final COMPLETE handed to the predecessor
 		} {
 			acts, err := m.Step(ev, nil)
 			if err != nil {
@@ -63,14 +64,17 @@ type op struct {
 
 // stateAfter is what a journal holding the header and ops must load as.
 func stateAfter(ops []op) *State {
-	st := &State{Delivered: map[string]bool{}}
+	st := &State{}
 	pos := map[string]int{}
 	for _, o := range ops {
 		if o.isDeliv {
-			st.Delivered[o.delivered] = true
+			if k, ok := pos[o.delivered]; ok {
+				st.Rounds[k].Delivered = true
+			}
 			continue
 		}
 		if k, ok := pos[o.rec.Round]; ok {
+			o.rec.Delivered = o.rec.Delivered || st.Rounds[k].Delivered
 			st.Rounds[k] = o.rec
 		} else {
 			pos[o.rec.Round] = len(st.Rounds)
@@ -81,13 +85,13 @@ func stateAfter(ops []op) *State {
 }
 
 func sameState(got, want *State) bool {
-	return len(got.Rounds) == len(want.Rounds) && (len(got.Rounds) == 0 || reflect.DeepEqual(got.Rounds, want.Rounds)) &&
-		reflect.DeepEqual(got.Delivered, want.Delivered)
+	return len(got.Rounds) == len(want.Rounds) && (len(got.Rounds) == 0 || reflect.DeepEqual(got.Rounds, want.Rounds))
 }
 
 // writeJournal writes a journal with Save the way a node does, one Save
-// per machine step, a delivery after each round, and returns its bytes,
-// the ops in order and the byte offset at which each op's frame ends.
+// per machine step (the last of a round, Delivered, writes its record and
+// a delivery), and returns its bytes, the ops in order (one per frame)
+// and the byte offset at which each op's frame ends.
 func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops []op, ends []int) {
 	t.Helper()
 	j, st, err := Open(dir, testHdr)
@@ -100,22 +104,22 @@ func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops 
 	hdrLen := frameHead + len(headerPayload(testHdr))
 	end := hdrLen
 	for _, recs := range machineRecords(t, rounds...) {
-		if err := j.Save(recs, nil); err != nil {
+		if err := j.Save(recs); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			ops = append(ops, op{rec: r})
-			end += frameHead + len(EncodeRecord(r))
-			ends = append(ends, end)
-		}
-		last := recs[len(recs)-1]
-		if last.State == protocol.StateDone {
-			if err := j.Save(nil, []string{last.Round}); err != nil {
-				t.Fatal(err)
+			deliv := r.Delivered
+			r.Delivered = false // the round record's frame does not hold it
+			if k := len(ops) - 1; !deliv || k < 0 || ops[k].rec != r {
+				ops = append(ops, op{rec: r})
+				end += frameHead + len(EncodeRecord(r))
+				ends = append(ends, end)
 			}
-			ops = append(ops, op{delivered: last.Round, isDeliv: true})
-			end += frameHead + len("D :"+last.Round)
-			ends = append(ends, end)
+			if deliv {
+				ops = append(ops, op{delivered: r.Round, isDeliv: true})
+				end += frameHead + len("D :"+r.Round)
+				ends = append(ends, end)
+			}
 		}
 	}
 	if err := j.Close(); err != nil {
@@ -283,7 +287,7 @@ func TestOpenLock(t *testing.T) {
 		t.Fatalf("Open after Close: %v", err)
 	}
 	j2.Close()
-	if err := j.Save([]protocol.Record{{Round: "x", State: protocol.StateSync}}, nil); err == nil {
+	if err := j.Save([]protocol.Record{{Round: "x", State: protocol.StateSync}}); err == nil {
 		t.Fatal("Save after Close succeeded")
 	}
 }
@@ -316,7 +320,7 @@ func TestOpenMismatch(t *testing.T) {
 }
 
 // TestCompaction writes 50,000 rounds (20,000 under -race), each round's
-// six records and then its delivery, and measures the file: compaction
+// six records and its delivery, and measures the file: compaction
 // keeps it within a bound set by the rounds it keeps plus what may be
 // appended between two compactions, whatever the number of rounds. A
 // reopened journal holds the last record of every kept round, the newest
@@ -334,7 +338,7 @@ func TestCompaction(t *testing.T) {
 	// An unfinished round first: compaction must never drop it.
 	old := protocol.Record{Round: "old", State: protocol.StateWatch, LocalReady: true, PredReady: true, StartRecv: true,
 		LastPred: protocol.Start, LastSucc: protocol.Ready, RecvPred: protocol.Ready, RecvSucc: protocol.Start}
-	if err := j.Save([]protocol.Record{old}, nil); err != nil {
+	if err := j.Save([]protocol.Record{old}); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]string, rounds)
@@ -357,19 +361,18 @@ func TestCompaction(t *testing.T) {
 	var written, maxSize int64
 	for b := 0; b < rounds; b += batch {
 		var recs []protocol.Record
-		var deliv []string
 		for _, id := range ids[b : b+batch] {
 			recs = append(recs, roundRecords(id)...)
 		}
 		for _, r := range recs {
+			if r.Delivered {
+				written += int64(frameHead + len("D :"+r.Round)) // only the delivery is new
+			} else {
+				written += int64(frameHead + len(EncodeRecord(r)))
+			}
 			last[r.Round] = r
-			written += int64(frameHead + len(EncodeRecord(r)))
 		}
-		for _, id := range ids[b : b+batch] {
-			deliv = append(deliv, id)
-			written += int64(frameHead + len("D :"+id))
-		}
-		if err := j.Save(recs, deliv); err != nil {
+		if err := j.Save(recs); err != nil {
 			t.Fatal(err)
 		}
 		maxSize = max(maxSize, j.Size())
@@ -378,13 +381,14 @@ func TestCompaction(t *testing.T) {
 	// of rounds: the kept rounds (each its last record and delivery), plus
 	// what is appended before the next compaction. That happens once the
 	// records appended reach compactEvery and one per round in the
-	// journal; each new round here appends per = perRound+1 records and
+	// journal; each new round here appends per = perRound frames (six
+	// records and a delivery) and
 	// adds one round, so at most (K+1)per/(per-1) records are appended
 	// (one Save may overshoot).
 	frame := func(p int) int64 { return int64(frameHead + p) }
 	recFrame := frame(len(EncodeRecord(last[ids[0]])))
 	keptRound := recFrame + frame(len("D :"+ids[0]))
-	per := int64(perRound + 1)
+	per := int64(perRound) // frames per round: six records and a delivery
 	appended := max(compactEvery, (KeepFinished+1)*per/(per-1)+1) + int64(batch)*per
 	bound := frame(len(headerPayload(testHdr))) + frame(len(EncodeRecord(old))) +
 		KeepFinished*keptRound + appended*recFrame
@@ -406,8 +410,8 @@ func TestCompaction(t *testing.T) {
 		t.Fatalf("reopened: first round %+v, want the unfinished %+v", st.Rounds[0], old)
 	}
 	for _, r := range st.Rounds[1:] {
-		if r != last[r.Round] || !st.Delivered[r.Round] {
-			t.Fatalf("reopened: %+v (delivered %v), want the last record %+v, delivered", r, st.Delivered[r.Round], last[r.Round])
+		if r != last[r.Round] || !r.Delivered {
+			t.Fatalf("reopened: %+v, want the last record %+v, delivered", r, last[r.Round])
 		}
 	}
 	if err := j.Close(); err != nil {
@@ -426,12 +430,9 @@ func TestCompaction(t *testing.T) {
 	}
 	for k, r := range st.Rounds[1:] {
 		id := ids[rounds-KeepFinished+k]
-		if r != last[id] || !st.Delivered[id] {
-			t.Fatalf("kept round %d: %+v (delivered %v), want the last record %+v, delivered", k, r, st.Delivered[id], last[id])
+		if r != last[id] || !r.Delivered {
+			t.Fatalf("kept round %d: %+v, want the last record %+v, delivered", k, r, last[id])
 		}
-	}
-	if st.Delivered[ids[0]] || len(st.Delivered) != KeepFinished {
-		t.Fatalf("evicted rounds' deliveries kept: %d deliveries", len(st.Delivered))
 	}
 }
 
@@ -558,5 +559,28 @@ func TestOpenRefusesLinksAndOpenDirs(t *testing.T) {
 	}
 	if err := CheckDir(open); err == nil {
 		t.Error("CheckDir passed a directory others can write")
+	}
+}
+
+// A delivery is the journal's form of Record.Delivered: a journal whose
+// round record is followed by a delivery loads the round delivered, and
+// it stays so whatever round record of that round follows (a journal
+// written before the machine kept the fact reads the same way).
+func TestDeliveryStaysSet(t *testing.T) {
+	done := protocol.Record{Round: "r1", State: protocol.StateDone, LocalReady: true, PredReady: true, StartRecv: true,
+		CompleteRecv: true, ExitRecv: true, LastPred: protocol.Complete, LastSucc: protocol.Complete,
+		RecvPred: protocol.Complete, RecvSucc: protocol.Complete}
+	data := appendFrame(nil, headerPayload(testHdr))
+	data = appendFrame(data, EncodeRecord(done))
+	data = appendFrame(data, []byte("D :r1"))
+	data = appendFrame(data, EncodeRecord(done))
+	st, err := openFile(t, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := done
+	want.Delivered = true
+	if len(st.Rounds) != 1 || st.Rounds[0] != want {
+		t.Fatalf("loaded %+v, want %+v", st.Rounds, want)
 	}
 }

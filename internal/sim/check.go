@@ -21,7 +21,9 @@ import (
 //     sent at most once (re-sends aside), and without faults no round sends
 //     more than 4(n-1) messages;
 //   - a node finishes only after its successor finished, so the Head is the
-//     last to finish;
+//     last to finish; a node with a predecessor finishes only once its
+//     final COMPLETE was handed to a live link (Delivered), or ends
+//     NotDelivered when the driver gives up on that (Undelivered);
 //   - every state change is one the draft allows for the node's role, and
 //     the Machine's State always matches the reported changes;
 //   - a rejected event changes no state;
@@ -38,6 +40,7 @@ type Checker struct {
 	n      int
 	rounds map[string]*RoundRef
 	cached *RoundRef
+	ev     protocol.Event // the event being observed
 }
 
 // RoundRef is the reference record of one round.
@@ -53,7 +56,9 @@ type RoundRef struct {
 // NodeRef is what one node did in a round.
 type NodeRef struct {
 	LocalReady, Started, Finished, Failed, Aborted, Done bool
-	State                                                protocol.State
+	// GaveUp: the driver gave up handing the final COMPLETE over.
+	GaveUp bool
+	State  protocol.State
 	// Restarts counts the node's restarts while its task was running;
 	// Reruns those after which the task ran again (resume policy rerun).
 	// The interrupted run and its re-run count as the task's one run.
@@ -145,7 +150,7 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 			} else {
 				nd.Finished = true
 			}
-		case protocol.EvRecv:
+		case protocol.EvRecv, protocol.EvLinkUp: // a Promote's first line is received too
 			var dir protocol.Side = protocol.Succ // the direction of travel
 			if ev.From == protocol.Succ {
 				dir = protocol.Pred
@@ -153,8 +158,11 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 			nd.got |= msgBit(dir, ev.Msg.Cmd)
 		case protocol.EvAbort:
 			nd.Aborted = true
+		case protocol.EvUndelivered:
+			nd.GaveUp = true
 		}
 	}
+	c.ev = ev
 	for _, a := range acts {
 		if e := c.action(i, a); e != nil {
 			return fmt.Errorf("node %d, event %s, action %s: %w", i, DescribeEvent(ev), DescribeAction(a), e)
@@ -283,13 +291,20 @@ func (c *Checker) action(i int, a protocol.Action) error {
 			if !nd.Finished || nd.State != protocol.StateDone {
 				return fmt.Errorf("done without finishing the task")
 			}
-			if i+1 < n && !r.Nodes[i+1].Done {
+			if i+1 < n && !r.Nodes[i+1].Done && !(r.Nodes[i+1].GaveUp && r.Nodes[i+1].State == protocol.StateDone) {
 				return fmt.Errorf("done before the successor was done")
 			}
 			if nd.Done {
 				return fmt.Errorf("done twice")
 			}
+			if role.HasPred() && (c.ev.Kind != protocol.EvDelivered || nd.sent&completeBwd == 0) {
+				return fmt.Errorf("done before the final COMPLETE was handed to the predecessor")
+			}
 			nd.Done = true
+		case protocol.NotDelivered:
+			if !role.HasPred() || !nd.GaveUp || nd.Done || nd.State != protocol.StateDone || c.ev.Kind != protocol.EvUndelivered {
+				return fmt.Errorf("not-delivered outcome without giving up on a final COMPLETE")
+			}
 		case protocol.TaskFailed:
 			if !nd.Failed || nd.State != protocol.StateFailed {
 				return fmt.Errorf("task-failed outcome without a failed task")
@@ -407,9 +422,16 @@ func DescribeEvent(ev protocol.Event) string {
 	case protocol.EvTaskDone:
 		return fmt.Sprintf("task-done %q failed=%v", ev.Round, ev.Failed)
 	case protocol.EvLinkUp:
+		if ev.Msg.Cmd != 0 {
+			return fmt.Sprintf("promote %v with %v", ev.From, ev.Msg)
+		}
 		return fmt.Sprintf("link-up %v", ev.From)
 	case protocol.EvAbort:
 		return fmt.Sprintf("abort %q", ev.Round)
+	case protocol.EvDelivered:
+		return fmt.Sprintf("delivered %q", ev.Round)
+	case protocol.EvUndelivered:
+		return fmt.Sprintf("undelivered %q", ev.Round)
 	}
 	return fmt.Sprintf("event %d", ev.Kind)
 }

@@ -218,21 +218,34 @@ func (n *Network) SetLink(p int, up bool) {
 
 // Step feeds ev to node i's Machine and carries out the actions: sends are
 // queued on their link (or lost if it is down) and task runs are added to
-// Tasks. The returned slice is reused by the next Step.
+// Tasks. An exit-wave COMPLETE queued on a live link is handed over, as a
+// driver's write to a live connection is: the network then reports
+// protocol.Delivered for its round to node i, and the actions of that
+// step follow those of ev in the returned slice (Hook sees each step on
+// its own). The returned slice is reused by the next Step.
 func (n *Network) Step(i int, ev protocol.Event) ([]protocol.Action, error) {
-	acts, err := n.Nodes[i].M.Step(ev, n.out[:0])
-	if err == nil && n.Mutate != nil {
-		acts = n.Mutate(i, ev, acts)
-	}
+	acts, err := n.step(i, ev, n.out[:0])
 	n.out = acts[:0]
+	return acts, err
+}
+
+func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
+	start := len(out)
+	acts, err := n.Nodes[i].M.Step(ev, out)
+	if err == nil && n.Mutate != nil {
+		acts = append(acts[:start], n.Mutate(i, ev, acts[start:])...)
+	}
+	var handed []string
 	if err == nil {
-		for _, a := range acts {
+		for _, a := range acts[start:] {
 			switch a.Kind {
 			case protocol.ActSave:
 				n.Nodes[i].save(a.Record)
 			case protocol.ActSend:
 				if serr := n.send(i, a.To, a.Msg); serr != nil {
 					err = serr
+				} else if a.To == protocol.Pred && a.Msg.Cmd == protocol.Complete && n.links[Bwd(i-1)].up {
+					handed = append(handed, a.Msg.Round)
 				}
 			case protocol.ActRunTask:
 				n.Tasks = append(n.Tasks, Task{Node: i, Round: a.Round})
@@ -240,7 +253,10 @@ func (n *Network) Step(i int, ev protocol.Event) ([]protocol.Action, error) {
 		}
 	}
 	if n.Hook != nil {
-		n.Hook(i, ev, acts, err)
+		n.Hook(i, ev, acts[start:], err)
+	}
+	for _, id := range handed {
+		acts, _ = n.step(i, protocol.Delivered(id), acts)
 	}
 	return acts, err
 }

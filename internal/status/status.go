@@ -57,7 +57,9 @@ type Round struct {
 	State string `json:"state"`
 	// WaitingFor is the message the round waits for (READY, START or
 	// COMPLETE, from the neighbour named by From), or, when it waits for
-	// this node itself (From "self"), "local-readiness" or "task".
+	// this node itself (From "self"), "local-readiness" or "task"; or
+	// "hand-over" (From empty) for a round done here whose final COMPLETE
+	// is still to be handed to the predecessor.
 	WaitingFor string    `json:"waiting_for"`
 	From       string    `json:"from"`  // pred, succ or self
 	Since      time.Time `json:"since"` // when the round entered State
