@@ -367,3 +367,60 @@ func TestStatusEscapesHostileNode(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOverMutualTLS (issue 16, status across organisations): a node
+// with --tls-cert serves --status-addr over HTTPS and answers only a
+// client whose certificate is from its --tls-ca or whose key is in its
+// --status-pin; chainsync status takes --tls-cert/--tls-key and --tls-ca
+// or --pin. Without a client certificate, with plain HTTP or with a key
+// nobody listed, it is refused; a node with a certificate but neither
+// --tls-ca nor --status-pin refuses to start (exit 2).
+func TestStatusOverMutualTLS(t *testing.T) {
+	t.Parallel()
+	ours := makeCerts(t, "A,B")   // one organisation's CA: A is the node, B a colleague
+	theirs := makeCerts(t, "X,Y") // another organisation: X is pinned, Y is not
+	dir := t.TempDir()
+	addr := freeAddrs(t, 1)[0]
+	c := func(d, n string) []string {
+		return []string{"--tls-cert", filepath.Join(d, n+".pem"), "--tls-key", filepath.Join(d, n+"-key.pem")}
+	}
+	pinA, pinX := pinOf(t, filepath.Join(ours, "A.pem")), pinOf(t, filepath.Join(theirs, "X.pem"))
+	task := []string{"--", "sh", "-c", "while [ ! -e " + filepath.Join(dir, "go") + " ]; do sleep 0.05; done"}
+	t.Cleanup(func() { os.WriteFile(filepath.Join(dir, "go"), nil, 0o644) })
+
+	noReaders := startProc(t, "A", nil, append(append([]string{"run", "--name", "A", "--status-addr", addr}, c(ours, "A")...), task...)...)
+	if code := noReaders.wait(t, 10*time.Second); code != 2 || !strings.Contains(noReaders.err.String(), "--status-pin") {
+		t.Errorf("a certificate without --tls-ca or --status-pin: exit %d, want 2 naming --status-pin:\n%s", code, noReaders.err.String())
+	}
+	node := startProc(t, "A", nil, append(append([]string{"run", "--name", "A", "--status-addr", addr,
+		"--tls-ca", filepath.Join(ours, "ca.pem"), "--status-pin", pinX}, c(ours, "A")...), task...)...)
+	node.waitLog(t, 10*time.Second, "status endpoint up (https)", containsAll("status endpoint up", "https://"))
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"colleague, same CA", append(c(ours, "B"), "--tls-ca", filepath.Join(ours, "ca.pem")), 0},
+		{"other organisation, pinned both ways", append(c(theirs, "X"), "--pin", pinA), 0},
+		{"plain HTTP", nil, 1},
+		{"no client certificate", []string{"--tls-ca", filepath.Join(ours, "ca.pem")}, 1},
+		{"a key nobody listed", append(c(theirs, "Y"), "--pin", pinA), 1},
+		{"the node's key not the pinned one", append(c(theirs, "X"), "--pin", pinX), 1},
+	} {
+		out, stderr, code := runCLI(t, append(append([]string{"status", "--timeout", "3s"}, tc.args...), addr)...)
+		if code != tc.want {
+			t.Errorf("%s: exit %d, want %d:\n%s%s", tc.name, code, tc.want, out, stderr)
+		}
+		if tc.want == 0 && !strings.Contains(out, "A (single)") {
+			t.Errorf("%s: no status of node A:\n%s", tc.name, out)
+		}
+		if tc.name == "plain HTTP" && !strings.Contains(stderr, "HTTPS") {
+			t.Errorf("plain HTTP: the error does not say the node serves HTTPS:\n%s", stderr)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+	if code := node.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("node exited %d", code)
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/chainsync-go/chainsync/internal/status"
 	"github.com/chainsync-go/chainsync/internal/tracefile"
 	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // observers are what chainsync run feeds with its node's trace events and
@@ -19,6 +21,7 @@ type observers struct {
 	trace   *tracefile.Writer
 	metrics *status.Metrics
 	ln      net.Listener
+	tls     *tls.Config // HTTPS for a node with a certificate; nil: plain HTTP
 	srv     *status.Server
 }
 
@@ -38,6 +41,15 @@ func (o *runOpts) startObservers(cfg *chainsync.Config) (*observers, error) {
 			return nil, fmt.Errorf("--status-addr %s: %v", o.statusAddr, err)
 		}
 		ob.ln = ln
+		if o.tls.CertFile != "" {
+			tc, err := secure.StatusServerTLS(secure.HTTPSOptions{CertFile: o.tls.CertFile, KeyFile: o.tls.KeyFile,
+				CAFile: o.tls.CAFile, Pins: o.statusPin, CAFlag: "--tls-ca", PinFlag: "--status-pin"})
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("--status-addr %s: %v", o.statusAddr, err)
+			}
+			ob.tls = tc
+		}
 		ob.metrics = status.NewMetrics(role, Version, runtime.Version())
 		hooks = append(hooks, ob.metrics.Observe)
 	}
@@ -75,9 +87,13 @@ func (ob *observers) serve(node *chainsync.Node, log *slog.Logger) {
 	if ob.ln == nil {
 		return
 	}
-	ob.srv = status.Serve(ob.ln, status.Handler(node.Snapshot, ob.metrics, Version))
+	ob.srv = status.ServeTLS(ob.ln, status.Handler(node.Snapshot, ob.metrics, Version), ob.tls)
+	scheme := "http://"
+	if ob.tls != nil {
+		scheme = "https://" // clients show a certificate from --tls-ca or a --status-pin key
+	}
 	addr := ob.ln.Addr().String()
-	log.Info("status endpoint up", "status", "http://"+addr+"/status", "metrics", "http://"+addr+"/metrics")
+	log.Info("status endpoint up", "status", scheme+addr+"/status", "metrics", scheme+addr+"/metrics")
 }
 
 // close stops the status endpoint and finishes the trace file; call it

@@ -86,6 +86,7 @@ type runOpts struct {
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
+	statusPin                       string // observe.go
 	serve                           bool   // serve.go
 	roundsFrom, control             string
 	every                           time.Duration
@@ -129,6 +130,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.control, "control", "", "Head: accept chainsync open on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can open rounds)")
 	fs.IntVar(&o.maxOpen, "max-open", 64, "Head: at most `N` rounds in flight; beyond it chainsync open waits (or fails with --no-wait), --rounds-from stops reading and --every skips")
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
+	fs.StringVar(&o.statusPin, "status-pin", "", "with --tls-cert, --status-addr serves HTTPS to clients whose certificate is from --tls-ca or whose key has a `PIN` here (sha256//BASE64, several joined by ;; see chainsync pin)")
 	fs.StringVar(&o.traceFile, "trace", "", "append every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
 	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
@@ -246,6 +248,12 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		if _, _, err := net.SplitHostPort(o.statusAddr); err != nil {
 			return cfg, nil, usagef("--status-addr %q: want HOST:PORT, e.g. 127.0.0.1:9000", o.statusAddr)
 		}
+	}
+	switch {
+	case o.statusPin != "" && (o.statusAddr == "" || o.tls.CertFile == ""):
+		return cfg, nil, usagef("--status-pin needs --status-addr and --tls-cert: it names who may read the HTTPS status endpoint of a node with a certificate")
+	case o.statusAddr != "" && o.tls.CertFile != "" && o.tls.CAFile == "" && o.statusPin == "":
+		return cfg, nil, usagef("--status-addr on a node with --tls-cert serves HTTPS and needs to know its readers: give --tls-ca (clients with a certificate from that CA) or --status-pin PIN (chainsync pin CLIENT.pem prints it)")
 	}
 	if err := o.checkServe(prev != ""); err != nil {
 		return cfg, nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chainsync-go/chainsync/internal/status"
 	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 const statusUsage = `Usage: chainsync status ADDR[,ADDR...] [--json] [--timeout D]
@@ -38,10 +39,17 @@ link between them is down).
 A node that does not answer is reported as such; the others are still
 printed.
 
+A node with a certificate (--tls-cert) serves its status over HTTPS and
+answers only clients with a certificate: give --tls-cert and --tls-key,
+and --tls-ca (the node's certificate is from that CA) or --pin (its key's
+pin). The node accepts this client's certificate if it is from the node's
+--tls-ca or its key is in the node's --status-pin.
+
 Examples:
   chainsync status 127.0.0.1:9000
   chainsync status 10.0.0.1:9000,10.0.0.2:9000,10.0.0.3:9000
   chainsync status --json 127.0.0.1:9000,127.0.0.1:9001 | jq '.rounds'
+  chainsync status --tls-cert me.pem --tls-key me-key.pem --pin sha256//... 10.0.0.2:9000
 
 Exit status: 0 every node answered; 1 one or more did not (the others are
 printed); 2 usage error.
@@ -52,11 +60,22 @@ Flags:
 type statusOpts struct {
 	json    bool
 	timeout time.Duration
+	https   secure.HTTPSOptions
 }
 
 func (o *statusOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print JSON: one node's status document, or {nodes, rounds} for a chain")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each node's answer")
+	fs.StringVar(&o.https.CertFile, "tls-cert", "", "this client's certificate (PEM `FILE`), for nodes whose --status-addr serves HTTPS (nodes with --tls-cert)")
+	fs.StringVar(&o.https.KeyFile, "tls-key", "", "this client's private key (PEM `FILE`)")
+	fs.StringVar(&o.https.CAFile, "tls-ca", "", "accept a node whose certificate is from this CA (PEM `FILE`)")
+	fs.StringVar(&o.https.Pins, "pin", "", "accept a node whose key has this `PIN` (sha256//BASE64, several joined by ;; see chainsync pin)")
+}
+
+// tlsOn reports whether chainsync status speaks HTTPS.
+func (o *statusOpts) tlsOn() bool {
+	h := o.https
+	return h.CertFile != "" || h.KeyFile != "" || h.CAFile != "" || h.Pins != ""
 }
 
 func statusFlags(fs *flag.FlagSet) { (&statusOpts{}).flags(fs) }
@@ -99,7 +118,16 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 			return bad("%v", err)
 		}
 	}
-	nodes := fetchAll(addrs, o.timeout)
+	client := &http.Client{Timeout: o.timeout}
+	if o.tlsOn() {
+		o.https.CAFlag, o.https.PinFlag = "--tls-ca", "--pin"
+		tc, err := secure.StatusClientTLS(o.https)
+		if err != nil {
+			return bad("%v", err)
+		}
+		client.Transport = &http.Transport{TLSClientConfig: tc}
+	}
+	nodes := fetchAll(client, addrs, o.timeout)
 	status.NameSilent(nodes)
 	verdicts := status.Diagnose(nodes)
 	// Whatever a node (or whoever answers at its address) sends reaches a
@@ -158,8 +186,7 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // fetchAll asks every node at once.
-func fetchAll(addrs []string, timeout time.Duration) []status.Node {
-	client := &http.Client{Timeout: timeout}
+func fetchAll(client *http.Client, addrs []string, timeout time.Duration) []status.Node {
 	nodes := make([]status.Node, len(addrs))
 	var wg sync.WaitGroup
 	for i, a := range addrs {

@@ -14,7 +14,13 @@ import (
 
 // URL turns a --status-addr as given to chainsync status (HOST:PORT, or an
 // http:// URL) into the URL of its /status document.
-func URL(addr string) (string, error) {
+func URL(addr string) (string, error) { return urlFor(addr, "http") }
+
+// HTTPSURL is URL for a node that serves HTTPS: HOST:PORT becomes
+// https://HOST:PORT/status.
+func HTTPSURL(addr string) (string, error) { return urlFor(addr, "https") }
+
+func urlFor(addr, scheme string) (string, error) {
 	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
 		u, err := url.Parse(addr)
 		if err != nil || u.Host == "" {
@@ -28,13 +34,16 @@ func URL(addr string) (string, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return "", fmt.Errorf("%q is not HOST:PORT (a node's --status-addr): %v", addr, err)
 	}
-	return "http://" + addr + "/status", nil
+	return scheme + "://" + addr + "/status", nil
 }
 
 // Fetch reads one node's status document from addr (HOST:PORT or URL).
 func Fetch(ctx context.Context, client *http.Client, addr string) (Doc, error) {
 	var d Doc
 	u, err := URL(addr)
+	if t, ok := client.Transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+		u, err = HTTPSURL(addr) // chainsync status with --tls-*: the nodes serve HTTPS
+	}
 	if err != nil {
 		return d, err
 	}
@@ -54,6 +63,9 @@ func Fetch(ctx context.Context, client *http.Client, addr string) (Doc, error) {
 		return d, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(u, "http://") {
+		return d, fmt.Errorf("%s answered %s: the node may serve HTTPS (it has a certificate): give chainsync status --tls-cert, --tls-key and --tls-ca or --pin", u, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return d, fmt.Errorf("%s answered %s: is this a chainsync --status-addr?", u, resp.Status)
 	}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -75,7 +76,12 @@ const (
 )
 
 // Serve serves h on ln until Close, at most MaxConns connections at once.
-func Serve(ln net.Listener, h http.Handler) *Server {
+func Serve(ln net.Listener, h http.Handler) *Server { return ServeTLS(ln, h, nil) }
+
+// ServeTLS is Serve over TLS with tc (plain HTTP if tc is nil): HTTPS for
+// a node with a certificate, whose clients must show theirs (see
+// secure.StatusServerTLS).
+func ServeTLS(ln net.Listener, h http.Handler, tc *tls.Config) *Server {
 	s := &Server{
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, ReadTimeout: 5 * time.Second,
 			WriteTimeout: 10 * time.Second, IdleTimeout: IdleTimeout, MaxHeaderBytes: 16 << 10,
@@ -85,6 +91,9 @@ func Serve(ln net.Listener, h http.Handler) *Server {
 		done: make(chan error, 1),
 	}
 	ln = &capListener{Listener: ln, slots: make(chan struct{}, MaxConns), done: make(chan struct{})}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
