@@ -169,8 +169,14 @@ func Start(cfg Config) (*Node, error) {
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
+	if err == nil {
+		err = n.refuseRerun(st)
+	}
 	if err != nil {
 		n.cancel()
+		if n.j != nil {
+			n.j.Close()
+		}
 		return nil, err
 	}
 
@@ -415,6 +421,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.recordEnd()
 	for _, l := range []*link{n.pred, n.succ} {
 		if l != nil {
 			l.shut() // what is queued (a fault notice) still goes out
@@ -673,6 +680,14 @@ func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason strin
 func (n *Node) endRound(id string, fe *FaultError) {
 	ri := n.round(id)
 	ri.cause, ri.reported = fe, true
+	if n.j != nil && n.broken == nil && !ri.finished() {
+		// Before the abort's record: a restarted node then reports the
+		// fault the round really ended with.
+		if err := n.j.SaveFault(id, string(fe.Kind)); err != nil {
+			n.journalFailed(err)
+			return
+		}
+	}
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})

@@ -3,6 +3,7 @@ package chainsync
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -62,8 +63,14 @@ func (n *Node) resume(st *journal.State) {
 			ri.cause = errors.New("the task failed before this node restarted")
 			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
 		case protocol.StateAborted:
-			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault,
-				Err: &FaultError{Round: rec.Round, State: rec.State, Reason: "the round was aborted before this node restarted"}})
+			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
+				Reason: "the round was aborted by this fault before this node restarted"}
+			if fe.Kind == "" {
+				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
+			}
+			n.recordFault(fe.fault()) // the log, the hook
+			ri.reported = true
+			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault, Err: fe})
 		case protocol.StateStart:
 			interrupted++
 			n.resumeTask(rec.Round, ri)
@@ -102,5 +109,65 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 		if err := n.step(protocol.TaskDone(id, true)); err != nil {
 			n.log.Error("internal error: resume fail", "round", id, "err", err)
 		}
+	}
+}
+
+// ErrAlreadyEnded: the state directory says this node already ended every
+// round it is configured for, in a process that ended normally. Starting
+// again would do nothing and report success: a new rollout needs a new
+// round id or a fresh state directory.
+var ErrAlreadyEnded = errors.New("chainsync: already ended")
+
+// refuseRerun refuses to start a node whose journal says a process that
+// ended normally already ended every round this node runs (a served node,
+// Config.Follow, goes on serving instead). A node that died resumes.
+func (n *Node) refuseRerun(st *journal.State) error {
+	if st == nil || st.Ended == 0 || n.cfg.Follow || n.cfg.Rounds == nil {
+		return nil
+	}
+	ended := make(map[string]protocol.State, len(st.Rounds))
+	for _, rec := range st.Rounds {
+		ended[rec.Round] = rec.State
+	}
+	for _, r := range n.cfg.Rounds {
+		if !ended[r].Terminal() {
+			return nil // a round still to run
+		}
+	}
+	r := n.cfg.Rounds[0]
+	how := "done"
+	switch ended[r] {
+	case protocol.StateFailed:
+		how = "its task failed"
+	case protocol.StateAborted:
+		how = "fault"
+		if k := st.Faults[r]; k != "" {
+			how = "fault " + k
+		}
+	}
+	what := "round " + roundName(r)
+	if len(n.cfg.Rounds) > 1 {
+		what = fmt.Sprintf("rounds %s and %d more", roundName(r), len(n.cfg.Rounds)-1)
+	}
+	at := time.Unix(st.Ended, 0).UTC().Format(time.RFC3339)
+	return fmt.Errorf("%w: %s already ended (%s at %s) in %s: a new rollout needs a new --round or a fresh --state-dir",
+		ErrAlreadyEnded, what, how, at, n.cfg.StateDir)
+}
+
+// recordEnd writes that this process ends normally with every round over,
+// so that a rerun on the same state directory is refused rather than
+// silently doing nothing. Not for a served node, nor one that stops with
+// rounds unfinished (it resumes them). Caller holds mu.
+func (n *Node) recordEnd() {
+	if n.j == nil || n.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
+		return
+	}
+	for _, ri := range n.rounds {
+		if !ri.finished() {
+			return
+		}
+	}
+	if err := n.j.SaveEnd(time.Now().Unix()); err != nil {
+		n.log.Warn("cannot record the node's end in the state journal; a rerun on it would resume instead of refusing", "err", err.Error())
 	}
 }

@@ -206,3 +206,64 @@ func TestConfigMismatchRoundE2E(t *testing.T) {
 	a.signal(t, syscall.SIGTERM)
 	a.wait(t, 5*time.Second)
 }
+
+// No silent rerun (docs/DESIGN.md, "Restarts and durable state"): a node
+// whose state directory says its rounds already ended, in a process that
+// ended normally, refuses to start (exit 2) and says what to do, even
+// under --quiet; a new --round on the same directory runs.
+func TestRerunOnEndedStateDirRefusedE2E(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "st")
+	ran := filepath.Join(dir, "ran")
+	args := func(round string) []string {
+		return []string{"run", "--name", "A", "--round", round, "--state-dir", st, "--quiet", "--", "sh", "-c", `echo "$CHAINSYNC_ROUND" >> "$RAN"`}
+	}
+	env := []string{"RAN=" + ran}
+	if code := startProc(t, "A", env, args("upgrade-2026-11")...).wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("first rollout exited %d, want 0", code)
+	}
+	again := startProc(t, "A-again", env, args("upgrade-2026-11")...)
+	if code := again.wait(t, 10*time.Second); code != 2 {
+		t.Errorf("the same rollout again exited %d, want 2", code)
+	}
+	for _, want := range []string{"round upgrade-2026-11 already ended (done at ", "in " + st, "a new rollout needs a new --round or a fresh --state-dir"} {
+		if !strings.Contains(again.err.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, again.err.String())
+		}
+	}
+	if code := startProc(t, "A-next", env, args("upgrade-2026-12")...).wait(t, 10*time.Second); code != 0 {
+		t.Errorf("a new round on the same directory exited %d, want 0", code)
+	}
+	if got := strings.Join(readLines(t, ran), ","); got != "upgrade-2026-11,upgrade-2026-12" {
+		t.Errorf("tasks ran for %q, want each rollout once", got)
+	}
+}
+
+// A node killed while it lingers (its round done, the process not ended
+// normally) resumes on restart and still exits 0, running nothing again.
+func TestKilledDuringLingerResumesE2E(t *testing.T) {
+	dir := t.TempDir()
+	addrs := freeAddrs(t, 2)
+	chain := "A=" + addrs[0] + ",B=" + addrs[1]
+	task := `echo "$CHAINSYNC_NODE" >> "$DIR/ran"`
+	bArgs := func(linger string) []string {
+		return []string{"run", "--chain", chain, "--name", "B", "--round", "r1", "--state-dir", filepath.Join(dir, "B"), "--linger", linger, "--", "sh", "-c", task}
+	}
+	b := startProc(t, "B", []string{"DIR=" + dir}, bArgs("30s")...)
+	a := startProc(t, "A", []string{"DIR=" + dir}, "run", "--chain", chain, "--name", "A", "--round", "r1", "--linger", "1s", "--", "sh", "-c", task)
+	if code := a.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("A exited %d", code)
+	}
+	// B is done but lingers (A may still be connected, or B waits out
+	// --linger): kill it there.
+	b.waitLog(t, 10*time.Second, "its round done", containsAll("round over", "r1"))
+	_ = b.cmd.Process.Kill()
+	b.wait(t, 5*time.Second)
+	b2 := startProc(t, "B2", []string{"DIR=" + dir}, bArgs("1s")...)
+	if code := b2.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("B restarted after a kill during linger exited %d, want 0", code)
+	}
+	if got := strings.Join(readLines(t, filepath.Join(dir, "ran")), ","); got != "A,B" {
+		t.Errorf("tasks ran %q, want A then B, once each", got)
+	}
+}

@@ -395,12 +395,18 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	defer obs.close(log)
 	node, err := chainsync.Start(cfg)
+	if errors.Is(err, chainsync.ErrAlreadyEnded) {
+		log.Error(strings.TrimPrefix(err.Error(), chainsync.ErrAlreadyEnded.Error()+": ")) // also under --quiet: nothing ran
+		_ = sd.Stopping("cannot start: " + err.Error())
+		return ExitUsage
+	}
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
 		_ = sd.Stopping("cannot start: " + err.Error())
 		if errors.Is(err, journal.ErrUnsafe) {
 			return ExitUsage // a link planted in --state-dir: the operator must look
 		}
+
 		return ExitError
 	}
 	obs.serve(node, log)                            // before READY=1, so the status endpoint is up by then

@@ -34,6 +34,19 @@
 // written after a round record that has it (once per round; it stays set
 // whatever round record follows). The last round record of a round wins.
 //
+// Two more records describe how rounds and the node ended:
+//
+//	F :ROUND KIND
+//
+// says the round was aborted by a fault of KIND (a-z 0-9 -, as the
+// --on-fault hook's CHAINSYNC_FAULT spells it), and
+//
+//	E UNIXTIME
+//
+// says the process ended normally at UNIXTIME (seconds), every round
+// over: a later round record cancels it. A node started on a journal
+// that ends so knows a rerun would do nothing.
+//
 // Every file is opened relative to the open directory and without
 // following a symbolic link (openat with O_NOFOLLOW), the lock and the
 // temporary file included: a link planted in the directory is refused (the
@@ -108,6 +121,12 @@ type State struct {
 	// Dropped is the size in bytes of a torn last frame that Open removed
 	// (0 if none), for the log.
 	Dropped int
+	// Ended is when (Unix seconds) the process that wrote the journal
+	// ended normally, every round over, with no round record after it;
+	// 0 if it did not (it died, or is a served node).
+	Ended int64
+	// Faults gives the fault kind each aborted round ended with.
+	Faults map[string]string
 }
 
 // Journal is an open, locked journal. It is not safe for concurrent use.
@@ -119,7 +138,9 @@ type Journal struct {
 	lock   *os.File
 	order  []string // round ids, first appearance first
 	last   map[string]protocol.Record
-	since  int // records appended since the last compaction
+	faults map[string]string // round -> the kind of fault that aborted it
+	ended  int64             // see State.Ended
+	since  int               // records appended since the last compaction
 	buf    []byte
 	closed bool
 	keep   int // finished rounds compaction keeps; 0: KeepFinished
@@ -148,7 +169,7 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
@@ -166,6 +187,11 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	st.Rounds = st.Rounds[:0]
 	for _, id := range j.order {
 		st.Rounds = append(st.Rounds, j.last[id])
+	}
+	for id := range st.Faults {
+		if _, kept := j.last[id]; !kept {
+			delete(st.Faults, id)
+		}
 	}
 	return j, st, nil
 }
@@ -229,7 +255,7 @@ func (j *Journal) load() (*State, error) {
 	path := filepath.Join(j.dir, "journal")
 	f, err := openIn(j.d, "journal", os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return &State{}, nil
+		return &State{Faults: map[string]string{}}, nil
 	}
 	if err != nil {
 		return nil, openErr(j.dir, "journal", err)
@@ -243,7 +269,7 @@ func (j *Journal) load() (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v; refusing to guess: move the directory aside to start this node afresh (it may then run its task again)", ErrCorrupt, path, err)
 	}
-	st := &State{Dropped: torn}
+	st := &State{Faults: map[string]string{}, Dropped: torn}
 	if len(recs) == 0 {
 		return st, nil // an empty file, or only a torn header: a new journal
 	}
@@ -264,12 +290,21 @@ func (j *Journal) load() (*State, error) {
 				r.Delivered = true
 				j.last[r.Round] = r
 			}
+		case e.Ended != 0:
+			j.ended = e.Ended
+		case e.FaultKind != "":
+			j.faults[e.Record.Round] = e.FaultKind
 		default:
 			j.remember(e.Record)
+			j.ended = 0
 		}
 	}
 	for _, id := range j.order {
 		st.Rounds = append(st.Rounds, j.last[id])
+	}
+	st.Ended = j.ended
+	for id, k := range j.faults {
+		st.Faults[id] = k
 	}
 	return st, nil
 }
@@ -292,6 +327,8 @@ type Entry struct {
 	Record           protocol.Record
 	Delivered        string // a delivery for this round
 	DeliveredUnnamed bool   // a delivery for the unnamed round
+	Ended            int64  // an end record: the node ended normally then (Unix seconds)
+	FaultKind        string // a fault record: Record.Round was aborted by a fault of this kind
 }
 
 func (e Entry) round() string {
@@ -394,6 +431,21 @@ func parsePayload(p []byte) (Entry, error) {
 		return id, nil
 	}
 	switch {
+	case len(f) == 2 && f[0] == "E":
+		t, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || t <= 0 {
+			return Entry{}, fmt.Errorf("bad end record %q", s)
+		}
+		return Entry{Ended: t}, nil
+	case len(f) == 3 && f[0] == "F":
+		id, err := roundOf(f[1])
+		if err != nil {
+			return Entry{}, err
+		}
+		if !validKind(f[2]) {
+			return Entry{}, fmt.Errorf("bad fault kind in %q", s)
+		}
+		return Entry{Record: protocol.Record{Round: id}, FaultKind: f[2]}, nil
 	case len(f) == 2 && f[0] == "D":
 		id, err := roundOf(f[1])
 		if err != nil {
@@ -508,6 +560,7 @@ func (j *Journal) Save(recs []protocol.Record) error {
 			j.buf = appendFrame(j.buf, []byte("D :"+r.Round))
 			frames++
 		}
+		j.ended = 0
 	}
 	if len(j.buf) == 0 {
 		return nil
@@ -523,6 +576,54 @@ func (j *Journal) Save(recs []protocol.Record) error {
 		return j.compact()
 	}
 	return nil
+}
+
+// SaveFault records, and fsyncs, that round was aborted by a fault of
+// kind (a-z 0-9 -), so that a node restarted after it reports the fault
+// it ended with.
+func (j *Journal) SaveFault(round, kind string) error {
+	if !validKind(kind) || !protocol.ValidRound(round) {
+		return fmt.Errorf("chainsync: bad fault record %q %q", round, kind)
+	}
+	j.faults[round] = kind
+	return j.appendSynced([]byte("F :" + round + " " + kind))
+}
+
+// SaveEnd records, and fsyncs, that the node ended normally at unix
+// (seconds), every round over: a node started on this journal again would
+// do nothing (State.Ended).
+func (j *Journal) SaveEnd(unix int64) error {
+	if unix <= 0 {
+		return fmt.Errorf("chainsync: bad end time %d", unix)
+	}
+	j.ended = unix
+	return j.appendSynced([]byte("E " + strconv.FormatInt(unix, 10)))
+}
+
+func (j *Journal) appendSynced(payload []byte) error {
+	if j.closed {
+		return errors.New("chainsync: journal closed")
+	}
+	if _, err := j.f.Write(appendFrame(nil, payload)); err != nil {
+		return fmt.Errorf("chainsync: cannot write the state journal: %w", err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
+	}
+	j.since++
+	return nil
+}
+
+func validKind(k string) bool {
+	if len(k) == 0 || len(k) > 32 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // SetKeepFinished makes later compactions keep at most n finished rounds
@@ -551,6 +652,7 @@ func (j *Journal) compact() error {
 		if j.last[id].State.Terminal() && finished > j.keepFinished() {
 			finished--
 			delete(j.last, id)
+			delete(j.faults, id)
 			continue
 		}
 		keep = append(keep, id)
@@ -562,6 +664,12 @@ func (j *Journal) compact() error {
 		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))
 		}
+		if k := j.faults[id]; k != "" {
+			b = appendFrame(b, []byte("F :"+id+" "+k))
+		}
+	}
+	if j.ended != 0 {
+		b = appendFrame(b, []byte("E "+strconv.FormatInt(j.ended, 10)))
 	}
 	if err := j.writeSynced("journal.tmp", b); err != nil {
 		return err

@@ -1,0 +1,92 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// docs/DESIGN.md, "Restarts and durable state": a round a node finds
+// aborted when it restarts (it died after the abort, before it ended
+// normally) reports the fault it really ended with, through the log, the
+// trace and so the hook, not an empty kind.
+func TestResumeAbortedReportsKind(t *testing.T) {
+	dir := t.TempDir()
+	j, _, err := journal.Open(dir, journal.Header{Role: "head", Name: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Save([]protocol.Record{{Round: "r1", State: protocol.StateAborted, LocalReady: true, LastSucc: protocol.Ready}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SaveFault("r1", string(FaultPeerSilent)); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	var mu sync.Mutex
+	var faults []TraceEvent
+	n, err := Start(Config{Name: "A", Next: "127.0.0.1:1", Rounds: []string{"r1"}, StateDir: dir,
+		Trace: func(ev TraceEvent) {
+			if ev.Kind == TraceFault {
+				mu.Lock()
+				faults = append(faults, ev)
+				mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.Wait(ctx, "r1")
+	var fe *FaultError
+	if err != nil || res.Status != StatusFault || !errors.As(res.Err, &fe) || fe.Kind != FaultPeerSilent {
+		t.Fatalf("resumed aborted round: %+v, %v; want a peer-silent fault", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(faults) != 1 || faults[0].Fault != FaultPeerSilent {
+		t.Errorf("traced faults %+v, want one peer-silent (the hook's)", faults)
+	}
+}
+
+// docs/DESIGN.md, "Restarts and durable state": a node that ended
+// normally with every round over records it; started again on the same
+// state directory for the same rounds it refuses (ErrAlreadyEnded) and
+// says what to do; for a new round it starts.
+func TestRerunRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Name: "S", Rounds: []string{"r1"}, StateDir: dir,
+		Task: func(context.Context, string) error { return nil }}
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if res, err := n.Wait(ctx, "r1"); err != nil || res.Status != StatusDone {
+		t.Fatalf("%+v %v", res, err)
+	}
+	n.Close()
+	_, err = Start(cfg)
+	if !errors.Is(err, ErrAlreadyEnded) || !strings.Contains(err.Error(), "round r1 already ended (done at ") ||
+		!strings.Contains(err.Error(), "a new rollout needs a new --round or a fresh --state-dir") {
+		t.Fatalf("rerun: %v, want ErrAlreadyEnded saying what to do", err)
+	}
+	cfg.Rounds = []string{"r2"}
+	n2, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("a new round on the same directory: %v", err)
+	}
+	n2.Close()
+}
