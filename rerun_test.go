@@ -22,7 +22,7 @@ func TestResumeAbortedReportsKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Save([]protocol.Record{{Round: "r1", State: protocol.StateAborted, LocalReady: true, LastSucc: protocol.Ready}}, nil); err != nil {
+	if err := j.Save([]protocol.Record{{Round: "r1", State: protocol.StateAborted, LocalReady: true, LastSucc: protocol.Ready}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.SaveFault("r1", string(FaultPeerSilent)); err != nil {

@@ -104,7 +104,7 @@ func TestTaskEnvHasNoNodeSettings(t *testing.T) {
 		"verify": "CHAINSYNC_NODE CHAINSYNC_ROUND ",
 		"task":   "CHAINSYNC_NODE CHAINSYNC_ROLE CHAINSYNC_ROUND ",
 		"failed": "CHAINSYNC_NODE CHAINSYNC_ROLE CHAINSYNC_ROUND ",
-		"hook":   "CHAINSYNC_ERROR CHAINSYNC_FAULT CHAINSYNC_NODE CHAINSYNC_PEER CHAINSYNC_ROUND CHAINSYNC_SIDE ",
+		"hook":   "CHAINSYNC_ERROR CHAINSYNC_FAULT CHAINSYNC_NODE CHAINSYNC_ORIGIN CHAINSYNC_PEER CHAINSYNC_ROUND CHAINSYNC_SIDE ",
 	} {
 		// The node waits for its hook before it exits: the file is there.
 		got, err := os.ReadFile(filepath.Join(dir, file))
