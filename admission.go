@@ -207,9 +207,9 @@ type pendingReader struct {
 func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 	pr := &pendingReader{a: a, l: l, r: r}
 	if track {
-		a.n.mu.Lock()
+		a.n.lock()
 		pr.p = a.conns[l]
-		a.n.mu.Unlock()
+		a.n.unlock()
 	}
 	return pr
 }
@@ -243,8 +243,8 @@ func (a *admission) keepIdle(l *link, err error) bool {
 		return false
 	}
 	n := a.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.lock()
+	defer n.unlock()
 	if n.closed || !n.pending[l] || n.pred != nil {
 		return false
 	}
@@ -256,8 +256,8 @@ func (a *admission) keepIdle(l *link, err error) bool {
 // protocol line; nothing if l is no longer pending.
 func (a *admission) ended(l *link, err error) {
 	n := a.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.lock()
+	defer n.unlock()
 	if n.closed || !n.pending[l] {
 		return
 	}

@@ -41,12 +41,13 @@ type Config struct {
 
 	// QuickTask says Task returns within microseconds, never blocks and
 	// never calls the Node (an in-process hand-off, a counter): the node
-	// then runs it at once, on the goroutine that made it runnable and
-	// while it holds its own lock, instead of starting a goroutine. That
-	// saves a thread wake-up per task, and with many rounds in flight the
-	// lines that tasks' ends cause leave together. A task that blocks
-	// would stall the whole node, so leave it false for anything else. It
-	// is ignored with Verify or TaskTimeout.
+	// then runs it at once, on the goroutine that made it runnable (once
+	// the step that started it is carried out, without the node's lock),
+	// instead of starting a goroutine. That saves a thread wake-up per
+	// task, and with many rounds in flight the lines that tasks' ends
+	// cause leave together. A task that blocks would stall the whole node,
+	// so leave it false for anything else. It is ignored with Verify or
+	// TaskTimeout.
 	QuickTask bool
 
 	// Rounds, if non-nil, is the set of round ids this node takes part in;
@@ -149,9 +150,14 @@ type Config struct {
 	// Logger receives the node's log: Info for every state change and
 	// message, Warn for peer misbehaviour, Error for faults. Nil: silent.
 	Logger *slog.Logger
-	// Trace, if set, is called for every event of note, synchronously and
-	// with the node's lock held: it must be quick and must not call the
-	// node. Tools (the demo's ladder diagram, metrics) hook in here.
+	// Trace, if set, is called for every event of note, one call at a
+	// time, in the order the events happened, and never with the node's
+	// lock held: it may read the node (Snapshot, Role, Addr). It runs on
+	// the goroutine that carries out the node's steps, before the lines
+	// and tasks those steps cause, so it must be quick and must not block;
+	// it must not call Ready or Close (they would wait for the events
+	// being traced). Tools (the demo's ladder diagram, metrics) hook in
+	// here. Logger gets its records the same way.
 	Trace func(TraceEvent)
 
 	// peerLogBurst, for tests that watch every violation: how many lines

@@ -47,15 +47,15 @@ func (n *Node) acceptLoop() {
 		b.Reset()
 		transport.Tune(c)
 		l := n.newLink(c, protocol.Pred)
-		n.mu.Lock()
+		n.lock()
 		if n.closed {
-			n.mu.Unlock()
+			n.unlock()
 			c.Close()
 			return
 		}
 		evicted := adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
 		n.wg.Add(1)
-		n.mu.Unlock()
+		n.unlock()
 		go n.servePred(l, adm)
 		adm.settle(evicted)
 	}
@@ -64,16 +64,16 @@ func (n *Node) acceptLoop() {
 // servePred secures a pending connection and reads from it.
 func (n *Node) servePred(l *link, adm *admission) {
 	defer n.wg.Done()
-	defer func() { n.mu.Lock(); adm.done(l); n.mu.Unlock() }()
+	defer func() { n.lock(); adm.done(l); n.unlock() }()
 	start := time.Now()
 	deadline := start.Add(n.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
 	if n.cfg.Secure != nil {
-		n.mu.Lock()
+		n.lock()
 		raw := adm.watch(l, l.c)
-		n.mu.Unlock()
+		n.unlock()
 		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
-		n.mu.Lock()
+		n.lock()
 		if err != nil || n.closed || !adm.authenticated(l) {
 			if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
 				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
@@ -83,11 +83,11 @@ func (n *Node) servePred(l *link, adm *admission) {
 			if sc != nil {
 				sc.Close()
 			}
-			n.mu.Unlock()
+			n.unlock()
 			return
 		}
 		l.c = sc
-		n.mu.Unlock()
+		n.unlock()
 		track = false
 	}
 	_ = l.c.SetReadDeadline(deadline)
@@ -114,9 +114,7 @@ func (n *Node) dialLoop() {
 			}
 			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
 				"next", n.cfg.Next, "reason", err.Error()) {
-				n.mu.Lock()
 				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
-				n.mu.Unlock()
 			}
 			if !n.sleep(b.Next()) {
 				return
@@ -125,9 +123,9 @@ func (n *Node) dialLoop() {
 		}
 		l := n.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
-		n.mu.Lock()
+		n.lock()
 		if n.closed {
-			n.mu.Unlock()
+			n.unlock()
 			c.Close()
 			return
 		}
@@ -170,7 +168,7 @@ func (n *Node) readLoop(l *link) {
 		if msg.Cmd == protocol.Heartbeat {
 			continue // it only says the neighbour is alive
 		}
-		n.mu.Lock()
+		n.lock()
 		ok := n.handle(l, msg)
 		// Lines that arrived together are handled under one lock, so that
 		// the lines they cause leave in one write per link.
@@ -270,8 +268,8 @@ func (n *Node) received(l *link, msg protocol.Message) {
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
 func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.lock()
+	defer n.unlock()
 	n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
 		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
 }
@@ -302,8 +300,8 @@ func (n *Node) violation(l *link, err error) {
 
 // readFailed handles the end of l's stream.
 func (n *Node) readFailed(l *link, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.lock()
+	defer n.unlock()
 	if n.closed {
 		return
 	}
@@ -379,7 +377,7 @@ func (n *Node) linkDown(side protocol.Side) {
 	// ConnectTimeout counts from when the neighbour was last healthy.
 	wait := max(time.Until(n.healthy[side].Add(d)), 0)
 	n.down[side] = time.AfterFunc(wait, func() {
-		n.mu.Lock()
+		n.lock()
 		defer n.unlock()
 		up := n.succ != nil
 		if side == protocol.Pred {

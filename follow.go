@@ -70,9 +70,9 @@ func (n *Node) handOutRounds() {
 	defer close(n.roundsCh)
 	var batch []string
 	for {
-		n.mu.Lock()
+		n.lock()
 		batch, n.roundsQ = n.roundsQ, batch[:0]
-		n.mu.Unlock()
+		n.unlock()
 		for _, id := range batch {
 			select {
 			case n.roundsCh <- id:

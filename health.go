@@ -31,7 +31,7 @@ func (n *Node) heartbeats() {
 			return
 		case <-t.C:
 		}
-		n.mu.Lock()
+		n.lock()
 		now := time.Now()
 		if now.Sub(last) > d {
 			// This process itself did not run for longer than an
@@ -46,10 +46,7 @@ func (n *Node) heartbeats() {
 				continue
 			}
 			if now.Sub(time.Unix(0, l.lastSent.Load())) >= d {
-				n.wbuf = append(n.wbuf[:0], "HEARTBEAT\n"...)
-				if l.enqueue(n.wbuf, false, "") && !slices.Contains(n.flushes, l) {
-					n.flushes = append(n.flushes, l)
-				}
+				n.queueLine(l, heartbeatLine, false, "")
 			}
 			// Silence counts from the peer's last line; on a connection
 			// it has not spoken on yet, from this node's first protocol
@@ -81,6 +78,8 @@ func (n *Node) heartbeats() {
 		n.unlock()
 	}
 }
+
+var heartbeatLine = []byte("HEARTBEAT\n")
 
 // inProgress reports whether any round is in progress here: open in the
 // machine, or done but still handing its final COMPLETE over. Caller

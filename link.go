@@ -21,8 +21,10 @@ const maxOutbox = 1 << 20
 // link is one connection to a neighbour: its reader, and an outbox with its
 // own writer, so that no socket write ever happens under the node's lock.
 //
-// Steps of the machine queue lines with enqueue (under the node's lock).
-// Once the lock is released, flush tries to write the queue at once
+// Steps of the machine queue lines in the node's batch (under its lock);
+// once the lock is released and the batch's journal records are synced,
+// the goroutine carrying the batch out queues them with enqueue, and flush
+// tries to write the queue at once
 // without blocking, in one system call for everything queued (plain TCP
 // only); whatever the socket does not take at once goes to the link's
 // writer goroutine, which waits up to WriteTimeout for the peer to read.
@@ -79,8 +81,8 @@ func (l *link) startWriter() {
 
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
-// reports false if the outbox is full (the caller drops the link). Caller
-// holds n.mu.
+// reports false if the outbox is full (the caller drops the link). Called
+// by the goroutine carrying out the node's batch, without n.mu.
 func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -220,6 +222,7 @@ func (l *link) kick() {
 // writeNow writes as much of b as the socket takes without waiting. Only
 // a plain TCP connection can; others leave everything to the writer.
 func (l *link) writeNow(b []byte) (int, error) {
+	l.n.assertUnlocked("socket write")
 	tc, ok := l.c.(*net.TCPConn)
 	if !ok {
 		return 0, nil
@@ -259,6 +262,7 @@ func (l *link) writeNow(b []byte) (int, error) {
 
 // writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
 func (l *link) writeBlocking(b []byte) (int, error) {
+	l.n.assertUnlocked("socket write")
 	// Refresh the deadline only when half of it is used up: setting it
 	// costs more than the write on the fast path.
 	if now := time.Now(); now.After(l.wdl) {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
@@ -31,6 +32,8 @@ type Node struct {
 	wg     sync.WaitGroup
 	tasks  chan struct{} // semaphore: MaxParallelTasks
 
+	// mu guards what follows; take it with lock and release it with
+	// unlock, which carries out what the steps under it queued (lock.go).
 	mu      sync.Mutex
 	closed  bool
 	m       *protocol.Machine
@@ -40,17 +43,33 @@ type Node struct {
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
-	toRun   []taskStart    // tasks to start once mu is released (see unlock)
-	over    []string       // finished rounds in rounds, oldest first (pruned past KeepFinished)
+	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
 	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
 	faults  []Fault        // the most recent faults, for Snapshot (at most keepFaults)
-	flushes []*link        // links with lines queued under mu, flushed by unlock
 	j       *journal.Journal
-	saves   []protocol.Record // scratch for ActSave records
-	broken  error             // the journal failed: the node acts no more
-	quick   []string          // Config.QuickTask: rounds whose task runQuick runs next
-	inQuick bool              // runQuick is running
-	healthy [3]time.Time      // per side: when the neighbour was last known healthy (ConnectTimeout)
+	broken  error        // the journal failed: the node acts no more
+	healthy [3]time.Time // per side: when the neighbour was last known healthy (ConnectTimeout)
+	cur     *batch       // what steps queued, carried out by unlock
+	spare   *batch       // the other batch, reused
+	acting  bool         // a goroutine is carrying batches out (in unlock)
+	idle    *sync.Cond   // signalled when acting ends
+
+	// A durable node's committer goroutine (lock.go): woken by commit,
+	// stopped by commitQuit, closes commitDone.
+	commit, commitQuit, commitDone chan struct{}
+
+	// Used only by the goroutine acting.
+	flushing []*link
+	quickRun []string
+
+	inside atomic.Int32  // goroutines holding or waiting for mu, or acting
+	holder atomic.Uint64 // test build: the goroutine holding mu (lockCheck)
+
+	nmu       sync.Mutex   // guards notes
+	notes     []*note      // log records and trace events not yet handed over
+	noteSpare []*note      // the other notes array, reused (held with emu)
+	nnotes    atomic.Int32 // len(notes)
+	emu       sync.Mutex   // held while handing notes over, one at a time
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for handOutRounds, which hands them to the application.
@@ -135,12 +154,17 @@ func Start(cfg Config) (*Node, error) {
 	cfg.withDefaults()
 	n := &Node{
 		cfg:     cfg,
-		log:     cfg.Logger,
 		role:    cfg.Role(),
 		tasks:   make(chan struct{}, cfg.MaxParallelTasks),
 		pending: make(map[*link]bool),
 		rounds:  make(map[string]*roundInfo),
+		cur:     new(batch),
+		spare:   new(batch),
 	}
+	// Everything the node logs is handed to cfg.Logger in order, never
+	// while it holds its lock (lock.go).
+	n.log = slog.New(noteHandler{n: n, h: cfg.Logger.Handler()})
+	n.idle = sync.NewCond(nodeLocker{n})
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
 	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
@@ -210,7 +234,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.log.Info("node started", attrs...)
 
-	n.mu.Lock()
+	if n.j != nil {
+		n.commit = make(chan struct{}, 1)
+		n.commitQuit, n.commitDone = make(chan struct{}), make(chan struct{})
+		go n.committer()
+	}
+	n.lock()
 	now := time.Now()
 	n.healthy = [3]time.Time{now, now, now}
 	if n.cfg.Heartbeat > 0 {
@@ -249,7 +278,7 @@ func (n *Node) Addr() net.Addr {
 // Ready tells the node it is locally ready for round ("" is the unnamed
 // round). The node moves as soon as its predecessor is ready too.
 func (n *Node) Ready(round string) error {
-	n.mu.Lock()
+	n.lock()
 	defer n.unlock()
 	if n.closed {
 		return ErrStopped
@@ -283,35 +312,35 @@ func (n *Node) Ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	n.mu.Lock()
+	n.lock()
 	ri := n.rounds[round]
 	if ri == nil && n.closed {
-		n.mu.Unlock()
+		n.unlock()
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
 	if ri == nil {
 		ri = n.round(round)
 	}
 	ri.waiters++
-	n.mu.Unlock()
+	n.unlock()
 	select {
 	case <-ri.done:
-		n.mu.Lock()
+		n.lock()
 		ri.waiters--
-		n.mu.Unlock()
+		n.unlock()
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.mu.Lock()
+		n.lock()
 		ri.waiters--
 		// A round nobody started and nobody waits for any more leaves no
 		// trace (a Wait on a mistyped round id must not leak).
 		if _, known := n.m.State(round); !known && !ri.ready && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
 			delete(n.rounds, round)
 		}
-		n.mu.Unlock()
+		n.unlock()
 		return Result{Round: round}, ctx.Err()
 	}
 }
@@ -332,16 +361,23 @@ type Snapshot struct {
 	// Finished are the last rounds that ended here (at most 32), oldest
 	// first, with how and when.
 	Finished []RoundResult
+	// JournalSyncs is how many fsyncs the state journal made since Start
+	// (0 without Config.StateDir). A node syncs once for everything a
+	// batch of events produced, so this grows slower than the records.
+	JournalSyncs uint64
 }
 
 // Snapshot returns what the node is doing now: which links are up and
 // where each unfinished round stands.
 func (n *Node) Snapshot() Snapshot {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.lock()
+	defer n.unlock()
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(n.faults)
+	if n.j != nil {
+		st.JournalSyncs = n.j.Syncs()
+	}
 	if l := n.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
 	}
@@ -390,9 +426,9 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		n.mu.Lock()
+		n.lock()
 		up := n.pred != nil
-		n.mu.Unlock()
+		n.unlock()
 		switch {
 		case !n.role.HasPred():
 			return nil
@@ -415,9 +451,9 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 // connection and the listener, and waits for all its goroutines (so tasks
 // must honour their context). Unfinished rounds end with StatusStopped.
 func (n *Node) Close() error {
-	n.mu.Lock()
+	n.lock()
 	if n.closed {
-		n.mu.Unlock()
+		n.unlock()
 		return nil
 	}
 	n.closed = true
@@ -440,20 +476,27 @@ func (n *Node) Close() error {
 			t.Stop()
 		}
 	}
-	n.mu.Unlock()
+	n.unlock()
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
 	n.wg.Wait()
-	n.mu.Lock()
+	n.lock()
 	for id, ri := range n.rounds {
 		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
+	n.unlock()
+	n.lock()
+	n.waitIdle() // everything queued is carried out: the journal is free
 	if n.j != nil {
 		n.j.Close()
 	}
-	n.mu.Unlock()
+	n.unlock()
+	if n.commitQuit != nil {
+		close(n.commitQuit)
+		<-n.commitDone
+	}
 	n.log.Info("node stopped")
 	return nil
 }
@@ -467,9 +510,6 @@ func (n *Node) step(ev protocol.Event) error {
 	n.acts = acts
 	n.perform(acts)
 	n.actOnNotices()
-	if len(n.quick) > 0 {
-		n.runQuick()
-	}
 	return nil
 }
 
@@ -484,10 +524,12 @@ func (n *Node) actOnNotices() {
 	}
 }
 
-// stepSaved feeds ev to the machine and, with a state directory, writes
-// and syncs the step's records before returning its actions (docs/DESIGN.md:
-// fsync, then act). If the journal fails the node stops acting: it
-// returns the error and no actions. Caller holds mu.
+// stepSaved feeds ev to the machine and, with a state directory, queues
+// the step's records ahead of its actions: unlock writes and syncs them
+// before it carries out anything queued after them (docs/DESIGN.md,
+// "Restarts and durable state": fsync, then act). Once the journal has
+// failed the node stops acting: it returns the error and no actions.
+// Caller holds mu.
 func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
 	if n.broken != nil {
 		return out, n.broken
@@ -497,18 +539,10 @@ func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.A
 	if err != nil || n.j == nil {
 		return out, err
 	}
-	n.saves = n.saves[:0]
 	for _, a := range out[start:] {
 		if a.Kind == protocol.ActSave {
-			n.saves = append(n.saves, a.Record)
+			n.cur.recs = append(n.cur.recs, a.Record)
 		}
-	}
-	if len(n.saves) == 0 {
-		return out, nil
-	}
-	if err := n.j.Save(n.saves); err != nil {
-		n.journalFailed(err)
-		return out[:start], n.broken
 	}
 	return out, nil
 }
@@ -540,7 +574,7 @@ func (n *Node) act(a *protocol.Action) {
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
 		if n.quickTasks() {
-			n.quick = append(n.quick, a.Round) // run by step, once these actions are done
+			n.queue(effect{kind: effQuick, round: a.Round}) // run by unlock, without mu
 		} else {
 			n.startTask(a.Round)
 		}
@@ -629,23 +663,15 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	if !l.enqueue(n.wbuf, exitWave, msg.Round) {
-		err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
-		n.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", side.String(), "peer", l.peer, "err", err)
-		n.drop(l, err)
-		return
-	}
+	n.queueLine(l, n.wbuf, exitWave, msg.Round)
 	if l.spokeAt.IsZero() {
 		l.spokeAt = time.Now()
-	}
-	if !slices.Contains(n.flushes, l) {
-		n.flushes = append(n.flushes, l)
 	}
 }
 
 // writeFailed closes a link whose write failed or timed out.
 func (n *Node) writeFailed(l *link, err error) {
-	n.mu.Lock()
+	n.lock()
 	defer n.unlock()
 	if n.closed {
 		return
@@ -654,11 +680,13 @@ func (n *Node) writeFailed(l *link, err error) {
 	n.drop(l, err)
 }
 
+// trace queues ev for Config.Trace, which gets it once n.mu is released
+// (lock.go).
 func (n *Node) trace(ev TraceEvent) {
 	if n.cfg.Trace != nil {
 		ev.Time = time.Now()
 		ev.Node = n.cfg.Name
-		n.cfg.Trace(ev)
+		n.addNote(&note{trace: ev})
 	}
 }
 

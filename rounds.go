@@ -12,7 +12,8 @@ import (
 
 // roundInfo is the driver's view of one round: its waiters and its timer.
 type roundInfo struct {
-	done  chan struct{}
+	done  chan struct{} // closed once res is set and on disk (by unlock)
+	over  bool          // res is set
 	res   Result
 	timer *time.Timer // PhaseTimeout
 	cause error       // why the round is ending: the task's error or the fault
@@ -36,15 +37,8 @@ type roundInfo struct {
 	reported bool
 }
 
-// finished reports whether the round's result is in.
-func (ri *roundInfo) finished() bool {
-	select {
-	case <-ri.done:
-		return true
-	default:
-		return false
-	}
-}
+// finished reports whether the round's result is in. Caller holds mu.
+func (ri *roundInfo) finished() bool { return ri.over }
 
 // RoundStatus is one unfinished round in a Snapshot.
 type RoundStatus struct {
@@ -100,7 +94,8 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	}
 	ri.res = res
 	ri.ended = time.Now()
-	close(ri.done)
+	ri.over = true
+	n.queue(effect{kind: effDone, ri: ri}) // closes done once mu is released
 	n.over = append(n.over, id)
 	for len(n.over) > n.cfg.KeepFinished {
 		delete(n.rounds, n.over[0])
@@ -159,7 +154,7 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 		return
 	}
 	ri.timer = time.AfterFunc(d, func() {
-		n.mu.Lock()
+		n.lock()
 		defer n.unlock()
 		if cur, _ := n.m.State(id); n.closed || cur != st {
 			return
@@ -228,7 +223,7 @@ func (n *Node) awaitExit(id string, ri *roundInfo) {
 		return
 	}
 	ri.exitTimer = time.AfterFunc(d, func() {
-		n.mu.Lock()
+		n.lock()
 		defer n.unlock()
 		if n.closed || ri.finished() {
 			return
@@ -243,7 +238,7 @@ func (n *Node) awaitExit(id string, ri *roundInfo) {
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here.
 func (n *Node) delivered(l *link, rounds []string) {
-	n.mu.Lock()
+	n.lock()
 	defer n.unlock()
 	if n.closed || n.broken != nil {
 		return

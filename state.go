@@ -31,6 +31,7 @@ func (n *Node) openState() (*journal.State, error) {
 		}
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
+	j.OnSync = func() { n.assertUnlocked("fsync") }
 	n.j = j
 	return st, nil
 }

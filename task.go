@@ -22,9 +22,10 @@ func (n *Node) startTask(round string) { n.startRun(round, false) }
 // startRun arranges for round's task (or, verifyOnly, just Verify) to run.
 // Caller holds mu.
 func (n *Node) startRun(round string, verifyOnly bool) {
-	// The goroutine starts in unlock, once mu is free: started here, a
-	// quick task would finish and block on mu while this goroutine still
-	// holds it, paying a park and wake-up on every hop.
+	// The goroutine starts in unlock, once mu is free and the step's
+	// records are on disk: started here, a quick task would finish and
+	// block on mu while this goroutine still holds it, paying a park and
+	// wake-up on every hop.
 	n.wg.Add(1)
 	start := taskStart{round: round, verifyOnly: verifyOnly}
 	select {
@@ -33,56 +34,12 @@ func (n *Node) startRun(round string, verifyOnly bool) {
 		start.slot = true
 	default:
 	}
-	n.toRun = append(n.toRun, start)
-}
-
-// unlock releases mu, then starts the tasks that steps under it asked for.
-// Every path that steps the machine unlocks with it.
-func (n *Node) unlock() {
-	run := n.toRun
-	n.toRun = nil
-	var flush [4]*link // a step queues lines for at most pred and succ
-	k := copy(flush[:], n.flushes)
-	clear(n.flushes)
-	n.flushes = n.flushes[:0]
-	n.mu.Unlock()
-	for _, l := range flush[:k] {
-		l.flush()
-	}
-	for _, t := range run {
-		go n.runTask(t)
-	}
+	n.queue(effect{kind: effTask, task: start})
 }
 
 // quickTasks says whether tasks run inline (Config.QuickTask).
 func (n *Node) quickTasks() bool {
 	return n.cfg.QuickTask && n.cfg.Verify == nil && n.cfg.TaskTimeout == 0
-}
-
-// runQuick runs the quick tasks that steps asked for, one after another,
-// on this goroutine and under mu (Config.QuickTask): no goroutine is
-// handed anything, and the lines their ends cause leave with the rest of
-// this hold of the lock, in one write per link. Caller holds mu.
-func (n *Node) runQuick() {
-	if n.inQuick {
-		return // the loop below is running already, further up this stack
-	}
-	n.inQuick = true
-	defer func() { n.inQuick = false }()
-	for len(n.quick) > 0 {
-		round := n.quick[0]
-		n.quick = n.quick[1:]
-		select {
-		case n.tasks <- struct{}{}:
-		default:
-			n.startTask(round) // a slot is busy: wait for it like any task
-			continue
-		}
-		n.taskStarted(round)
-		err := n.cfg.Task(n.ctx, round)
-		<-n.tasks
-		n.taskFinished(round, err, false) // its step may queue more
-	}
 }
 
 // taskStarted logs the start of a task. Caller holds mu.
@@ -107,9 +64,9 @@ func (n *Node) runTask(t taskStart) {
 		case <-n.ctx.Done():
 			return
 		}
-		n.mu.Lock()
+		n.lock()
 		n.taskStarted(round)
-		n.mu.Unlock()
+		n.unlock()
 	}
 	ctx, cancel := n.ctx, context.CancelFunc(func() {})
 	if n.cfg.TaskTimeout > 0 {
@@ -126,7 +83,7 @@ func (n *Node) runTask(t taskStart) {
 	cancel()
 	<-n.tasks
 
-	n.mu.Lock()
+	n.lock()
 	defer n.unlock()
 	if n.closed {
 		return

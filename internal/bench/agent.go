@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +25,9 @@ type Spec struct {
 	TaskSleep  time.Duration `json:"task_sleep"` // each task sleeps this long (0: empty task)
 	QuickTask  bool          `json:"quick_task"` // Config.QuickTask: run the empty task inline
 	Timeout    time.Duration `json:"timeout"`    // the whole run must end within this
+	// StateDir, if set, makes the nodes durable: node i keeps its journal
+	// in StateDir/node-i (Config.StateDir), which must not exist yet.
+	StateDir string `json:"state_dir,omitempty"`
 }
 
 // Addrs are where an agent listens: its chain node for its predecessor,
@@ -54,7 +59,10 @@ type Report struct {
 	// Setup is how long this agent took to start its node and connect
 	// its relay (process mode).
 	Setup time.Duration `json:"setup_ns,omitempty"`
-	Err   string        `json:"err,omitempty"`
+	// Syncs is how many fsyncs the node's state journal made during the
+	// rounds (warm-up included; durable runs only).
+	Syncs uint64 `json:"syncs,omitempty"`
+	Err   string `json:"err,omitempty"`
 }
 
 // roundIDs returns the ids of the warm-up rounds and of the measured ones.
@@ -98,9 +106,10 @@ type agent struct {
 	relayPred, relayNext net.Conn      // nil at the ends
 	relayR               *bufio.Reader // the Head's reader of relayNext
 
-	mu    sync.Mutex
-	tasks []TaskRecord
-	wg    sync.WaitGroup // relay goroutines
+	mu     sync.Mutex
+	tasks  []TaskRecord
+	wg     sync.WaitGroup // relay goroutines
+	syncs0 uint64         // the journal's fsyncs once the node started
 }
 
 // newAgent validates spec and opens the agent's listeners on loopback.
@@ -173,11 +182,18 @@ func (a *agent) connect(next Addrs) error {
 		}
 		cfg.Next = next.Chain
 	}
+	if a.spec.StateDir != "" {
+		cfg.StateDir = filepath.Join(a.spec.StateDir, "node-"+strconv.Itoa(a.spec.Index))
+		if _, err := os.Stat(cfg.StateDir); err == nil {
+			return fmt.Errorf("node %d: state directory %s exists already: a durable run needs fresh journals", a.spec.Index, cfg.StateDir)
+		}
+	}
 	nd, err := chainsync.Start(cfg)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", a.spec.Index, err)
 	}
 	a.node = nd
+	a.syncs0 = nd.Snapshot().JournalSyncs
 	a.chainLn = nil // the node owns it now
 	if !a.tail() {
 		c, err := net.DialTimeout("tcp", next.Relay, 10*time.Second)
@@ -351,6 +367,7 @@ func (a *agent) chain(ctx context.Context, ids []string, k int) ([]time.Duration
 func (a *agent) run(ctx context.Context) Report {
 	rep := Report{Index: a.spec.Index}
 	err := a.measure(ctx, &rep)
+	rep.Syncs = a.node.Snapshot().JournalSyncs - a.syncs0
 	a.mu.Lock()
 	rep.Tasks = append([]TaskRecord(nil), a.tasks...)
 	a.mu.Unlock()

@@ -196,3 +196,38 @@ func TestOutputs(t *testing.T) {
 		t.Errorf("SVG: want two lines of two points:\n%s", s)
 	}
 }
+
+// Durable runs (--state-dir, draft: Protocol Operation with the
+// journal of docs/DESIGN.md "Restarts and durable state"): every node
+// journals its state, tasks still run once and in order, the run reports
+// fsyncs per round and leaves no journal behind; in both modes.
+func TestDurableRun(t *testing.T) {
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CHAINSYNC_BENCH_AGENT", "1") // inherited by the agent processes only
+	for _, mode := range []string{ModeInproc, ModeProcs} {
+		opts := Options{Ns: []int{3}, Mode: mode, Rounds: 40, Warmup: 2, Concurrent: 16, QuickTask: true, StateDir: dir, Timeout: time.Minute}
+		if mode == ModeProcs {
+			opts.AgentCmd = []string{exe, "-test.run=^$"}
+		}
+		run, err := Execute(context.Background(), opts)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		checkSane(t, run, opts)
+		r := run.Results[0]
+		if !run.Durable || r.FsyncsPerRound <= 0 || r.NodeFsyncsPerRound <= 0 || r.NodeFsyncsPerRound > r.FsyncsPerRound {
+			t.Fatalf("%s: durable %v, fsyncs per round %v (busiest node %v): want a positive count", mode, run.Durable, r.FsyncsPerRound, r.NodeFsyncsPerRound)
+		}
+		var out bytes.Buffer
+		if err := run.WriteText(&out); err != nil || !strings.Contains(out.String(), "fsyncs/round") {
+			t.Fatalf("%s: the table has no fsyncs/round column: %v\n%s", mode, err, out.String())
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Fatalf("%s: the run left %d entries in the state directory", mode, len(left))
+		}
+	}
+}

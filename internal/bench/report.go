@@ -38,7 +38,11 @@ func (r *Run) Describe() string {
 	if r.Mode == ModeProcs {
 		where = "one process per node"
 	}
-	return fmt.Sprintf("mode %s (%s), %d rounds after %d warm-up, %s, %s", r.Mode, where, r.Rounds, r.Warmup, flight, tasks)
+	s := fmt.Sprintf("mode %s (%s), %d rounds after %d warm-up, %s, %s", r.Mode, where, r.Rounds, r.Warmup, flight, tasks)
+	if r.Durable {
+		s += ", durable (every node journals and fsyncs its state)"
+	}
+	return s
 }
 
 // DescribeMachine says in one line where the run was made.
@@ -63,12 +67,20 @@ func (r *Run) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "chainsync bench: %s\n", r.Describe())
 	fmt.Fprintf(w, "machine: %s\n\n", r.DescribeMachine())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "n\thops\tchain p50\tp90\tp99\tfloor p50\tp90\tp99\tratio\tchain rounds/s\tfloor rounds/s\t")
+	head := "n\thops\tchain p50\tp90\tp99\tfloor p50\tp90\tp99\tratio\tchain rounds/s\tfloor rounds/s\t"
+	if r.Durable {
+		head += "fsyncs/round\tper node\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, x := range r.Results {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.0f\t%.0f\t\n", x.N, x.Hops,
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.0f\t%.0f\t", x.N, x.Hops,
 			FormatUS(x.Chain.Median), FormatUS(x.Chain.P90), FormatUS(x.Chain.P99),
 			FormatUS(x.Floor.Median), FormatUS(x.Floor.P90), FormatUS(x.Floor.P99),
 			x.Ratio, x.ChainRate, x.FloorRate)
+		if r.Durable {
+			fmt.Fprintf(tw, "%.2f\t%.2f\t", x.FsyncsPerRound, x.NodeFsyncsPerRound)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -80,6 +92,10 @@ func (r *Run) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "\nchain: latency of one ChainSync round, from the Head's Ready to its result.\n"+
 		"floor: a raw-TCP relay of the same 4(n-1) hops through the same nodes, measured alternately with the chain.\n"+
 		"ratio: chain p50 / floor p50. Verified: %d task runs, each exactly once and after its predecessor's.\n", checked)
+	if err == nil && r.Durable {
+		_, err = fmt.Fprintf(w, "fsyncs/round: fsyncs of all the nodes' state journals per round (warm-up included); per node: the busiest node's.\n"+
+			"The relay floor writes no journal.\n")
+	}
 	return err
 }
 

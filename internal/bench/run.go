@@ -32,7 +32,11 @@ type Options struct {
 	Concurrent int           // rounds in flight at once (1: one at a time)
 	TaskSleep  time.Duration // each task sleeps this long (0: empty tasks)
 	QuickTask  bool          // run the (empty) tasks inline: chainsync.Config.QuickTask
-	Timeout    time.Duration // bound on each chain's run (0: 5 minutes)
+	// StateDir, if set, makes every node durable (chainsync.Config.StateDir):
+	// each chain length gets a fresh directory in it for its nodes'
+	// journals, removed after the run.
+	StateDir string
+	Timeout  time.Duration // bound on each chain's run (0: 5 minutes)
 	// AgentCmd starts one agent process in ModeProcs: the program and its
 	// arguments. The process must call AgentMain with its stdin and stdout.
 	AgentCmd []string
@@ -67,6 +71,10 @@ type Result struct {
 	// TasksChecked is the number of task runs verified: once per node per
 	// round (warm-up included), each after its predecessor's.
 	TasksChecked int `json:"tasks_checked"`
+	// Durable runs (StateDir): the fsyncs of all the nodes' journals per
+	// round (warm-up included), and of the busiest node alone.
+	FsyncsPerRound     float64 `json:"fsyncs_per_round,omitempty"`
+	NodeFsyncsPerRound float64 `json:"node_fsyncs_per_round,omitempty"`
 }
 
 // Machine says where a run was measured.
@@ -87,6 +95,7 @@ type Run struct {
 	Concurrent  int      `json:"concurrent"`
 	TaskSleepMS float64  `json:"task_sleep_ms"`
 	QuickTask   bool     `json:"quick_task"`
+	Durable     bool     `json:"durable,omitempty"` // every node kept a state journal
 	Machine     Machine  `json:"machine"`
 	Version     string   `json:"version,omitempty"`
 	Results     []Result `json:"results"`
@@ -108,6 +117,11 @@ func (o *Options) Validate() error {
 	if o.Mode == ModeProcs && len(o.AgentCmd) == 0 {
 		return errors.New("mode procs needs a command to start agent processes")
 	}
+	if o.StateDir != "" {
+		if fi, err := os.Stat(o.StateDir); err == nil && !fi.IsDir() {
+			return fmt.Errorf("--state-dir %s is not a directory: give a directory on the disk to measure", o.StateDir)
+		}
+	}
 	spec := Spec{N: 2, Rounds: o.Rounds, Warmup: o.Warmup, Concurrent: o.Concurrent, TaskSleep: o.TaskSleep, QuickTask: o.QuickTask}
 	return spec.validate()
 }
@@ -121,7 +135,12 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		opts.Timeout = 5 * time.Minute
 	}
 	run := &Run{Mode: opts.Mode, Rounds: opts.Rounds, Warmup: opts.Warmup, Concurrent: opts.Concurrent,
-		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, Machine: ThisMachine()}
+		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, Durable: opts.StateDir != "", Machine: ThisMachine()}
+	if opts.StateDir != "" {
+		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("--state-dir: %w", err)
+		}
+	}
 	for _, n := range opts.Ns {
 		res, err := executeOne(ctx, opts, n)
 		if err != nil {
@@ -139,6 +158,14 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 func executeOne(ctx context.Context, opts Options, n int) (Result, error) {
 	spec := Spec{N: n, Warmup: opts.Warmup, Rounds: opts.Rounds, Concurrent: opts.Concurrent,
 		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, Timeout: opts.Timeout}
+	if opts.StateDir != "" {
+		dir, err := os.MkdirTemp(opts.StateDir, fmt.Sprintf("bench-n%d-", n))
+		if err != nil {
+			return Result{}, fmt.Errorf("--state-dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		spec.StateDir = dir
+	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	var (
@@ -416,6 +443,15 @@ func analyse(spec Spec, reps []Report, setup time.Duration) (Result, error) {
 	}
 	if head.RelayElapsed > 0 {
 		res.FloorRate = float64(spec.Rounds) / head.RelayElapsed.Seconds()
+	}
+	if spec.StateDir != "" {
+		var all, most uint64
+		for _, r := range reps {
+			all += r.Syncs
+			most = max(most, r.Syncs)
+		}
+		rounds := float64(spec.Warmup + spec.Rounds)
+		res.FsyncsPerRound, res.NodeFsyncsPerRound = float64(all)/rounds, float64(most)/rounds
 	}
 	return res, nil
 }

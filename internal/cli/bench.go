@@ -40,6 +40,8 @@ Examples:
   chainsync bench --n 2,4,16,64 --json > bench.json --svg bench.svg
   chainsync bench --n 4 --task-sleep 1ms
   chainsync bench --n 16 --quick-task              tasks inline, no goroutine hand-off
+  chainsync bench --n 4 --concurrent 64 --rounds 5000 --state-dir /var/tmp/cs
+                                                   durable rounds: journals fsynced
 
 Exit status: 0 measured; 1 a run failed (its error says which node and why);
 2 usage error.
@@ -55,6 +57,7 @@ type benchOpts struct {
 	concurrent int
 	taskSleep  time.Duration
 	quickTask  bool
+	stateDir   string
 	timeout    time.Duration
 	json       bool
 	svg        string
@@ -68,6 +71,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.concurrent, "concurrent", 1, "rounds in flight at once, `K` (pipelined throughput when above 1)")
 	fs.DurationVar(&o.taskSleep, "task-sleep", 0, "each node's task sleeps `D` (0: empty tasks); the relay sleeps the same at each node")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inline on the goroutine that made them runnable (the library's Config.QuickTask), not on a goroutine of their own")
+	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
 	fs.BoolVar(&o.json, "json", false, "write the results as JSON on stdout instead of a table")
 	fs.StringVar(&o.svg, "svg", "", "also plot latency against n for chain and floor into `FILE` (SVG)")
@@ -106,7 +110,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	opts := bench.Options{Ns: ns, Mode: o.mode, Rounds: o.rounds, Warmup: o.warmup,
-		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, Timeout: o.timeout, Progress: stderr}
+		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, StateDir: o.stateDir, Timeout: o.timeout, Progress: stderr}
 	if o.mode == bench.ModeProcs {
 		exe, err := os.Executable()
 		if err != nil {

@@ -66,7 +66,7 @@ func (h *hookRunner) observe(ev chainsync.TraceEvent) {
 }
 
 // start runs the hook for the fault ev in the background. It must not
-// block: it runs under the node's lock.
+// block: it runs on the goroutine that carries out the node's steps.
 func (h *hookRunner) start(ev chainsync.TraceEvent) {
 	if h.cmd == "" {
 		return

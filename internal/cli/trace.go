@@ -18,7 +18,7 @@ import (
 
 // fanout sends every trace event to several listeners (metrics, the trace
 // file, ...), since chainsync.Config.Trace is one func. Each listener must
-// be quick: the node calls it under its lock.
+// be quick: the node calls it on the goroutine that carries out its steps.
 type fanout []func(chainsync.TraceEvent)
 
 // hook returns the Config.Trace for the listeners, nil if there are none.

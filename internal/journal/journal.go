@@ -75,6 +75,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -144,6 +145,25 @@ type Journal struct {
 	buf    []byte
 	closed bool
 	keep   int // finished rounds compaction keeps; 0: KeepFinished
+	syncs  atomic.Uint64
+
+	// OnSync, if set, is called before every fsync (tests use it to check
+	// who syncs, and when).
+	OnSync func()
+}
+
+// Syncs returns how many fsyncs the journal made since Open (of the
+// journal, and of compaction's file and directory). Safe for concurrent
+// use.
+func (j *Journal) Syncs() uint64 { return j.syncs.Load() }
+
+// sync fsyncs f, counting it.
+func (j *Journal) sync(f *os.File) error {
+	if j.OnSync != nil {
+		j.OnSync()
+	}
+	j.syncs.Add(1)
+	return f.Sync()
 }
 
 // Open creates dir (mode 0700) if needed, locks it, and loads its journal.
@@ -537,8 +557,9 @@ func EncodeRecord(r protocol.Record) []byte {
 	return p.Bytes()
 }
 
-// Save appends round records, and fsyncs, before it returns: only then
-// may the node act on them. A record whose Delivered is newly set is
+// Save appends round records in one write, and fsyncs once, before it
+// returns: only then may the node act on them. A node saves everything a
+// batch of events produced in one call (group commit). A record whose Delivered is newly set is
 // followed by a delivery; if nothing else changed, the delivery alone is
 // written.
 func (j *Journal) Save(recs []protocol.Record) error {
@@ -568,7 +589,7 @@ func (j *Journal) Save(recs []protocol.Record) error {
 	if _, err := j.f.Write(j.buf); err != nil {
 		return fmt.Errorf("chainsync: cannot write the state journal: %w", err)
 	}
-	if err := j.f.Sync(); err != nil {
+	if err := j.sync(j.f); err != nil {
 		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
 	}
 	j.since += frames
@@ -677,7 +698,7 @@ func (j *Journal) compact() error {
 	if err := renameIn(j.d, "journal.tmp", "journal"); err != nil {
 		return fmt.Errorf("chainsync: cannot replace the state journal: %w", err)
 	}
-	if err := j.d.Sync(); err != nil {
+	if err := j.sync(j.d); err != nil {
 		return fmt.Errorf("chainsync: cannot sync %s: %w", j.dir, err)
 	}
 	if j.f != nil {
@@ -705,7 +726,7 @@ func (j *Journal) writeSynced(name string, b []byte) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = f.Sync()
+		err = j.sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

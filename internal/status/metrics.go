@@ -32,7 +32,7 @@ var FaultKinds = []chainsync.FaultKind{
 
 // Metrics counts what one node does, from its trace events. Observe is
 // its chainsync.Config.Trace hook (it only updates counters, so it is
-// quick enough to run under the node's lock); WriteTo writes the
+// quick enough for a trace callback); WriteTo writes the
 // Prometheus text exposition. Its zero value is not usable: use
 // NewMetrics.
 type Metrics struct {
