@@ -349,12 +349,13 @@ func (n *Node) emitNotes(wait bool) {
 		for {
 			n.nmu.Lock()
 			take := n.notes
+			if len(take) == 0 {
+				n.nmu.Unlock()
+				break
+			}
 			n.notes = n.noteSpare[:0]
 			n.nnotes.Store(0)
 			n.nmu.Unlock()
-			if len(take) == 0 {
-				break
-			}
 			for i, nt := range take {
 				if nt.h == nil {
 					n.cfg.Trace(nt.trace)
