@@ -82,7 +82,8 @@ func (l *link) startWriter() {
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
 // reports false if the outbox is full (the caller drops the link). Called
-// by the goroutine carrying out the node's batch, without n.mu.
+// by the goroutine carrying out the node's batch, without n.mu; or under
+// n.mu for a connection about to be shut, whose last lines shut writes.
 func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
