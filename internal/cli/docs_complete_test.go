@@ -151,6 +151,7 @@ var (
 // for its task.
 func TestDeployFilesNameRealSettings(t *testing.T) {
 	flags := runFlags()
+	flags["help"] = true
 	settings := map[string]bool{}
 	for f := range flags {
 		if v := envName(f); v != "" {
@@ -190,9 +191,18 @@ func TestDeployFilesNameRealSettings(t *testing.T) {
 				cmdlines = append(cmdlines, m[1])
 			}
 		}
-		for _, m := range execStart.FindAllStringSubmatch(strings.ReplaceAll(text, "\\\n", " "), -1) {
+		joined := strings.ReplaceAll(text, "\\\n", " ")
+		for _, m := range execStart.FindAllStringSubmatch(joined, -1) {
 			if strings.Contains(m[1], "chainsync") {
 				cmdlines = append(cmdlines, m[1])
+			}
+		}
+		// Shell lines (a container's script, a comment's example).
+		for _, l := range strings.Split(joined, "\n") {
+			for _, c := range []string{"chainsync run ", "chainsync check "} {
+				if i := strings.Index(l, c); i >= 0 {
+					cmdlines = append(cmdlines, l[i:])
+				}
 			}
 		}
 		for _, l := range cmdlines {
