@@ -281,3 +281,33 @@ func TestCheckLocalSettings(t *testing.T) {
 		t.Errorf("check created %s", filepath.Dir(trace))
 	}
 }
+
+// chainsync check compares the settings that must agree between
+// neighbours (docs/DESIGN.md, "Extension lines" and "Long-lived chains"):
+// A with --round x and --heartbeat against B with --round y and none both
+// fail, each naming every difference; the same settings pass and say so.
+func TestCheckComparesSettings(t *testing.T) {
+	t.Parallel()
+	addrs := lowAddrs(t, 2)
+	chain := chainFlag(nodeNames(2), addrs)
+	b := startProc(t, "B", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s", "--round", "y")
+	a := startProc(t, "A", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
+	al := checkLine(t, a, 1, "successor")
+	bl := checkLine(t, b, 1, "predecessor")
+	for _, l := range []string{al, bl} {
+		for _, want := range []string{"FAIL: configuration mismatch", "runs round x, the successor round y", "--heartbeat is on at the predecessor and off at the successor"} {
+			if !strings.Contains(l, want) {
+				t.Errorf("%q does not say %q", l, want)
+			}
+		}
+	}
+	addrs = lowAddrs(t, 2)
+	chain = chainFlag(nodeNames(2), addrs)
+	b = startProc(t, "B2", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
+	a = startProc(t, "A2", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "500ms")
+	for _, l := range []string{checkLine(t, a, 0, "successor"), checkLine(t, b, 0, "predecessor")} {
+		if !strings.Contains(l, ": ok: ") || !strings.Contains(l, "same round settings, --heartbeat and --serve") {
+			t.Errorf("%q: want ok with the same settings", l)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,8 +29,10 @@ would, through the same TLS, pins and pre-shared key, and sends no protocol
 line, so no round starts. It listens for the predecessor and dials the
 successor at the same time, so neighbours that both run check see each
 other: start check on every node within --timeout. A task after -- is
-checked to be runnable. Prints one line per link, "ok" or the reason
-(wrong CA, pin mismatch, PSK mismatch, refused, unreachable, ...).
+checked to be runnable. Two neighbours that both run check also compare
+their round settings (--round, --rounds), --heartbeat and --serve. Prints
+one line per link, "ok" or the reason (wrong CA, pin mismatch, PSK
+mismatch, configuration mismatch, refused, unreachable, ...).
 
 Example, before the maintenance window, on every node:
   chainsync check --chain A=10.0.0.1:7000,B=10.0.0.2:7000,C=10.0.0.3:7000 --name B \
@@ -134,12 +138,12 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			pred <- linkCheck{false, "cannot listen: " + err.Error()}
 		} else {
-			go func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout) }()
+			go func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) }()
 		}
 	}
 	if role.HasSucc() {
 		succ = make(chan linkCheck, 1)
-		go func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout) }()
+		go func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) }()
 	}
 	code := ExitOK
 	report := func(what string, ch chan linkCheck) {
@@ -220,7 +224,7 @@ func peerName(chain, addr string) string {
 // connects and completes the handshake run would demand (secure.Accept,
 // within pending), or ctx ends. A connection that never starts TLS (a
 // port scanner, a TCP health probe) does not decide; any TLS verdict does.
-func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending, timeout time.Duration) linkCheck {
+func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending, timeout time.Duration, mine settings) linkCheck {
 	addr := ln.Addr().String()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
@@ -253,7 +257,18 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending
 			return linkCheck{false, refusal(err)}
 		}
 		detail := "connected from " + peer + tlsDetail(sc, "client")
+		// Offer this node's settings; a predecessor running check answers
+		// with its own (a running node does not, and closes).
+		_ = sc.SetDeadline(time.Now().Add(confirmWait))
+		_, _ = io.WriteString(sc, mine.line())
+		theirs, ok := readSettings(sc)
 		sc.Close()
+		if ok {
+			if diff := compareSettings(theirs, mine); diff != "" {
+				return linkCheck{false, "configuration mismatch with the predecessor: " + diff}
+			}
+			detail += "; same round settings, --heartbeat and --serve"
+		}
 		return linkCheck{true, detail}
 	}
 }
@@ -261,7 +276,7 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending
 // checkSucc reaches cfg's successor as run does (secure.Dial, with run's
 // backoff and handshake bound) until it answers or ctx ends, and sends
 // nothing.
-func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, timeout time.Duration) linkCheck {
+func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, timeout time.Duration, mine settings) linkCheck {
 	addr := cfg.Next
 	b := transport.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax}
 	var lastErr error
@@ -274,6 +289,25 @@ func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, t
 		return linkCheck{false, dialReason(addr, lastErr, timeout)}
 	}
 	defer sc.Close()
+	// A successor running check offers its settings first; answer with
+	// this node's and compare. A running node says nothing.
+	br := bufio.NewReaderSize(sc, 512)
+	_ = sc.SetReadDeadline(time.Now().Add(confirmWait))
+	if peek, err := br.Peek(len(settingsTag)); err == nil && string(peek) == settingsTag {
+		theirs, ok := readSettings(br)
+		if ok {
+			_ = sc.SetWriteDeadline(time.Now().Add(confirmWait))
+			_, _ = io.WriteString(sc, mine.line())
+			if diff := compareSettings(mine, theirs); diff != "" {
+				return linkCheck{false, "configuration mismatch with the successor: " + diff}
+			}
+			what := "connected, plain TCP"
+			if sec.Enabled() {
+				what = "connected" + tlsDetail(sc, "server")
+			}
+			return linkCheck{true, what + "; same round settings, --heartbeat and --serve"}
+		}
+	}
 	if !sec.Enabled() {
 		return linkCheck{true, "connected, plain TCP"}
 	}
@@ -282,7 +316,7 @@ func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, t
 	// hung up) or silence (a running node waits for a protocol line).
 	_ = sc.SetReadDeadline(time.Now().Add(confirmWait))
 	var buf [1]byte
-	_, err = sc.Read(buf[:])
+	_, err = br.Read(buf[:])
 	var re *secure.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -340,4 +374,84 @@ func dialReason(addr string, err error, timeout time.Duration) string {
 		return fmt.Sprintf("unreachable: cannot resolve %s: %v", addr, dnsErr)
 	}
 	return fmt.Sprintf("unreachable: %v", strings.TrimPrefix(err.Error(), "dial tcp "))
+}
+
+// settingsTag starts the line two nodes running check exchange to compare
+// their settings. It is not a protocol line: only check sends it, and only
+// to a neighbour that runs check too (a running node never offers one).
+const settingsTag = "CHAINSYNC-CHECK "
+
+// settings are what must agree between neighbours for a round to run:
+// the rounds (--round, --rounds), the extension lines (--heartbeat), and
+// --serve.
+type settings struct {
+	rounds    string // "round=ID", "rounds=N" or "unnamed"
+	heartbeat bool
+	serve     bool
+}
+
+func (o *runOpts) settings() settings {
+	st := settings{rounds: "unnamed", heartbeat: o.heartbeat > 0, serve: o.serve}
+	switch {
+	case o.rounds > 0:
+		st.rounds = "rounds=" + strconv.Itoa(o.rounds)
+	case o.round != "":
+		st.rounds = "round=" + o.round
+	}
+	return st
+}
+
+func (st settings) line() string {
+	return fmt.Sprintf("%s%s heartbeat=%t serve=%t\n", settingsTag, st.rounds, st.heartbeat, st.serve)
+}
+
+// readSettings reads a neighbour's settings line, if it sends one.
+func readSettings(r io.Reader) (settings, bool) {
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 512)
+	}
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, settingsTag) || len(line) > 400 {
+		return settings{}, false
+	}
+	f := strings.Fields(strings.TrimPrefix(line, settingsTag))
+	if len(f) != 3 {
+		return settings{}, false
+	}
+	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true"}, true
+}
+
+// compareSettings says how a predecessor's settings differ from its
+// successor's, or "" if they agree. Served chains learn their rounds from
+// the Head, so their round settings may differ.
+func compareSettings(pred, succ settings) string {
+	var diffs []string
+	if !pred.serve && !succ.serve && pred.rounds != succ.rounds {
+		diffs = append(diffs, fmt.Sprintf("the predecessor runs %s, the successor %s (--round/--rounds)", describeRounds(pred.rounds), describeRounds(succ.rounds)))
+	}
+	if pred.heartbeat != succ.heartbeat {
+		diffs = append(diffs, fmt.Sprintf("--heartbeat is %s at the predecessor and %s at the successor (set it on every node or none)", onOff(pred.heartbeat), onOff(succ.heartbeat)))
+	}
+	if pred.serve != succ.serve {
+		diffs = append(diffs, fmt.Sprintf("--serve is %s at the predecessor and %s at the successor (set it on every node of a long-lived chain)", onOff(pred.serve), onOff(succ.serve)))
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func describeRounds(s string) string {
+	switch {
+	case s == "unnamed":
+		return "the unnamed round"
+	case strings.HasPrefix(s, "round="):
+		return "round " + strings.TrimPrefix(s, "round=")
+	}
+	return strings.TrimPrefix(s, "rounds=") + " rounds (--rounds)"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
