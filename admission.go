@@ -282,7 +282,8 @@ const (
 	kindEvicted
 	kindTimedOut
 	kindClosed
-	kindBadInput // a line the protocol refuses, on any link
+	kindBadInput     // a line the protocol refuses, on any link
+	kindAcceptFailed // accept failed (out of descriptors under a flood)
 	numKinds
 )
 
@@ -389,7 +390,7 @@ func (w *admitLimiter) flush(interval time.Duration) {
 	}
 	w.log.Warn("would-be predecessors refused, evicted or closed, and bad input from peers: more than the log shows one by one",
 		"interval", interval, "refused", total[kindRefused], "evicted", total[kindEvicted],
-		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "bad_input", total[kindBadInput], "not_logged", hidden,
+		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "bad_input", total[kindBadInput], "accept_failed", total[kindAcceptFailed], "not_logged", hidden,
 		"last_peer", peer, "last", reason)
 }
 

@@ -38,7 +38,7 @@ func (n *Node) acceptLoop() {
 			if n.ctx.Err() != nil {
 				return
 			}
-			n.log.Warn("accept failed; retrying", "err", err)
+			n.plim.note(kindAcceptFailed, slog.LevelWarn, "accept failed; retrying", "err", err)
 			if !n.sleep(b.Next()) {
 				return
 			}
