@@ -209,18 +209,11 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	} else if cur != l {
 		return false
 	}
-	opening := n.opening(l.side, msg)
 	if cur == l {
 		n.received(l, msg)
 		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
 			n.violation(l, err)
 			return false
-		}
-		if l.side == protocol.Pred {
-			if opening {
-				n.opened(msg.Round, true)
-			}
-			n.watchOpened(msg)
 		}
 		return true
 	}
@@ -248,11 +241,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	l.startWriter()
 	n.announceUp(l)
 	n.perform(acts)
-	if opening {
-		n.opened(msg.Round, true)
-	}
 	n.actOnNotices()
-	n.watchOpened(msg)
 	return true
 }
 

@@ -2,8 +2,6 @@ package chainsync
 
 import (
 	"time"
-
-	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // keepHistory is how many finished rounds Snapshot lists.
@@ -26,22 +24,9 @@ type RoundResult struct {
 // by Close; without Follow it delivers nothing.
 func (n *Node) Rounds() <-chan string { return n.roundsCh }
 
-// opening reports whether msg, from side, would open a round this node
-// has not heard of. Caller holds mu.
-func (n *Node) opening(side protocol.Side, msg protocol.Message) bool {
-	if side != protocol.Pred || msg.Cmd != protocol.Ready {
-		return false
-	}
-	_, known := n.m.State(msg.Round)
-	return !known
-}
-
-// opened notes a round this node just heard of: by its predecessor's
-// READY (upstream), or by Ready. Caller holds mu.
+// opened notes a round this node just heard of (ActOpened): by its
+// predecessor's READY (upstream), or by Ready. Caller holds mu.
 func (n *Node) opened(id string, upstream bool) {
-	if _, known := n.m.State(id); !known {
-		return // the READY was refused
-	}
 	if n.cfg.Follow {
 		n.round(id) // when it was opened, for Snapshot
 	}

@@ -85,7 +85,7 @@ var heartbeatLine = []byte("HEARTBEAT\n")
 // machine, or done but still handing its final COMPLETE over. Caller
 // holds mu.
 func (n *Node) inProgress() bool {
-	return n.m.Active() > 0
+	return n.active > 0
 }
 
 // linkFault reports a fault that blames the neighbour on side. With
@@ -97,8 +97,7 @@ func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, afte
 	if len(ids) > 0 {
 		round = ids[0]
 	}
-	st, _ := n.m.State(round)
-	fe := &FaultError{Round: round, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
+	fe := &FaultError{Round: round, State: n.stateOf(round), Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
 	n.recordFault(fe.fault())
 	if n.cfg.FaultPolicy == FaultWait {
 		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "rounds", len(ids))
@@ -125,7 +124,7 @@ func (n *Node) endAll(fe *FaultError) {
 	for _, id := range n.unfinished() {
 		f := *fe
 		f.Round = id
-		f.State, _ = n.m.State(id)
+		f.State = n.stateOf(id)
 		n.endRound(id, &f)
 	}
 }

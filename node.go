@@ -37,6 +37,7 @@ type Node struct {
 	mu      sync.Mutex
 	closed  bool
 	m       *protocol.Machine
+	active  int               // rounds the machine has open, counted from its actions (ActOpened, ActDone) and resume
 	acts    []protocol.Action // scratch for Step
 	wbuf    []byte            // scratch for encoding
 	pred    *link             // the current predecessor connection, nil when down
@@ -287,19 +288,15 @@ func (n *Node) Ready(round string) error {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
 	ri := n.round(round)
-	_, known := n.m.State(round)
 	if ri.finished() {
 		return protocol.ErrRoundFinished // e.g. halted by a notice before this node was ready
 	}
 	if err := n.step(protocol.LocalReady(round)); err != nil {
 		return err
 	}
-	if !known {
-		n.opened(round, false)
-	}
 	ri.ready = true
-	if st, _ := n.m.State(round); st == protocol.StateSync {
-		n.armPhase(round, ri, st) // now waiting for the predecessor's READY
+	if ri.state == protocol.StateSync {
+		n.armPhase(round, ri, ri.state) // now waiting for the predecessor's READY
 	}
 	return nil
 }
@@ -337,7 +334,7 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 		ri.waiters--
 		// A round nobody started and nobody waits for any more leaves no
 		// trace (a Wait on a mistyped round id must not leak).
-		if _, known := n.m.State(round); !known && !ri.ready && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
+		if ri.state == 0 && !ri.ready && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
 			delete(n.rounds, round)
 		}
 		n.unlock()
@@ -388,7 +385,7 @@ func (n *Node) Snapshot() Snapshot {
 		if ri.finished() {
 			continue
 		}
-		s, _ := n.m.State(id)
+		s := ri.state
 		rs := RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready,
 			WaitingFor: protocol.WaitIn(n.role, max(s, protocol.StateSync), ri.ready)}
 		st.Rounds = append(st.Rounds, rs)
@@ -578,9 +575,19 @@ func (n *Node) act(a *protocol.Action) {
 		} else {
 			n.startTask(a.Round)
 		}
+	case protocol.ActOpened:
+		n.active++
+		n.opened(a.Round, a.To == protocol.Pred)
+		if a.To == protocol.Pred {
+			n.watchOpened(a.Round)
+		}
+		if ri := n.rounds[a.Round]; ri != nil {
+			ri.state = protocol.StateSync
+		}
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()
+		ri.state = a.State
 		if n.infoOn() {
 			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
@@ -594,6 +601,7 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActNotice:
 		n.notices = append(n.notices, *a.Msg.Note)
 	case protocol.ActDone:
+		n.active--
 		ri := n.round(a.Round)
 		if ri.exitTimer != nil {
 			ri.exitTimer.Stop()
@@ -697,8 +705,7 @@ func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.L
 // abort reports a fault of kind in round id that blames side (0: this
 // node) and ends the round with it. Caller holds mu.
 func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason string, after time.Duration) {
-	st, _ := n.m.State(id)
-	fe := &FaultError{Round: id, State: st, Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
+	fe := &FaultError{Round: id, State: n.stateOf(id), Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
 	n.recordFault(fe.fault())
 	n.endRound(id, fe)
 }

@@ -79,7 +79,7 @@ func (n *Node) noticeArrived(note protocol.Notice) {
 		fe.Kind = FaultChainHalted
 	}
 	if note.HasRound {
-		fe.State, _ = n.m.State(note.Round)
+		fe.State = n.stateOf(note.Round)
 	}
 	n.recordFault(fe.fault())
 	switch {

@@ -19,6 +19,11 @@ type roundInfo struct {
 	cause error       // why the round is ending: the task's error or the fault
 	ready bool        // this node was told it is locally ready
 	since time.Time   // when the round entered its current state
+	// state is the round's state as the machine's actions last said
+	// (ActOpened, ActState; Restore on resume); 0: the machine has not
+	// opened the round, or opened it before this record existed (a
+	// predecessor's READY, for a round nobody here asked about).
+	state protocol.State
 	// The exit wave: a round that is over at this node (state DONE) is
 	// finished only once its final COMPLETE was handed to a live
 	// predecessor connection (docs/DESIGN.md, "Restarts and durable
@@ -156,7 +161,7 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 	ri.timer = time.AfterFunc(d, func() {
 		n.lock()
 		defer n.unlock()
-		if cur, _ := n.m.State(id); n.closed || cur != st {
+		if n.closed || ri.state != st {
 			return
 		}
 		w := protocol.WaitIn(n.role, st, ri.ready)
@@ -182,17 +187,26 @@ func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
 }
 
 // watchOpened starts PhaseTimeout for a round a predecessor's READY just
-// opened, so a round this node never claims cannot hold a MaxRounds slot
-// for ever. Caller holds mu.
-func (n *Node) watchOpened(msg protocol.Message) {
-	if msg.Cmd != protocol.Ready || n.cfg.PhaseTimeout <= 0 {
+// opened (ActOpened), so a round this node never claims cannot hold a
+// MaxRounds slot for ever. Without PhaseTimeout it keeps no record of the
+// round. Caller holds mu.
+func (n *Node) watchOpened(id string) {
+	if n.cfg.PhaseTimeout <= 0 {
 		return
 	}
-	if st, _ := n.m.State(msg.Round); st == protocol.StateSync {
-		if ri := n.round(msg.Round); ri.timer == nil {
-			n.armPhase(msg.Round, ri, st)
-		}
+	if ri := n.round(id); ri.timer == nil {
+		ri.state = protocol.StateSync
+		n.armPhase(id, ri, protocol.StateSync)
 	}
+}
+
+// stateOf returns round id's state as the machine's actions last said, 0
+// if this node keeps no record of it. Caller holds mu.
+func (n *Node) stateOf(id string) protocol.State {
+	if ri := n.rounds[id]; ri != nil {
+		return ri.state
+	}
+	return 0
 }
 
 // waitsFor says what a round waiting on a neighbour waits for, e.g.

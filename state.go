@@ -50,10 +50,14 @@ func (n *Node) resume(st *journal.State) {
 	interrupted := 0
 	for _, rec := range st.Rounds {
 		ri := n.round(rec.Round)
-		ri.ready = rec.LocalReady
+		ri.ready, ri.state = rec.LocalReady, rec.State
+		handingOver := rec.State == protocol.StateDone && n.role.HasPred() && !rec.Delivered
+		if !rec.State.Terminal() || handingOver {
+			n.active++ // open in the machine (Restore): its ActDone comes later
+		}
 		switch rec.State {
 		case protocol.StateDone:
-			if n.role.HasPred() && !rec.Delivered {
+			if handingOver {
 				// The machine re-sends it when the link comes up.
 				n.awaitExit(rec.Round, ri)
 				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)

@@ -432,6 +432,8 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 		}
 		return
 	}
+	// ActOpened is not printed: the event line says what opened the round.
+	acts = slices.DeleteFunc(slices.Clone(acts), func(a protocol.Action) bool { return a.Kind == protocol.ActOpened })
 	if len(acts) == 0 {
 		g.printf("  (no change)")
 	}

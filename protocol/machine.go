@@ -202,6 +202,10 @@ const (
 	// other side (an ActSend before this action). The driver applies its
 	// fault policy to it.
 	ActNotice
+	// ActOpened: Round is new at this node, in StateSync: opened by the
+	// predecessor's READY (To is Pred) or by local readiness (To is 0).
+	// It comes before the step's other actions for Round.
+	ActOpened
 )
 
 // Outcome is how a round ended at this node.
@@ -238,7 +242,7 @@ type Action struct {
 	To      Side    // ActSend
 	Msg     Message // ActSend
 	Resend  bool    // ActSend: a re-send after a link came back, or a reply to a duplicate
-	Round   string  // ActRunTask, ActState, ActDone
+	Round   string  // ActRunTask, ActState, ActDone, ActOpened
 	From    State   // ActState
 	State   State   // ActState: the new state
 	Wait    Wait    // ActState: what the round waits for on entering State
@@ -645,7 +649,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			if m.active >= m.cfg.MaxRounds {
 				return violation(0, fmt.Sprintf("too many concurrent rounds (limit %d)", m.cfg.MaxRounds))
 			}
-			r = m.open(msg.Round)
+			r, out = m.open(msg.Round, Pred, out)
 		} else if r.predReady {
 			return out, nil // duplicate
 		}
@@ -715,7 +719,7 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 		if m.active >= m.cfg.MaxRounds {
 			return out, ErrTooManyRounds
 		}
-		r = m.open(id)
+		r, out = m.open(id, 0, out)
 	} else if r.state.Terminal() {
 		return out, ErrRoundFinished
 	}
@@ -845,11 +849,11 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 	}
 }
 
-func (m *Machine) open(id string) *round {
+func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
 	m.rounds[id] = r
 	m.active++
-	return r
+	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
 }
 
 func (m *Machine) set(r *round, s State, out []Action) []Action {

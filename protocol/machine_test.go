@@ -496,7 +496,8 @@ func TestStepAppends(t *testing.T) {
 	m := protocol.New(protocol.Config{Role: protocol.Head})
 	out := []protocol.Action{{Kind: protocol.ActRunTask, Round: "keep"}}
 	out, err := m.Step(protocol.LocalReady(""), out)
-	if err != nil || len(out) != 3 || out[0].Round != "keep" || out[1].Kind != protocol.ActState || out[2].Kind != protocol.ActSend {
+	if err != nil || len(out) != 4 || out[0].Round != "keep" || out[1].Kind != protocol.ActOpened || out[1].To != 0 ||
+		out[2].Kind != protocol.ActState || out[3].Kind != protocol.ActSend {
 		t.Errorf("Step = %v, %v", out, err)
 	}
 }
@@ -539,5 +540,32 @@ func TestRecvUnknownSide(t *testing.T) {
 	}
 	if _, known := m.State(""); known {
 		t.Fatal("a round was opened")
+	}
+}
+
+// A round is opened once, in SYNC (draft "States": every round starts in
+// SYNC), and the machine says by whom: ActOpened, To Pred for the
+// predecessor's READY, 0 for local readiness; never again after.
+func TestOpenedOnce(t *testing.T) {
+	m := protocol.New(protocol.Config{Role: protocol.Middle})
+	opened := func(acts []protocol.Action) (n int, by protocol.Side) {
+		for _, a := range acts {
+			if a.Kind == protocol.ActOpened {
+				n, by = n+1, a.To
+			}
+		}
+		return n, by
+	}
+	if n, by := opened(step(t, m, recv(protocol.Pred, protocol.Ready, "a"))); n != 1 || by != protocol.Pred {
+		t.Errorf("READY a: opened %d times, by %v; want once, by pred", n, by)
+	}
+	if n, _ := opened(step(t, m, protocol.LocalReady("a"))); n != 0 {
+		t.Errorf("LocalReady a after READY: opened %d times", n)
+	}
+	if n, by := opened(step(t, m, protocol.LocalReady("b"))); n != 1 || by != 0 {
+		t.Errorf("LocalReady b: opened %d times, by %v; want once, by this node", n, by)
+	}
+	if n, _ := opened(step(t, m, recv(protocol.Pred, protocol.Ready, "b"))); n != 0 {
+		t.Errorf("READY b after LocalReady: opened %d times", n)
 	}
 }

@@ -318,6 +318,13 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 	case protocol.ActSave:
 		// Persisting changes nothing a neighbour can see.
+	case protocol.ActOpened:
+		if nd := &c.Round(a.Round).Nodes[i]; nd.State != protocol.StateSync || nd.Started {
+			return fmt.Errorf("round opened again")
+		}
+		if a.To != 0 && (a.To != protocol.Pred || !role.HasPred()) {
+			return fmt.Errorf("round opened by a %v", a.To)
+		}
 	case protocol.ActPeerRestarted:
 		if !c.Faults {
 			return fmt.Errorf("a peer restart reported in a fault-free run")
@@ -455,6 +462,8 @@ func DescribeAction(a protocol.Action) string {
 		return fmt.Sprintf("save %q %v", a.Round, a.Record.State)
 	case protocol.ActPeerRestarted:
 		return fmt.Sprintf("%v restarted: %v", a.To, a.Msg)
+	case protocol.ActOpened:
+		return fmt.Sprintf("%q opened", a.Round)
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }
