@@ -119,7 +119,7 @@ func GenerateCerts(dir string, nodes []NodeSpec, overwrite bool) ([]Generated, e
 		for _, name := range allFiles(nodes) {
 			p := filepath.Join(dir, name)
 			if _, err := os.Lstat(p); err == nil {
-				return nil, fmt.Errorf("secure: refusing to overwrite %s: %w (remove it, or ask to overwrite: every certificate is then replaced)", p, fs.ErrExist)
+				return nil, existErr(p)
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return nil, err
 			}

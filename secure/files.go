@@ -116,12 +116,12 @@ func place(s *staged) error {
 		return nil
 	}
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("secure: refusing to overwrite %s: %w (remove it, or ask to overwrite)", s.path, fs.ErrExist)
+		return existErr(s.path)
 	}
 	f, oerr := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.perm)
 	if oerr != nil {
 		if errors.Is(oerr, fs.ErrExist) {
-			return fmt.Errorf("secure: refusing to overwrite %s: %w (remove it, or ask to overwrite)", s.path, fs.ErrExist)
+			return existErr(s.path)
 		}
 		return fmt.Errorf("secure: %w", oerr)
 	}
@@ -163,6 +163,12 @@ func syncDirs(ss []*staged) error {
 		}
 	}
 	return nil
+}
+
+// existErr is the error for a file that exists and may not be replaced: a
+// *fs.PathError (Path names the file) that wraps fs.ErrExist.
+func existErr(path string) error {
+	return fmt.Errorf("secure: %w", &fs.PathError{Op: "refusing to overwrite", Path: path, Err: fs.ErrExist})
 }
 
 // writeFile writes data to path with exactly mode perm, synced, replacing

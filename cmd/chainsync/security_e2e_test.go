@@ -506,7 +506,7 @@ func TestCertsFailPartway(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "B.pem"), []byte("mine"), 0o644)
 		before := dirState(t, dir)
 		code, _, stderr := runBin(t, "certs", "--dir", dir, "--nodes", "A,B")
-		if code != 1 || !strings.Contains(stderr, "refusing to overwrite") {
+		if code != 1 || !strings.Contains(stderr, "B.pem exists; nothing written") || !strings.Contains(stderr, "--force") {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
 		sameState(t, "existing file", before, dirState(t, dir))

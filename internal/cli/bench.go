@@ -67,7 +67,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ns, "n", "2,4,16", "chain lengths to measure, `N,N,...` (each at least 2)")
 	fs.IntVar(&o.rounds, "rounds", 200, "measured rounds per chain length")
 	fs.IntVar(&o.warmup, "warmup", 20, "unmeasured rounds first, so links are up and code paths hot")
-	fs.StringVar(&o.mode, "mode", bench.ModeInproc, "inproc (goroutines in this process) or procs (one process per node)")
+	fs.StringVar(&o.mode, "mode", bench.ModeInproc, "`MODE`: inproc (goroutines in this process) or procs (one process per node)")
 	fs.IntVar(&o.concurrent, "concurrent", 1, "rounds in flight at once, `K` (pipelined throughput when above 1)")
 	fs.DurationVar(&o.taskSleep, "task-sleep", 0, "each node's task sleeps `D` (0: empty tasks); the relay sleeps the same at each node")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inline on the goroutine that made them runnable (the library's Config.QuickTask), not on a goroutine of their own")

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"net"
 	"strings"
 
@@ -47,7 +48,7 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 	var o certsOpts
 	o.flags(fs)
 	dir, chain, nodes, force := &o.dir, &o.chain, &o.nodes, &o.force
-	fs.Usage = func() { fmt.Fprint(stderr, certsUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, certsUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -78,6 +79,10 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	gen, err := secure.GenerateCerts(*dir, specs, *force)
+	if pe := (*iofs.PathError)(nil); errors.Is(err, iofs.ErrExist) && errors.As(err, &pe) {
+		fmt.Fprintf(stderr, "chainsync certs: %s exists; nothing written (give --force to replace every certificate and key in %s with a new CA: every node then needs its new files; or choose another --dir)\n", pe.Path, *dir)
+		return ExitError
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "chainsync certs:", err)
 		return ExitError

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -24,6 +25,9 @@ func parseChain(s string) ([]member, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("--chain entry %q: %q is not HOST:PORT", part, addr)
 		}
+		if err := checkHostPort(fmt.Sprintf("--chain entry %q:", part), addr, false); err != nil {
+			return nil, err
+		}
 		if seen[name] {
 			return nil, fmt.Errorf("--chain: name %q appears twice", name)
 		}
@@ -34,6 +38,38 @@ func parseChain(s string) ([]member, error) {
 		ms = append(ms, member{name, addr})
 	}
 	return ms, nil
+}
+
+// checkHostPort checks an address flag's value: HOST:PORT with a port
+// number (or service name) this machine knows, 1-65535, or 0 too where
+// zero says "any free port". A bad one is a usage error naming the flag,
+// instead of a failure to listen or dial later.
+func checkHostPort(flag, addr string, zeroOK bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("%s %q: want HOST:PORT, e.g. 127.0.0.1:7001 or [::1]:7001 (%v)", flag, addr, errText(err))
+	}
+	if strings.ContainsAny(host, " /") {
+		return usagef("%s %q: %q is not a host name or IP address", flag, addr, host)
+	}
+	n, err := net.LookupPort("tcp", port)
+	if err != nil || n == 0 && !zeroOK {
+		want := "1-65535"
+		if zeroOK {
+			want = "0-65535"
+		}
+		return usagef("%s %q: port %q is not a port number %s (e.g. 127.0.0.1:7001)", flag, addr, port, want)
+	}
+	return nil
+}
+
+// errText is err's message without the address net repeats in it.
+func errText(err error) string {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return ae.Err
+	}
+	return err.Error()
 }
 
 // place derives a node's listen address, predecessor and successor from

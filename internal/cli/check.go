@@ -72,7 +72,7 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o checkOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -123,8 +123,8 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	for _, w := range sec.Warnings() {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
-	for _, v := range unknownEnv(fs, os.Environ()) {
-		fmt.Fprintf(stdout, "warning: %s is set but configures nothing (misspelt? see chainsync check --help)\n", v)
+	for _, w := range unknownEnvWarnings(fs, os.Environ(), "check") {
+		fmt.Fprintln(stdout, "warning:", w)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)

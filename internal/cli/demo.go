@@ -185,7 +185,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	var o demoOpts
 	o.flags(fs)
 	n, rounds, seed := &o.n, &o.rounds, &o.seed
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK

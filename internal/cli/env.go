@@ -151,6 +151,55 @@ func unknownEnv(fs *flag.FlagSet, environ []string) []string {
 	return out
 }
 
+// unknownEnvWarnings says, for each CHAINSYNC_ variable in environ that
+// configures nothing (see unknownEnv), what to do about it: the variable
+// it is probably a misspelling of, and where the names are listed. cmd is
+// "run" or "check".
+func unknownEnvWarnings(fs *flag.FlagSet, environ []string, cmd string) []string {
+	var known []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if n := envName(f.Name); n != "" {
+			known = append(known, n)
+		}
+	})
+	var out []string
+	for _, v := range unknownEnv(fs, environ) {
+		hint := "misspelt?"
+		best, bestD := "", 3 // at most 2 edits away
+		for _, k := range known {
+			if d := editDistance(v, k); d < bestD {
+				best, bestD = k, d
+			}
+		}
+		if best != "" {
+			hint = "did you mean " + best + "?"
+		}
+		out = append(out, fmt.Sprintf("%s is set but configures nothing (%s each flag --x-y is CHAINSYNC_X_Y; see chainsync %s --help)", v, hint, cmd))
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // envHelp is the part of run's and check's --help about the environment.
 const envHelp = `Every flag may also be set in the environment as CHAINSYNC_<FLAG>, upper
 case with dashes as underscores (CHAINSYNC_CHAIN, CHAINSYNC_TLS_CERT,

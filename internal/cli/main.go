@@ -210,7 +210,42 @@ func isHelp(args []string) bool {
 func printUsage(w io.Writer, usage string, define func(*flag.FlagSet)) {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	define(fs)
-	fs.SetOutput(w)
 	fmt.Fprint(w, usage)
-	fs.PrintDefaults()
+	printFlags(w, fs)
+}
+
+// printFlags writes fs's flags as the docs spell them, instead of the flag
+// package's single-dash form: "--name VALUE", the usage, and the default
+// where it is not the zero value, e.g.
+//
+//	--fault-policy POLICY      what a neighbour's fault ... (default halt)
+//
+// VALUE is the usage's back-quoted word, or by type D (a duration such as
+// 30s or 5m) or N (a number).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		value, usage := flag.UnquoteUsage(f)
+		head := "  --" + f.Name
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			switch value {
+			case "duration":
+				value = "D"
+			case "int", "uint", "int64", "uint64", "float":
+				value = "N"
+			case "string", "value", "":
+				value = "VALUE"
+			}
+			head += " " + value
+		}
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			usage += " (default " + f.DefValue + ")"
+		}
+		if len(head) <= 28 {
+			fmt.Fprintf(w, "%-28s %s\n", head, usage)
+		} else {
+			fmt.Fprintf(w, "%s\n%29s%s\n", head, "", usage)
+		}
+	})
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -107,7 +106,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.readyFile, "ready-file", "", "locally ready once `PATH` exists (checked every --ready-interval); {round} in it is replaced by the round id")
 	fs.DurationVar(&o.readyInterval, "ready-interval", time.Second, "how often to retry --ready-cmd or check --ready-file")
 	fs.DurationVar(&o.statusInterval, "status-interval", 30*time.Second, "while a round waits, log where it stands this often, so a long wait is visibly not a hang (0: never)")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text (for people) or json (for machines)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT` on stderr: text (for people) or json (for machines)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors (at least --log-level warn)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "peer-unreachable fault if a neighbour has not been healthy for this long while a round is in progress, counted from when it last was (refused or flapping connections do not restart it) (0: wait forever)")
@@ -117,10 +116,10 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
-	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does: `halt` (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
+	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does, `POLICY`: halt (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
 	fs.StringVar(&o.verifyCmd, "verify-cmd", "", "after the task succeeds (and for a task taken as done on resume), run `CMD` with sh -c every --ready-interval until it exits 0, before COMPLETE is sent on (bounded by --task-timeout)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "keep this node's progress in `DIR` (created 0700), synced before every message and task, so a restarted node resumes where it stopped; one process per DIR")
-	fs.StringVar(&o.resumeTask, "resume-task", "fail", "a task interrupted by a restart (needs --state-dir): `fail` the round (exit 3), take it as done (the restart was the task), or rerun it")
+	fs.StringVar(&o.resumeTask, "resume-task", "fail", "what to do with a task interrupted by a restart (needs --state-dir), `HOW`: fail the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
@@ -160,6 +159,18 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	// this node, after its predecessors ran theirs: refuse it up front.
 	if _, err := exec.LookPath(cmd[0]); err != nil {
 		return cfg, nil, usagef("task %q cannot be run: %v", cmd[0], err)
+	}
+	// Addresses first: a typo in a port is a usage error naming its flag,
+	// not a failure to listen or to dial once the node runs.
+	for _, a := range []struct {
+		flag, addr string
+		zeroOK     bool // port 0: any free port
+	}{{"--listen", o.listen, true}, {"--prev", o.prev, false}, {"--next", o.next, false}, {"--status-addr", o.statusAddr, true}} {
+		if a.addr != "" {
+			if err := checkHostPort(a.flag, a.addr, a.zeroOK); err != nil {
+				return cfg, nil, err
+			}
+		}
 	}
 	listen, prev, next := o.listen, o.prev, o.next
 	if o.chain != "" {
@@ -244,11 +255,6 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.linger < 0 {
 		return cfg, nil, usagef("timeouts must not be negative")
 	}
-	if o.statusAddr != "" {
-		if _, _, err := net.SplitHostPort(o.statusAddr); err != nil {
-			return cfg, nil, usagef("--status-addr %q: want HOST:PORT, e.g. 127.0.0.1:9000", o.statusAddr)
-		}
-	}
 	switch {
 	case o.statusPin != "" && (o.statusAddr == "" || o.tls.CertFile == ""):
 		return cfg, nil, usagef("--status-pin needs --status-addr and --tls-cert: it names who may read the HTTPS status endpoint of a node with a certificate")
@@ -314,7 +320,7 @@ func runMain(args []string, stderr io.Writer) int {
 	o.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, runUsage)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -353,6 +359,10 @@ func runMain(args []string, stderr io.Writer) int {
 		return ExitUsage
 	}
 	logEnv(log, fromEnv)
+	// A misspelt variable would otherwise be ignored without a word.
+	for _, w := range unknownEnvWarnings(fs, os.Environ(), "run") {
+		log.Warn(w)
+	}
 	cfg.Logger = log
 	return run(cfg, rounds, &o, fs.Args(), log)
 }

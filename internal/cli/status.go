@@ -86,7 +86,7 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o statusOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, statusUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, statusUsage); printFlags(stderr, fs) }
 	// Flags may follow the addresses: chainsync status ADDR,ADDR --json.
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {

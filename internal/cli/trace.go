@@ -83,7 +83,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o traceOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, traceUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, traceUsage); printFlags(stderr, fs) }
 	files, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
