@@ -12,10 +12,18 @@ import (
 	"github.com/chainsync-go/chainsync/internal/sdnotify"
 )
 
-// systemd Type=notify: run sends READY=1 once the node listens and dials
-// (chainsync.Start returned), STATUS= with where the rounds stand whenever
-// that changes, and STOPPING=1 with the outcome at the end. Outside
-// systemd ($NOTIFY_SOCKET unset) all of this is a no-op.
+// systemd Type=notify: run sends READY=1 once the node has started:
+// chainsync.Start returned, so its listen port is bound (a predecessor can
+// connect) and it has begun dialing its successor, and the status endpoint
+// is up. That is before any link is up, and on purpose: "active" means
+// "started", not "connected". Waiting for the links would hold
+// `systemctl start` of each node until its neighbours' units start too,
+// and fail it after TimeoutStartSec when the nodes of a chain are started
+// one machine at a time. What the links and rounds are doing is in STATUS=
+// (e.g. "... (links: predecessor down, successor up)"), sent whenever it
+// changes, and STOPPING=1 carries the outcome at the end. A node that
+// cannot start exits before READY=1. Outside systemd ($NOTIFY_SOCKET
+// unset) all of this is a no-op.
 
 // notifyPoll is how often the status is recomputed from Node.Snapshot.
 const notifyPoll = time.Second
