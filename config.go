@@ -22,9 +22,15 @@ type Config struct {
 	// Listener, if set, is used instead of binding Listen (tests, socket
 	// activation). The node closes it on Close.
 	Listener net.Listener
-	// Prev is the predecessor's address, used only in logs. The predecessor
-	// dials this node; this node never dials it.
+	// Prev is the predecessor's address, used in logs. The predecessor
+	// dials this node; this node never dials it, so its port is not used.
 	Prev string
+	// PrevHostOnly, with Prev set to "host:port", accepts a predecessor
+	// connection only from an address Prev's host resolves to (any
+	// loopback address counts for a loopback host). It is a weak check
+	// against a chain wired to the wrong node, not security: a source
+	// address proves nothing. Use Secure to authenticate the predecessor.
+	PrevHostOnly bool
 	// PrevName and NextName name the neighbours (as --chain does) in logs
 	// and fault reports. Optional: without them a neighbour is named by
 	// its address.
@@ -279,6 +285,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Prev != "" && c.Listen == "" && c.Listener == nil {
 		return bad("Listen", "", "a node with a predecessor (Prev %q) needs Listen, the address its predecessor dials", c.Prev)
+	}
+	if c.PrevHostOnly {
+		if _, _, err := net.SplitHostPort(c.Prev); err != nil {
+			return bad("Prev", c.Prev, "Prev %q is not host:port (PrevHostOnly checks its host): %v", c.Prev, err)
+		}
 	}
 	if c.Next != "" {
 		if _, _, err := net.SplitHostPort(c.Next); err != nil {

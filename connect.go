@@ -47,6 +47,15 @@ func (n *Node) acceptLoop() {
 		b.Reset()
 		transport.Tune(c)
 		l := n.newLink(c, protocol.Pred)
+		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
+			n.lock()
+			if adm.refused(l, err) {
+				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+			}
+			n.unlock()
+			c.Close()
+			continue
+		}
 		n.lock()
 		if n.closed {
 			n.unlock()

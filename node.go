@@ -26,6 +26,7 @@ type Node struct {
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
 	ln   net.Listener
+	prev *prevHost // Config.PrevHostOnly
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -161,6 +162,7 @@ func Start(cfg Config) (*Node, error) {
 		rounds:  make(map[string]*roundInfo),
 		cur:     new(batch),
 		spare:   new(batch),
+		prev:    newPrevHost(&cfg),
 	}
 	// Everything the node logs is handed to cfg.Logger in order, never
 	// while it holds its lock (lock.go).

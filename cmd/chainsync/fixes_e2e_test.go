@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,5 +104,40 @@ func TestHelpShowsDoubleDashFlags(t *testing.T) {
 		if strings.HasPrefix(strings.TrimSpace(l), "-") && !strings.HasPrefix(strings.TrimSpace(l), "--") {
 			t.Errorf("run --help has a single-dash flag line: %q", l)
 		}
+	}
+}
+
+// --prev is checked, weakly: its host must resolve at start (else a usage
+// error naming --prev), and a predecessor connecting from another host is
+// refused and logged; one from --prev's host runs the round.
+func TestPrevHostChecked(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runBin(t, "run", "--prev", "no-such-host.invalid:7000", "--listen", "127.0.0.1:0", "--", "true")
+	if code != 2 || !strings.Contains(stderr, `--prev "no-such-host.invalid:7000": cannot resolve`) {
+		t.Errorf("--prev with a host that does not resolve: exit %d, want 2 naming --prev:\n%s", code, stderr)
+	}
+	addrs := lowAddrs(t, 2)
+	// 192.0.2.1 is a documentation address: A's connection cannot come
+	// from it.
+	b := startProc(t, "B", nil, "run", "--name", "B", "--listen", addrs[1], "--prev", "192.0.2.1:7000", "--", "true")
+	a := startProc(t, "A", nil, "run", "--name", "A", "--next", addrs[1], "--", "true")
+	b.waitLog(t, 20*time.Second, "refusing A's connection", containsAll("refused would-be predecessor", "not the predecessor's host 192.0.2.1", "--prev"))
+	a.signal(t, syscall.SIGTERM)
+	b.signal(t, syscall.SIGTERM)
+	a.wait(t, 20*time.Second)
+	b.wait(t, 20*time.Second)
+	if strings.Contains(b.err.String(), "task started") {
+		t.Error("B ran its task for a predecessor on the wrong host")
+	}
+
+	// The same chain with B's --prev naming A's host: done.
+	addrs = lowAddrs(t, 2)
+	b = startProc(t, "B", nil, "run", "--name", "B", "--listen", addrs[1], "--prev", "localhost:7000", "--", "true")
+	a = startProc(t, "A", nil, "run", "--name", "A", "--next", addrs[1], "--", "true")
+	if code := a.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("A exited %d", code)
+	}
+	if code := b.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("B exited %d", code)
 	}
 }

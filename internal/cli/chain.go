@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"time"
 )
 
 // member is one entry of --chain.
@@ -63,11 +65,30 @@ func checkHostPort(flag, addr string, zeroOK bool) error {
 	return nil
 }
 
+// resolvesPrev checks that --prev's host resolves: only connections from
+// it are accepted as the predecessor's.
+func resolvesPrev(addr string) error {
+	host, _, _ := net.SplitHostPort(addr)
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupIPAddr(ctx, host); err != nil {
+		return usagef("--prev %q: cannot resolve the host %q (%v): --prev names the predecessor's host, and only connections from it are accepted", addr, host, errText(err))
+	}
+	return nil
+}
+
 // errText is err's message without the address net repeats in it.
 func errText(err error) string {
 	var ae *net.AddrError
-	if errors.As(err, &ae) {
+	var de *net.DNSError
+	switch {
+	case errors.As(err, &ae):
 		return ae.Err
+	case errors.As(err, &de):
+		return de.Err
 	}
 	return err.Error()
 }

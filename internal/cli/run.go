@@ -94,7 +94,7 @@ type runOpts struct {
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.prev, "prev", "", "the predecessor's `HOST:PORT` (absent: this node is the Head); it dials this node")
+	fs.StringVar(&o.prev, "prev", "", "the predecessor's `HOST:PORT` (absent: this node is the Head); it dials this node's --listen, so only HOST is used: connections from another host are refused (a weak check against a mis-wired chain, not security: TLS authenticates); --chain checks no host")
 	fs.StringVar(&o.next, "next", "", "the successor's `HOST:PORT`, which this node dials (absent: this node is the Tail)")
 	fs.StringVar(&o.listen, "listen", "", "where this node accepts its predecessor, `HOST:PORT` (required with --prev)")
 	fs.StringVar(&o.chain, "chain", "", "the whole chain, `NAME=HOST:PORT,...` in order, identical on every node (use with --name)")
@@ -304,8 +304,18 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if cfg.PrevName == "" && cfg.NextName == "" {
 		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
 	}
+	if o.prev != "" {
+		// An explicit --prev is checked: the predecessor's connections
+		// must come from its host (with --chain it is only a name).
+		cfg.PrevHostOnly = true
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, flagError(err)
+	}
+	if cfg.PrevHostOnly {
+		if err := resolvesPrev(o.prev); err != nil {
+			return cfg, nil, err
+		}
 	}
 	// The security log and warnings speak only of the links this node has.
 	o.tls.NoPred, o.tls.NoSucc = listen == "", next == ""
