@@ -180,6 +180,7 @@ func (n *Node) carry() {
 		b.reset()
 		n.spare = b
 		if !n.cur.empty() {
+			n.startTasks()
 			if ranQuick {
 				continue // the lines the quick tasks' ends send go with the others
 			}
@@ -196,7 +197,26 @@ func (n *Node) carry() {
 	n.acting = false
 	n.flushing = flush[:0]
 	n.idle.Broadcast()
+	// The tasks start once mu is free: a task that ends at once then does
+	// not find it held by this goroutine, checking for more work.
+	var buf [4]taskStart
+	starts := append(buf[:0], n.starting...)
+	clear(n.starting)
+	n.starting = n.starting[:0]
 	n.release()
+	for _, t := range starts {
+		go n.runTask(t)
+	}
+}
+
+// startTasks starts the tasks carried out so far, while more batches
+// follow. Caller holds mu (by carry).
+func (n *Node) startTasks() {
+	for i, t := range n.starting {
+		go n.runTask(t)
+		n.starting[i] = taskStart{}
+	}
+	n.starting = n.starting[:0]
 }
 
 // flush writes out the outboxes of links (without n.mu) and returns the
@@ -250,7 +270,7 @@ func (n *Node) carryOut(b *batch, broken bool, flush []*link) (_ []*link, ranQui
 				n.wg.Done()
 				continue
 			}
-			go n.runTask(e.task)
+			n.starting = append(n.starting, e.task) // started by carry
 		case effQuick:
 			if !broken {
 				quick = append(quick, e.round)

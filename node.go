@@ -63,6 +63,7 @@ type Node struct {
 	// Used only by the goroutine acting.
 	flushing []*link
 	quickRun []string
+	starting []taskStart // tasks carried out, to start once mu is free
 
 	inside atomic.Int32  // goroutines holding or waiting for mu, or acting
 	holder atomic.Uint64 // test build: the goroutine holding mu (lockCheck)
