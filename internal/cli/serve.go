@@ -463,6 +463,13 @@ func (o *runOpts) checkServe(hasPred bool) error {
 			return usageError{err.Error()}
 		}
 	}
+	if o.roundsFrom != "" && o.roundsFrom != "-" {
+		f, err := os.Open(o.roundsFrom)
+		if err != nil {
+			return usagef("--rounds-from %s: %v (give a file of round ids, one a line, or - for standard input)", o.roundsFrom, err)
+		}
+		f.Close()
+	}
 	return nil
 }
 

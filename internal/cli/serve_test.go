@@ -43,6 +43,7 @@ func TestServeFlags(t *testing.T) {
 		{runOpts{serve: true, maxOpen: 0}, false, "--max-open"},
 		{runOpts{control: "unix:", maxOpen: 64}, false, "--control"},
 		{runOpts{control: "nowhere", maxOpen: 64}, false, "--control"},
+		{runOpts{roundsFrom: "/nonexistent/ids", maxOpen: 64}, false, "--rounds-from"},
 	} {
 		err := tc.o.checkServe(tc.hasPred)
 		if _, ok := err.(usageError); !ok || !strings.Contains(err.Error(), tc.want) {
