@@ -446,6 +446,9 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 // checkServe checks the flags of a served node; hasPred says whether the
 // node has a predecessor (only the Head opens rounds).
 func (o *runOpts) checkServe(hasPred bool) error {
+	if o.serve && !hasPred && !o.opens() && o.round == "" && o.rounds == 0 {
+		return usagef("--serve: this node is the Head, which opens the rounds: add --rounds-from FILE|-, --every D or --control ADDR")
+	}
 	if o.opens() && hasPred {
 		return usagef("--rounds-from, --every and --control open rounds, which only the Head does (this node has a predecessor): give them to the Head, and --serve to the other nodes")
 	}

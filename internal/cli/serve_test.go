@@ -44,6 +44,7 @@ func TestServeFlags(t *testing.T) {
 		{runOpts{control: "unix:", maxOpen: 64}, false, "--control"},
 		{runOpts{control: "nowhere", maxOpen: 64}, false, "--control"},
 		{runOpts{roundsFrom: "/nonexistent/ids", maxOpen: 64}, false, "--rounds-from"},
+		{runOpts{serve: true, maxOpen: 64}, false, "--every D or --control"},
 	} {
 		err := tc.o.checkServe(tc.hasPred)
 		if _, ok := err.(usageError); !ok || !strings.Contains(err.Error(), tc.want) {
