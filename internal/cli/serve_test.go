@@ -40,7 +40,7 @@ func TestServeFlags(t *testing.T) {
 		{runOpts{roundsFrom: "-", maxOpen: 64}, true, "--rounds-from"},
 		{runOpts{control: "127.0.0.1:1", maxOpen: 64}, true, "only the Head"},
 		{runOpts{every: -1, maxOpen: 64}, false, "--every"},
-		{runOpts{serve: true, maxOpen: 0}, false, "--max-open"},
+		{runOpts{serve: true, every: 1e9, maxOpen: 0}, false, "--max-open"},
 		{runOpts{control: "unix:", maxOpen: 64}, false, "--control"},
 		{runOpts{control: "nowhere", maxOpen: 64}, false, "--control"},
 		{runOpts{roundsFrom: "/nonexistent/ids", maxOpen: 64}, false, "--rounds-from"},
