@@ -373,3 +373,83 @@ func TestServeKillMiddleE2E(t *testing.T) {
 	}
 	checkTasks(t, dir, names, opened, nil)
 }
+
+// TestServeOpenWaitFailedRoundE2E: a served chain of four nodes (which
+// speak fault notices: --serve implies heartbeats) under --fault-policy
+// wait. A
+// round whose task fails at C: chainsync open --wait exits 3 and names C;
+// the round ended at every node (D never ran it), and the chain serves the
+// next round, which every node runs. The fault notice carries the failure
+// to the Head.
+//
+// docs/DESIGN.md, "Long-lived chains" (a round that fails somewhere ends
+// at every node) and "Extension lines"; draft, Error Handling.
+func TestServeOpenWaitFailedRoundE2E(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"--fault-policy", "wait"}
+	names, addrs, procs := serveChain(t, dir, 4, func(int) []string { return common })
+	sock := filepath.Join(dir, "control.sock")
+	args := headArgs(dir, names, addrs, append(common, "--control", "unix:"+sock, "--", "sh", "-c", taskScript)...)
+	head := startProc(t, "A", []string{"DIR=" + dir}, args...)
+	head.waitLog(t, 10*time.Second, "control endpoint up", func(string) bool { return exists(sock) })
+
+	if code, _, errOut := openCmd(t, "--control", "unix:"+sock, "--id", "good-1", "--wait"); code != 0 {
+		t.Fatalf("good round: open --wait exited %d: %s", code, errOut)
+	}
+	code, out, errOut := openCmd(t, "--control", "unix:"+sock, "--id", "fail-C", "--wait")
+	if code != 3 || strings.TrimSpace(out) != "fail-C" || !strings.Contains(errOut, "C") || !strings.Contains(errOut, "task failed") {
+		t.Fatalf("round failing at C: open --wait exit %d, stdout %q, stderr %q; want 3 naming C", code, out, errOut)
+	}
+	t.Logf("open --wait for the failing round: %s", strings.TrimSpace(errOut))
+	if code, _, errOut := openCmd(t, "--control", "unix:"+sock, "--id", "good-2", "--wait"); code != 0 {
+		t.Fatalf("the round after the failed one: open --wait exited %d: %s", code, errOut)
+	}
+	lines := readLines(t, filepath.Join(dir, "tasks"))
+	if slices.Contains(lines, "start D fail-C") || slices.Contains(lines, "end C fail-C") {
+		t.Errorf("the failed round went on past C: %q", lines)
+	}
+	for _, n := range names {
+		for _, id := range []string{"good-1", "good-2"} {
+			if !slices.Contains(lines, "end "+n+" "+id) {
+				t.Errorf("%s did not run round %s", n, id)
+			}
+		}
+	}
+	for _, p := range append(procs[1:], head) {
+		if !p.running() {
+			t.Fatalf("%s stopped under --fault-policy wait", p.name)
+		}
+	}
+}
+
+// TestServeOpenWaitHaltE2E: the same failure under --fault-policy halt
+// (the default): open --wait exits 3 naming C, C exits 3 (its task
+// failed), and every other node exits 4 (the chain halted) without running
+// the round's task after C.
+//
+// docs/DESIGN.md, "Long-lived chains" and "Extension lines"; draft, Error
+// Handling.
+func TestServeOpenWaitHaltE2E(t *testing.T) {
+	dir := t.TempDir()
+	names, addrs, procs := serveChain(t, dir, 4, nil)
+	sock := filepath.Join(dir, "control.sock")
+	args := headArgs(dir, names, addrs, "--control", "unix:"+sock, "--", "sh", "-c", taskScript)
+	procs[0] = startProc(t, "A", []string{"DIR=" + dir}, args...)
+	procs[0].waitLog(t, 10*time.Second, "control endpoint up", func(string) bool { return exists(sock) })
+	code, _, errOut := openCmd(t, "--control", "unix:"+sock, "--id", "fail-C", "--wait")
+	if code != 3 || !strings.Contains(errOut, "at node C") {
+		t.Fatalf("open --wait: exit %d, stderr %q; want 3 naming C", code, errOut)
+	}
+	for i, p := range procs {
+		want := 4
+		if names[i] == "C" {
+			want = 3
+		}
+		if got := p.wait(t, 15*time.Second); got != want {
+			t.Errorf("%s exited %d, want %d", p.name, got, want)
+		}
+	}
+	if lines := readLines(t, filepath.Join(dir, "tasks")); slices.Contains(lines, "start D fail-C") {
+		t.Errorf("D ran the task of the failed round: %q", lines)
+	}
+}

@@ -65,6 +65,7 @@ type controlServer struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]bool
+	quit  chan struct{} // closed when the Head stops serving
 }
 
 // listenControl binds --control: a unix socket is created with mode 0600
@@ -74,7 +75,7 @@ func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, e
 	if err != nil {
 		return nil, err
 	}
-	cs := &controlServer{op: op, log: log, conns: map[net.Conn]bool{}}
+	cs := &controlServer{op: op, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{})}
 	if network == "unix" {
 		if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
 			c.Close()
@@ -164,18 +165,45 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, c)
 		close(gone)
 	}()
+	stopped := &outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: cs.op.o.name,
+		Reason: "the Head stopped before the round was over"}
 	select {
 	case oc := <-notify:
 		_ = enc.Encode(controlReply{Round: id, Outcome: &oc})
 	case <-gone:
-	case <-cs.op.ctx.Done():
-		_ = enc.Encode(controlReply{Round: id, Outcome: &outcome{Round: id, Status: chainsync.StatusStopped.String(),
-			Node: cs.op.o.name, Reason: "the Head stopped before the round was over"}})
+	case <-cs.quit:
+		// The Head stops, maybe because of this very round (a failure
+		// under --fault-policy halt): its outcome, if in, goes first.
+		select {
+		case oc := <-notify:
+			stopped = &oc
+		default:
+		}
+		_ = enc.Encode(controlReply{Round: id, Outcome: stopped})
 	}
 }
 
 func (cs *controlServer) close() {
+	close(cs.quit)
 	cs.ln.Close()
+	// Let the clients waiting for an outcome have their answer.
+	answered := make(chan struct{})
+	go func() {
+		for {
+			cs.mu.Lock()
+			n := len(cs.conns)
+			cs.mu.Unlock()
+			if n == 0 {
+				close(answered)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-answered:
+	case <-time.After(2 * time.Second):
+	}
 	cs.mu.Lock()
 	for c := range cs.conns {
 		c.Close()

@@ -56,15 +56,22 @@ func (o *runOpts) opens() bool {
 
 // outcome is how a round ended, as the Head reports it to chainsync open.
 type outcome struct {
-	Round  string `json:"round"`
-	Status string `json:"status"`           // done, task failed, fault, stopped
+	Round string `json:"round"`
+	// Status is how the round ended in the chain: done, task failed (at
+	// Node), fault (Node is the node blamed) or stopped.
+	Status string `json:"status"`
 	Node   string `json:"node,omitempty"`   // where it failed
 	Reason string `json:"reason,omitempty"` // why
+	// Local is how it ended at this node: a task that failed elsewhere
+	// is a fault here (the chain halted, or the round ended).
+	Local chainsync.Status `json:"-"`
 }
 
-// outcomeOf describes res, a round's result at this node (name).
+// outcomeOf describes res, a round's result at this node (name). A round
+// that failed elsewhere ended here by a fault notice, which says where
+// and how.
 func outcomeOf(res chainsync.Result, name string) outcome {
-	oc := outcome{Round: res.Round, Status: res.Status.String()}
+	oc := outcome{Round: res.Round, Status: res.Status.String(), Local: res.Status}
 	if res.Status == chainsync.StatusDone {
 		return oc
 	}
@@ -73,8 +80,16 @@ func outcomeOf(res chainsync.Result, name string) outcome {
 		oc.Reason = res.Err.Error()
 	}
 	var fe *chainsync.FaultError
-	if errors.As(res.Err, &fe) && fe.Peer != "" {
-		oc.Node = fe.Peer
+	if errors.As(res.Err, &fe) {
+		switch {
+		case fe.Peer != "":
+			oc.Node = fe.Peer
+		case fe.Origin != "":
+			oc.Node = fe.Origin
+		}
+		if fe.Origin != "" && (fe.Cause == chainsync.FaultTaskFailed || fe.Cause == chainsync.FaultTaskTimeout) {
+			oc.Status = chainsync.StatusTaskFailed.String()
+		}
 	}
 	return oc
 }
@@ -152,7 +167,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 	// The Head's own readiness for the round (--ready-cmd, --ready-file)
 	// comes before the round is opened on the wire.
 	if err := waitReady(op.ctx, id, op.o, op.log); err != nil {
-		op.finish(outcome{Round: id, Status: chainsync.StatusStopped.String()})
+		op.finish(outcome{Round: id, Status: chainsync.StatusStopped.String(), Local: chainsync.StatusStopped})
 		return "", err
 	}
 	err := op.node.Ready(id)
@@ -479,18 +494,18 @@ func (o *runOpts) checkServe(hasPred bool) error {
 // served reports a round's outcome at a served node and returns its exit
 // code (ExitOK for a round done or stopped).
 func served(oc outcome, head, halt bool, log *slog.Logger) int {
-	switch oc.Status {
-	case chainsync.StatusDone.String():
+	switch oc.Local {
+	case chainsync.StatusDone:
 		if head {
 			log.Info("round done in the whole chain", "round", oc.Round)
 		}
 		return ExitOK
-	case chainsync.StatusStopped.String():
+	case chainsync.StatusStopped:
 		return ExitOK
 	}
 	c := ExitFault
-	if oc.Status == chainsync.StatusTaskFailed.String() {
-		c = ExitTaskFailed
+	if oc.Local == chainsync.StatusTaskFailed {
+		c = ExitTaskFailed // this node's own task
 	}
 	if halt {
 		log.Error("round failed; stopping (--fault-policy halt)", "round", oc.Round, "status", oc.Status, "node", oc.Node)
