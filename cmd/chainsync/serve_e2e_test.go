@@ -453,3 +453,60 @@ func TestServeOpenWaitHaltE2E(t *testing.T) {
 		t.Errorf("D ran the task of the failed round: %q", lines)
 	}
 }
+
+// TestServePipelineHungNodeE2E is the pipeline as a served chain: four
+// stages with --fault-policy wait and a --state-dir each, batches opened
+// by --rounds-from. B hangs in its task for batch b03 (its node stopped,
+// SIGSTOP): A and C name B silent (heartbeats), keep their progress and
+// serve on. B alone is reset: killed with SIGKILL and started again on its
+// state directory with --resume-task rerun. It runs b03 again, and every
+// batch completes at every node, in order; only B's b03 started twice.
+//
+// Draft: Introduction (the pipeline), Error Handling ("reset only the
+// faulty node"); docs/DESIGN.md, "Heartbeats", "Restarts and durable
+// state" and "Long-lived chains".
+func TestServePipelineHungNodeE2E(t *testing.T) {
+	dir := t.TempDir()
+	names, addrs := nodeNames(4), freeAddrs(t, 4)
+	// B's task for b03 stops its own node, once, and hangs with it.
+	script := `if [ "$CHAINSYNC_NODE$CHAINSYNC_ROUND" = Bb03 ] && [ ! -e "$DIR/hung" ]; then ` +
+		`echo "start B b03" >> "$DIR/tasks"; touch "$DIR/hung"; kill -STOP $PPID; sleep 3600; fi; ` + taskScript
+	start := func(i int, extra ...string) *proc {
+		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
+		args = append(args, "--fault-policy", "wait", "--heartbeat", "200ms",
+			"--state-dir", filepath.Join(dir, names[i]))
+		if i == 0 {
+			args = append(args, "--rounds-from", filepath.Join(dir, "ids"))
+		} else {
+			args = append(args, "--serve")
+		}
+		args = append(args, extra...)
+		return startProc(t, names[i], []string{"DIR=" + dir}, append(args, "--", "sh", "-c", script)...)
+	}
+	var opened []string
+	for k := range 8 {
+		opened = append(opened, fmt.Sprintf("b%02d", k))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ids"), []byte(strings.Join(opened, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*proc, 4)
+	for i := 3; i >= 0; i-- {
+		procs[i] = start(i)
+	}
+	for _, i := range []int{0, 2} {
+		procs[i].waitLog(t, 20*time.Second, "B named silent", containsAll("peer-silent", "peer=B"))
+	}
+	procs[1].signal(t, syscall.SIGKILL)
+	procs[1].wait(t, 5*time.Second)
+	procs[1] = start(1, "--resume-task", "rerun")
+	if code := procs[0].wait(t, time.Minute); code != 0 {
+		t.Fatalf("the Head exited %d, want 0 once every batch is done", code)
+	}
+	checkTasks(t, dir, names, opened, map[string]bool{"B": true})
+	for _, p := range procs[1:] {
+		if !p.running() {
+			t.Errorf("%s stopped; under --fault-policy wait it serves on", p.name)
+		}
+	}
+}
