@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -119,7 +120,7 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 // unnamed round), and blamed is "-" for none.
 func parseNotice(line, raw []byte) (protocol.Message, error) {
 	f := bytes.Split(line, []byte{' '})
-	if len(f) != 5 {
+	if len(f) != 5 || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
 		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED)", raw)
 	}
 	n := protocol.Notice{Kind: string(f[2]), Origin: string(f[3])}

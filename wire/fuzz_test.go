@@ -252,7 +252,9 @@ func FuzzParseExtensions(f *testing.F) {
 	for _, s := range []string{"HEARTBEAT", "HEARTBEAT\r", "HEARTBEAT:", "FAULT :r7 peer-silent C B", "FAULT - config-mismatch B -",
 		"FAULT : task-failed B B\r", "FAULT :r7 peer-silent - B", "FAULT :r7 Peer-silent C B", "FAULT :r7 peer-silent C",
 		"FAULT :r7 peer-silent C B extra", "FAULT -  x C B", "FAULT :" + strings.Repeat("a", 128) + " exit-wave-undelivered " +
-			strings.Repeat("n", 40) + " " + strings.Repeat("m", 40), "FAULT :r7 peer-silent 10.0.0.1:7000 [::1]:7001"} {
+			strings.Repeat("n", 40) + " " + strings.Repeat("m", 40), "FAULT :r7 peer-silent 10.0.0.1:7000 [::1]:7001",
+		"FAULT : 0 0 ", // a fuzz crasher: an empty blamed field was read as none
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
