@@ -49,13 +49,7 @@ func (n *Node) announce(f Fault) {
 	if !n.extensions() || !reports(f.Kind) {
 		return
 	}
-	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
-	switch {
-	case f.Side != 0:
-		note.Blamed = protocol.NoticeName(f.Peer)
-	case f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout:
-		note.Blamed = note.Origin // its own task
-	}
+	note := n.noticeOf(f)
 	// A fresh slice: announce may run while the caller's step's actions
 	// are being carried out.
 	acts, err := n.stepSaved(protocol.Report(note), nil)
@@ -64,6 +58,19 @@ func (n *Node) announce(f Fault) {
 		return
 	}
 	n.perform(acts)
+}
+
+// noticeOf is the notice of f, a fault this node found: it blames the
+// neighbour f names, or this node for its own task. Caller holds mu.
+func (n *Node) noticeOf(f Fault) protocol.Notice {
+	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
+	switch {
+	case f.Side != 0:
+		note.Blamed = protocol.NoticeName(f.Peer)
+	case f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout:
+		note.Blamed = note.Origin // its own task
+	}
+	return note
 }
 
 // noticeArrived applies the fault policy to a neighbour's notice, which
@@ -148,8 +155,7 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 	if n.extensions() && l != n.pred && l != n.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := protocol.Notice{HasRound: true, Round: round, Kind: string(FaultConfigMismatch), Origin: n.selfName(),
-			Blamed: protocol.NoticeName(fe.Peer)}
+		note := n.noticeOf(fe.fault())
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		l.enqueue(n.wbuf, false, "")
 	}
