@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/sim"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -26,8 +27,16 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata
 //
 // The script language (one command per block, "----", then its output):
 //
-//	chain A B C D [colon] [ordered]  new chain, Head first; colon: send "COMMAND:" for the
-//	                        unnamed round; ordered: protocol.Config.Ordered
+//	chain A B C D [colon] [ordered] [phase=D] [exit=D] [silence=D] [connect=D]
+//	                        new chain, Head first; colon: send "COMMAND:" for the
+//	                        unnamed round; ordered: protocol.Config.Ordered; the
+//	                        durations set the Machines' timeouts (PhaseTimeout,
+//	                        ExitWaveTimeout, Silence, ConnectTimeout) and the
+//	                        network applies the halt policy to them
+//	advance D               the clock moves by D; every node not hung ticks (prints
+//	                        the ticks that did something)
+//	hang C.. / unhang C..   C stops (a hung process: no ticks, no heartbeats, nothing
+//	                        delivered to it) / goes on
 //	ready A B.. [round=R]   the nodes become locally ready, in that order
 //	deliver [N | X->Y]      deliver the oldest message in flight (N times), or the next on link X->Y
 //	stabilize               deliver everything in global FIFO order (lockstep); tasks finish instantly
@@ -175,8 +184,22 @@ func (g *golden) run(cmd string) []string {
 			ordered = ordered || args[len(args)-1] == "ordered"
 			args = args[:len(args)-1]
 		}
-		g.net = sim.New(sim.Config{Names: args, Machine: func(_ int, pc *protocol.Config) { pc.Ordered = ordered }})
+		dur := func(k string) time.Duration {
+			if kv[k] == "" {
+				return 0
+			}
+			d, err := time.ParseDuration(kv[k])
+			if err != nil {
+				g.t.Fatalf("%q: %v", cmd, err)
+			}
+			return d
+		}
+		g.net = sim.New(sim.Config{Names: args, Machine: func(_ int, pc *protocol.Config) {
+			pc.Ordered = ordered
+			pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = dur("phase"), dur("exit"), dur("silence"), dur("connect")
+		}})
 		g.net.Colon = colon
+		g.net.Halt = true
 		g.chk = sim.NewChecker(g.net)
 		g.chk.Faults = true // the scripts drop links and duplicate messages
 		g.chk.Attach(func(err error) { g.t.Fatalf("%s: invariant broken: %v", cmd, err) })
@@ -225,6 +248,25 @@ func (g *golden) run(cmd string) []string {
 		if len(g.out) == 0 {
 			g.printf("(nothing to do)")
 		}
+	case "advance":
+		d, err := time.ParseDuration(args[0])
+		if err != nil {
+			g.t.Fatalf("%q: %v", cmd, err)
+		}
+		for i, acts := range g.net.Advance(d) {
+			if len(acts) > 0 {
+				g.printf("%s: tick %v", g.name(i), g.net.Now)
+				g.actions(i, acts, nil)
+			}
+		}
+		if len(g.out) == 0 {
+			g.printf("%v: (no timeout)", g.net.Now)
+		}
+	case "hang", "unhang":
+		for _, name := range args {
+			g.net.Hang(g.node(name), fields[0] == "hang")
+		}
+		g.printf("ok")
 	case "hold", "release":
 		for _, name := range args {
 			g.held[g.node(name)] = fields[0] == "hold"
@@ -462,6 +504,22 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 			g.printf("  %s%s: %v restarted without its state (sent %v); not answered", name, roundSuffix(a.Round), a.To, a.Msg.Cmd)
 		case protocol.ActSave:
 			g.printf("  %s%s: save %v", name, roundSuffix(a.Round), a.Record.State)
+		case protocol.ActTimeout:
+			if a.Timeout == protocol.TimeoutPhase {
+				what := a.Wait.String()
+				if a.To == protocol.Pred {
+					what += " from " + g.name(i-1)
+				} else if a.To == protocol.Succ {
+					what += " from " + g.name(i+1)
+				}
+				g.printf("  %s%s: phase timeout: %v, waiting for %s", name, roundSuffix(a.Round), a.From, what)
+				break
+			}
+			peer := i + 1
+			if a.To == protocol.Pred {
+				peer = i - 1
+			}
+			g.printf("  %s: %v timeout: %s for %v", name, a.Timeout, g.name(peer), a.After)
 		default:
 			g.printf("  %s: unknown action %+v", name, a)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // State is a round's state at one node: the draft's five states, plus the
@@ -107,17 +108,34 @@ const (
 	// COMPLETE to the predecessor (Config.ExitWaveTimeout in package
 	// chainsync): the round ends with Outcome NotDelivered.
 	EvUndelivered
+	// EvTick: the time is Event.At; the machine judges its timeouts
+	// (Tick).
+	EvTick
+	// EvLinkDown: the connection to the neighbour on side From is gone
+	// (LinkDown).
+	EvLinkDown
 )
 
 // Event is one input to Machine.Step. Build it with Recv, LocalReady,
-// TaskDone, LinkUp, Promote, Abort, Delivered or Undelivered.
+// TaskDone, LinkUp, Promote, Abort, Delivered, Undelivered, Tick or
+// LinkDown.
 type Event struct {
 	Kind   EventKind
-	From   Side    // EvRecv: who sent it; EvLinkUp: which link
+	From   Side    // EvRecv: who sent it; EvLinkUp, EvLinkDown: which link
 	Msg    Message // EvRecv; EvLinkUp from Promote: the new connection's first line
 	Round  string  // EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered
 	Failed bool    // EvTaskDone: the task reported failure
 	Note   Notice  // EvReport
+	// At is when the event happened, on the driver's monotonic clock (any
+	// fixed origin, never 0 once known); 0: the driver keeps no time. Any
+	// event may carry it; the timeouts need it (see Tick).
+	At time.Duration
+	// Heard, indexed by Side: EvTick: when a line last arrived on each
+	// current link; EvLinkDown: on the dying one (0: never).
+	Heard [3]time.Duration
+	// Resumed (EvTick): the driver itself was stopped or starved; the
+	// neighbours' silence counts from now.
+	Resumed bool
 }
 
 // RoundOf returns the round ev is about, and false for EvLinkUp, which
@@ -206,6 +224,11 @@ const (
 	// predecessor's READY (To is Pred) or by local readiness (To is 0).
 	// It comes before the step's other actions for Round.
 	ActOpened
+	// ActTimeout: a timeout ran out (Timeout says which; see TimeoutKind).
+	// The machine changed nothing: the driver applies its fault policy
+	// (for a phase timeout, Abort the round; for the others, every
+	// unfinished round, or keep waiting).
+	ActTimeout
 )
 
 // Outcome is how a round ended at this node.
@@ -248,6 +271,11 @@ type Action struct {
 	Wait    Wait    // ActState: what the round waits for on entering State
 	Outcome Outcome // ActDone
 	Record  Record  // ActSave
+	// ActTimeout: which timeout; To is the neighbour it is about (for a
+	// phase timeout, the side the round waits on, 0 for this node), From
+	// and Wait the round's state and what it waited for, After how long.
+	Timeout TimeoutKind
+	After   time.Duration
 }
 
 // Record is everything durable about one round at one node: enough for a
@@ -341,6 +369,12 @@ type Config struct {
 	// fault notice). Without them a notice from a neighbour is a
 	// violation with Mismatch set, and EvReport sends nothing.
 	Extensions bool
+	// The timeouts, judged on EvTick against the time events carry (see
+	// Tick and TimeoutKind); zero turns each off.
+	PhaseTimeout    time.Duration // a round waiting on a neighbour in one state
+	ExitWaveTimeout time.Duration // a final COMPLETE not handed to the predecessor
+	Silence         time.Duration // an up link that carried nothing (3 heartbeat intervals)
+	ConnectTimeout  time.Duration // a neighbour's link down since it was last healthy
 }
 
 // keepNotices is how many notices a Machine remembers, so that each is
@@ -364,6 +398,9 @@ type round struct {
 	over               bool   // finished at this node (ActDone)
 	seq                uint64 // when this node learned the round (see learn), for re-sends in that order
 	queued             bool   // in Machine.order (Config.Ordered)
+	// The round's deadlines (0: none): PhaseTimeout in its state, and
+	// ExitWaveTimeout while handing its final COMPLETE over.
+	deadline, exitBy time.Duration
 }
 
 func (r *round) record() Record {
@@ -394,6 +431,13 @@ type Machine struct {
 	moved           []*round // rounds pump moved in this step (Durable), once each
 	notices         map[Notice]bool
 	noticeQ         []Notice // the notices in notices, oldest first
+
+	// Logical time (time.go).
+	timing bool            // some timeout is configured
+	now    time.Duration   // the latest Event.At seen
+	woke   time.Duration   // the driver resumed then: silence counts from here
+	sides  [3]sideClock    // per Side
+	armed  map[*round]bool // the rounds with a deadline
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -407,7 +451,9 @@ func New(cfg Config) *Machine {
 	if cfg.Role == 0 {
 		cfg.Role = Single
 	}
-	return &Machine{cfg: cfg, rounds: make(map[string]*round)}
+	m := &Machine{cfg: cfg, rounds: make(map[string]*round)}
+	m.timing = m.timed()
+	return m
 }
 
 // Role returns the node's role.
@@ -493,6 +539,7 @@ func (m *Machine) Restore(rec Record) error {
 	m.rounds[r.id] = r
 	if m.handingOver(r) {
 		m.active++ // done here, its final COMPLETE still to be handed over
+		m.arm(r)
 		return nil
 	}
 	if r.state.Terminal() {
@@ -502,6 +549,7 @@ func (m *Machine) Restore(rec Record) error {
 	}
 	m.active++
 	m.learn(r)
+	m.arm(r)
 	if r.queued {
 		// Back into the order it was learned in, whatever the order of
 		// the records.
@@ -513,9 +561,16 @@ func (m *Machine) Restore(rec Record) error {
 }
 
 func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
+	if ev.At > 0 {
+		m.setNow(ev.At)
+	}
+	start := len(out)
 	out, err := m.step1(ev, out)
 	if err == nil && m.cfg.Ordered {
 		out = m.pump(out)
+	}
+	if err == nil && m.timing {
+		m.clockStep(ev, out[start:])
 	}
 	return out, err
 }
@@ -548,6 +603,10 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
+	case EvTick:
+		return m.tick(ev, out), nil
+	case EvLinkDown:
+		return out, nil // the link clocks (clockStep)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -730,7 +789,11 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 	if !m.cfg.Role.HasPred() {
 		m.learn(r)
 	}
-	return m.advance(r, out), nil
+	out = m.advance(r, out)
+	if r.state == StateSync {
+		m.arm(r) // now waiting for the predecessor's READY
+	}
+	return out, nil
 }
 
 func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
@@ -853,6 +916,7 @@ func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
 	m.rounds[id] = r
 	m.active++
+	m.arm(r)
 	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
 }
 
@@ -860,6 +924,7 @@ func (m *Machine) set(r *round, s State, out []Action) []Action {
 	w := WaitIn(m.cfg.Role, s, r.localReady)
 	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s, Wait: w})
 	r.state = s
+	m.arm(r)
 	return out
 }
 
@@ -877,6 +942,7 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	r.over = true
 	m.active--
+	m.disarm(r)
 	m.finished = append(m.finished, r.id)
 	for len(m.finished) > m.cfg.KeepFinished {
 		delete(m.rounds, m.finished[0])

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/sim"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -105,6 +106,72 @@ func TestSimulateCrashRestart(t *testing.T) {
 		t.Logf("%d schedules: %d with crash-restarts, %d crash-restarts, %d interrupted tasks resumed", total, crashed, crashes, interrupted)
 		if crashed < total*9/10 {
 			t.Errorf("only %d of %d schedules crashed a node", crashed, total)
+		}
+	})
+}
+
+// TestSimulateTimeouts runs 10,000 random schedules like
+// TestSimulateCrashRestart's (Durable machines, link drops, duplicates,
+// crash-restarts) in logical time: every Machine has a phase timeout, an
+// exit-wave timeout, heartbeat silence and a connect timeout (random
+// values), the schedule moves the clock by random amounts and stops nodes
+// (hung processes: they read, write and tick nothing, and their
+// neighbours hear no heartbeat from them), and the network applies the
+// halt policy to every timeout. The Checker checks every invariant after
+// every step, among them that no timeout blames a healthy node (a
+// neighbour found silent is hung, one found unreachable has its link
+// down, a phase timeout comes once per state and not early); at the end
+// every round is over at every node, each task ran at most once and in
+// chain order, and a round every node finished passes the end-of-round
+// checks. The schedules together must report every kind of timeout.
+//
+// docs/DESIGN.md, "Time", "Heartbeats", "Reconnects"; draft, Security
+// Considerations (a node that never answers).
+func TestSimulateTimeouts(t *testing.T) {
+	run := func(seed uint64, trace func(string)) schedResult {
+		return runScheduleExt(seed, 2+int(seed%7), trace, &schedExt{durable: true, faults: true, timed: true})
+	}
+	if *seedFlag != 0 {
+		res := run(*seedFlag, func(s string) { t.Log(s) })
+		t.Logf("seed %d: %s", *seedFlag, res)
+		if res.err != nil {
+			t.Fatalf("seed %d: %v", *seedFlag, res.err)
+		}
+		return
+	}
+	total := *schedulesFlag
+	shards := runtime.GOMAXPROCS(0)
+	var mu sync.Mutex
+	var sum schedResult
+	for s := range shards {
+		t.Run(fmt.Sprint("shard", s), func(t *testing.T) {
+			t.Parallel()
+			for i := s; i < total; i += shards {
+				seed := *seedBaseFlag + uint64(i)
+				res := run(seed, nil)
+				if res.err != nil {
+					t.Fatalf("seed %d: %s\nreplay: go test ./protocol -run TestSimulateTimeouts -seed %d -v", seed, res, seed)
+				}
+				mu.Lock()
+				sum.hangs += res.hangs
+				sum.crashes += res.crashes
+				sum.gaveUp += res.gaveUp
+				for k, c := range res.timeouts {
+					sum.timeouts[k] += c
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		to := sum.timeouts
+		t.Logf("%d schedules: %d hangs, %d crash-restarts; timeouts: %d phase, %d silence, %d unreachable; %d final COMPLETEs given up",
+			total, sum.hangs, sum.crashes, to[protocol.TimeoutPhase], to[protocol.TimeoutSilence], to[protocol.TimeoutUnreachable], sum.gaveUp)
+		if total >= 1000 && (to[protocol.TimeoutPhase] == 0 || to[protocol.TimeoutSilence] == 0 || to[protocol.TimeoutUnreachable] == 0 || sum.gaveUp == 0 || sum.crashes == 0) {
+			t.Errorf("schedules too tame: every kind of timeout, a given-up exit wave and a crash must occur")
 		}
 	})
 }
@@ -268,7 +335,12 @@ type schedResult struct {
 	steps         int
 	drops, dups   int
 	sent, lost    int
-	err           error
+	// Timed schedules: hangs, clock advances, and the timeouts reported
+	// (by TimeoutKind) and final COMPLETEs given up.
+	hangs, advances int
+	timeouts        [4]int
+	gaveUp          int
+	err             error
 }
 
 func (r schedResult) String() string {
@@ -303,6 +375,10 @@ type schedExt struct {
 	// restarted is called right after node k crashed and restarted, before
 	// its interrupted tasks are resolved.
 	restarted func(k int)
+	// timed: the Machines have every timeout (phase, exit wave, silence,
+	// connect), the network applies the halt policy to them, and the
+	// schedule advances the clock and hangs nodes (a stopped process).
+	timed bool
 }
 
 func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res schedResult) {
@@ -329,10 +405,20 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		names[i] = fmt.Sprint("n", i)
 	}
 	res.durable = rng.IntN(2) == 0 || ext != nil && ext.durable
+	timed := ext != nil && ext.timed
+	var tc protocol.Config // the timeouts of a timed schedule
+	if timed {
+		tc.PhaseTimeout = time.Duration(5+rng.IntN(30)) * time.Second
+		tc.ExitWaveTimeout = time.Duration(5+rng.IntN(30)) * time.Second
+		tc.Silence = time.Duration(1+rng.IntN(5)) * 3 * time.Second
+		tc.ConnectTimeout = time.Duration(5+rng.IntN(30)) * time.Second
+	}
 	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) {
 		pc.Durable = res.durable
 		pc.Ordered = ext != nil && ext.ordered
+		pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = tc.PhaseTimeout, tc.ExitWaveTimeout, tc.Silence, tc.ConnectTimeout
 	}})
+	net.Halt = timed
 	res.colon = rng.IntN(4) == 0
 	net.Colon = res.colon
 	if rng.IntN(2) == 0 {
@@ -380,11 +466,28 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 			hook(node, ev, acts, err)
 		}
 	}
+	if timed {
+		hook := net.Hook
+		net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+			for _, a := range acts {
+				switch {
+				case a.Kind == protocol.ActTimeout:
+					res.timeouts[a.Timeout]++
+				case a.Kind == protocol.ActDone && a.Outcome == protocol.NotDelivered:
+					res.gaveUp++
+				}
+			}
+			hook(node, ev, acts, err)
+		}
+	}
 	check := func(what string, err error) {
-		if err != nil {
+		// With timeouts a round may be aborted at a node before it is
+		// ready there, or while its task runs: the driver ignores both.
+		if err != nil && !(timed && (errors.Is(err, protocol.ErrRoundFinished) || errors.Is(err, protocol.ErrNotRunning))) {
 			fail(fmt.Errorf("%s: error in an honest run: %w", what, err))
 		}
 	}
+	hung := func(i int) bool { return timed && net.Hung(i) }
 
 	var pendingReady []readyEv
 	for i := range n {
@@ -430,6 +533,9 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	// task: done (the restart was the task: it counts as its one run) or
 	// rerun; the task that is meant to fail fails (policy fail).
 	crash := func(k int) {
+		if hung(k) {
+			return
+		}
 		res.crashes++
 		interrupted, err := net.Restart(k)
 		check("restart", err)
@@ -468,22 +574,77 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		}
 	}
 
+	// What a step may act on (timed schedules): a hung node receives
+	// nothing, finishes no task and becomes ready for nothing.
+	var links, tasks, readies []int
+	candidates := func() {
+		links, tasks, readies = links[:0], tasks[:0], readies[:0]
+		if !timed {
+			return
+		}
+		for _, l := range net.Busy() {
+			if _, to := net.Ends(l); !hung(to) {
+				links = append(links, l)
+			}
+		}
+		for k, tk := range net.Tasks {
+			if !hung(tk.Node) {
+				tasks = append(tasks, k)
+			}
+		}
+		for k, r := range pendingReady {
+			if !hung(r.node) {
+				readies = append(readies, k)
+			}
+		}
+	}
+	hangsLeft, wTime := 0, 0
+	if timed {
+		hangsLeft, wTime = 1+rng.IntN(3), 1+rng.IntN(4)
+	}
+	// advance moves the clock by a draw from short to long (past every
+	// timeout).
+	advance := func() {
+		res.advances++
+		d := [...]time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second, 40 * time.Second}[rng.IntN(5)]
+		net.Advance(d)
+		if trace != nil {
+			trace(fmt.Sprintf("clock +%v = %v", d, net.Now))
+		}
+	}
+
 	// honest picks one non-fault step; it reports false at quiescence.
 	honest := func(faultsToo bool) bool {
-		wd, wr, wt, wf := 0, 0, 0, 0
-		if len(net.Busy()) > 0 {
+		candidates()
+		nl, nr, nt := len(net.Busy()), len(pendingReady), len(net.Tasks)
+		if timed {
+			nl, nr, nt = len(links), len(readies), len(tasks)
+		}
+		// pick returns the k-th candidate: from the filtered list in a
+		// timed schedule, else k itself.
+		pick := func(list []int, k int) int {
+			if timed {
+				return list[k]
+			}
+			return k
+		}
+		wd, wr, wt, wf, wc := 0, 0, 0, 0, 0
+		if nl > 0 {
 			wd = wDeliver
 		}
-		if len(pendingReady) > 0 {
+		if nr > 0 {
 			wr = wReady
 		}
-		if len(net.Tasks) > 0 {
+		if nt > 0 {
 			wt = wTask
 		}
-		if faultsToo && (dropsLeft > 0 || dupsLeft > 0 || crashesLeft > 0 || len(down) > 0) {
+		if faultsToo && (dropsLeft > 0 || dupsLeft > 0 || crashesLeft > 0 || hangsLeft > 0 || len(down) > 0) {
 			wf = wFault
 		}
-		if wd+wr+wt == 0 && (wf == 0 || len(down) == 0) {
+		if faultsToo {
+			wc = wTime
+		}
+		if wd+wr+wt == 0 && (wf == 0 || len(down) == 0) && wc == 0 {
 			return false
 		}
 		res.steps++
@@ -497,28 +658,49 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 				return true
 			}
 		}
-		switch x := rng.IntN(wd + wr + wt + wf); {
+		switch x := rng.IntN(wd + wr + wt + wf + wc); {
 		case x < wd:
-			busy := net.Busy()
-			_, _, _, err := net.Deliver(busy[rng.IntN(len(busy))])
+			l := rng.IntN(nl)
+			if !timed {
+				l = net.Busy()[l]
+			} else {
+				l = links[l]
+			}
+			_, _, _, err := net.Deliver(l)
 			check("deliver", err)
 		case x < wd+wr:
-			j := rng.IntN(len(pendingReady))
+			j := pick(readies, rng.IntN(nr))
 			ev := pendingReady[j]
 			pendingReady[j] = pendingReady[len(pendingReady)-1]
 			pendingReady = pendingReady[:len(pendingReady)-1]
 			_, err := net.Step(ev.node, protocol.LocalReady(ev.round))
 			check("local ready", err)
 		case x < wd+wr+wt:
-			j := rng.IntN(len(net.Tasks))
+			j := pick(tasks, rng.IntN(nt))
 			tk := net.Tasks[j]
 			failed := tk.Node == res.failNode && tk.Round == res.failRound
 			_, _, err := net.FinishTask(j, failed)
 			check("task done", err)
+		case x >= wd+wr+wt+wf:
+			advance()
 		default:
-			switch c := rng.IntN(4); {
+			switch c := rng.IntN(5); {
+			case c == 4 && hangsLeft > 0:
+				// Stop a node, or let a stopped one go on.
+				k := rng.IntN(n)
+				if !net.Hung(k) {
+					hangsLeft--
+					res.hangs++
+				}
+				net.Hang(k, !net.Hung(k))
+				if trace != nil {
+					trace(fmt.Sprintf("n%d hung=%v", k, net.Hung(k)))
+				}
 			case c == 0 && len(down) > 0:
-				restore(rng.IntN(len(down)))
+				j := rng.IntN(len(down))
+				if p := down[j]; !hung(p) && !hung(p+1) {
+					restore(j)
+				}
 			case c == 1 && dropsLeft > 0:
 				p := rng.IntN(n - 1)
 				if net.Up(p) {
@@ -549,8 +731,8 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 			case c == 3 && crashesLeft > 0:
 				crashesLeft--
 				k := rng.IntN(n)
-				if len(net.Tasks) > 0 && rng.IntN(2) == 0 {
-					k = net.Tasks[rng.IntN(len(net.Tasks))].Node // kill it inside its task
+				if nt > 0 && rng.IntN(2) == 0 {
+					k = net.Tasks[pick(tasks, rng.IntN(nt))].Node // kill it inside its task
 				}
 				crash(k)
 			}
@@ -561,14 +743,31 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	budget := 40*n*k + 200
 	for res.err == nil && res.steps < budget && honest(true) {
 	}
-	// Liveness: heal every link, then run to quiescence without faults.
+	// Liveness: every stopped node goes on, every link heals, then run to
+	// quiescence without faults; with timeouts, the clock moves on until
+	// every round is over everywhere (done, or ended by a timeout).
+	for i := range n {
+		if hung(i) {
+			net.Hang(i, false)
+		}
+	}
 	for res.err == nil && len(down) > 0 {
 		restore(0)
 	}
-	for limit := res.steps + 40*n*k + 10000; res.err == nil && honest(false); {
-		if res.steps > limit {
-			fail(errors.New("no quiescence after healing (livelock)"))
+	for limit, waits := res.steps+40*n*k+10000, 0; res.err == nil; {
+		for res.err == nil && honest(false) {
+			if res.steps > limit {
+				fail(errors.New("no quiescence after healing (livelock)"))
+			}
 		}
+		if !timed || res.err != nil || !slices.ContainsFunc(net.Nodes, func(nd *sim.Node) bool { return nd.M.Active() > 0 }) {
+			break
+		}
+		if waits++; waits > 20 {
+			fail(errors.New("rounds still open after every timeout ran out"))
+			break
+		}
+		net.Advance(tc.PhaseTimeout + tc.ExitWaveTimeout)
 	}
 	res.sent, res.lost = net.Sent, net.Lost
 	if res.err != nil {
@@ -576,6 +775,21 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	}
 	if net.InFlight() != 0 || len(net.Tasks) != 0 || len(pendingReady) != 0 {
 		fail(fmt.Errorf("not quiescent: %d in flight, %d tasks", net.InFlight(), len(net.Tasks)))
+		return res
+	}
+	if timed {
+		// Every round is over everywhere; one that every node finished
+		// normally passes the end-of-round checks.
+		for i, nd := range net.Nodes {
+			if got := nd.M.Active(); got != 0 {
+				fail(fmt.Errorf("node %d: Active() = %d, want 0", i, got))
+			}
+		}
+		for _, r := range res.rounds {
+			if !slices.ContainsFunc(chk.Round(r).Nodes, func(nd sim.NodeRef) bool { return !nd.Done }) {
+				fail(chk.CheckDone(r))
+			}
+		}
 		return res
 	}
 	for _, r := range res.rounds {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -30,7 +31,14 @@ import (
 //   - a node restarted from its journal is in the state the reference
 //     last saw, and only a task its restart interrupted may run again
 //     (Restarted, Rerun): the interrupted run and its re-run, or the
-//     restart taken as the task, are that task's one run.
+//     restart taken as the task, are that task's one run;
+//   - no timeout blames a healthy node (docs/DESIGN.md, "Time"): a
+//     neighbour reported silent is hung and its link up; one reported
+//     unreachable has its link down; a phase timeout comes once per state,
+//     at least PhaseTimeout after the round entered it (or this node
+//     became ready in SYNC); a final COMPLETE is given up at least
+//     ExitWaveTimeout after the round was done here, with the link to the
+//     predecessor down.
 type Checker struct {
 	// Faults allows re-sends (after a link came back, or replies to
 	// duplicates). Without it any re-send is an error.
@@ -56,9 +64,15 @@ type RoundRef struct {
 // NodeRef is what one node did in a round.
 type NodeRef struct {
 	LocalReady, Started, Finished, Failed, Aborted, Done bool
-	// GaveUp: the driver gave up handing the final COMPLETE over.
+	// GaveUp: the driver gave up handing the final COMPLETE over, or
+	// ExitWaveTimeout ran out.
 	GaveUp bool
 	State  protocol.State
+	// Since: when the round entered State here, or this node became
+	// locally ready in SYNC (the phase timeout counts from then); TimedOut:
+	// a phase timeout was reported since.
+	Since    time.Duration
+	TimedOut bool
 	// Restarts counts the node's restarts while its task was running;
 	// Reruns those after which the task ran again (resume policy rerun).
 	// The interrupted run and its re-run count as the task's one run.
@@ -140,6 +154,7 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 			if !nd.LocalReady {
 				nd.LocalReady = true
 				r.Ready++
+				nd.Since, nd.TimedOut = c.net.Now, false
 			}
 		case protocol.EvTaskDone:
 			if !nd.Started || nd.Finished || nd.Failed {
@@ -208,6 +223,7 @@ func (c *Checker) action(i int, a protocol.Action) error {
 			return fmt.Errorf("transition %v -> %v not allowed for a %v", a.From, a.State, role)
 		}
 		nd.State = a.State
+		nd.Since, nd.TimedOut = c.net.Now, false
 
 	case protocol.ActRunTask:
 		r := c.Round(a.Round)
@@ -302,7 +318,18 @@ func (c *Checker) action(i int, a protocol.Action) error {
 			}
 			nd.Done = true
 		case protocol.NotDelivered:
-			if !role.HasPred() || !nd.GaveUp || nd.Done || nd.State != protocol.StateDone || c.ev.Kind != protocol.EvUndelivered {
+			if c.ev.Kind == protocol.EvTick {
+				d := c.net.Nodes[i].cfg.ExitWaveTimeout
+				switch {
+				case d <= 0 || c.net.Now-nd.Since < d:
+					return fmt.Errorf("final COMPLETE given up %v after the round was done here, ExitWaveTimeout %v", c.net.Now-nd.Since, d)
+				case c.net.Up(i - 1):
+					return fmt.Errorf("final COMPLETE given up with the link to the predecessor up")
+				}
+				nd.GaveUp = true
+			}
+			if !role.HasPred() || !nd.GaveUp || nd.Done || nd.State != protocol.StateDone ||
+				c.ev.Kind != protocol.EvUndelivered && c.ev.Kind != protocol.EvTick {
 				return fmt.Errorf("not-delivered outcome without giving up on a final COMPLETE")
 			}
 		case protocol.TaskFailed:
@@ -318,9 +345,15 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 	case protocol.ActSave:
 		// Persisting changes nothing a neighbour can see.
+	case protocol.ActTimeout:
+		return c.timeout(i, a)
 	case protocol.ActOpened:
-		if nd := &c.Round(a.Round).Nodes[i]; nd.State != protocol.StateSync || nd.Started {
+		nd := &c.Round(a.Round).Nodes[i]
+		if nd.State != protocol.StateSync || nd.Started {
 			return fmt.Errorf("round opened again")
+		}
+		if !nd.LocalReady {
+			nd.Since, nd.TimedOut = c.net.Now, false
 		}
 		if a.To != 0 && (a.To != protocol.Pred || !role.HasPred()) {
 			return fmt.Errorf("round opened by a %v", a.To)
@@ -331,6 +364,55 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 	default:
 		return fmt.Errorf("unknown action kind %d", a.Kind)
+	}
+	return nil
+}
+
+// timeout checks that a timeout node i reported blames no healthy node.
+func (c *Checker) timeout(i int, a protocol.Action) error {
+	if c.ev.Kind != protocol.EvTick {
+		return fmt.Errorf("timeout reported on an event other than a tick")
+	}
+	cfg := c.net.Nodes[i].cfg
+	j, p := i+1, i // the neighbour, and the pair of links to it
+	if a.To == protocol.Pred {
+		j, p = i-1, i-1
+	}
+	switch a.Timeout {
+	case protocol.TimeoutSilence:
+		switch {
+		case cfg.Silence <= 0 || a.After < cfg.Silence:
+			return fmt.Errorf("silence after %v, Silence %v", a.After, cfg.Silence)
+		case j < 0 || j >= c.n || !c.net.Up(p):
+			return fmt.Errorf("silence of a neighbour without an up link")
+		case !c.net.Hung(j):
+			return fmt.Errorf("a live neighbour blamed for silence")
+		}
+	case protocol.TimeoutUnreachable:
+		switch {
+		case cfg.ConnectTimeout <= 0 || a.After < cfg.ConnectTimeout:
+			return fmt.Errorf("unreachable after %v, ConnectTimeout %v", a.After, cfg.ConnectTimeout)
+		case j < 0 || j >= c.n:
+			return fmt.Errorf("unreachable neighbour that does not exist")
+		case c.net.Up(p):
+			return fmt.Errorf("a neighbour on an up link blamed as unreachable")
+		}
+	case protocol.TimeoutPhase:
+		nd := &c.Round(a.Round).Nodes[i]
+		w := protocol.WaitIn(c.net.Nodes[i].Role, nd.State, nd.LocalReady)
+		switch {
+		case cfg.PhaseTimeout <= 0 || c.net.Now-nd.Since < cfg.PhaseTimeout:
+			return fmt.Errorf("phase timeout %v after the round entered %v, PhaseTimeout %v", c.net.Now-nd.Since, nd.State, cfg.PhaseTimeout)
+		case nd.TimedOut:
+			return fmt.Errorf("phase timeout twice in one state")
+		case a.From != nd.State || a.Wait != w:
+			return fmt.Errorf("phase timeout in %v waiting for %v, reference %v waiting for %v", a.From, a.Wait, nd.State, w)
+		case nd.State.Terminal():
+			return fmt.Errorf("phase timeout of a round over here")
+		}
+		nd.TimedOut = true
+	default:
+		return fmt.Errorf("unknown timeout %v", a.Timeout)
 	}
 	return nil
 }
@@ -439,6 +521,14 @@ func DescribeEvent(ev protocol.Event) string {
 		return fmt.Sprintf("delivered %q", ev.Round)
 	case protocol.EvUndelivered:
 		return fmt.Sprintf("undelivered %q", ev.Round)
+	case protocol.EvTick:
+		s := fmt.Sprintf("tick %v", ev.At)
+		if ev.Resumed {
+			s += " (resumed)"
+		}
+		return s
+	case protocol.EvLinkDown:
+		return fmt.Sprintf("link-down %v", ev.From)
 	}
 	return fmt.Sprintf("event %d", ev.Kind)
 }
@@ -464,6 +554,11 @@ func DescribeAction(a protocol.Action) string {
 		return fmt.Sprintf("%v restarted: %v", a.To, a.Msg)
 	case protocol.ActOpened:
 		return fmt.Sprintf("%q opened", a.Round)
+	case protocol.ActTimeout:
+		if a.Timeout == protocol.TimeoutPhase {
+			return fmt.Sprintf("%q timeout: %v waiting for %v", a.Round, a.From, a.Wait)
+		}
+		return fmt.Sprintf("timeout: %v %v after %v", a.To, a.Timeout, a.After)
 	}
 	return fmt.Sprintf("action %d", a.Kind)
 }

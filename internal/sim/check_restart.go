@@ -25,6 +25,8 @@ func (c *Checker) Restarted(i int, interrupted []string) error {
 			return err
 		}
 		nd := &c.rounds[id].Nodes[i]
+		// The new Machine counts its timeouts from the restart on.
+		nd.Since, nd.TimedOut = c.net.Now, false
 		running := nd.State == protocol.StateStart
 		if reported := slices.Contains(interrupted, id); running != reported {
 			return fmt.Errorf("node %d round %q: restart reports interrupted=%v, reference: task running=%v",

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/sim"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -305,5 +306,120 @@ func TestCheckerRerunOnlyInterrupted(t *testing.T) {
 	}
 	if err := chk.CheckDone("r"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// timeoutScenario runs three nodes with every timeout at 10 s under the
+// halt policy: A, B and C become ready, every task but C's runs, the link
+// A-B goes down, C's task finishes, so B is done but cannot hand its
+// final COMPLETE over; then the clock moves 1 s three times and 11 s
+// once. mutate, if set, rewrites the Machines' actions. It returns the
+// Checker's first error and the timeouts reported.
+func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev protocol.Event, acts []protocol.Action) []protocol.Action) (error, []protocol.Action) {
+	t.Helper()
+	net := sim.New(sim.Config{Names: []string{"A", "B", "C"}, Machine: func(_ int, pc *protocol.Config) {
+		pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = 10*time.Second, 10*time.Second, 10*time.Second, 10*time.Second
+	}})
+	net.Halt = true
+	chk := sim.NewChecker(net)
+	chk.Faults = true
+	var first error
+	chk.Attach(func(err error) {
+		if first == nil {
+			first = err
+		}
+	})
+	var seen []protocol.Action
+	net.Mutate = func(i int, ev protocol.Event, acts []protocol.Action) []protocol.Action {
+		if mutate != nil {
+			acts = mutate(net, i, ev, acts)
+		}
+		for _, a := range acts {
+			if a.Kind == protocol.ActTimeout || a.Kind == protocol.ActDone && a.Outcome == protocol.NotDelivered {
+				seen = append(seen, a)
+			}
+		}
+		return acts
+	}
+	for i := range net.Nodes {
+		net.Step(i, protocol.LocalReady("r"))
+	}
+	for steps := 0; steps < 100; steps++ {
+		if k := slices.IndexFunc(net.Tasks, func(tk sim.Task) bool { return tk.Node != 2 }); k >= 0 {
+			net.FinishTask(k, false)
+			continue
+		}
+		l := net.Oldest()
+		if l < 0 {
+			break
+		}
+		net.Deliver(l)
+	}
+	net.SetLink(0, false)
+	net.FinishTask(0, false)
+	net.Deliver(sim.Bwd(1)) // C->B COMPLETE: B's own, to A, is lost
+	for _, d := range []time.Duration{time.Second, time.Second, time.Second, 11 * time.Second} {
+		net.Advance(d)
+	}
+	return first, seen
+}
+
+// TestCheckerCatchesTimeoutBugs: the Checker's "no timeout blames a
+// healthy node" (docs/DESIGN.md, "Time") catches a Machine that blames a
+// live neighbour for silence, calls a neighbour on an up link
+// unreachable, times a phase out early or twice, or gives up an exit
+// wave early; the scenario itself passes and reports the timeouts it
+// must.
+func TestCheckerCatchesTimeoutBugs(t *testing.T) {
+	err, seen := timeoutScenario(t, nil)
+	if err != nil {
+		t.Fatalf("honest scenario: %v", err)
+	}
+	var got []string
+	for _, a := range seen {
+		got = append(got, sim.DescribeAction(a))
+	}
+	// A waits for the exit wave from B (phase), B's final COMPLETE cannot
+	// reach A (given up), and both ends of the A-B link find it down.
+	for _, want := range []string{`"r" timeout: COMPLETE waiting for COMPLETE`, `"r" over: not delivered`, "timeout: succ unreachable after 14s", "timeout: pred unreachable after 14s"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("honest scenario reported %q, missing %q", got, want)
+		}
+	}
+	onTick := func(node int, add protocol.Action) func(*sim.Network, int, protocol.Event, []protocol.Action) []protocol.Action {
+		return func(_ *sim.Network, i int, ev protocol.Event, acts []protocol.Action) []protocol.Action {
+			if ev.Kind == protocol.EvTick && i == node {
+				acts = append(acts, add)
+			}
+			return acts
+		}
+	}
+	bugs := []struct {
+		name, want string
+		mutate     func(*sim.Network, int, protocol.Event, []protocol.Action) []protocol.Action
+	}{
+		{"silence blamed on a live neighbour", "a live neighbour blamed for silence",
+			onTick(2, protocol.Action{Kind: protocol.ActTimeout, Timeout: protocol.TimeoutSilence, To: protocol.Pred, After: 10 * time.Second})},
+		{"unreachable on an up link", "on an up link blamed as unreachable",
+			onTick(2, protocol.Action{Kind: protocol.ActTimeout, Timeout: protocol.TimeoutUnreachable, To: protocol.Pred, After: 10 * time.Second})},
+		{"phase timeout early", "phase timeout 1s after the round entered COMPLETE",
+			onTick(0, protocol.Action{Kind: protocol.ActTimeout, Timeout: protocol.TimeoutPhase, Round: "r", From: protocol.StateComplete, Wait: protocol.WaitExit, To: protocol.Succ})},
+		{"exit wave given up early", "final COMPLETE given up 1s after",
+			onTick(1, protocol.Action{Kind: protocol.ActDone, Round: "r", Outcome: protocol.NotDelivered})},
+		{"phase timeout twice", "phase timeout twice in one state",
+			func(_ *sim.Network, _ int, _ protocol.Event, acts []protocol.Action) []protocol.Action {
+				for _, a := range acts {
+					if a.Kind == protocol.ActTimeout && a.Timeout == protocol.TimeoutPhase {
+						return append(acts, a)
+					}
+				}
+				return acts
+			}},
+	}
+	for _, b := range bugs {
+		err, _ := timeoutScenario(t, b.mutate)
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("seeded bug %q: checker said %v, want an error with %q", b.name, err, b.want)
+		}
 	}
 }

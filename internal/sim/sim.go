@@ -18,6 +18,15 @@
 // tasks gone, its links dropped), as a process killed and restarted with
 // the same state directory.
 //
+// Time is logical (docs/DESIGN.md, "Time"): the network has a clock, Now,
+// that moves only when the caller says (Advance), and every event it feeds
+// a Machine carries it, so the Machines' timeouts (phase, exit wave,
+// heartbeat silence, connect) run here deterministically. Advance ticks
+// every node that is not hung (Hang: a process stopped, that reads,
+// writes and ticks nothing), telling it that each live neighbour on an up
+// link was heard from (their heartbeats); with Halt the network applies a
+// driver's halt policy to the timeouts the Machines report.
+//
 // The package does no checking of its own beyond the codec round trip; see
 // Checker for the protocol invariants.
 package sim
@@ -26,6 +35,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/wire"
@@ -44,6 +55,9 @@ type Node struct {
 
 	cfg  protocol.Config
 	jpos map[string]int // round -> index in Journal
+	// hung: the node is stopped (Hang); resumed: it was, and has not
+	// ticked since.
+	hung, resumed bool
 }
 
 func (nd *Node) save(rec protocol.Record) {
@@ -94,11 +108,19 @@ type Network struct {
 	// Sent counts lines written to links; Lost counts sends on a link
 	// that was down (dropped, as a real driver would).
 	Sent, Lost int
+	// Now is the network's logical clock, stamped on every event (Advance
+	// moves it). It starts at one second.
+	Now time.Duration
+	// Halt applies a driver's halt policy to the Machines' timeouts: a
+	// phase timeout aborts its round; a silent or unreachable neighbour
+	// every unfinished round of the node that reported it.
+	Halt bool
 
-	links []link
-	busy  []int // links with queued lines, in no particular order
-	seq   uint64
-	out   []protocol.Action
+	links     []link
+	downSince []time.Duration // per pair p: when its links went down
+	busy      []int           // links with queued lines, in no particular order
+	seq       uint64
+	out       []protocol.Action
 }
 
 type pending struct {
@@ -129,7 +151,7 @@ func Bwd(p int) int { return 2*p + 1 }
 // New returns a Network with all links up and nothing in flight.
 func New(cfg Config) *Network {
 	n := len(cfg.Names)
-	net := &Network{Nodes: make([]*Node, n)}
+	net := &Network{Nodes: make([]*Node, n), Now: time.Second}
 	for i, name := range cfg.Names {
 		pc := protocol.Config{Role: protocol.RoleOf(i > 0, i < n-1)}
 		if cfg.Machine != nil {
@@ -149,6 +171,12 @@ func New(cfg Config) *Network {
 		lk.q.net = net
 		lk.up = true
 		lk.r = wire.NewReader(&lk.q)
+	}
+	net.downSince = make([]time.Duration, max(n-1, 0))
+	// The connections are there from the start: the Machines learn it.
+	for p := 0; p+1 < n; p++ {
+		net.Step(p, protocol.LinkUp(protocol.Succ))
+		net.Step(p+1, protocol.LinkUp(protocol.Pred))
 	}
 	return net
 }
@@ -175,6 +203,49 @@ func (n *Network) Link(from, to int) (int, bool) {
 // Up reports whether the links between nodes p and p+1 are up.
 func (n *Network) Up(p int) bool { return n.links[Fwd(p)].up }
 
+// DownSince returns when the links between nodes p and p+1 last went down.
+func (n *Network) DownSince(p int) time.Duration { return n.downSince[p] }
+
+// Hang stops node i (hung) or lets it go on: a hung node is a process
+// stopped (SIGSTOP, or hung): the caller delivers nothing to it and
+// finishes none of its tasks, Advance does not tick it, and its
+// neighbours hear nothing from it. Its first tick after it goes on says
+// Resumed.
+func (n *Network) Hang(i int, hung bool) {
+	nd := n.Nodes[i]
+	if nd.hung && !hung {
+		nd.resumed = true
+	}
+	nd.hung = hung
+}
+
+// Hung reports whether node i is hung.
+func (n *Network) Hung(i int) bool { return n.Nodes[i].hung }
+
+// Advance moves the clock by d and ticks every node that is not hung,
+// Head first, reporting as heard each neighbour that is not hung on an
+// up link (its heartbeats). It returns each tick's actions, by node.
+func (n *Network) Advance(d time.Duration) [][]protocol.Action {
+	n.Now += d
+	out := make([][]protocol.Action, len(n.Nodes))
+	for i, nd := range n.Nodes {
+		if nd.hung {
+			continue
+		}
+		var heard [3]time.Duration
+		if i > 0 && n.Up(i-1) && !n.Nodes[i-1].hung {
+			heard[protocol.Pred] = n.Now
+		}
+		if i+1 < len(n.Nodes) && n.Up(i) && !n.Nodes[i+1].hung {
+			heard[protocol.Succ] = n.Now
+		}
+		acts, _ := n.Step(i, protocol.Tick(n.Now, heard, nd.resumed))
+		nd.resumed = false
+		out[i] = slices.Clone(acts)
+	}
+	return out
+}
+
 // Pending returns the number of lines queued on link l.
 func (n *Network) Pending(l int) int { return len(n.links[l].pend) - n.links[l].head }
 
@@ -196,9 +267,18 @@ func (n *Network) Oldest() int {
 }
 
 // SetLink takes both links between nodes p and p+1 down (their queued
-// bytes are lost) or up again (as a new connection). It does not tell the
-// Machines: report protocol.LinkUp to both ends after bringing a link up.
+// bytes are lost; protocol.LinkDown is reported to both ends) or up again
+// (as a new connection): report protocol.LinkUp to both ends after
+// bringing a link up.
 func (n *Network) SetLink(p int, up bool) {
+	was := n.links[Fwd(p)].up
+	defer func() {
+		if was && !up {
+			n.downSince[p] = n.Now
+			n.Step(p, protocol.LinkDown(protocol.Succ, 0))
+			n.Step(p+1, protocol.LinkDown(protocol.Pred, 0))
+		}
+	}()
 	for _, l := range [2]int{Fwd(p), Bwd(p)} {
 		lk := &n.links[l]
 		if lk.up == up {
@@ -230,15 +310,29 @@ func (n *Network) Step(i int, ev protocol.Event) ([]protocol.Action, error) {
 }
 
 func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
+	if ev.At == 0 {
+		ev.At = n.Now
+	}
 	start := len(out)
 	acts, err := n.Nodes[i].M.Step(ev, out)
 	if err == nil && n.Mutate != nil {
 		acts = append(acts[:start], n.Mutate(i, ev, acts[start:])...)
 	}
-	var handed []string
+	var handed, aborts []string
 	if err == nil {
 		for _, a := range acts[start:] {
 			switch a.Kind {
+			case protocol.ActTimeout:
+				if !n.Halt {
+					break
+				}
+				if a.Timeout == protocol.TimeoutPhase {
+					aborts = append(aborts, a.Round)
+				} else {
+					ids := n.Nodes[i].M.Unfinished()
+					slices.Sort(ids)
+					aborts = append(aborts, ids...)
+				}
 			case protocol.ActSave:
 				n.Nodes[i].save(a.Record)
 			case protocol.ActSend:
@@ -257,6 +351,11 @@ func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]proto
 	}
 	for _, id := range handed {
 		acts, _ = n.step(i, protocol.Delivered(id), acts)
+	}
+	for _, id := range aborts {
+		if st, ok := n.Nodes[i].M.State(id); ok && !st.Terminal() {
+			acts, _ = n.step(i, protocol.Abort(id), acts)
+		}
 	}
 	return acts, err
 }
