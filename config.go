@@ -135,6 +135,10 @@ type Config struct {
 	// PhaseTimeout, if positive, is how long a round may wait for a
 	// neighbour in one state (for READY, START or COMPLETE) before the
 	// node reports a fault and aborts that round. Zero waits forever.
+	//
+	// These timeouts (and Heartbeat's silence) are the protocol machine's
+	// (docs/DESIGN.md, "Time"): the node's clock ticks it at least ten
+	// times per timeout, so each is reported within a tenth of it.
 	PhaseTimeout time.Duration
 	// WriteTimeout bounds one write to a neighbour; a peer that stops
 	// reading is disconnected after it. Default 10s.

@@ -326,12 +326,6 @@ func (n *Node) drop(l *link, err error) {
 		return
 	}
 	n.refused(l, err)
-	// The neighbour was healthy until now if this connection carried a
-	// line from it or lasted: a connection that is refused, fails
-	// authentication or flaps does not restart ConnectTimeout.
-	if l.heardAt() != 0 || time.Since(l.upAt) >= flapTime {
-		n.healthy[l.side] = time.Now()
-	}
 	if n.pred == l {
 		n.pred = nil
 		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
@@ -340,7 +334,13 @@ func (n *Node) drop(l *link, err error) {
 		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
 	}
 	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
-	n.linkDown(l.side)
+	// The machine counts ConnectTimeout from when the neighbour was last
+	// healthy: until now if this connection carried a line from it or
+	// lasted; one that is refused, fails authentication or flaps does
+	// not restart the count.
+	if err := n.step(protocol.LinkDown(l.side, n.since(l.heardAt()))); err != nil && n.broken == nil {
+		n.log.Error("internal error: link down", "err", err)
+	}
 }
 
 // linkUp records l as the current link on its side and re-sends what the
@@ -352,50 +352,10 @@ func (n *Node) linkUp(l *link) {
 	}
 }
 
-// announceUp stops side's ConnectTimeout watchdog and reports the link up.
-// Caller holds mu.
+// announceUp reports the link up. Caller holds mu.
 func (n *Node) announceUp(l *link) {
-	if t := n.down[l.side]; t != nil {
-		t.Stop()
-		n.down[l.side] = nil
-	}
 	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
 	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
-}
-
-// linkDown starts the ConnectTimeout watchdog for side. Caller holds mu.
-func (n *Node) linkDown(side protocol.Side) {
-	d := n.cfg.ConnectTimeout
-	if d <= 0 || n.closed {
-		return
-	}
-	if t := n.down[side]; t != nil {
-		t.Stop()
-	}
-	// ConnectTimeout counts from when the neighbour was last healthy.
-	wait := max(time.Until(n.healthy[side].Add(d)), 0)
-	n.down[side] = time.AfterFunc(wait, func() {
-		n.lock()
-		defer n.unlock()
-		up := n.succ != nil
-		if side == protocol.Pred {
-			up = n.pred != nil
-		}
-		if n.closed || up {
-			return
-		}
-		reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
-		if side == protocol.Pred {
-			reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
-		}
-		if !n.inProgress() {
-			// Nothing in progress yet: not a fault; keep watching.
-			n.healthy[side] = time.Now()
-			n.linkDown(side)
-			return
-		}
-		n.linkFault(FaultPeerUnreachable, side, reason, time.Since(n.healthy[side]).Round(time.Millisecond))
-	})
 }
 
 // configMismatch reports err, bad input on l, as a configuration mismatch

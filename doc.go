@@ -40,6 +40,9 @@
 // package secure. In this package, node.go holds the API and the
 // step-and-act loop, rounds.go the rounds table (waiters, results, the exit
 // wave), task.go the task runner, link.go a link with its outbox and
-// writer, connect.go accepting, dialing and reading, health.go heartbeats
-// and neighbour faults, state.go the journal's part.
+// writer, connect.go accepting, dialing and reading, health.go the clock
+// (heartbeat lines and the machine's ticks) and neighbour faults, state.go
+// the journal's part. The timeouts themselves are the machine's: the
+// driver stamps every event with the time and acts on protocol.ActTimeout
+// (docs/DESIGN.md, "Time").
 package chainsync

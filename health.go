@@ -1,30 +1,48 @@
 package chainsync
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// docs/DESIGN.md, "Heartbeats": an extension, off by default. A link that
-// carried nothing for the interval D gets the line HEARTBEAT; a neighbour
-// whose link is up but has said nothing for 3D while a round is in
-// progress is silent (stopped, hung or partitioned) and is blamed for it.
-// Only the silent node's own neighbours can see that, so nobody else is
-// blamed: a node further away sees at most a link that went down.
+// docs/DESIGN.md, "Heartbeats" and "Time". The machine owns the
+// timeouts (phase, exit wave, heartbeat silence, connect) and judges them
+// against the time the driver's events carry; this file is the driver's
+// clock: one goroutine that, a few times per shortest timeout, sends
+// HEARTBEAT on idle links (an extension, off by default) and steps a
+// Tick. A neighbour whose link is up but has said nothing for 3 heartbeat
+// intervals while a round is in progress is silent (stopped, hung or
+// partitioned) and is blamed for it; only the silent node's own
+// neighbours can see that, so nobody else is blamed: a node further away
+// sees at most a link that went down.
 
-// heartbeats runs while the node does, every D/2: it sends HEARTBEAT on
-// idle links and looks for silent neighbours, so a silent neighbour is
-// reported within 3D + D/2.
-func (n *Node) heartbeats() {
+// tickEvery is how often the clock ticks: half a heartbeat interval, and
+// at least ten times per timeout, within [5ms, 1s].
+func (n *Node) tickEvery() time.Duration {
+	d := time.Second
+	if hb := n.cfg.Heartbeat; hb > 0 {
+		d = min(d, hb/2)
+	}
+	for _, t := range []time.Duration{n.cfg.PhaseTimeout, n.cfg.ExitWaveTimeout, n.cfg.ConnectTimeout} {
+		if t > 0 {
+			d = min(d, t/10)
+		}
+	}
+	return max(d, 5*time.Millisecond)
+}
+
+// clock runs while the node does (Config timeouts or heartbeats): every
+// tickEvery it sends HEARTBEAT on links idle for an interval and steps a
+// Tick, so a silent neighbour is reported within 3 intervals and a half,
+// a timeout within a tenth of it.
+func (n *Node) clock() {
 	defer n.wg.Done()
-	d := n.cfg.Heartbeat
-	t := time.NewTicker(d / 2)
+	every := n.tickEvery()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	last := time.Now()
-	var woke int64 // UnixNano: silence is not counted before this
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -33,60 +51,50 @@ func (n *Node) heartbeats() {
 		}
 		n.lock()
 		now := time.Now()
-		if now.Sub(last) > d {
-			// This process itself did not run for longer than an
-			// interval (stopped with SIGSTOP, or starved): what its
-			// neighbours sent meanwhile may still be unread, so their
-			// silence is counted from now, never blamed on them.
-			woke = now.UnixNano()
-		}
+		// This process itself did not run for a while (stopped with
+		// SIGSTOP, or starved): what its neighbours sent meanwhile may
+		// still be unread, so their silence is counted from now, never
+		// blamed on them.
+		resumed := now.Sub(last) > max(n.cfg.Heartbeat, 4*every)
 		last = now
-		for _, l := range []*link{n.pred, n.succ} {
-			if l == nil {
-				continue
-			}
-			if now.Sub(time.Unix(0, l.lastSent.Load())) >= d {
-				n.queueLine(l, heartbeatLine, false, "")
-			}
-			// Silence counts from the peer's last line; on a connection
-			// it has not spoken on yet, from this node's first protocol
-			// line. Before that a successor holds the connection pending
-			// and says nothing (HEARTBEAT does not promote it), so its
-			// silence means nothing.
-			since := l.heardAt()
-			if since == 0 && !l.spokeAt.IsZero() {
-				since = l.spokeAt.UnixNano()
-			}
-			if since != 0 {
-				since = max(since, woke)
-			}
-			silent := now.Sub(time.Unix(0, since))
-			switch {
-			case since == 0 || silent < 3*d || !n.inProgress():
-				l.silent = false
-			case !l.silent:
-				l.silent = true // once per silence: it ends when the neighbour speaks
-				what := "predecessor"
-				if l.side == protocol.Succ {
-					what = "successor"
+		if hb := n.cfg.Heartbeat; hb > 0 {
+			for _, l := range []*link{n.pred, n.succ} {
+				if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
+					n.queueLine(l, heartbeatLine, false, "")
 				}
-				n.linkFault(FaultPeerSilent, l.side,
-					fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
-						what, n.peerName(l.side), silent.Round(time.Millisecond)), silent.Round(time.Millisecond))
+			}
+		}
+		if !n.closed {
+			if err := n.step(n.tick(resumed)); err != nil && n.broken == nil {
+				n.log.Error("internal error: tick", "err", err)
 			}
 		}
 		n.unlock()
 	}
 }
 
-var heartbeatLine = []byte("HEARTBEAT\n")
-
-// inProgress reports whether any round is in progress here: open in the
-// machine, or done but still handing its final COMPLETE over. Caller
-// holds mu.
-func (n *Node) inProgress() bool {
-	return n.active > 0
+// tick is the Tick event for now: when a line last arrived on each
+// current link. Caller holds mu.
+func (n *Node) tick(resumed bool) protocol.Event {
+	var heard [3]time.Duration
+	if l := n.pred; l != nil {
+		heard[protocol.Pred] = n.since(l.heardAt())
+	}
+	if l := n.succ; l != nil {
+		heard[protocol.Succ] = n.since(l.heardAt())
+	}
+	return protocol.Tick(time.Since(n.epoch), heard, resumed)
 }
+
+// since converts a UnixNano time (0: none) to the machine's time.
+func (n *Node) since(unixNano int64) time.Duration {
+	if unixNano == 0 {
+		return 0
+	}
+	return max(time.Unix(0, unixNano).Sub(n.epoch), 1)
+}
+
+var heartbeatLine = []byte("HEARTBEAT\n")
 
 // linkFault reports a fault that blames the neighbour on side. With
 // FaultHalt every unfinished round ends with it; with FaultWait the

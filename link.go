@@ -46,19 +46,11 @@ type link struct {
 	quit    chan struct{}
 	wdl     time.Time // writer only: when to refresh the write deadline
 
-	silent    bool         // heartbeats: reported silent, until it speaks again (node's mu)
-	upAt      time.Time    // when the connection was made
-	spokeAt   time.Time    // when the first protocol line was queued on it (node's mu; zero: none yet)
 	firstLine string       // the first line queued on it, HEARTBEAT included (node's mu)
 	firstAt   time.Time    // when (zero: none yet)
 	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
 	lastSent  atomic.Int64 // UnixNano of the last line queued to the peer
 }
-
-// flapTime: a connection that carried nothing from the peer and lasted
-// less than this is a flap; it does not count as the neighbour being
-// healthy (Config.ConnectTimeout).
-const flapTime = 2 * time.Second
 
 // heard records that a line arrived from the peer.
 func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
@@ -67,9 +59,9 @@ func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
 func (l *link) heardAt() int64 { return l.lastRecv.Load() }
 
 func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
-	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n, upAt: time.Now(),
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n,
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
-	l.lastSent.Store(l.upAt.UnixNano())
+	l.lastSent.Store(time.Now().UnixNano())
 	return l
 }
 

@@ -45,16 +45,14 @@ type Node struct {
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
 	rounds  map[string]*roundInfo
-	over    []string       // finished rounds in rounds, oldest first (pruned past keepResults)
-	down    [3]*time.Timer // per side: ConnectTimeout watchdog while down
-	faults  []Fault        // the most recent faults, for Snapshot (at most keepFaults)
+	over    []string // finished rounds in rounds, oldest first (pruned past keepResults)
+	faults  []Fault  // the most recent faults, for Snapshot (at most keepFaults)
 	j       *journal.Journal
-	broken  error        // the journal failed: the node acts no more
-	healthy [3]time.Time // per side: when the neighbour was last known healthy (ConnectTimeout)
-	cur     *batch       // what steps queued, carried out by unlock
-	spare   *batch       // the other batch, reused
-	acting  bool         // a goroutine is carrying batches out (in unlock)
-	idle    *sync.Cond   // signalled when acting ends
+	broken  error      // the journal failed: the node acts no more
+	cur     *batch     // what steps queued, carried out by unlock
+	spare   *batch     // the other batch, reused
+	acting  bool       // a goroutine is carrying batches out (in unlock)
+	idle    *sync.Cond // signalled when acting ends
 
 	// A durable node's committer goroutine (lock.go): woken by commit,
 	// stopped by commitQuit, closes commitDone.
@@ -80,6 +78,12 @@ type Node struct {
 	roundsSig chan struct{}
 	roundsQ   []string
 	notices   []protocol.Notice // neighbours' notices, acted on once the step's actions are done
+	timeouts  []protocol.Action // the machine's timeouts, acted on once the step's actions are done
+	// timing: some timeout or heartbeats are configured, so every event
+	// carries the time since epoch (a second before Start) and the clock
+	// goroutine ticks the machine (health.go).
+	timing bool
+	epoch  time.Time
 	// mismatched: the configuration mismatches reported, each once.
 	mismatched map[mismatchKey]bool
 	// refusedOnce: the successor's refusal of a first line was logged.
@@ -181,6 +185,14 @@ func Start(cfg Config) (*Node, error) {
 	}
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0
+	// The timeouts are the machine's, in the time the driver's events
+	// carry (docs/DESIGN.md, "Time").
+	pc.PhaseTimeout, pc.ExitWaveTimeout, pc.ConnectTimeout = cfg.PhaseTimeout, cfg.ExitWaveTimeout, cfg.ConnectTimeout
+	if cfg.Heartbeat > 0 {
+		pc.Silence = 3 * cfg.Heartbeat
+	}
+	n.timing = pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0
+	n.epoch = time.Now().Add(-time.Second) // so that every At is positive
 	n.m = protocol.New(pc)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.roundsCh = make(chan string)
@@ -244,19 +256,20 @@ func Start(cfg Config) (*Node, error) {
 		go n.committer()
 	}
 	n.lock()
-	now := time.Now()
-	n.healthy = [3]time.Time{now, now, now}
-	if n.cfg.Heartbeat > 0 {
+	if n.timing {
+		// The machine learns the time: its timeouts count from now, for
+		// the rounds restored from the journal too.
+		if err := n.step(n.tick(false)); err != nil {
+			n.log.Error("internal error: first tick", "err", err)
+		}
 		n.wg.Add(1)
-		go n.heartbeats()
+		go n.clock()
 	}
 	if n.ln != nil {
-		n.linkDown(protocol.Pred)
 		n.wg.Add(1)
 		go n.acceptLoop()
 	}
 	if n.role.HasSucc() {
-		n.linkDown(protocol.Succ)
 		n.wg.Add(1)
 		go n.dialLoop()
 	}
@@ -298,9 +311,6 @@ func (n *Node) Ready(round string) error {
 		return err
 	}
 	ri.ready = true
-	if ri.state == protocol.StateSync {
-		n.armPhase(round, ri, ri.state) // now waiting for the predecessor's READY
-	}
 	return nil
 }
 
@@ -466,16 +476,6 @@ func (n *Node) Close() error {
 	for l := range n.pending {
 		l.c.Close()
 	}
-	for _, ri := range n.rounds {
-		if ri.exitTimer != nil {
-			ri.exitTimer.Stop()
-		}
-	}
-	for _, t := range n.down {
-		if t != nil {
-			t.Stop()
-		}
-	}
 	n.unlock()
 	n.cancel()
 	if n.ln != nil {
@@ -501,14 +501,19 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// step feeds ev to the machine and carries out the actions. Caller holds mu.
+// step feeds ev to the machine, stamped with the time if the node keeps
+// time, and carries out the actions. Caller holds mu.
 func (n *Node) step(ev protocol.Event) error {
+	if n.timing && ev.At == 0 {
+		ev.At = time.Since(n.epoch)
+	}
 	acts, err := n.stepSaved(ev, n.acts[:0])
 	if err != nil {
 		return err
 	}
 	n.acts = acts
 	n.perform(acts)
+	n.actOnTimeouts()
 	n.actOnNotices()
 	return nil
 }
@@ -581,12 +586,11 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActOpened:
 		n.active++
 		n.opened(a.Round, a.To == protocol.Pred)
-		if a.To == protocol.Pred {
-			n.watchOpened(a.Round)
-		}
 		if ri := n.rounds[a.Round]; ri != nil {
 			ri.state = protocol.StateSync
 		}
+	case protocol.ActTimeout:
+		n.timeouts = append(n.timeouts, *a)
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()
@@ -595,10 +599,6 @@ func (n *Node) act(a *protocol.Action) {
 			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
 		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
-		n.armPhase(a.Round, ri, a.State)
-		if a.Wait == protocol.WaitHandOver {
-			n.awaitExit(a.Round, ri)
-		}
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActNotice:
@@ -606,9 +606,6 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActDone:
 		n.active--
 		ri := n.round(a.Round)
-		if ri.exitTimer != nil {
-			ri.exitTimer.Stop()
-		}
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {
 		case protocol.TaskFailed:
@@ -675,9 +672,6 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
 	n.queueLine(l, n.wbuf, exitWave, msg.Round)
-	if l.spokeAt.IsZero() {
-		l.spokeAt = time.Now()
-	}
 }
 
 // writeFailed closes a link whose write failed or timed out.

@@ -10,15 +10,15 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// roundInfo is the driver's view of one round: its waiters and its timer.
+// roundInfo is the driver's view of one round: its state, its waiters
+// and its result.
 type roundInfo struct {
 	done  chan struct{} // closed once res is set and on disk (by unlock)
 	over  bool          // res is set
 	res   Result
-	timer *time.Timer // PhaseTimeout
-	cause error       // why the round is ending: the task's error or the fault
-	ready bool        // this node was told it is locally ready
-	since time.Time   // when the round entered its current state
+	cause error     // why the round is ending: the task's error or the fault
+	ready bool      // this node was told it is locally ready
+	since time.Time // when the round entered its current state
 	// state is the round's state as the machine's actions last said
 	// (ActOpened, ActState; Restore on resume); 0: the machine has not
 	// opened the round, or opened it before this record existed (a
@@ -27,12 +27,12 @@ type roundInfo struct {
 	// The exit wave: a round that is over at this node (state DONE) is
 	// finished only once its final COMPLETE was handed to a live
 	// predecessor connection (docs/DESIGN.md, "Restarts and durable
-	// state"); the machine says so (protocol.Delivered).
-	exitTimer *time.Timer // ExitWaveTimeout while the machine waits for that
-	waiters   int         // Wait calls blocked on this round
-	timedOut  bool        // the task failed by running past TaskTimeout
-	opened    time.Time   // when this node first heard of the round
-	ended     time.Time   // when the round ended here
+	// state"); the machine says so (protocol.Delivered) and bounds the
+	// wait by ExitWaveTimeout.
+	waiters  int       // Wait calls blocked on this round
+	timedOut bool      // the task failed by running past TaskTimeout
+	opened   time.Time // when this node first heard of the round
+	ended    time.Time // when the round ended here
 	// unsent, per side, is the message the machine sent while that link
 	// was down and no connection has carried yet: when the link comes up
 	// it goes out for the first time, not as a re-send.
@@ -94,9 +94,6 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	if ri.finished() {
 		return
 	}
-	if ri.timer != nil {
-		ri.timer.Stop()
-	}
 	ri.res = res
 	ri.ended = time.Now()
 	ri.over = true
@@ -144,59 +141,56 @@ func faultKindOf(err error) FaultKind {
 	return ""
 }
 
-// armPhase (re)starts the round's PhaseTimeout for a state in which it waits
-// for a neighbour. Caller holds mu.
-func (n *Node) armPhase(id string, ri *roundInfo, st protocol.State) {
-	if ri.timer != nil {
-		ri.timer.Stop()
-		ri.timer = nil
+// phaseTimeout acts on the machine's phase timeout a for a round: a
+// round this node never claimed ends whatever the policy; otherwise the
+// fault is reported and, under the halt policy, ends the round. Caller
+// holds mu.
+func (n *Node) phaseTimeout(a protocol.Action) {
+	id := a.Round
+	if ri := n.rounds[id]; ri != nil && ri.finished() {
+		return // ended meanwhile (another timeout of the same tick)
 	}
-	d := n.cfg.PhaseTimeout
-	// A round in SYNC at a node with a predecessor waits for it, or, if
-	// the predecessor opened it, for this node to claim it.
-	opened := st == protocol.StateSync && n.role.HasPred()
-	if _, side := protocol.WaitIn(n.role, st, ri.ready).Msg(); d <= 0 || side == 0 && !opened {
+	if a.Wait == protocol.WaitLocal {
+		// A round this node never claimed must not hold a slot for ever,
+		// whatever the policy.
+		n.abort(id, FaultPhaseTimeout, 0, "the predecessor opened this round but this node never became locally ready for it", a.After)
 		return
 	}
-	ri.timer = time.AfterFunc(d, func() {
-		n.lock()
-		defer n.unlock()
-		if n.closed || ri.state != st {
-			return
-		}
-		w := protocol.WaitIn(n.role, st, ri.ready)
-		if w == protocol.WaitLocal {
-			// A round this node never claimed must not hold a slot for
-			// ever, whatever the policy.
-			n.abort(id, FaultPhaseTimeout, 0, "the predecessor opened this round but this node never became locally ready for it", d)
-			return
-		}
-		cmd, side := w.Msg()
-		// A phase timeout knows which way the round waits, not who is
-		// slow: the neighbour, or any node beyond it. It names no peer.
-		reason := fmt.Sprintf("no %s from the %s (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)",
-			cmd, sideWord(side))
-		fe := &FaultError{Round: id, State: st, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: d}
-		n.recordFault(fe.fault())
-		if n.cfg.FaultPolicy == FaultWait {
-			n.log.Warn("fault policy wait: the round keeps waiting", "round", id)
-			return
-		}
-		n.endRound(id, fe)
-	})
+	cmd, side := a.Wait.Msg()
+	// A phase timeout knows which way the round waits, not who is slow:
+	// the neighbour, or any node beyond it. It names no peer.
+	reason := fmt.Sprintf("no %s from the %s (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)",
+		cmd, sideWord(side))
+	fe := &FaultError{Round: id, State: a.From, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: a.After}
+	n.recordFault(fe.fault())
+	if n.cfg.FaultPolicy == FaultWait {
+		n.log.Warn("fault policy wait: the round keeps waiting", "round", id)
+		return
+	}
+	n.endRound(id, fe)
 }
 
-// watchOpened starts PhaseTimeout for a round a predecessor's READY just
-// opened (ActOpened), so a round this node never claims cannot hold a
-// MaxRounds slot for ever. Without PhaseTimeout it keeps no record of the
-// round. Caller holds mu.
-func (n *Node) watchOpened(id string) {
-	if n.cfg.PhaseTimeout <= 0 {
-		return
-	}
-	if ri := n.round(id); ri.timer == nil {
-		ri.state = protocol.StateSync
-		n.armPhase(id, ri, protocol.StateSync)
+// actOnTimeouts applies the fault policy to the timeouts a step brought
+// (ActTimeout), after its actions: ending a round steps the machine
+// again. Caller holds mu.
+func (n *Node) actOnTimeouts() {
+	for len(n.timeouts) > 0 {
+		a := n.timeouts[0]
+		n.timeouts = n.timeouts[1:]
+		switch a.Timeout {
+		case protocol.TimeoutPhase:
+			n.phaseTimeout(a)
+		case protocol.TimeoutSilence:
+			n.linkFault(FaultPeerSilent, a.To,
+				fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
+					sideWord(a.To), n.peerName(a.To), a.After.Round(time.Millisecond)), a.After.Round(time.Millisecond))
+		case protocol.TimeoutUnreachable:
+			reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
+			if a.To == protocol.Pred {
+				reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+			}
+			n.linkFault(FaultPeerUnreachable, a.To, reason, a.After.Round(time.Millisecond))
+		}
 	}
 }
 
@@ -222,30 +216,6 @@ func sideWord(side protocol.Side) string {
 		return "successor"
 	}
 	return "predecessor"
-}
-
-// awaitExit bounds by ExitWaveTimeout the time a round whose part is
-// done at this node waits for its final COMPLETE to be handed to a live
-// predecessor connection; then the node gives up (protocol.Undelivered).
-// Caller holds mu.
-func (n *Node) awaitExit(id string, ri *roundInfo) {
-	if ri.timer != nil {
-		ri.timer.Stop()
-	}
-	d := n.cfg.ExitWaveTimeout
-	if d <= 0 || ri.exitTimer != nil {
-		return
-	}
-	ri.exitTimer = time.AfterFunc(d, func() {
-		n.lock()
-		defer n.unlock()
-		if n.closed || ri.finished() {
-			return
-		}
-		if err := n.step(protocol.Undelivered(id)); err != nil && n.broken == nil {
-			n.log.Error("internal error: exit wave undelivered", "round", id, "err", err)
-		}
-	})
 }
 
 // delivered is told by a link's writer that the final COMPLETE of rounds

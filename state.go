@@ -58,8 +58,8 @@ func (n *Node) resume(st *journal.State) {
 		switch rec.State {
 		case protocol.StateDone:
 			if handingOver {
-				// The machine re-sends it when the link comes up.
-				n.awaitExit(rec.Round, ri)
+				// The machine re-sends it when the link comes up, and
+				// bounds the wait by ExitWaveTimeout.
 				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 			} else {
 				n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
@@ -81,7 +81,6 @@ func (n *Node) resume(st *journal.State) {
 			n.resumeTask(rec.Round, ri)
 		default:
 			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
-			n.armPhase(rec.Round, ri, rec.State)
 			if n.cfg.Follow && !rec.LocalReady && rec.PredReady {
 				n.announceRound(rec.Round) // the application learns it again
 			}

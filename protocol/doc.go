@@ -4,8 +4,11 @@
 //
 // It does no I/O: no sockets, goroutines, clocks or files. A Machine takes
 // events (a message from a neighbour, local readiness, a finished task, a
-// link that came back, an abort) and returns actions (send a message, run
-// the task, a state change, a finished round). That makes the whole
+// link that came back or went down, an abort, a tick of the driver's
+// clock) and returns actions (send a message, run the task, a state
+// change, a finished round, a timeout). Time is an input: events carry it
+// (Event.At) and the machine judges its timeouts against it, so they run
+// in simulations and golden traces like the rest of the protocol. That makes the whole
 // protocol testable deterministically, the way etcd's raft package is.
 //
 // # Usage
@@ -22,7 +25,7 @@
 //     that link (dropping it if the link is down is fine: it is re-sent on
 //     EvLinkUp); ActRunTask starts the task and later reports TaskDone;
 //     ActState (with what the round now waits for) and ActDone are for
-//     logs, timers and waiters. ActSave (Durable
+//     logs, traces and waiters. ActSave (Durable
 //     only) comes first among a step's actions: write its Record to
 //     durable storage, and sync, before carrying out any other action of
 //     the step. ActPeerRestarted reports a neighbour that came back without
@@ -37,4 +40,11 @@
 //     was handed to a live connection: at a node with a predecessor a
 //     round in StateDone is over (ActDone) only then. Report Undelivered
 //     to give up on that (the round ends NotDelivered).
+//  7. With timeouts (Config.PhaseTimeout, ExitWaveTimeout, Silence,
+//     ConnectTimeout): stamp every event with Event.At, report LinkDown
+//     when a connection is gone, and step Tick a few times per shortest
+//     timeout, with when a line last arrived on each link. ActTimeout
+//     says a timeout ran out; the machine changed nothing, the caller
+//     applies its fault policy (Abort the round, or every round, or
+//     wait).
 package protocol

@@ -314,8 +314,8 @@ func TestCheckerRerunOnlyInterrupted(t *testing.T) {
 // A-B goes down, C's task finishes, so B is done but cannot hand its
 // final COMPLETE over; then the clock moves 1 s three times and 11 s
 // once. mutate, if set, rewrites the Machines' actions. It returns the
-// Checker's first error and the timeouts reported.
-func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev protocol.Event, acts []protocol.Action) []protocol.Action) (error, []protocol.Action) {
+// timeouts reported and the Checker's first error.
+func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev protocol.Event, acts []protocol.Action) []protocol.Action) ([]protocol.Action, error) {
 	t.Helper()
 	net := sim.New(sim.Config{Names: []string{"A", "B", "C"}, Machine: func(_ int, pc *protocol.Config) {
 		pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = 10*time.Second, 10*time.Second, 10*time.Second, 10*time.Second
@@ -361,7 +361,7 @@ func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev proto
 	for _, d := range []time.Duration{time.Second, time.Second, time.Second, 11 * time.Second} {
 		net.Advance(d)
 	}
-	return first, seen
+	return seen, first
 }
 
 // TestCheckerCatchesTimeoutBugs: the Checker's "no timeout blames a
@@ -371,7 +371,7 @@ func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev proto
 // wave early; the scenario itself passes and reports the timeouts it
 // must.
 func TestCheckerCatchesTimeoutBugs(t *testing.T) {
-	err, seen := timeoutScenario(t, nil)
+	seen, err := timeoutScenario(t, nil)
 	if err != nil {
 		t.Fatalf("honest scenario: %v", err)
 	}
@@ -417,7 +417,7 @@ func TestCheckerCatchesTimeoutBugs(t *testing.T) {
 			}},
 	}
 	for _, b := range bugs {
-		err, _ := timeoutScenario(t, b.mutate)
+		_, err := timeoutScenario(t, b.mutate)
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("seeded bug %q: checker said %v, want an error with %q", b.name, err, b.want)
 		}
