@@ -156,6 +156,8 @@ func TestSimulateTimeouts(t *testing.T) {
 				sum.hangs += res.hangs
 				sum.crashes += res.crashes
 				sum.gaveUp += res.gaveUp
+				sum.doneEverywhere += res.doneEverywhere
+				sum.rounds = append(sum.rounds, res.rounds...)
 				for k, c := range res.timeouts {
 					sum.timeouts[k] += c
 				}
@@ -168,10 +170,12 @@ func TestSimulateTimeouts(t *testing.T) {
 			return
 		}
 		to := sum.timeouts
-		t.Logf("%d schedules: %d hangs, %d crash-restarts; timeouts: %d phase, %d silence, %d unreachable; %d final COMPLETEs given up",
-			total, sum.hangs, sum.crashes, to[protocol.TimeoutPhase], to[protocol.TimeoutSilence], to[protocol.TimeoutUnreachable], sum.gaveUp)
-		if total >= 1000 && (to[protocol.TimeoutPhase] == 0 || to[protocol.TimeoutSilence] == 0 || to[protocol.TimeoutUnreachable] == 0 || sum.gaveUp == 0 || sum.crashes == 0) {
-			t.Errorf("schedules too tame: every kind of timeout, a given-up exit wave and a crash must occur")
+		t.Logf("%d schedules: %d hangs, %d crash-restarts; timeouts: %d phase, %d silence, %d unreachable; %d final COMPLETEs given up; %d of %d rounds done everywhere",
+			total, sum.hangs, sum.crashes, to[protocol.TimeoutPhase], to[protocol.TimeoutSilence], to[protocol.TimeoutUnreachable], sum.gaveUp,
+			sum.doneEverywhere, len(sum.rounds))
+		if total >= 1000 && (to[protocol.TimeoutPhase] == 0 || to[protocol.TimeoutSilence] == 0 || to[protocol.TimeoutUnreachable] == 0 ||
+			sum.gaveUp == 0 || sum.crashes == 0 || sum.doneEverywhere < len(sum.rounds)/20) {
+			t.Errorf("schedules too tame: every kind of timeout, a given-up exit wave, a crash and rounds done everywhere despite them must occur")
 		}
 	})
 }
@@ -340,6 +344,7 @@ type schedResult struct {
 	hangs, advances int
 	timeouts        [4]int
 	gaveUp          int
+	doneEverywhere  int // rounds every node finished normally
 	err             error
 }
 
@@ -408,10 +413,10 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	timed := ext != nil && ext.timed
 	var tc protocol.Config // the timeouts of a timed schedule
 	if timed {
-		tc.PhaseTimeout = time.Duration(5+rng.IntN(30)) * time.Second
+		tc.PhaseTimeout = time.Duration(10+rng.IntN(50)) * time.Second
 		tc.ExitWaveTimeout = time.Duration(5+rng.IntN(30)) * time.Second
 		tc.Silence = time.Duration(1+rng.IntN(5)) * 3 * time.Second
-		tc.ConnectTimeout = time.Duration(5+rng.IntN(30)) * time.Second
+		tc.ConnectTimeout = time.Duration(10+rng.IntN(50)) * time.Second
 	}
 	net := sim.New(sim.Config{Names: names, Machine: func(_ int, pc *protocol.Config) {
 		pc.Durable = res.durable
@@ -600,13 +605,22 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 	}
 	hangsLeft, wTime := 0, 0
 	if timed {
-		hangsLeft, wTime = 1+rng.IntN(3), 1+rng.IntN(4)
+		hangsLeft, wTime = rng.IntN(3), 1+rng.IntN(2)
 	}
 	// advance moves the clock by a draw from short to long (past every
 	// timeout).
 	advance := func() {
 		res.advances++
-		d := [...]time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second, 40 * time.Second}[rng.IntN(5)]
+		// Mostly short moves, now and then one past the timeouts.
+		d := 100 * time.Millisecond
+		switch x := rng.IntN(32); {
+		case x == 0:
+			d = 40 * time.Second
+		case x < 3:
+			d = 10 * time.Second
+		case x < 12:
+			d = time.Second
+		}
 		net.Advance(d)
 		if trace != nil {
 			trace(fmt.Sprintf("clock +%v = %v", d, net.Now))
@@ -787,6 +801,7 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		}
 		for _, r := range res.rounds {
 			if !slices.ContainsFunc(chk.Round(r).Nodes, func(nd sim.NodeRef) bool { return !nd.Done }) {
+				res.doneEverywhere++
 				fail(chk.CheckDone(r))
 			}
 		}
