@@ -55,7 +55,11 @@ func (n *Node) clock() {
 		// SIGSTOP, or starved): what its neighbours sent meanwhile may
 		// still be unread, so their silence is counted from now, never
 		// blamed on them.
-		resumed := now.Sub(last) > max(n.cfg.Heartbeat, 4*every)
+		stalled := 4 * every
+		if n.cfg.Heartbeat > 0 {
+			stalled = n.cfg.Heartbeat
+		}
+		resumed := now.Sub(last) > stalled
 		last = now
 		if hb := n.cfg.Heartbeat; hb > 0 {
 			for _, l := range []*link{n.pred, n.succ} {
