@@ -127,6 +127,8 @@ func testRandomChain(t *testing.T, n int, form string) {
 	readyAt := make([]int64, n) // unix ns, taken just after the file exists
 	t0 := time.Now()
 	for _, e := range plan {
+		// The random schedule is the test's subject: nodes start and
+		// become ready in any order, at any time.
 		time.Sleep(time.Until(t0.Add(e.at)))
 		i := e.node
 		readyFile := filepath.Join(dir, "ready."+names[i])
@@ -188,7 +190,7 @@ func TestConcurrentRounds(t *testing.T) {
 		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
 		args = append(args, "--rounds", strconv.Itoa(rounds), "--")
 		procs[i] = startProc(t, names[i], []string{"DIR=" + dir}, append(args, task...)...)
-		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond) // a random start order and spacing is the test's subject
 	}
 	for i, p := range procs {
 		if code := p.wait(t, 20*time.Second); code != 0 {
@@ -278,14 +280,13 @@ func TestSIGTERMStopsTask(t *testing.T) {
 	// the test.
 	task := `trap 'echo got-term > "$F"; kill $! 2>/dev/null; exit 1' TERM; echo up > "$F.up"; sleep 30 & wait`
 	p := startProc(t, "single", []string{"F=" + f}, "run", "--name", "S", "--", "sh", "-c", task)
-	deadline := time.Now().Add(5 * time.Second)
-	for !exists(f + ".up") {
-		if time.Now().After(deadline) || !p.running() {
-			t.Fatalf("the task did not start (node running: %v)", p.running())
-		}
-		time.Sleep(5 * time.Millisecond)
+	// A signal that comes before sh reaches its wait is trapped all the
+	// same (sh runs a trap between commands), so the task being up is
+	// all the signal needs.
+	waitFor(t, 5*time.Second, "task up", func() bool { return exists(f+".up") || !p.running() })
+	if !p.running() {
+		t.Fatalf("the task did not start: the node exited %d", p.code)
 	}
-	time.Sleep(50 * time.Millisecond) // let sh reach its wait
 	sent := time.Now()
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t, 5*time.Second); code != 130 {

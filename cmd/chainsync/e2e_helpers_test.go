@@ -202,31 +202,72 @@ func (p *proc) signal(t *testing.T, s os.Signal) {
 	}
 }
 
+// pollEvery is how often poll looks again.
+const pollEvery = 5 * time.Millisecond
+
+// poll calls cond until it holds or d has passed, and reports whether it
+// held. It holds the only polling sleep of these tests: every wait for a
+// file, a log line, a port or a process state goes through it.
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// waitFor waits up to d for cond to hold and fails the test, naming what
+// it waited for, if it does not.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(d, cond) {
+		t.Fatalf("no %s within %v", what, d)
+	}
+}
+
 // waitLog waits up to d for a stderr line for which match is true and
 // returns it.
 func (p *proc) waitLog(t *testing.T, d time.Duration, what string, match func(line string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	var found string
+	ok := false
+	seen := func() bool {
 		for _, l := range strings.Split(p.err.String(), "\n") {
 			if match(l) {
-				return l
+				found, ok = l, true
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no log line %s within %v", p.name, what, d)
-		}
-		if !p.running() {
-			// One last look: the line may have been written just before exit.
-			for _, l := range strings.Split(p.err.String(), "\n") {
-				if match(l) {
-					return l
-				}
-			}
-			t.Fatalf("%s exited (%d) without a log line %s", p.name, p.code, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return false
 	}
+	exited := false
+	poll(d, func() bool {
+		if seen() {
+			return true
+		}
+		// One last look once it has exited: the line may have been
+		// written just before exit.
+		if !p.running() {
+			exited = true
+			seen()
+			return true
+		}
+		return false
+	})
+	switch {
+	case ok:
+		return found
+	case exited:
+		t.Fatalf("%s exited (%d) without a log line %s", p.name, p.code, what)
+	default:
+		t.Fatalf("%s: no log line %s within %v", p.name, what, d)
+	}
+	return ""
 }
 
 func containsAll(subs ...string) func(string) bool {
@@ -307,17 +348,15 @@ func newRaw(t *testing.T, c net.Conn) *rawConn {
 // dialRaw connects to addr, retrying until the node listens there.
 func dialRaw(t *testing.T, addr string, within time.Duration) *rawConn {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return newRaw(t, c)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dial %s: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var c net.Conn
+	var err error
+	if !poll(within, func() bool {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+		return err == nil
+	}) {
+		t.Fatalf("dial %s: %v", addr, err)
 	}
+	return newRaw(t, c)
 }
 
 // listenRaw opens a listener the node under test dials as its successor.

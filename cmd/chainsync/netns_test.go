@@ -170,13 +170,7 @@ func (tp *netnsTopo) startChain(t *testing.T, dir string, extra map[string][]str
 // waitFile waits up to d for path to exist.
 func waitFile(t *testing.T, path string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !exists(path) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within %v", path, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, d, "file "+path, func() bool { return exists(path) })
 }
 
 // checkRanInOrder checks that each node in nodes ran its task exactly once,
@@ -255,6 +249,8 @@ func TestNetnsPartitionHeals(t *testing.T) {
 			procs := tp.startChain(t, dir, nil, map[string][]string{"A": quick, "B": netnsTask("sleep 2"), "C": quick})
 
 			waitFile(t, filepath.Join(dir, "B.start"), 10*time.Second)
+			// The partition's place and length are the test's subject: the
+			// link goes down well into B's 2 s task ...
 			time.Sleep(800 * time.Millisecond)
 			tp.mustIP(t, side.node, "link", "set", side.dev, "down")
 			down := time.Now()
@@ -268,6 +264,8 @@ func TestNetnsPartitionHeals(t *testing.T) {
 			// COMPLETE into the partition (plus a little, for TCP to try).
 			procs["B"].waitLog(t, 5*time.Second, "sent COMPLETE to the successor", containsAll("sent COMPLETE to succ"))
 			sentAt := time.Now()
+			// ... and stays down for at least 1.5 s, and for a while after
+			// B's COMPLETE (the positive event waited for above) went into it.
 			time.Sleep(max(time.Until(down.Add(1500*time.Millisecond)), 300*time.Millisecond))
 			if exists(filepath.Join(dir, "C.start")) {
 				t.Errorf("C's task started while the B-C link was down: the partition was not real")

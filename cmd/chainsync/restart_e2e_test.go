@@ -212,8 +212,9 @@ trap 'echo main-QUIT >> "$F"; exit 1' QUIT
 while [ ! -e "$F.child" ]; do sleep 0.01; done
 : > "$F.up"; wait`
 			p := startProc(t, "S", []string{"F=" + f, "MARK=" + mark}, "run", "--name", "S", "--", "sh", "-c", task)
+			// Up is enough: a signal that comes before sh reaches its wait
+			// is trapped all the same, between commands.
 			waitFile(t, f+".up", 10*time.Second)
-			time.Sleep(50 * time.Millisecond) // let sh reach its wait
 			p.signal(t, sig)
 			if code := p.wait(t, 15*time.Second); code != 130 {
 				t.Fatalf("exit %d after %v, want 130", code, sig)
@@ -458,8 +459,15 @@ date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 					t.Fatalf("B exited %d after a restart in its task with --resume-task fail, want 3", code)
 				}
 				procs[1].waitLog(t, time.Second, "the round failed", containsAll("interrupted", "--resume-task fail"))
-				time.Sleep(300 * time.Millisecond)
-				if exists(filepath.Join(dir, "C.start")) {
+				// C starts only on a COMPLETE from B, which B could have
+				// sent only on its connection to C: once C has seen that
+				// connection end (after the killed B's), whatever B sent on
+				// it has been read.
+				waitFor(t, 10*time.Second, "C seeing the restarted B's connection end", func() bool {
+					out := procs[2].err.String()
+					return strings.Count(out, "predecessor link down")+strings.Count(out, "connection closed before sending a protocol line") >= 2
+				})
+				if exists(filepath.Join(dir, "C.start")) || strings.Contains(procs[2].err.String(), "task started") {
 					t.Errorf("C ran its task although B's round failed")
 				}
 				mxStop(t, []*proc{procs[0], procs[2]})
