@@ -113,39 +113,33 @@ func ownFaults(fs []hookFault) []hookFault {
 // waitFaults waits up to d for node's hook to have recorded n faults.
 func waitFaults(t *testing.T, dir, node string, n int, d time.Duration) []hookFault {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if f := readFaults(t, dir, node); len(f) >= n {
-			return f
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's --on-fault hook did not run %d time(s) within %v", node, n, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var f []hookFault
+	waitFor(t, d, fmt.Sprintf("%d run(s) of %s's --on-fault hook", n, node), func() bool {
+		f = readFaults(t, dir, node)
+		return len(f) >= n
+	})
+	return f
 }
 
 // traceFaultAt returns when node's --trace file in dir recorded its first
 // fault: the moment the node detected it, without the hook's start-up.
 func traceFaultAt(t *testing.T, dir, node string, within time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var at time.Time
+	waitFor(t, within, "fault record in "+node+"'s trace", func() bool {
 		for _, l := range readLines(t, filepath.Join(dir, node+".jsonl")) {
 			var r struct{ Time, Kind string }
 			if json.Unmarshal([]byte(l), &r) == nil && r.Kind == "fault" {
-				at, err := time.Parse(time.RFC3339Nano, r.Time)
-				if err != nil {
+				var err error
+				if at, err = time.Parse(time.RFC3339Nano, r.Time); err != nil {
 					t.Fatalf("%s's trace: %q: %v", node, l, err)
 				}
-				return at
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's trace has no fault record within %v", node, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return at
 }
 
 // switchSupervisor is the draft's switch: a loop that runs the node and,
@@ -330,7 +324,7 @@ func TestNetnsHungNode(t *testing.T) {
 			t.Parallel()
 			procs, dir, _ := hungChain(t, policy)
 			waitFile(t, filepath.Join(dir, "B.start"), 15*time.Second)
-			time.Sleep(200 * time.Millisecond) // into the task
+			procs["B"].waitLog(t, 5*time.Second, "task started", containsAll("task started")) // stopped inside its task
 			procs["B"].signal(t, syscall.SIGSTOP)
 			stopped := time.Now()
 			cont := false
@@ -384,7 +378,13 @@ func TestNetnsHungNode(t *testing.T) {
 				return
 			}
 			// wait: A and C report and keep waiting; the round is kept.
-			time.Sleep(time.Second)
+			// Each logs that its policy kept the round at the point
+			// where halt would have ended it, and so does D on C's
+			// notice: only then can "still running" mean anything.
+			for _, n := range []string{"A", "C"} {
+				procs[n].waitLog(t, 5*time.Second, "keeping the rounds", containsAll("fault policy wait: keeping every round"))
+			}
+			procs["D"].waitLog(t, 5*time.Second, "keeping the round on C's notice", containsAll("fault elsewhere in the chain", "fault policy wait: keeping the round"))
 			for _, n := range []string{"A", "C", "D"} {
 				if !procs[n].running() {
 					t.Fatalf("%s exited (%d) under --fault-policy wait", n, procs[n].code)
@@ -438,6 +438,8 @@ func TestNetnsNoFalseAlarms(t *testing.T) {
 	start := time.Now()
 	procs := tp.startChain(t, dir, map[string][]string{"A": flags, "B": flags, "C": flags}, tasks)
 	waitFile(t, filepath.Join(dir, "A.start"), 10*time.Second)
+	// The partition's random moment and its length are the test's
+	// subject: heartbeats must ride out an outage this long.
 	time.Sleep(after)
 	tp.mustIP(t, cut[0], "link", "set", cut[1], "down")
 	time.Sleep(time.Second)
@@ -509,17 +511,12 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 	all := strings.Join(saddrs, ",")
 	// Stuck on a person: E has not approved.
 	var out string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	if !poll(15*time.Second, func() bool {
 		o, _, code := runCLI(t, "status", all)
-		if code == 0 && heldAt(o, "E") && strings.Contains(o, "not locally ready") {
-			out = o
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chainsync status never said the round is held up at E, not locally ready:\n%s", o)
-		}
-		time.Sleep(50 * time.Millisecond)
+		out = o
+		return code == 0 && heldAt(o, "E") && strings.Contains(o, "not locally ready")
+	}) {
+		t.Fatalf("chainsync status never said the round is held up at E, not locally ready:\n%s", out)
 	}
 	t.Logf("before E approves:\n%s", out)
 

@@ -330,11 +330,7 @@ func runMatrixCase(t *testing.T, c mxCase) {
 		} else {
 			// The end is written: SIGKILL lands as the task exits, before
 			// or after the node saw it end (either way it ran once).
-			for deadline := time.Now().Add(within); len(readLines(t, filepath.Join(dir, "D.end"))) == 0; time.Sleep(2 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("D's task did not end within %v", within)
-				}
-			}
+			waitFor(t, within, "end of D's task", func() bool { return len(readLines(t, filepath.Join(dir, "D.end"))) > 0 })
 		}
 	case phAfterExit:
 		if v == 0 {
@@ -371,14 +367,13 @@ func runMatrixCase(t *testing.T, c mxCase) {
 	// leftover would be caught by the tasks' own /proc check.
 	marker := "3600." + c.mark + strconv.Itoa(v)
 	groupGone := func() bool { return c.phase != phInTask || len(mxLeftovers(marker)) == 0 }
+	// The restart delay is the case's subject: a node back at once, or
+	// after its neighbours moved on.
 	time.Sleep(time.Until(killedAt.Add(c.delay)))
 	procs[v] = run(v) // the same command line
 	t.Logf("%s killed (it was running: %v) and restarted after %v", names[v], alive, time.Since(killedAt).Round(time.Millisecond))
-	for !groupGone() {
-		if time.Since(killedAt) > 2*time.Second {
-			t.Fatalf("2s after SIGKILL of %s its task's processes still run: %s", names[v], strings.Join(mxLeftovers(marker), "; "))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !poll(time.Until(killedAt.Add(2*time.Second)), groupGone) {
+		t.Fatalf("2s after SIGKILL of %s its task's processes still run: %s", names[v], strings.Join(mxLeftovers(marker), "; "))
 	}
 
 	// The outcome.
@@ -424,12 +419,24 @@ func runMatrixCase(t *testing.T, c mxCase) {
 				t.Errorf("%s exited %d, want 0", names[i], code)
 			}
 		}
+		// Nothing may run: the restarted victim is alone. It is ready,
+		// and, if it has a successor, has found it gone (its first
+		// retry): all it can do now is wait, which it must still be
+		// doing when it is stopped (exit 130, its round stopped).
 		procs[v].waitLog(t, 10*time.Second, "locally ready", containsAll("locally ready"))
-		time.Sleep(300 * time.Millisecond) // nothing may run
+		if v < 3 {
+			procs[v].waitLog(t, 10*time.Second, "its first retry of the successor", containsAll("successor not reachable yet; retrying", "attempt=1"))
+		}
 		if !procs[v].running() {
 			t.Errorf("the restarted %s exited %d; want it waiting for a new round", names[v], procs[v].code)
 		}
 		mxStop(t, procs)
+		if procs[v].code != 130 || !strings.Contains(procs[v].err.String(), "status=stopped") {
+			t.Errorf("the restarted %s exited %d when stopped; want 130, its round stopped while it waited", names[v], procs[v].code)
+		}
+		if strings.Contains(procs[v].err.String(), "task started") {
+			t.Errorf("the restarted %s started a task", names[v])
+		}
 	case outStuckNamed:
 		named := mxWaitNamed(procs, 20*time.Second)
 		if named == "" {
@@ -453,17 +460,25 @@ func runMatrixCase(t *testing.T, c mxCase) {
 		if c.phase == phAfterTask {
 			last = 3
 			end := filepath.Join(dir, names[last]+".end")
-			for deadline := time.Now().Add(20 * time.Second); len(readLines(t, end)) == 0 && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
+			poll(20*time.Second, func() bool { return len(readLines(t, end)) > 0 })
 		}
 		for i, nm := range names {
 			if i > last {
 				runs[nm] = 0
 			}
 		}
-		time.Sleep(300 * time.Millisecond) // nothing more may run
+		// Nothing more may run. The restart was named where the
+		// COMPLETE (or, for the Head, the READY) of the restarted node's
+		// neighbour was refused: the message that could have started a
+		// task again, or one after the halt, was handled by then. No
+		// node logged a task start it should not have (the files below
+		// may miss a task stopped before it wrote one).
 		mxStop(t, procs)
+		for i, p := range procs {
+			if (i > last || i == v) && strings.Contains(p.err.String(), "task started") {
+				t.Errorf("%s started a task after the chain halted at %s's restart", names[i], names[v])
+			}
+		}
 	}
 	// With --resume-task done the interrupted task counts as its one run.
 	interrupted := ""
@@ -487,18 +502,19 @@ func waitExit(p *proc, d time.Duration) bool {
 // mxWaitNamed waits up to d for a warning of any process that names a
 // restart (its neighbour's, or its own possible one), and returns it.
 func mxWaitNamed(procs []*proc, d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	named := ""
+	poll(d, func() bool {
 		for _, p := range procs {
 			for _, l := range strings.Split(p.err.String(), "\n") {
 				if strings.Contains(l, "WARN") && strings.Contains(l, "restarted") {
-					return p.name + ": " + l
+					named = p.name + ": " + l
+					return true
 				}
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return ""
+		return false
+	})
+	return named
 }
 
 // mxStop stops every process still running with SIGTERM (exit 130).
@@ -590,22 +606,15 @@ func mxLeftovers(marker string) []string {
 func mxCheckNoOrphans(t *testing.T, mark string) {
 	t.Helper()
 	marker := "3600." + mark
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		left := mxLeftovers(marker)
-		if len(left) == 0 {
-			return
+	var left []string
+	if poll(2*time.Second, func() bool { left = mxLeftovers(marker); return len(left) == 0 }) {
+		return
+	}
+	t.Errorf("orphaned task processes survive their nodes: %s", strings.Join(left, "; "))
+	for _, l := range left {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(l, "pid "), ":")
+		if n, err := strconv.Atoi(pid); err == nil {
+			_ = syscall.Kill(n, syscall.SIGKILL)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("orphaned task processes survive their nodes: %s", strings.Join(left, "; "))
-			for _, l := range left {
-				pid, _, _ := strings.Cut(strings.TrimPrefix(l, "pid "), ":")
-				if n, err := strconv.Atoi(pid); err == nil {
-					_ = syscall.Kill(n, syscall.SIGKILL)
-				}
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
