@@ -162,11 +162,8 @@ func TestRedirectRefused(t *testing.T) {
 					containsAll("successor refused or failed authentication", "position mismatch", `chain node \"C\", not of \"B\"`))
 			}
 			// A keeps retrying and is refused each time; nothing runs.
-			deadline := time.Now().Add(10 * time.Second)
-			for fwd.count.Load() < 3 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if n := fwd.count.Load(); n < 3 {
+			if !poll(10*time.Second, func() bool { return fwd.count.Load() >= 3 }) {
+				n := fwd.count.Load()
 				t.Fatalf("A dialed through the forwarder %d times, want at least 3 (retries)", n)
 			}
 			if got := readLines(t, filepath.Join(dir, "tasks")); len(got) != 0 {
@@ -273,7 +270,7 @@ func startFlood(t *testing.T, addr string, n int) *flood {
 				life := time.Duration(150+(i*37+k*53)%150) * time.Millisecond
 				c, err := f.dial(addr)
 				if err != nil {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // the flood's own pace: a refused client comes back soon
 					continue
 				}
 				f.opened.Add(1)
@@ -286,7 +283,7 @@ func startFlood(t *testing.T, addr string, n int) *flood {
 						if _, err := c.Write(hdr[j : j+1]); err != nil {
 							break
 						}
-						time.Sleep(50 * time.Millisecond)
+						time.Sleep(50 * time.Millisecond) // slowloris: one byte at a time is the attack
 					}
 				case 2: // TLS, then idle
 					tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
@@ -330,11 +327,7 @@ func TestFloodDoesNotLockOutPredecessor(t *testing.T) {
 			b.waitLog(t, 10*time.Second, "B listening", containsAll("node started"))
 			f := startFlood(t, addrs[1], 40)
 			// The flood first fills every pending slot, several times over.
-			deadline := time.Now().Add(10 * time.Second)
-			for f.opened.Load() < 120 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if f.opened.Load() < 120 {
+			if !poll(10*time.Second, func() bool { return f.opened.Load() >= 120 }) {
 				t.Fatalf("the flood opened only %d connections", f.opened.Load())
 			}
 			start := time.Now()
@@ -612,17 +605,12 @@ func TestHalfAuthenticatedNodeRefused(t *testing.T) {
 		"--linger", "1s", "--insecure-accept-any-predecessor"}, key("C")...), task...)...)
 	tail.waitLog(t, 10*time.Second, "the warning", containsAll("any TLS client can become this node's predecessor"))
 	var c *tls.Conn
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
+	var err error
+	if !poll(10*time.Second, func() bool {
 		c, err = tls.Dial("tcp", addrs[2], &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatal(err)
 	}
 	stranger := newRaw(t, c)
 	stranger.send(t, "READY\n")
@@ -863,11 +851,7 @@ func TestStatusFloodCannotHaltChain(t *testing.T) {
 		}()
 	}
 	// The first 32 are served at once; then B holds at most that many.
-	deadline := time.Now().Add(10 * time.Second)
-	for answered.Load() < 32 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if answered.Load() < 32 {
+	if !poll(10*time.Second, func() bool { return answered.Load() >= 32 }) {
 		t.Fatalf("only %d status requests answered", answered.Load())
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", b.cmd.Process.Pid))

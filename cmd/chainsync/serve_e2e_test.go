@@ -270,10 +270,7 @@ func TestServeEveryAndMaxOpenE2E(t *testing.T) {
 		names, addrs, _ := serveChain(t, dir, 2, nil)
 		args := headArgs(dir, names, addrs, "--every", "200ms", "--", "sh", "-c", taskScript)
 		head := startProc(t, "A", []string{"DIR=" + dir}, args...)
-		deadline := time.Now().Add(20 * time.Second)
-		for len(readLines(t, filepath.Join(dir, "tasks"))) < 2*2*8 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		poll(20*time.Second, func() bool { return len(readLines(t, filepath.Join(dir, "tasks"))) >= 2*2*8 })
 		head.signal(t, syscall.SIGTERM)
 		head.wait(t, 10*time.Second)
 		opened, _ := openSpans(readTrace(t, filepath.Join(dir, "A.trace")))
@@ -293,10 +290,7 @@ func TestServeEveryAndMaxOpenE2E(t *testing.T) {
 		args := headArgs(dir, names, addrs, "--every", "50ms", "--max-open", "2", "--", "sh", "-c", taskScript)
 		head := startProc(t, "A", []string{"DIR=" + dir, "SLOW=0.3"}, args...)
 		head.waitLog(t, 20*time.Second, "a skipped tick", containsAll("tick skipped"))
-		deadline := time.Now().Add(30 * time.Second)
-		for len(readLines(t, filepath.Join(dir, "tasks"))) < 2*3*4 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		poll(30*time.Second, func() bool { return len(readLines(t, filepath.Join(dir, "tasks"))) >= 2*3*4 })
 		head.signal(t, syscall.SIGTERM)
 		head.wait(t, 10*time.Second)
 		opened, most := openSpans(readTrace(t, filepath.Join(dir, "A.trace")))
@@ -353,20 +347,18 @@ func TestServeKillMiddleE2E(t *testing.T) {
 	head := startProc(t, "A", env, args...)
 	// C starting the last round B is ready for means B's part of it has
 	// run and is journalled; the later rounds are open, waiting for B.
-	deadline := time.Now().Add(30 * time.Second)
-	for !slices.Contains(readLines(t, filepath.Join(dir, "tasks")), "start C "+opened[first-1]) {
-		if time.Now().After(deadline) {
-			t.Fatalf("C never started round %s", opened[first-1])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, "C starting round "+opened[first-1], func() bool {
+		return slices.Contains(readLines(t, filepath.Join(dir, "tasks")), "start C "+opened[first-1])
+	})
+	// When B dies, and when it becomes ready again, is the test's
+	// subject: at random moments after the rounds it is ready for.
 	time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 	procs[1].signal(t, syscall.SIGKILL)
 	procs[1].wait(t, 5*time.Second)
 	later := first + rng.IntN(len(opened)-first)
 	ready(opened[first:later]) // some while B is down, the rest once it is back
 	procs[1] = start(1)
-	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random moment, as above
 	ready(opened[later:])
 	if code := head.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("Head exited %d, want 0", code)

@@ -48,28 +48,39 @@ func TestTaskGroupGoneWhenRunReturns(t *testing.T) {
 // signal and is gone when run returns.
 func TestTaskGroupKilledOnStop(t *testing.T) {
 	dir := t.TempDir()
+	// The task tells its pgid through a FIFO: the test's read returns
+	// once the task is up, with no polling.
 	pidFile := filepath.Join(dir, "pgid")
+	if err := syscall.Mkfifo(pidFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tr := &taskRunner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30`}, reaper: &reaper{}}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- tr.run(ctx, time.Second, "PGID_FILE="+pidFile) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
-			break
+	up := make(chan string, 1)
+	go func() {
+		b, _ := os.ReadFile(pidFile) // blocks until the task opens the FIFO and ends at its close
+		up <- string(b)
+	}()
+	var pgid int
+	select {
+	case s := <-up:
+		var err error
+		if pgid, err = strconv.Atoi(strings.TrimSpace(s)); err != nil {
+			t.Fatalf("the task wrote %q, want its pgid", s)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the task did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
+	case err := <-done:
+		t.Fatalf("the task ended (%v) before it wrote its pgid", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the task did not start")
 	}
 	cancel()
 	err := <-done
 	if err == nil || !strings.Contains(err.Error(), "signal") {
 		t.Errorf("run returned %v, want the task killed by a signal", err)
 	}
-	b, _ := os.ReadFile(pidFile)
-	pgid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	if live := liveInGroup(pgid); live > 0 {
 		t.Errorf("%d processes of the stopped task's group %d still alive", live, pgid)
 	}

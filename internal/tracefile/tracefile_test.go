@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -43,9 +44,15 @@ func runTraced(t *testing.T, rng *rand.Rand, dir string, n int, ids []string, hd
 		writers[i] = w
 		cfg.Trace = w.Observe
 		cfg.Rounds, cfg.MaxRounds = ids, len(ids)
-		d := time.Duration(rng.IntN(5)) * time.Millisecond
+		// Tasks of random length, to vary how the nodes' events
+		// interleave, measured in yields, not in time: nothing here
+		// reads the task's duration, and the chain runs on real
+		// sockets, so a synctest bubble could not advance its clock.
+		yields := rng.IntN(50)
 		cfg.Task = func(ctx context.Context, _ string) error {
-			time.Sleep(d)
+			for range yields {
+				runtime.Gosched()
+			}
 			return nil
 		}
 	})
