@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,6 +271,51 @@ func (p *proc) waitLog(t *testing.T, d time.Duration, what string, match func(li
 	return ""
 }
 
+// logOrder fails unless p's log has, for each of steps, a line that
+// contains it, the first such line of each after the first of the step
+// before. A node logs every message before it sends it and every task
+// before it starts it, so once it has exited this proves the order of
+// what it did over the whole run, where a quiet window would see only
+// what happened within it.
+func (p *proc) logOrder(t *testing.T, steps ...string) {
+	t.Helper()
+	lines := strings.Split(p.err.String(), "\n")
+	prev := -1
+	for k, step := range steps {
+		at := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, step) })
+		switch {
+		case at < 0:
+			t.Errorf("%s: no log line %q", p.name, step)
+			return
+		case at <= prev:
+			t.Errorf("%s: log line %q came before %q, want after", p.name, step, steps[k-1])
+			return
+		}
+		prev = at
+	}
+}
+
+// logCount returns how many lines of p's log contain each of subs.
+func (p *proc) logCount(subs ...string) int {
+	n := 0
+	for _, l := range strings.Split(p.err.String(), "\n") {
+		if containsAll(subs...)(l) {
+			n++
+		}
+	}
+	return n
+}
+
+// sentCount returns how many protocol messages p logged as sent to side
+// ("pred" or "succ"; "" for both).
+func (p *proc) sentCount(side string) int {
+	n := 0
+	for _, cmd := range []string{"READY", "START", "COMPLETE"} {
+		n += p.logCount("sent "+cmd+" to", "to "+side)
+	}
+	return n
+}
+
 func containsAll(subs ...string) func(string) bool {
 	return func(l string) bool {
 		for _, s := range subs {
@@ -438,16 +484,6 @@ func (r *rawConn) line(d time.Duration) (string, error) {
 	l = string(r.buf[r.pos : r.pos+i+1])
 	r.pos += i + 1
 	return l, nil
-}
-
-// quiet fails if the node sends anything more within d.
-func (r *rawConn) quiet(t *testing.T, d time.Duration) {
-	t.Helper()
-	if r.await(d, func() bool { return len(r.buf) > r.pos }) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		t.Fatalf("%s: unexpected bytes from the node: %q", r.addr(), r.buf[r.pos:])
-	}
 }
 
 // expectClosed waits for the node to close the connection and fails if it

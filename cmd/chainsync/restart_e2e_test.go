@@ -338,10 +338,18 @@ func TestRestartedPeerNamed(t *testing.T) {
 	if peer := again.addr(); strings.Count(line, peer) != 2 { // in the message and as peer=
 		t.Errorf("the warning should name the restarted peer %s once in its text (and once as peer=): %s", peer, line)
 	}
-	again.quiet(t, 300*time.Millisecond)
 	again.hangUp()
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Errorf("exit %d, want 0 (its round was done)", code)
+	}
+	// Not answered: the Tail logs a message before it sends it, and sent
+	// only START and COMPLETE, both before the restart.
+	if n := p.sentCount(""); n != 2 {
+		t.Errorf("the Tail logged %d messages sent, want 2 (START and COMPLETE of the first connection)", n)
+	}
+	p.logOrder(t, "sent COMPLETE to pred", "restarted without its state")
+	if got := again.received(); got != "" {
+		t.Errorf("the restarted peer's connection got %q, want nothing", got)
 	}
 	if got := readLines(t, filepath.Join(dir, "ran")); len(got) != 1 {
 		t.Errorf("the task ran %d times, want once", len(got))
