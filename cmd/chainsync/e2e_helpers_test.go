@@ -316,6 +316,26 @@ func (p *proc) sentCount(side string) int {
 	return n
 }
 
+// logTime returns the time of p's first log line that contains sub, as the
+// node's log prints it (HH:MM:SS.mmm, its own clock; only differences of
+// two such times within a test mean anything).
+func logTime(t *testing.T, p *proc, sub string) time.Time {
+	t.Helper()
+	for _, line := range strings.Split(p.err.String(), "\n") {
+		if !strings.Contains(line, sub) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		at, err := time.Parse("15:04:05.000", stamp)
+		if err != nil {
+			t.Fatalf("%s's log line %q has no time: %v", p.name, line, err)
+		}
+		return at
+	}
+	t.Fatalf("%s's log has no line with %q", p.name, sub)
+	return time.Time{}
+}
+
 func containsAll(subs ...string) func(string) bool {
 	return func(l string) bool {
 		for _, s := range subs {
