@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // Draft "Error Handling" (the operator is told what went wrong): each
@@ -42,16 +44,16 @@ func TestOneErrorLinePerFault(t *testing.T) {
 	})
 
 	t.Run("peer-silent-ends-two-rounds", func(t *testing.T) {
-		fs := newFakeSucc(t)
-		w := startWatched(t, Config{Name: "A", Next: fs.addr(), NextName: "B", Heartbeat: 30 * time.Millisecond})
+		fs := testnet.ListenPeer(t)
+		w := startWatched(t, Config{Name: "A", Next: fs.Addr(), NextName: "B", Heartbeat: 30 * time.Millisecond})
 		for _, r := range []string{"r1", "r2"} {
 			if err := w.Ready(r); err != nil {
 				t.Fatal(err)
 			}
 		}
-		s := fs.next(t)
-		s.expectLine(t, "READY:r1\n")
-		s.expectLine(t, "READY:r2\n")
+		s := fs.Accept(t, 5*time.Second)
+		s.Expect(t, "READY:r1\n")
+		s.Expect(t, "READY:r2\n")
 		for _, r := range []string{"r1", "r2"} {
 			if res := waitResult(t, w, r, 5*time.Second); res.Status != StatusFault {
 				t.Fatalf("round %s: %v, want fault", r, res.Status)

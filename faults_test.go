@@ -75,12 +75,11 @@ func waitResult(t *testing.T, w *watched, round string, d time.Duration) Result 
 
 // readLineAt reads one line from r and returns it with the time it
 // arrived.
-func readLineAt(t *testing.T, r *rawSock, d time.Duration) (string, time.Time) {
+func readLineAt(t *testing.T, r *testnet.Peer, d time.Duration) (string, time.Time) {
 	t.Helper()
-	_ = r.c.SetReadDeadline(time.Now().Add(d))
-	l, err := r.br.ReadString('\n')
+	l, err := r.Line(d)
 	if err != nil {
-		t.Fatalf("%s: no line within %v: %q, %v", r.addr(), d, l, err)
+		t.Fatal(err)
 	}
 	return l, time.Now()
 }
@@ -96,26 +95,26 @@ func TestHeartbeatBlamesSilentNeighbourTCP(t *testing.T) {
 	for _, side := range []protocol.Side{protocol.Succ, protocol.Pred} {
 		t.Run(side.String(), func(t *testing.T) {
 			var w *watched
-			var peer *rawSock
+			var peer *testnet.Peer
 			var since time.Time // when the silent neighbour last spoke (or connected)
 			if side == protocol.Succ {
-				fs := newFakeSucc(t)
-				w = startWatched(t, Config{Name: "A", Next: fs.addr(), NextName: "B", Heartbeat: d})
+				fs := testnet.ListenPeer(t)
+				w = startWatched(t, Config{Name: "A", Next: fs.Addr(), NextName: "B", Heartbeat: d})
 				if err := w.Ready(""); err != nil {
 					t.Fatal(err)
 				}
-				peer = fs.next(t)
+				peer = fs.Accept(t, 5*time.Second)
 				since = time.Now()
-				peer.expectLine(t, "READY\n")
+				peer.Expect(t, "READY\n")
 			} else {
 				w = startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0", PrevName: "B", Heartbeat: d})
 				if err := w.Ready(""); err != nil {
 					t.Fatal(err)
 				}
-				peer = dialRawSock(t, w.Addr().String())
-				peer.sendLine(t, "READY\n")
+				peer = testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+				peer.Send(t, "READY\n")
 				since = time.Now()
-				peer.expectLine(t, "START\n")
+				peer.Expect(t, "START\n")
 			}
 			// The node keeps the quiet link alive: HEARTBEAT, at least D
 			// after its last line and at most about 1.5D.
@@ -172,7 +171,7 @@ func TestHeartbeatOnlyOnIdleLinksTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := dialRawSock(t, w.Addr().String())
+	p := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
 	type line struct {
 		s  string
 		at time.Time
@@ -181,8 +180,7 @@ func TestHeartbeatOnlyOnIdleLinksTCP(t *testing.T) {
 	go func() {
 		defer close(lines)
 		for {
-			_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			s, err := p.br.ReadString('\n')
+			s, err := p.Line(10 * time.Second)
 			if err != nil {
 				return
 			}
@@ -194,7 +192,7 @@ func TestHeartbeatOnlyOnIdleLinksTCP(t *testing.T) {
 	pauses := 0 // gaps of D/2 or more in the test's own sending
 	prevSend := busyStart
 	for i := range rounds {
-		p.sendLine(t, "READY:"+roundID(i)+"\n")
+		p.Send(t, "READY:"+roundID(i)+"\n")
 		if now := time.Now(); now.Sub(prevSend) >= d/2 {
 			pauses++
 		}
@@ -215,7 +213,7 @@ func TestHeartbeatOnlyOnIdleLinksTCP(t *testing.T) {
 			case <-stop:
 				return
 			case <-tk.C:
-				_ = p.send([]byte("HEARTBEAT\n"))
+				_ = p.TrySend([]byte("HEARTBEAT\n"))
 			}
 		}
 	}()
@@ -308,15 +306,15 @@ func TestHeartbeatNoFaultDuringLongTaskTCP(t *testing.T) {
 // round carries on and completes. A second silence is a second report.
 func TestFaultWaitKeepsRoundTCP(t *testing.T) {
 	const d = 100 * time.Millisecond
-	fs := newFakeSucc(t)
+	fs := testnet.ListenPeer(t)
 	var ran atomic.Int32
-	w := startWatched(t, Config{Name: "A", Next: fs.addr(), NextName: "B", Heartbeat: d, FaultPolicy: FaultWait,
+	w := startWatched(t, Config{Name: "A", Next: fs.Addr(), NextName: "B", Heartbeat: d, FaultPolicy: FaultWait,
 		Task: func(context.Context, string) error { ran.Add(1); return nil }})
 	if err := w.Ready("r1"); err != nil {
 		t.Fatal(err)
 	}
-	s := fs.next(t)
-	s.expectLine(t, "READY:r1\n")
+	s := fs.Accept(t, 5*time.Second)
+	s.Expect(t, "READY:r1\n")
 	ev := waitFault(t, w, 1, 5*time.Second)
 	checkFault(t, w, ev, FaultPeerSilent, protocol.Succ, "B")
 	// Still silent: two more heartbeats (at least 2D) bring no second report.
@@ -336,7 +334,7 @@ func TestFaultWaitKeepsRoundTCP(t *testing.T) {
 	}
 	// The successor speaks again: the round goes on. Among the heartbeats
 	// it has had A's fault notice (docs/DESIGN.md, "Extension lines").
-	s.sendLine(t, "START:r1\n")
+	s.Send(t, "START:r1\n")
 	notices := 0
 	for {
 		l, _ := readLineAt(t, s, 5*time.Second)
@@ -358,7 +356,7 @@ func TestFaultWaitKeepsRoundTCP(t *testing.T) {
 	// still ends nothing.
 	ev2 := waitFault(t, w, 2, 5*time.Second)
 	checkFault(t, w, ev2, FaultPeerSilent, protocol.Succ, "B")
-	s.sendLine(t, "COMPLETE:r1\n")
+	s.Send(t, "COMPLETE:r1\n")
 	res := waitResult(t, w, "r1", 5*time.Second)
 	if res.Status != StatusDone || ran.Load() != 1 {
 		t.Fatalf("result %v %v, task ran %d times; want done, once", res.Status, res.Err, ran.Load())
@@ -492,7 +490,7 @@ func TestVerifyGatesCompleteTCP(t *testing.T) {
 // Verify before sending COMPLETE on, and never runs the task again.
 func TestVerifyOnResumeDoneTCP(t *testing.T) {
 	dir := t.TempDir()
-	fs := newFakeSucc(t)
+	fs := testnet.ListenPeer(t)
 	started := make(chan struct{}, 1)
 	var ran atomic.Int32
 	task := func(ctx context.Context, _ string) error {
@@ -501,12 +499,12 @@ func TestVerifyOnResumeDoneTCP(t *testing.T) {
 		<-ctx.Done() // the "reboot" ends it
 		return ctx.Err()
 	}
-	cfg := Config{Name: "A", Next: fs.addr(), NextName: "B", StateDir: dir, ResumeTask: ResumeDone, Task: task}
+	cfg := Config{Name: "A", Next: fs.Addr(), NextName: "B", StateDir: dir, ResumeTask: ResumeDone, Task: task}
 	a := startWatched(t, cfg)
 	a.Ready("")
-	s := fs.next(t)
-	s.expectLine(t, "READY\n")
-	s.sendLine(t, "START\n")
+	s := fs.Accept(t, 5*time.Second)
+	s.Expect(t, "READY\n")
+	s.Send(t, "START\n")
 	recvWithin(t, started, 5*time.Second, "the task to start")
 	a.Close() // the node dies in its task
 
@@ -522,13 +520,13 @@ func TestVerifyOnResumeDoneTCP(t *testing.T) {
 		}
 	}
 	a2 := startWatched(t, cfg)
-	s2 := fs.next(t)
-	s2.expectLine(t, "READY\n") // the re-send after reconnecting
+	s2 := fs.Accept(t, 5*time.Second)
+	s2.Expect(t, "READY\n") // the re-send after reconnecting
 	waitCond(t, 5*time.Second, "Verify to run on resume", func() bool { return checks.Load() == 1 })
-	s2.expectSilence(t, 200*time.Millisecond) // no COMPLETE before healthy
+	s2.Quiet(t, 200*time.Millisecond) // no COMPLETE before healthy
 	close(healthy)
-	s2.expectLine(t, "COMPLETE\n")
-	s2.sendLine(t, "COMPLETE\n")
+	s2.Expect(t, "COMPLETE\n")
+	s2.Send(t, "COMPLETE\n")
 	if res := waitResult(t, a2, "", 5*time.Second); res.Status != StatusDone {
 		t.Fatalf("resumed round: %v %v, want done", res.Status, res.Err)
 	}
@@ -557,11 +555,11 @@ func TestConnectTimeoutIgnoresFlapsTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := wrapRawSock(t, c)
-	s.expectLine(t, "READY\n")
-	s.sendLine(t, "START\n")
-	s.expectLine(t, "COMPLETE\n")
-	s.reset() // the switch goes down, healthy until now
+	s := testnet.NewPeer(t, c)
+	s.Expect(t, "READY\n")
+	s.Send(t, "START\n")
+	s.Expect(t, "COMPLETE\n")
+	s.Reset() // the switch goes down, healthy until now
 	lastHealthy := time.Now()
 	var flaps atomic.Int32
 	done := make(chan struct{})
@@ -598,10 +596,10 @@ func TestConnectTimeoutIgnoresRefusedTCP(t *testing.T) {
 	const ct = 600 * time.Millisecond
 	w := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0", PrevName: "B", ConnectTimeout: ct})
 	w.Ready("")
-	p := dialRawSock(t, w.Addr().String())
-	p.sendLine(t, "READY\n")
-	p.expectLine(t, "START\n")
-	p.reset()
+	p := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	p.Send(t, "READY\n")
+	p.Expect(t, "START\n")
+	p.Reset()
 	lastHealthy := time.Now()
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -658,8 +656,8 @@ func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
 	f := startWatched(t, Config{Name: "F", Listen: "127.0.0.1:0", PrevName: "E", Heartbeat: d})
 	e := startWatched(t, Config{Name: "E", Listen: "127.0.0.1:0", PrevName: "D", Next: f.Addr().String(), NextName: "F", Heartbeat: d})
 	f.Ready("")
-	p := dialRawSock(t, e.Addr().String())
-	p.sendLine(t, "READY\n")
+	p := testnet.DialPeer(t, e.Addr().String(), 5*time.Second)
+	p.Send(t, "READY\n")
 	stop := make(chan struct{})
 	hbDone := make(chan struct{})
 	go func() { // the predecessor keeps its own side alive
@@ -671,7 +669,7 @@ func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
 			case <-stop:
 				return
 			case <-tk.C:
-				_ = p.send([]byte("HEARTBEAT\n"))
+				_ = p.TrySend([]byte("HEARTBEAT\n"))
 			}
 		}
 	}()
@@ -680,7 +678,7 @@ func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
 		return e.state("") == protocol.StateSync && e.Snapshot().SuccUp
 	})
 	for range 5 { // E's heartbeats to D: at least 5D of waiting for approval
-		p.expectLine(t, "HEARTBEAT\n")
+		p.Expect(t, "HEARTBEAT\n")
 	}
 	if fs := faultsOf(e); len(fs) != 0 {
 		t.Fatalf("E, not yet ready, blamed %s: %v", fs[0].Peer, fs[0].Err)
@@ -695,7 +693,7 @@ func TestHeartbeatNoFaultBeforeFirstLineTCP(t *testing.T) {
 			t.Fatalf("got %q, want START", l)
 		}
 	}
-	p.sendLine(t, "COMPLETE\n")
+	p.Send(t, "COMPLETE\n")
 	f.waitDone(t, "")
 	e.waitDone(t, "")
 	for _, w := range []*watched{e, f} {
@@ -771,10 +769,10 @@ func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := wrapRawSock(t, c)
-	s.expectLine(t, "READY\n")
+	s := testnet.NewPeer(t, c)
+	s.Expect(t, "READY\n")
 	ln.Close()
-	s.reset() // gone: nothing listens at its address any more
+	s.Reset() // gone: nothing listens at its address any more
 	ev := waitFault(t, a, 1, 5*time.Second)
 	checkFault(t, a, ev, FaultPeerUnreachable, protocol.Succ, "B")
 	if st := a.state(""); st != protocol.StateReady {
@@ -791,11 +789,11 @@ func TestFaultWaitUnreachableComesBackTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := wrapRawSock(t, c2)
-	s2.expectLine(t, "READY\n") // the re-send
-	s2.sendLine(t, "START\n")
-	s2.expectLine(t, "COMPLETE\n")
-	s2.sendLine(t, "COMPLETE\n")
+	s2 := testnet.NewPeer(t, c2)
+	s2.Expect(t, "READY\n") // the re-send
+	s2.Send(t, "START\n")
+	s2.Expect(t, "COMPLETE\n")
+	s2.Send(t, "COMPLETE\n")
 	if res := waitResult(t, a, "", 5*time.Second); res.Status != StatusDone || ran.Load() != 1 {
 		t.Fatalf("result %v %v, task ran %d times; want done, once", res.Status, res.Err, ran.Load())
 	}
@@ -815,24 +813,24 @@ func TestHeartbeatToNodeWithoutHeartbeats(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			w := startWatched(t, Config{Name: "C", Listen: "127.0.0.1:0", PrevName: "B", FaultPolicy: policy})
 			w.Ready("")
-			p := dialRawSock(t, w.Addr().String())
-			p.sendLine(t, "READY\n")
-			p.expectLine(t, "START\n")
-			p.sendLine(t, "HEARTBEAT\n")
+			p := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+			p.Send(t, "READY\n")
+			p.Expect(t, "START\n")
+			p.Send(t, "HEARTBEAT\n")
 			ev := waitFault(t, w, 1, 5*time.Second)
 			checkFault(t, w, ev, FaultConfigMismatch, protocol.Pred, "B")
 			if !strings.Contains(ev.Err.Error(), "--heartbeat") {
 				t.Errorf("the mismatch does not name the setting: %v", ev.Err)
 			}
-			p.expectClosed(t, 5*time.Second)
+			p.AwaitClosed(t, 5*time.Second)
 			if policy == FaultWait {
 				if st := w.state(""); st != protocol.StateWatch {
 					t.Errorf("state %v after a HEARTBEAT, want WATCH unchanged", st)
 				}
 				// It comes back and does it again: still one report.
-				p2 := dialRawSock(t, w.Addr().String())
-				p2.sendLine(t, "HEARTBEAT\n")
-				p2.expectClosed(t, 5*time.Second)
+				p2 := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+				p2.Send(t, "HEARTBEAT\n")
+				p2.AwaitClosed(t, 5*time.Second)
 				if n := len(faultsOf(w)); n != 1 {
 					t.Errorf("%d faults for one mismatch, want 1", n)
 				}

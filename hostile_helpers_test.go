@@ -1,14 +1,12 @@
 package chainsync
 
 // Helpers for hostile_test.go: a log sink and a trace sink to read what a
-// node reports, raw sockets that play a hostile (or a scripted honest)
-// neighbour byte for byte, a fake successor listener, a resetting TCP proxy,
-// and resource probes (goroutines, file descriptors, heap).
+// node reports, a resetting TCP proxy, and resource probes (goroutines,
+// file descriptors, heap). Raw neighbours that play a hostile (or a
+// scripted honest) neighbour byte for byte are testnet.Peer.
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +20,8 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // ---- log sink -------------------------------------------------------------
@@ -308,146 +308,15 @@ func (w *watched) violations() int { return w.tr.count(traceKind(TraceViolation)
 
 // ---- raw sockets ----------------------------------------------------------
 
-// rawSock is one side of a TCP connection the test drives byte by byte.
-type rawSock struct {
-	c  *net.TCPConn
-	br *bufio.Reader
-}
+// Raw neighbours are testnet.Peer (dialed, wrapped or accepted on a
+// testnet.PeerListener that plays a fake successor).
 
-func wrapRawSock(t *testing.T, c net.Conn) *rawSock {
-	t.Cleanup(func() { c.Close() })
-	return &rawSock{c: c.(*net.TCPConn), br: bufio.NewReader(c)}
-}
-
-func dialRawSock(t *testing.T, addr string) *rawSock {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	return wrapRawSock(t, c)
-}
-
-// addr is this end's address: what the node logs as the peer.
-func (r *rawSock) addr() string { return r.c.LocalAddr().String() }
-
-// send writes b; errors are ignored (a node may close a hostile connection
-// while the test is still writing to it).
-func (r *rawSock) send(b []byte) error {
-	_ = r.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := r.c.Write(b)
-	return err
-}
-
-func (r *rawSock) sendLine(t *testing.T, s string) {
-	t.Helper()
-	if err := r.send([]byte(s)); err != nil {
-		t.Fatalf("write %q: %v", s, err)
-	}
-}
-
-// expectLine reads one line and fails unless it is want (with its LF).
-func (r *rawSock) expectLine(t *testing.T, want string) {
-	t.Helper()
-	_ = r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got, err := r.br.ReadString('\n')
-	if err != nil || got != want {
-		t.Fatalf("%s: read %q, %v; want %q", r.addr(), got, err, want)
-	}
-}
-
-// expectSilence fails if anything arrives within d.
-func (r *rawSock) expectSilence(t *testing.T, d time.Duration) {
-	t.Helper()
-	_ = r.c.SetReadDeadline(time.Now().Add(d))
-	got, err := r.br.ReadString('\n')
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() || got != "" {
-		t.Fatalf("%s: want silence, read %q, %v", r.addr(), got, err)
-	}
-}
-
-// expectClosed waits up to within for the node to close the connection
-// (EOF or reset), discarding anything it sends, and returns how long that
-// took.
-func (r *rawSock) expectClosed(t *testing.T, within time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	_ = r.c.SetReadDeadline(start.Add(within))
-	_, err := io.Copy(io.Discard, r.br)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("%s: node did not close the connection within %v", r.addr(), within)
-	}
-	return time.Since(start)
-}
-
-// reset aborts the connection with an RST (SO_LINGER 0), like a crashed
-// host or a middlebox that drops state.
-func (r *rawSock) reset() {
-	_ = r.c.SetLinger(0)
-	r.c.Close()
-}
-
-// line is the wire form of cmd for round, as the draft writes it.
+// wireLine is the wire form of cmd for round, as the draft writes it.
 func wireLine(cmd, round string) string {
 	if round == "" {
 		return cmd + "\n"
 	}
 	return cmd + ":" + round + "\n"
-}
-
-// ---- fake successor -------------------------------------------------------
-
-// fakeSucc is a listener that the node under test dials as its successor;
-// each accepted connection is handed to the test to script.
-type fakeSucc struct {
-	ln    net.Listener
-	conns chan *rawSock
-}
-
-func newFakeSucc(t *testing.T) *fakeSucc {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeSucc{ln: ln, conns: make(chan *rawSock, 256)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.conns <- &rawSock{c: c.(*net.TCPConn), br: bufio.NewReader(c)}
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		close(f.conns)
-		for c := range f.conns {
-			c.c.Close()
-		}
-	})
-	return f
-}
-
-func (f *fakeSucc) addr() string { return f.ln.Addr().String() }
-
-// next returns the node's next connection to the fake successor.
-func (f *fakeSucc) next(t *testing.T) *rawSock {
-	t.Helper()
-	select {
-	case c := <-f.conns:
-		t.Cleanup(func() { c.c.Close() })
-		return c
-	case <-time.After(5 * time.Second):
-		t.Fatalf("node did not dial the successor %s", f.addr())
-		return nil
-	}
 }
 
 // ---- resetting proxy ------------------------------------------------------
@@ -473,13 +342,13 @@ func newResetProxy(t *testing.T, target string) *resetProxy {
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
-		p.reset()
+		p.Reset()
 		p.wg.Wait()
 	})
 	return p
 }
 
-func (p *resetProxy) addr() string { return p.ln.Addr().String() }
+func (p *resetProxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *resetProxy) serve() {
 	defer p.wg.Done()
@@ -511,8 +380,8 @@ func (p *resetProxy) serve() {
 	}
 }
 
-// reset aborts every forwarded connection with an RST on both ends.
-func (p *resetProxy) reset() {
+// Reset aborts every forwarded connection with an RST on both ends.
+func (p *resetProxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
@@ -523,14 +392,6 @@ func (p *resetProxy) reset() {
 }
 
 // ---- resources ------------------------------------------------------------
-
-func openFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count file descriptors: %v", err)
-	}
-	return len(ents)
-}
 
 // describeFDs describes the open descriptors and the TCP sockets, for leak
 // reports.
@@ -571,12 +432,12 @@ func checkNoLeaks(t *testing.T) {
 			ln.Close()
 		}
 	})
-	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
+	g0, fd0 := runtime.NumGoroutine(), testnet.OpenFDs(t)
 	t.Cleanup(func() {
 		var g, fd int
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			g, fd = runtime.NumGoroutine(), openFDs(t)
+			g, fd = runtime.NumGoroutine(), testnet.OpenFDs(t)
 			if g <= g0 && fd <= fd0 {
 				return
 			}
@@ -598,7 +459,7 @@ func settleResources(t *testing.T, maxG, maxFD int, what string) (int, int) {
 	var g, fd int
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		g, fd = runtime.NumGoroutine(), openFDs(t)
+		g, fd = runtime.NumGoroutine(), testnet.OpenFDs(t)
 		if g <= maxG && fd <= maxFD {
 			return g, fd
 		}

@@ -37,6 +37,8 @@ import (
 
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/wire"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // Short limits keep the whole file fast under -race on two cores.
@@ -82,12 +84,12 @@ func (f *midFixture) midAddr() string { return f.mid.Addr().String() }
 
 // headReady is the scripted Head connecting and sending READY; M moves to
 // READY and forwards it.
-func (f *midFixture) headReady(t *testing.T) *rawSock {
+func (f *midFixture) headReady(t *testing.T) *testnet.Peer {
 	t.Helper()
 	f.rec.markReady(f.round, 0)
-	head := dialRawSock(t, f.midAddr())
+	head := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
 	recv := f.tail.tr.count(traceKind(TraceReceived))
-	head.sendLine(t, wireLine("READY", f.round))
+	head.Send(t, wireLine("READY", f.round))
 	f.mid.waitState(t, f.round, protocol.StateReady)
 	waitCond(t, 5*time.Second, "T to receive READY", func() bool {
 		return f.tail.tr.count(traceKind(TraceReceived)) > recv
@@ -96,25 +98,25 @@ func (f *midFixture) headReady(t *testing.T) *rawSock {
 }
 
 // tailReady makes T ready: START comes back and M moves to WATCH.
-func (f *midFixture) tailReady(t *testing.T, head *rawSock) {
+func (f *midFixture) tailReady(t *testing.T, head *testnet.Peer) {
 	t.Helper()
 	f.rec.markReady(f.round, 2)
 	if err := f.tail.Ready(f.round); err != nil {
 		t.Fatal(err)
 	}
-	head.expectLine(t, wireLine("START", f.round))
+	head.Expect(t, wireLine("START", f.round))
 	f.mid.waitState(t, f.round, protocol.StateWatch)
 }
 
 // headFinish runs the scripted Head's task and sends COMPLETE; the round
 // must run through M and T and come back, each task exactly once.
-func (f *midFixture) headFinish(t *testing.T, head *rawSock) {
+func (f *midFixture) headFinish(t *testing.T, head *testnet.Peer) {
 	t.Helper()
 	if err := f.rec.task(0, 0)(context.Background(), f.round); err != nil {
 		t.Fatal(err)
 	}
-	head.sendLine(t, wireLine("COMPLETE", f.round))
-	head.expectLine(t, wireLine("COMPLETE", f.round))
+	head.Send(t, wireLine("COMPLETE", f.round))
+	head.Expect(t, wireLine("COMPLETE", f.round))
 	f.mid.waitDone(t, f.round)
 	f.tail.waitDone(t, f.round)
 	f.check(t)
@@ -231,11 +233,11 @@ func attackPred(t *testing.T, w *watched, round string, p badInput, others ...*w
 	ups := w.tr.count(traceSideKind(TraceLinkUp, protocol.Pred))
 	st := w.state(round)
 	m := w.mark()
-	c := dialRawSock(t, w.Addr().String())
-	_ = c.send(p.data)
-	reported := w.expectViolation(t, m, protocol.Pred, c.addr(), p.reason)
+	c := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	_ = c.TrySend(p.data)
+	reported := w.expectViolation(t, m, protocol.Pred, c.Addr(), p.reason)
 	checkReport(t, p, reported, round, st)
-	c.expectClosed(t, closeWithin)
+	c.AwaitClosed(t, closeWithin)
 	check(p.name + " from a would-be predecessor")
 	if got := w.predUp(); got != predUp {
 		t.Errorf("%s: the current predecessor link changed (up %v -> %v)", p.name, predUp, got)
@@ -313,7 +315,7 @@ func TestHostilePredecessorInput(t *testing.T) {
 			// B: the honest Head is connected; M is in READY (T not ready).
 			head := f.headReady(t)
 			attackPred(t, f.mid, "", p, f.tail)
-			head.expectSilence(t, 20*time.Millisecond)
+			head.Quiet(t, 20*time.Millisecond)
 
 			// C: M in WATCH, waiting for the Head's COMPLETE.
 			f.tailReady(t, head)
@@ -327,13 +329,13 @@ func TestHostilePredecessorInput(t *testing.T) {
 				// promotes the new connection, and M re-sends START.
 				check := expectQuiet(t, "", f.mid, f.tail)
 				m := f.mid.mark()
-				_ = head.send(p.data)
-				checkReport(t, p, f.mid.expectViolation(t, m, protocol.Pred, head.addr(), p.reason), "", protocol.StateWatch)
-				head.expectClosed(t, closeWithin)
+				_ = head.TrySend(p.data)
+				checkReport(t, p, f.mid.expectViolation(t, m, protocol.Pred, head.Addr(), p.reason), "", protocol.StateWatch)
+				head.AwaitClosed(t, closeWithin)
 				check(p.name + " on the established predecessor connection")
-				head = dialRawSock(t, f.midAddr())
-				head.sendLine(t, "READY\n")
-				head.expectLine(t, "START\n")
+				head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+				head.Send(t, "READY\n")
+				head.Expect(t, "START\n")
 			}
 			f.headFinish(t, head)
 		})
@@ -369,35 +371,35 @@ func TestHostileSuccessorInput(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			rec := newRecorder(3)
-			succ := newFakeSucc(t)
-			mid := startWatched(t, Config{Name: "M", Listen: "127.0.0.1:0", Prev: "scripted head", Next: succ.addr(),
+			succ := testnet.ListenPeer(t)
+			mid := startWatched(t, Config{Name: "M", Listen: "127.0.0.1:0", Prev: "scripted head", Next: succ.Addr(),
 				Task: rec.task(1, 0), PendingTimeout: hostilePending})
 			rec.markReady("", 1)
 			if err := mid.Ready(""); err != nil {
 				t.Fatal(err)
 			}
-			s := succ.next(t)
+			s := succ.Accept(t, 5*time.Second)
 
 			// attack sends p on the current successor connection s (M in
 			// state st), checks the report, and returns M's next
 			// connection, on which M must re-send resend.
-			attack := func(s *rawSock, st protocol.State, head *rawSock, resend string) *rawSock {
+			attack := func(s *testnet.Peer, st protocol.State, head *testnet.Peer, resend string) *testnet.Peer {
 				t.Helper()
 				if p.legalIn(st) {
 					return s
 				}
 				check := expectQuiet(t, "", mid)
 				m := mid.mark()
-				_ = s.send(p.data)
-				checkReport(t, p, mid.expectViolation(t, m, protocol.Succ, succ.addr(), p.reason), "", st)
-				s.expectClosed(t, closeWithin)
+				_ = s.TrySend(p.data)
+				checkReport(t, p, mid.expectViolation(t, m, protocol.Succ, succ.Addr(), p.reason), "", st)
+				s.AwaitClosed(t, closeWithin)
 				check(fmt.Sprintf("%s from the successor in %s", p.name, st))
 				if head != nil {
-					head.expectSilence(t, 10*time.Millisecond)
+					head.Quiet(t, 10*time.Millisecond)
 				}
-				s = succ.next(t)
+				s = succ.Accept(t, 5*time.Second)
 				if resend != "" {
-					s.expectLine(t, resend)
+					s.Expect(t, resend)
 				}
 				return s
 			}
@@ -407,16 +409,16 @@ func TestHostileSuccessorInput(t *testing.T) {
 
 			// READY: the honest Head connects; M forwards READY.
 			rec.markReady("", 0)
-			head := dialRawSock(t, mid.Addr().String())
-			head.sendLine(t, "READY\n")
-			s.expectLine(t, "READY\n")
+			head := testnet.DialPeer(t, mid.Addr().String(), 5*time.Second)
+			head.Send(t, "READY\n")
+			s.Expect(t, "READY\n")
 			mid.waitState(t, "", protocol.StateReady)
 			s = attack(s, protocol.StateReady, head, "READY\n")
 
 			// WATCH: the fake successor sends START.
 			rec.markReady("", 2)
-			s.sendLine(t, "START\n")
-			head.expectLine(t, "START\n")
+			s.Send(t, "START\n")
+			head.Expect(t, "START\n")
 			mid.waitState(t, "", protocol.StateWatch)
 			s = attack(s, protocol.StateWatch, head, "READY\n")
 
@@ -424,13 +426,13 @@ func TestHostileSuccessorInput(t *testing.T) {
 			if err := rec.task(0, 0)(context.Background(), ""); err != nil {
 				t.Fatal(err)
 			}
-			head.sendLine(t, "COMPLETE\n")
-			s.expectLine(t, "COMPLETE\n")
+			head.Send(t, "COMPLETE\n")
+			s.Expect(t, "COMPLETE\n")
 			if err := rec.task(2, 0)(context.Background(), ""); err != nil {
 				t.Fatal(err)
 			}
-			s.sendLine(t, "COMPLETE\n")
-			head.expectLine(t, "COMPLETE\n")
+			s.Send(t, "COMPLETE\n")
+			head.Expect(t, "COMPLETE\n")
 			mid.waitDone(t, "")
 			checkRounds(t, rec, "", 3)
 		})
@@ -445,14 +447,14 @@ func TestHostileHeadSuccessor(t *testing.T) {
 	checkNoLeaks(t)
 	rng := rand.New(rand.NewPCG(1, 4))
 	rec := newRecorder(2)
-	succ := newFakeSucc(t)
-	head := startWatched(t, Config{Name: "H", Next: succ.addr(), Task: rec.task(0, 0)})
+	succ := testnet.ListenPeer(t)
+	head := startWatched(t, Config{Name: "H", Next: succ.Addr(), Task: rec.task(0, 0)})
 	rec.markReady("r1", 0)
 	if err := head.Ready("r1"); err != nil {
 		t.Fatal(err)
 	}
-	s := succ.next(t)
-	s.expectLine(t, "READY:r1\n")
+	s := succ.Accept(t, 5*time.Second)
+	s.Expect(t, "READY:r1\n")
 	var attacks []badInput
 	for _, p := range malformedInputs(rng) {
 		if strings.HasPrefix(p.name, "garbage/") || strings.HasPrefix(p.name, "overlong/1MiB") || strings.HasPrefix(p.name, "ctl/NUL") {
@@ -468,12 +470,12 @@ func TestHostileHeadSuccessor(t *testing.T) {
 	for _, p := range attacks {
 		check := expectQuiet(t, "r1", head)
 		m := head.mark()
-		_ = s.send(p.data)
-		checkReport(t, p, head.expectViolation(t, m, protocol.Succ, succ.addr(), p.reason), "r1", protocol.StateReady)
-		s.expectClosed(t, closeWithin)
+		_ = s.TrySend(p.data)
+		checkReport(t, p, head.expectViolation(t, m, protocol.Succ, succ.Addr(), p.reason), "r1", protocol.StateReady)
+		s.AwaitClosed(t, closeWithin)
 		check(p.name)
-		s = succ.next(t)
-		s.expectLine(t, "READY:r1\n")
+		s = succ.Accept(t, 5*time.Second)
+		s.Expect(t, "READY:r1\n")
 	}
 	rec.mu.Lock()
 	early := rec.started["r1"]
@@ -483,12 +485,12 @@ func TestHostileHeadSuccessor(t *testing.T) {
 	}
 	// The honest successor (a scripted Tail).
 	rec.markReady("r1", 1)
-	s.sendLine(t, "START:r1\n")
-	s.expectLine(t, "COMPLETE:r1\n")
+	s.Send(t, "START:r1\n")
+	s.Expect(t, "COMPLETE:r1\n")
 	if err := rec.task(1, 0)(context.Background(), "r1"); err != nil {
 		t.Fatal(err)
 	}
-	s.sendLine(t, "COMPLETE:r1\n")
+	s.Send(t, "COMPLETE:r1\n")
 	head.waitDone(t, "r1")
 	checkRounds(t, rec, "r1", 2)
 	t.Logf("Head survived %d violations", head.violations())
@@ -520,9 +522,9 @@ func TestHostileTailListener(t *testing.T) {
 	// The honest predecessor: READY; the Tail answers START and waits in
 	// WATCH.
 	rec.markReady("", 0)
-	pred := dialRawSock(t, tail.Addr().String())
-	pred.sendLine(t, "READY\n")
-	pred.expectLine(t, "START\n")
+	pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
+	pred.Send(t, "READY\n")
+	pred.Expect(t, "START\n")
 	tail.waitState(t, "", protocol.StateWatch)
 	for _, p := range attacks {
 		if !p.legalIn(protocol.StateWatch) {
@@ -532,8 +534,8 @@ func TestHostileTailListener(t *testing.T) {
 	if err := rec.task(0, 0)(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
-	pred.sendLine(t, "COMPLETE\n")
-	pred.expectLine(t, "COMPLETE\n")
+	pred.Send(t, "COMPLETE\n")
+	pred.Expect(t, "COMPLETE\n")
 	tail.waitDone(t, "")
 	checkRounds(t, rec, "", 2)
 }
@@ -547,8 +549,8 @@ func TestHostileDuplicates(t *testing.T) {
 	t.Run("from-predecessor", func(t *testing.T) {
 		f := newMidFixture(t, "d1", nil)
 		f.rec.markReady("d1", 0)
-		head := dialRawSock(t, f.midAddr())
-		head.sendLine(t, "READY:d1\nREADY:d1\nREADY:d1\n")
+		head := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		head.Send(t, "READY:d1\nREADY:d1\nREADY:d1\n")
 		f.mid.waitState(t, "d1", protocol.StateReady)
 		waitCond(t, 5*time.Second, "T to receive READY", func() bool {
 			return f.tail.tr.count(traceKind(TraceReceived)) > 0
@@ -560,23 +562,23 @@ func TestHostileDuplicates(t *testing.T) {
 		f.tailReady(t, head)
 		// In WATCH: the READY again, twice.
 		check := expectQuiet(t, "d1", f.mid, f.tail)
-		head.sendLine(t, "READY:d1\nREADY:d1\n")
-		head.expectSilence(t, 30*time.Millisecond)
+		head.Send(t, "READY:d1\nREADY:d1\n")
+		head.Quiet(t, 30*time.Millisecond)
 		check("duplicate READY in WATCH")
 		// COMPLETE three times in one segment: the task runs once.
 		if err := f.rec.task(0, 0)(context.Background(), "d1"); err != nil {
 			t.Fatal(err)
 		}
-		head.sendLine(t, "COMPLETE:d1\nCOMPLETE:d1\nCOMPLETE:d1\n")
-		head.expectLine(t, "COMPLETE:d1\n")
+		head.Send(t, "COMPLETE:d1\nCOMPLETE:d1\nCOMPLETE:d1\n")
+		head.Expect(t, "COMPLETE:d1\n")
 		f.mid.waitDone(t, "d1")
 		f.tail.waitDone(t, "d1")
 		// After the round is done, a COMPLETE re-sent by a predecessor
 		// that may have missed the exit wave gets the exit wave again and
 		// nothing else.
-		head.sendLine(t, "COMPLETE:d1\nREADY:d1\n")
-		head.expectLine(t, "COMPLETE:d1\n")
-		head.expectSilence(t, 30*time.Millisecond)
+		head.Send(t, "COMPLETE:d1\nREADY:d1\n")
+		head.Expect(t, "COMPLETE:d1\n")
+		head.Quiet(t, 30*time.Millisecond)
 		f.check(t)
 		if v := f.mid.violations() + f.tail.violations(); v != 0 {
 			t.Errorf("duplicates were reported as %d violations", v)
@@ -589,33 +591,33 @@ func TestHostileDuplicates(t *testing.T) {
 	})
 	t.Run("from-successor", func(t *testing.T) {
 		rec := newRecorder(3)
-		succ := newFakeSucc(t)
-		mid := startWatched(t, Config{Name: "M", Listen: "127.0.0.1:0", Next: succ.addr(), Task: rec.task(1, 0)})
+		succ := testnet.ListenPeer(t)
+		mid := startWatched(t, Config{Name: "M", Listen: "127.0.0.1:0", Next: succ.Addr(), Task: rec.task(1, 0)})
 		for i := range 3 {
 			rec.markReady("", i)
 		}
 		if err := mid.Ready(""); err != nil {
 			t.Fatal(err)
 		}
-		s := succ.next(t)
-		head := dialRawSock(t, mid.Addr().String())
-		head.sendLine(t, "READY\n")
-		s.expectLine(t, "READY\n")
-		s.sendLine(t, "START\nSTART\nSTART\n")
-		head.expectLine(t, "START\n")
-		head.expectSilence(t, 30*time.Millisecond)
+		s := succ.Accept(t, 5*time.Second)
+		head := testnet.DialPeer(t, mid.Addr().String(), 5*time.Second)
+		head.Send(t, "READY\n")
+		s.Expect(t, "READY\n")
+		s.Send(t, "START\nSTART\nSTART\n")
+		head.Expect(t, "START\n")
+		head.Quiet(t, 30*time.Millisecond)
 		mid.waitState(t, "", protocol.StateWatch)
 		if err := rec.task(0, 0)(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
-		head.sendLine(t, "COMPLETE\n")
-		s.expectLine(t, "COMPLETE\n")
+		head.Send(t, "COMPLETE\n")
+		s.Expect(t, "COMPLETE\n")
 		if err := rec.task(2, 0)(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
-		s.sendLine(t, "COMPLETE\nCOMPLETE\nSTART\n")
-		head.expectLine(t, "COMPLETE\n")
-		head.expectSilence(t, 30*time.Millisecond)
+		s.Send(t, "COMPLETE\nCOMPLETE\nSTART\n")
+		head.Expect(t, "COMPLETE\n")
+		head.Quiet(t, 30*time.Millisecond)
 		mid.waitDone(t, "")
 		checkRounds(t, rec, "", 3)
 		if v := mid.violations(); v != 0 {
@@ -637,7 +639,7 @@ func TestHostileSlowloris(t *testing.T) {
 	type attacker struct {
 		name   string
 		every  time.Duration // 0: sends nothing
-		c      *rawSock
+		c      *testnet.Peer
 		closed chan time.Duration
 	}
 	attackers := []*attacker{
@@ -648,16 +650,16 @@ func TestHostileSlowloris(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for _, a := range attackers {
-		a.c = dialRawSock(t, f.midAddr())
+		a.c = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
 		a.closed = make(chan time.Duration, 1)
 		start := time.Now()
 		wg.Add(2)
 		go func() { // when does the node close it?
 			defer wg.Done()
-			_ = a.c.c.SetReadDeadline(start.Add(closeWithin))
+			_ = a.c.Conn().SetReadDeadline(start.Add(closeWithin))
 			var b [64]byte
 			for {
-				if _, err := a.c.c.Read(b[:]); err != nil {
+				if _, err := a.c.Conn().Read(b[:]); err != nil {
 					a.closed <- time.Since(start)
 					return
 				}
@@ -669,7 +671,7 @@ func TestHostileSlowloris(t *testing.T) {
 				return
 			}
 			for i := range len("READY\n") {
-				if a.c.send([]byte{"READY\n"[i]}) != nil {
+				if a.c.TrySend([]byte{"READY\n"[i]}) != nil {
 					return
 				}
 				select {
@@ -693,7 +695,7 @@ func TestHostileSlowloris(t *testing.T) {
 		if d < hostilePending-20*time.Millisecond || d > hostilePending+time.Second {
 			t.Errorf("%s: closed after %v, want about PendingTimeout %v", a.name, d, hostilePending)
 		}
-		peer := a.c.addr()
+		peer := a.c.Addr()
 		waitCond(t, 2*time.Second, a.name+" to be reported", func() bool {
 			return f.mid.logs.count(func(e capturedLog) bool {
 				return e.Level == slog.LevelWarn && e.Attrs["peer"] == peer && strings.Contains(e.Msg, "no protocol line in time")
@@ -719,10 +721,10 @@ func TestHostileSlowloris(t *testing.T) {
 func TestHostileHalfClosed(t *testing.T) {
 	checkNoLeaks(t)
 	f := newMidFixture(t, "", nil)
-	halfClose := func(data string) *rawSock {
-		c := dialRawSock(t, f.midAddr())
-		_ = c.send([]byte(data))
-		if err := c.c.CloseWrite(); err != nil {
+	halfClose := func(data string) *testnet.Peer {
+		c := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		_ = c.TrySend([]byte(data))
+		if err := c.Conn().CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -731,8 +733,8 @@ func TestHostileHalfClosed(t *testing.T) {
 		t.Helper()
 		check := expectQuiet(t, "", f.mid, f.tail)
 		c := halfClose(data)
-		c.expectClosed(t, closeWithin)
-		peer := c.addr()
+		c.AwaitClosed(t, closeWithin)
+		peer := c.Addr()
 		waitCond(t, 2*time.Second, fmt.Sprintf("half-closed %q to be reported", data), func() bool {
 			return f.mid.logs.count(func(e capturedLog) bool {
 				return e.Attrs["peer"] == peer && strings.Contains(e.Msg, "closed before sending a protocol line")
@@ -753,12 +755,12 @@ func TestHostileHalfClosed(t *testing.T) {
 	// The real predecessor sends "COMPLETE" without its LF and half-closes:
 	// M must not start its task; it drops the link and waits.
 	check := expectQuiet(t, "", f.mid, f.tail)
-	_ = head.send([]byte("COMPLETE"))
-	if err := head.c.CloseWrite(); err != nil {
+	_ = head.TrySend([]byte("COMPLETE"))
+	if err := head.Conn().CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	head.expectClosed(t, closeWithin)
-	peer := head.addr()
+	head.AwaitClosed(t, closeWithin)
+	peer := head.Addr()
 	waitCond(t, 2*time.Second, "the lost predecessor link to be reported", func() bool {
 		return f.mid.logs.count(func(e capturedLog) bool {
 			return e.Attrs["peer"] == peer && strings.Contains(e.Msg, "predecessor link down") &&
@@ -769,9 +771,9 @@ func TestHostileHalfClosed(t *testing.T) {
 	if f.mid.predUp() {
 		t.Error("the half-closed predecessor connection is still M's predecessor")
 	}
-	head = dialRawSock(t, f.midAddr())
-	head.sendLine(t, "READY\n")
-	head.expectLine(t, "START\n")
+	head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+	head.Send(t, "READY\n")
+	head.Expect(t, "START\n")
 	f.headFinish(t, head)
 }
 
@@ -804,17 +806,17 @@ func TestHostileRoundStorm(t *testing.T) {
 		head := f.headReady(t)
 		f.tailReady(t, head)
 		check := expectQuiet(t, "h", f.mid, f.tail)
-		g0, fd0, h0 := runtime.NumGoroutine(), openFDs(t), heapInuseAfterGC()
+		g0, fd0, h0 := runtime.NumGoroutine(), testnet.OpenFDs(t), heapInuseAfterGC()
 		maxG, maxFD := 0, 0
 		const conns = 100
 		attack := func(data []byte) {
 			m := f.mid.mark()
-			c := dialRawSock(t, f.midAddr())
-			_ = c.send(data)
-			f.mid.expectViolation(t, m, protocol.Pred, c.addr(), "round not configured at this node")
-			c.expectClosed(t, closeWithin)
-			c.c.Close()
-			maxG, maxFD = max(maxG, runtime.NumGoroutine()), max(maxFD, openFDs(t))
+			c := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+			_ = c.TrySend(data)
+			f.mid.expectViolation(t, m, protocol.Pred, c.Addr(), "round not configured at this node")
+			c.AwaitClosed(t, closeWithin)
+			c.Close()
+			maxG, maxFD = max(maxG, runtime.NumGoroutine()), max(maxFD, testnet.OpenFDs(t))
 		}
 		attack(storm("s", 0, lines)) // all 10,000 on one connection
 		for i := range conns {       // and 10,000 more over 100 connections
@@ -846,7 +848,7 @@ func TestHostileRoundStorm(t *testing.T) {
 		head := f.headReady(t)
 		f.tailReady(t, head)
 		st, tailRecv := f.mid.state("h"), f.tail.tr.count(traceKind(TraceReceived))
-		g0, fd0, h0 := runtime.NumGoroutine(), openFDs(t), heapInuseAfterGC()
+		g0, fd0, h0 := runtime.NumGoroutine(), testnet.OpenFDs(t), heapInuseAfterGC()
 
 		// One connection, 10,000 distinct READYs. Its first line is a
 		// well-formed READY, so it becomes M's predecessor connection
@@ -854,15 +856,15 @@ func TestHostileRoundStorm(t *testing.T) {
 		// each READY opens a round that waits for M's local readiness,
 		// until MaxRounds; the next READY is a violation.
 		m := f.mid.mark()
-		c := dialRawSock(t, f.midAddr())
-		_ = c.send(storm("s", 0, lines))
-		reported := f.mid.expectViolation(t, m, protocol.Pred, c.addr(), fmt.Sprintf("too many concurrent rounds (limit %d)", maxRounds))
-		c.expectClosed(t, closeWithin)
-		c.c.Close()
+		c := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		_ = c.TrySend(storm("s", 0, lines))
+		reported := f.mid.expectViolation(t, m, protocol.Pred, c.Addr(), fmt.Sprintf("too many concurrent rounds (limit %d)", maxRounds))
+		c.AwaitClosed(t, closeWithin)
+		c.Close()
 		if want := fmt.Sprintf("READY s%d", maxRounds-1); !strings.Contains(reported, want) {
 			t.Errorf("violation %q does not name the offending line %q", reported, want)
 		}
-		head.expectClosed(t, closeWithin) // displaced by the storm's connection
+		head.AwaitClosed(t, closeWithin) // displaced by the storm's connection
 		g1, fd1 := settleResources(t, g0, fd0, "after the storm")
 		h1 := heapInuseAfterGC()
 		t.Logf("storm of %d lines, MaxRounds %d: goroutines %d -> %d; fds %d -> %d; HeapInuse %.1f MiB -> %.1f MiB",
@@ -889,9 +891,9 @@ func TestHostileRoundStorm(t *testing.T) {
 			t.Errorf("M ran %d tasks", n)
 		}
 		// The honest Head reconnects and re-sends READY:h.
-		head = dialRawSock(t, f.midAddr())
-		head.sendLine(t, "READY:h\n")
-		head.expectLine(t, "START:h\n")
+		head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		head.Send(t, "READY:h\n")
+		head.Expect(t, "START:h\n")
 		f.headFinish(t, head)
 	})
 }
@@ -921,10 +923,10 @@ func TestHostileConnectionFlood(t *testing.T) {
 	})
 	head := f.headReady(t)
 	f.tailReady(t, head)
-	g0, fd0, h0 := runtime.NumGoroutine(), openFDs(t), heapInuseAfterGC()
+	g0, fd0, h0 := runtime.NumGoroutine(), testnet.OpenFDs(t), heapInuseAfterGC()
 
 	var (
-		conns    []*rawSock
+		conns    []*testnet.Peer
 		peers    = map[string]bool{}
 		maxPend  int
 		stopPoll = make(chan struct{})
@@ -954,12 +956,12 @@ func TestHostileConnectionFlood(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dial %d: %v", len(conns), err)
 		}
-		rc := wrapRawSock(t, c)
+		rc := testnet.NewPeer(t, c)
 		conns = append(conns, rc)
-		peers[rc.addr()] = true
+		peers[rc.Addr()] = true
 	}
 	dialed := time.Since(start)
-	fdFlood := openFDs(t)
+	fdFlood := testnet.OpenFDs(t)
 
 	// The node stays responsive: the round runs while the flood is held.
 	roundStart := time.Now()
@@ -969,8 +971,8 @@ func TestHostileConnectionFlood(t *testing.T) {
 	// Every flood connection is closed by the node: evicted by a newer
 	// one, or after PendingTimeout.
 	for _, c := range conns {
-		c.expectClosed(t, pendingTO+closeWithin)
-		c.c.Close()
+		c.AwaitClosed(t, pendingTO+closeWithin)
+		c.Close()
 	}
 	close(stopPoll)
 	<-pollDone
@@ -1028,9 +1030,9 @@ func TestHostileConnectionFlood(t *testing.T) {
 	if err := f.tail.Ready("r2"); err != nil {
 		t.Fatal(err)
 	}
-	head = dialRawSock(t, f.midAddr())
-	head.sendLine(t, "READY:r2\n")
-	head.expectLine(t, "START:r2\n")
+	head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+	head.Send(t, "READY:r2\n")
+	head.Expect(t, "START:r2\n")
 	f.headFinish(t, head)
 }
 
@@ -1058,13 +1060,13 @@ func TestHostileResetScripted(t *testing.T) {
 		head := f.headReady(t)
 		f.tailReady(t, head)
 		check := expectQuiet(t, "", f.mid, f.tail)
-		peer := head.addr()
-		head.reset()
+		peer := head.Addr()
+		head.Reset()
 		expectLost(t, f.mid, peer)
 		check("RST in WATCH")
-		head = dialRawSock(t, f.midAddr())
-		head.sendLine(t, "READY\n")
-		head.expectLine(t, "START\n")
+		head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		head.Send(t, "READY\n")
+		head.Expect(t, "START\n")
 		f.headFinish(t, head)
 	})
 	t.Run("task-running", func(t *testing.T) {
@@ -1089,21 +1091,21 @@ func TestHostileResetScripted(t *testing.T) {
 		if err := f.rec.task(0, 0)(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
-		head.sendLine(t, "COMPLETE\n")
+		head.Send(t, "COMPLETE\n")
 		recvWithin(t, started, 5*time.Second, "M's task to start")
-		peer := head.addr()
-		head.reset()
+		peer := head.Addr()
+		head.Reset()
 		expectLost(t, f.mid, peer)
 		if st := f.mid.state(""); st != protocol.StateStart {
 			t.Fatalf("M in %s, want START", st)
 		}
 		// The Head re-sends its last message, COMPLETE: a duplicate, not a
 		// second task. M re-sends its last message to the Head, START.
-		head = dialRawSock(t, f.midAddr())
-		head.sendLine(t, "COMPLETE\n")
-		head.expectLine(t, "START\n")
+		head = testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		head.Send(t, "COMPLETE\n")
+		head.Expect(t, "START\n")
 		close(gate)
-		head.expectLine(t, "COMPLETE\n")
+		head.Expect(t, "COMPLETE\n")
 		f.mid.waitDone(t, "")
 		f.tail.waitDone(t, "")
 		f.check(t)
@@ -1141,7 +1143,7 @@ func TestHostileResetRealNodes(t *testing.T) {
 			proxy := newResetProxy(t, addrs[0])
 			tail := startWatched(t, Config{Name: "T", Listen: addrs[1], Task: task(2)})
 			mid := startWatched(t, Config{Name: "M", Listen: addrs[0], Next: addrs[1], Task: task(1), PendingTimeout: hostilePending})
-			head := startWatched(t, Config{Name: "H", Next: proxy.addr(), Task: task(0)})
+			head := startWatched(t, Config{Name: "H", Next: proxy.Addr(), Task: task(0)})
 			nodes := []*watched{head, mid, tail}
 			for i, nd := range nodes {
 				rec.markReady("", i)
@@ -1155,7 +1157,7 @@ func TestHostileResetRealNodes(t *testing.T) {
 			}
 			stM := mid.state("")
 			ups := mid.tr.count(traceSideKind(TraceLinkUp, protocol.Pred))
-			proxy.reset()
+			proxy.Reset()
 			waitCond(t, 5*time.Second, "M to see the reset and H to reconnect", func() bool {
 				return mid.tr.count(traceSideKind(TraceLinkDown, protocol.Pred)) >= 1 &&
 					mid.tr.count(traceSideKind(TraceLinkUp, protocol.Pred)) > ups
@@ -1194,12 +1196,12 @@ func TestHostileRoundSlotsReclaimed(t *testing.T) {
 	tail := startWatched(t, Config{Name: "T", Listen: "127.0.0.1:0", MaxRounds: maxRounds, PhaseTimeout: phase,
 		PendingTimeout: hostilePending})
 	m := tail.mark()
-	stray := dialRawSock(t, tail.Addr().String())
+	stray := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
 	for i := range maxRounds + 1 {
-		_ = stray.send([]byte(fmt.Sprintf("READY:junk%d\n", i)))
+		_ = stray.TrySend([]byte(fmt.Sprintf("READY:junk%d\n", i)))
 	}
-	tail.expectViolation(t, m, protocol.Pred, stray.addr(), "too many concurrent rounds")
-	stray.expectClosed(t, closeWithin)
+	tail.expectViolation(t, m, protocol.Pred, stray.Addr(), "too many concurrent rounds")
+	stray.AwaitClosed(t, closeWithin)
 	// Far longer than PhaseTimeout: the stray's rounds should be gone.
 	time.Sleep(3 * phase)
 	if n := tail.active(); n != 0 {
@@ -1209,12 +1211,11 @@ func TestHostileRoundSlotsReclaimed(t *testing.T) {
 		t.Errorf("Ready(\"next\"): %v", err)
 	}
 	// The honest predecessor opens the round "next".
-	pred := dialRawSock(t, tail.Addr().String())
-	pred.sendLine(t, "READY:next\n")
-	_ = pred.c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if got, err := pred.br.ReadString('\n'); got != "START:next\n" {
+	pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
+	pred.Send(t, "READY:next\n")
+	if got, err := pred.Line(2 * time.Second); got != "START:next\n" {
 		t.Errorf("honest predecessor's READY:next: got %q, %v, want START:next", got, err)
-		if v := tail.tr.find(func(ev TraceEvent) bool { return ev.Kind == TraceViolation && ev.Peer == pred.addr() }); len(v) > 0 {
+		if v := tail.tr.find(func(ev TraceEvent) bool { return ev.Kind == TraceViolation && ev.Peer == pred.Addr() }); len(v) > 0 {
 			t.Errorf("it was refused as a violation: %v", v[0].Err)
 		}
 	}
@@ -1231,21 +1232,21 @@ func TestHostileRoundSlotsReclaimed(t *testing.T) {
 func TestHostileRedialBackoff(t *testing.T) {
 	checkNoLeaks(t)
 	const window = 1500 * time.Millisecond
-	succ := newFakeSucc(t)
-	head := startWatched(t, Config{Name: "H", Next: succ.addr(), BackoffMin: 20 * time.Millisecond, BackoffMax: time.Second})
+	succ := testnet.ListenPeer(t)
+	head := startWatched(t, Config{Name: "H", Next: succ.Addr(), BackoffMin: 20 * time.Millisecond, BackoffMax: time.Second})
 	if err := head.Ready(""); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(window)
 	dials := 0
-	for time.Now().Before(deadline) {
-		select {
-		case c := <-succ.conns:
-			dials++
-			_ = c.send([]byte("GARBAGE\n"))
-			c.c.Close()
-		case <-time.After(10 * time.Millisecond):
+	for {
+		c, err := succ.TryAccept(t, time.Until(deadline))
+		if err != nil {
+			break // the window is over
 		}
+		dials++
+		_ = c.TrySend([]byte("GARBAGE\n"))
+		c.Close()
 	}
 	// Backoff from 20ms doubling to 1s, each delay in [d/2, d]: at most
 	// 10+20+40+80+160+320+500ms before the 8th dial, so about 8 in 1.5s.
@@ -1279,18 +1280,18 @@ func TestHostilePromotionWriteFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		pred := dialRawSock(t, tail.Addr().String())
-		pred.sendLine(t, "READY:a\nREADY:b\n")
-		pred.expectLine(t, "START:a\n")
-		pred.expectLine(t, "START:b\n")
-		pred.sendLine(t, "COMPLETE:a\n")
-		pred.expectLine(t, "COMPLETE:a\n")
+		pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
+		pred.Send(t, "READY:a\nREADY:b\n")
+		pred.Expect(t, "START:a\n")
+		pred.Expect(t, "START:b\n")
+		pred.Send(t, "COMPLETE:a\n")
+		pred.Expect(t, "COMPLETE:a\n")
 		tail.waitDone(t, "a")
 
-		stray := dialRawSock(t, tail.Addr().String())
-		peer := stray.addr()
-		_ = stray.send([]byte("COMPLETE:a\n"))
-		stray.reset()
+		stray := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
+		peer := stray.Addr()
+		_ = stray.TrySend([]byte("COMPLETE:a\n"))
+		stray.Reset()
 		waitCond(t, 2*time.Second, "the stray connection to end", func() bool {
 			return tail.logs.count(func(e capturedLog) bool { return e.Attrs["peer"] == peer }) > 0 && tail.pendingConns() == 0
 		})

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // Draft "Roles" (a node's predecessor is one fixed node): with
@@ -19,9 +21,9 @@ func TestPrevHostOnly(t *testing.T) {
 		if err := w.Ready(""); err != nil {
 			t.Fatal(err)
 		}
-		s := dialRawSock(t, w.Addr().String())
-		_ = s.send([]byte("READY\n"))
-		s.expectClosed(t, 5*time.Second)
+		s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+		_ = s.TrySend([]byte("READY\n"))
+		s.AwaitClosed(t, 5*time.Second)
 		waitCond(t, 5*time.Second, "the refusal to be traced", func() bool { return w.violations() > 0 })
 		if w.predUp() || w.state("") != protocol.StateSync {
 			t.Errorf("a connection from another host became the predecessor (state %v)", w.state(""))
@@ -37,9 +39,9 @@ func TestPrevHostOnly(t *testing.T) {
 		if err := w.Ready(""); err != nil {
 			t.Fatal(err)
 		}
-		s := dialRawSock(t, w.Addr().String())
-		s.sendLine(t, "READY\n")
-		s.expectLine(t, "START\n")
+		s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+		s.Send(t, "READY\n")
+		s.Expect(t, "START\n")
 		w.waitState(t, "", protocol.StateWatch)
 		if v := w.violations(); v != 0 {
 			t.Errorf("%d violations for the predecessor's own host", v)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -155,7 +156,7 @@ func runScale(tb testing.TB, n int) scaleFigures {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	g0, fd0 := runtime.NumGoroutine(), openFDs(tb)
+	g0, fd0 := runtime.NumGoroutine(), testnet.OpenFDs(tb)
 
 	var (
 		linksUp   atomic.Int64
@@ -265,7 +266,7 @@ func runScale(tb testing.TB, n int) scaleFigures {
 	runtime.ReadMemStats(&after)
 	f.heapPerNode = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
 	f.goroutinesPerNode = float64(runtime.NumGoroutine()-g0) / float64(n)
-	f.fdsPerNode = float64(openFDs(tb)-fd0) / float64(n)
+	f.fdsPerNode = float64(testnet.OpenFDs(tb)-fd0) / float64(n)
 
 	c0 := time.Now()
 	for i, nd := range nodes {

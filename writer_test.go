@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // smallBufListener listens on loopback with a small, fixed send buffer,
@@ -58,14 +60,14 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pred := dialRawSock(t, tail.Addr().String())
-	_ = pred.c.SetReadBuffer(4096)
+	pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
+	_ = pred.Conn().SetReadBuffer(4096)
 	var lines strings.Builder
 	for i := range rounds {
 		lines.WriteString(wireLine("READY", id(i)))
 	}
 	sent := time.Now()
-	pred.sendLine(t, lines.String())
+	pred.Send(t, lines.String())
 
 	var slowest time.Duration
 	timed := func(what string, f func()) {

@@ -1,0 +1,250 @@
+package testnet
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Peer is one end of a plain TCP connection to a node, played by a test
+// byte for byte: a neighbour speaking protocol lines, honest and scripted
+// or hostile. It reads only when asked to, so a test can also leave what
+// the node sends unread (a neighbour that stopped reading) or time when
+// each line arrives. Every byte read from the node is kept (Received).
+//
+// The library's own tests and the end-to-end tests of the command both
+// use it; it does not depend on the library, so tests inside the library
+// package can use it too.
+type Peer struct {
+	c  *net.TCPConn
+	br *bufio.Reader
+
+	mu  sync.Mutex
+	got []byte // every byte read from the socket so far
+}
+
+// recorder is what Peer's buffered reader reads from: the socket, with a
+// copy of every byte kept.
+type recorder struct{ p *Peer }
+
+func (r recorder) Read(b []byte) (int, error) {
+	n, err := r.p.c.Read(b)
+	r.p.mu.Lock()
+	r.p.got = append(r.p.got, b[:n]...)
+	r.p.mu.Unlock()
+	return n, err
+}
+
+// NewPeer plays a neighbour on c, a TCP connection. c is closed when the
+// test ends.
+func NewPeer(t testing.TB, c net.Conn) *Peer {
+	t.Helper()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		t.Fatalf("testnet.NewPeer: %T is not a TCP connection", c)
+	}
+	p := &Peer{c: tc}
+	p.br = bufio.NewReader(recorder{p})
+	t.Cleanup(func() { c.Close() })
+	return p
+}
+
+// DialPeer connects to addr, trying again until the node listens there or
+// within has passed, and plays a neighbour on the connection.
+func DialPeer(t testing.TB, addr string, within time.Duration) *Peer {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, within)
+		if err == nil {
+			return NewPeer(t, c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond) // not listening yet: poll
+	}
+}
+
+// PeerListener is a loopback listener a node under test dials (as its
+// successor, say); each connection it accepts is played by the test.
+type PeerListener struct {
+	ln *net.TCPListener
+}
+
+// ListenPeer opens a PeerListener on 127.0.0.1, closed when the test ends.
+func ListenPeer(t testing.TB) *PeerListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return &PeerListener{ln: ln.(*net.TCPListener)}
+}
+
+// Addr is the listener's address, for the node's configuration.
+func (l *PeerListener) Addr() string { return l.ln.Addr().String() }
+
+// Accept returns the node's next connection, waiting up to within for it.
+func (l *PeerListener) Accept(t testing.TB, within time.Duration) *Peer {
+	t.Helper()
+	p, err := l.TryAccept(t, within)
+	if err != nil {
+		t.Fatalf("the node did not connect to %s within %v: %v", l.Addr(), within, err)
+	}
+	return p
+}
+
+// TryAccept is Accept returning the error (a timeout) instead of failing.
+func (l *PeerListener) TryAccept(t testing.TB, within time.Duration) (*Peer, error) {
+	t.Helper()
+	_ = l.ln.SetDeadline(time.Now().Add(within))
+	c, err := l.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewPeer(t, c), nil
+}
+
+// Addr is this end's address: what the node logs as the peer.
+func (p *Peer) Addr() string { return p.c.LocalAddr().String() }
+
+// Conn is the socket, for what the other methods do not cover. Reading
+// from it directly bypasses Received.
+func (p *Peer) Conn() *net.TCPConn { return p.c }
+
+// TrySend writes b and returns the error, if any: a node may close a
+// hostile connection while the test is still writing to it.
+func (p *Peer) TrySend(b []byte) error {
+	_ = p.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := p.c.Write(b)
+	return err
+}
+
+// Send writes s; a write error fails the test.
+func (p *Peer) Send(t testing.TB, s string) {
+	t.Helper()
+	if err := p.TrySend([]byte(s)); err != nil {
+		t.Fatalf("%s: write %q: %v", p.Addr(), s, err)
+	}
+}
+
+// Expect fails unless the next bytes from the node, within 5 seconds, are
+// exactly want.
+func (p *Peer) Expect(t testing.TB, want string) {
+	t.Helper()
+	if err := p.ExpectErr(want, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ExpectErr is Expect waiting up to d, returning what went wrong.
+func (p *Peer) ExpectErr(want string, d time.Duration) error {
+	_ = p.c.SetReadDeadline(time.Now().Add(d))
+	got := make([]byte, len(want))
+	n, err := io.ReadFull(p.br, got)
+	if n == len(want) && string(got) == want {
+		return nil
+	}
+	return fmt.Errorf("%s: received %q, want exactly %q (stream so far %q, read error %v)", p.Addr(), got[:n], want, p.Received(), err)
+}
+
+// Line returns the next line from the node, with its LF, waiting up to d.
+func (p *Peer) Line(d time.Duration) (string, error) {
+	_ = p.c.SetReadDeadline(time.Now().Add(d))
+	l, err := p.br.ReadString('\n')
+	if err != nil {
+		return l, fmt.Errorf("%s: no complete line within %v (got %q): %w", p.Addr(), d, l, err)
+	}
+	return l, nil
+}
+
+// Quiet fails if the node sends anything within d (a negative check:
+// wait first for an event that shows the node would have sent it by then).
+func (p *Peer) Quiet(t testing.TB, d time.Duration) {
+	t.Helper()
+	_ = p.c.SetReadDeadline(time.Now().Add(d))
+	b, err := p.br.ReadByte()
+	if err == nil {
+		more := make([]byte, p.br.Buffered())
+		n, _ := p.br.Read(more)
+		t.Fatalf("%s: unexpected bytes from the node: %q", p.Addr(), append([]byte{b}, more[:n]...))
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("%s: want silence, got read error %v", p.Addr(), err)
+	}
+}
+
+// ExpectClosed waits up to d for the node to close the connection, and
+// fails if it sent anything not read yet. A reset counts as closed.
+func (p *Peer) ExpectClosed(t testing.TB, d time.Duration) {
+	t.Helper()
+	_ = p.c.SetReadDeadline(time.Now().Add(d))
+	rest, err := io.ReadAll(p.br)
+	if len(rest) > 0 {
+		t.Fatalf("%s: unexpected bytes from the node before it closed: %q", p.Addr(), rest)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: the node did not close the connection within %v", p.Addr(), d)
+	}
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("%s: read error %v, want EOF or reset", p.Addr(), err)
+	}
+}
+
+// AwaitClosed waits up to within for the node to close the connection
+// (EOF or reset), discarding anything it sends, and returns how long that
+// took.
+func (p *Peer) AwaitClosed(t testing.TB, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	_ = p.c.SetReadDeadline(start.Add(within))
+	_, err := io.Copy(io.Discard, p.br)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: the node did not close the connection within %v", p.Addr(), within)
+	}
+	return time.Since(start)
+}
+
+// HangUp says the neighbour is done, as one that finished its rounds does:
+// the node reads the end of the stream. The test can still read what the
+// node sends until it closes (ExpectClosed).
+func (p *Peer) HangUp() { _ = p.c.CloseWrite() }
+
+// Close closes the connection.
+func (p *Peer) Close() { p.c.Close() }
+
+// Reset aborts the connection with an RST (SO_LINGER 0), like a crashed
+// host or a middlebox that drops state.
+func (p *Peer) Reset() {
+	_ = p.c.SetLinger(0)
+	p.c.Close()
+}
+
+// Received returns every byte read from the node so far.
+func (p *Peer) Received() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return string(p.got)
+}
+
+// OpenFDs returns the number of file descriptors this process has open,
+// and skips the test where /proc cannot tell.
+func OpenFDs(t testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count file descriptors: %v", err)
+	}
+	return len(ents)
+}
