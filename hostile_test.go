@@ -724,7 +724,7 @@ func TestHostileHalfClosed(t *testing.T) {
 	halfClose := func(data string) *testnet.Peer {
 		c := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
 		_ = c.TrySend([]byte(data))
-		if err := c.Conn().CloseWrite(); err != nil {
+		if err := c.HangUp(); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -756,7 +756,7 @@ func TestHostileHalfClosed(t *testing.T) {
 	// M must not start its task; it drops the link and waits.
 	check := expectQuiet(t, "", f.mid, f.tail)
 	_ = head.TrySend([]byte("COMPLETE"))
-	if err := head.Conn().CloseWrite(); err != nil {
+	if err := head.HangUp(); err != nil {
 		t.Fatal(err)
 	}
 	head.AwaitClosed(t, closeWithin)

@@ -61,7 +61,7 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 		}
 	}
 	pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
-	_ = pred.Conn().SetReadBuffer(4096)
+	_ = pred.Conn().(*net.TCPConn).SetReadBuffer(4096)
 	var lines strings.Builder
 	for i := range rounds {
 		lines.WriteString(wireLine("READY", id(i)))

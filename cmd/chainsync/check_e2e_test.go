@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // lowAddrs reserves n loopback ports below the kernel's ephemeral range
@@ -190,14 +192,14 @@ func TestCheckUnreachable(t *testing.T) {
 // line (so no round can start); a plain-TCP link is ok once connected.
 func TestCheckSendsNothing(t *testing.T) {
 	t.Parallel()
-	ln := listenRaw(t)
-	p := startProc(t, "A", nil, "check", "--next", ln.Addr().String(), "--timeout", "5s")
-	r := acceptRaw(t, ln, 5*time.Second)
+	ln := testnet.ListenPeer(t)
+	p := startProc(t, "A", nil, "check", "--next", ln.Addr(), "--timeout", "5s")
+	r := ln.Accept(t, 5*time.Second)
 	if l := checkLine(t, p, 0, "successor"); !strings.Contains(l, "ok: connected, plain TCP") {
 		t.Errorf("%q", l)
 	}
-	r.expectClosed(t, 5*time.Second)
-	if got := r.received(); got != "" {
+	r.ExpectClosed(t, 5*time.Second)
+	if got := r.Received(); got != "" {
 		t.Errorf("check sent %q", got)
 	}
 	if !strings.Contains(p.out.String(), "plain TCP (no TLS") {
@@ -265,9 +267,9 @@ func TestCheckAgainstRunningNode(t *testing.T) {
 // that does not exist; exit 1, and nothing is created.
 func TestCheckLocalSettings(t *testing.T) {
 	t.Parallel()
-	taken := listenRaw(t)
+	taken := testnet.ListenPeer(t)
 	trace := filepath.Join(t.TempDir(), "missing", "trace.jsonl")
-	p := startProc(t, "check", nil, "check", "--status-addr", taken.Addr().String(), "--trace", trace)
+	p := startProc(t, "check", nil, "check", "--status-addr", taken.Addr(), "--trace", trace)
 	if code := p.wait(t, 5*time.Second); code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}

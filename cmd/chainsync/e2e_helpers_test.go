@@ -1,16 +1,14 @@
 package main
 
 // Helpers for the end-to-end tests of the built chainsync binary: TestMain
-// builds it once, proc runs it as a subprocess, rawConn plays a neighbour
-// byte by byte over a real socket.
+// builds it once, proc runs it as a subprocess. A neighbour played byte by
+// byte over a real socket is a testnet.Peer.
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -372,181 +370,5 @@ func exists(path string) bool {
 
 // ---- raw sockets ----------------------------------------------------------
 
-// rawConn is a neighbour played by the test. A goroutine collects every
-// byte the node sends, so the test can check the exact byte stream.
-type rawConn struct {
-	c      net.Conn
-	notify chan struct{}
-
-	mu  sync.Mutex
-	buf []byte // everything received
-	pos int    // bytes consumed by expect/line
-	err error  // read error once the stream ended
-}
-
-func newRaw(t *testing.T, c net.Conn) *rawConn {
-	r := &rawConn{c: c, notify: make(chan struct{}, 1)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b := make([]byte, 4096)
-		for {
-			n, err := c.Read(b)
-			r.mu.Lock()
-			r.buf = append(r.buf, b[:n]...)
-			if err != nil {
-				r.err = err
-			}
-			r.mu.Unlock()
-			select {
-			case r.notify <- struct{}{}:
-			default:
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
-	return r
-}
-
-// dialRaw connects to addr, retrying until the node listens there.
-func dialRaw(t *testing.T, addr string, within time.Duration) *rawConn {
-	t.Helper()
-	var c net.Conn
-	var err error
-	if !poll(within, func() bool {
-		c, err = net.DialTimeout("tcp", addr, time.Second)
-		return err == nil
-	}) {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	return newRaw(t, c)
-}
-
-// listenRaw opens a listener the node under test dials as its successor.
-func listenRaw(t *testing.T) *net.TCPListener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln.(*net.TCPListener)
-}
-
-// acceptRaw waits up to within for the node to connect.
-func acceptRaw(t *testing.T, ln *net.TCPListener, within time.Duration) *rawConn {
-	t.Helper()
-	_ = ln.SetDeadline(time.Now().Add(within))
-	c, err := ln.Accept()
-	if err != nil {
-		t.Fatalf("accept on %s: %v", ln.Addr(), err)
-	}
-	return newRaw(t, c)
-}
-
-func (r *rawConn) addr() string { return r.c.LocalAddr().String() }
-
-// await waits up to d for cond (called with mu held) to hold.
-func (r *rawConn) await(d time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		ok := cond()
-		r.mu.Unlock()
-		if ok {
-			return true
-		}
-		select {
-		case <-r.notify:
-		case <-deadline.C:
-			r.mu.Lock()
-			ok := cond()
-			r.mu.Unlock()
-			return ok
-		}
-	}
-}
-
-// expect fails unless the next bytes from the node are exactly want.
-func (r *rawConn) expect(t *testing.T, want string) {
-	t.Helper()
-	if err := r.expectErr(want, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (r *rawConn) expectErr(want string, d time.Duration) error {
-	r.await(d, func() bool { return len(r.buf)-r.pos >= len(want) || r.err != nil })
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	got := r.buf[r.pos:min(len(r.buf), r.pos+len(want))]
-	if string(got) != want {
-		return fmt.Errorf("%s: received %q, want exactly %q (stream so far %q, read error %v)", r.addr(), got, want, r.buf, r.err)
-	}
-	r.pos += len(want)
-	return nil
-}
-
-// line returns the next complete line (with its LF).
-func (r *rawConn) line(d time.Duration) (string, error) {
-	var l string
-	r.await(d, func() bool { return bytes.IndexByte(r.buf[r.pos:], '\n') >= 0 || r.err != nil })
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	i := bytes.IndexByte(r.buf[r.pos:], '\n')
-	if i < 0 {
-		return "", fmt.Errorf("%s: no complete line within %v (pending %q, read error %v)", r.addr(), d, r.buf[r.pos:], r.err)
-	}
-	l = string(r.buf[r.pos : r.pos+i+1])
-	r.pos += i + 1
-	return l, nil
-}
-
-// expectClosed waits for the node to close the connection and fails if it
-// sent anything not consumed yet. A reset counts as closed.
-func (r *rawConn) expectClosed(t *testing.T, d time.Duration) {
-	t.Helper()
-	if !r.await(d, func() bool { return r.err != nil }) {
-		t.Fatalf("%s: the node did not close the connection within %v", r.addr(), d)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.buf) > r.pos {
-		t.Fatalf("%s: unexpected bytes from the node before it closed: %q", r.addr(), r.buf[r.pos:])
-	}
-	if !isClosed(r.err) {
-		t.Fatalf("%s: read error %v, want EOF or reset", r.addr(), r.err)
-	}
-}
-
-func isClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
-}
-
-// send writes s; a write error fails the test.
-func (r *rawConn) send(t *testing.T, s string) {
-	t.Helper()
-	if err := r.sendErr(s); err != nil {
-		t.Fatalf("%s: write %q: %v", r.addr(), s, err)
-	}
-}
-
-func (r *rawConn) sendErr(s string) error {
-	_ = r.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := r.c.Write([]byte(s))
-	return err
-}
-
-// hangUp closes the connection, as a neighbour that is done does.
-func (r *rawConn) hangUp() { r.c.Close() }
-
-// received returns everything the node sent on this connection.
-func (r *rawConn) received() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return string(r.buf)
-}
+// A neighbour played by the test is a testnet.Peer (testnet.DialPeer, or
+// accepted on a testnet.ListenPeer), the raw peer the library's tests use.

@@ -6,7 +6,6 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // taskRecorder is a task that appends "ROLE|ROUND|NODE" to $DIR/task.
@@ -28,21 +29,21 @@ var taskRecorder = []string{"sh", "-c", `echo "$CHAINSYNC_ROLE|$CHAINSYNC_ROUND|
 func TestRawHead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	succ := listenRaw(t)
-	p := startProc(t, "A", []string{"DIR=" + dir}, append([]string{"run", "--name", "A", "--next", succ.Addr().String(), "--"}, taskRecorder...)...)
-	s := acceptRaw(t, succ, 5*time.Second)
-	s.expect(t, "READY\n")
-	s.send(t, "START\n")
-	s.expect(t, "COMPLETE\n")
+	succ := testnet.ListenPeer(t)
+	p := startProc(t, "A", []string{"DIR=" + dir}, append([]string{"run", "--name", "A", "--next", succ.Addr(), "--"}, taskRecorder...)...)
+	s := succ.Accept(t, 5*time.Second)
+	s.Expect(t, "READY\n")
+	s.Send(t, "START\n")
+	s.Expect(t, "COMPLETE\n")
 	if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"head||A"}) {
 		t.Fatalf("task runs %q before COMPLETE, want exactly one as head", got)
 	}
-	s.send(t, "COMPLETE\n")
+	s.Send(t, "COMPLETE\n")
 	if code := p.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	s.expectClosed(t, 5*time.Second)
-	if got := s.received(); got != "READY\nCOMPLETE\n" {
+	s.ExpectClosed(t, 5*time.Second)
+	if got := s.Received(); got != "READY\nCOMPLETE\n" {
 		t.Fatalf("the successor received %q, want exactly %q", got, "READY\nCOMPLETE\n")
 	}
 	// Its task not before START; its end not before the exit wave's
@@ -74,9 +75,9 @@ func TestRawMiddle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			succ := listenRaw(t)
+			succ := testnet.ListenPeer(t)
 			listen := freeAddrs(t, 1)[0]
-			args := []string{"run", "--name", "B", "--listen", listen, "--prev", "127.0.0.1:9", "--next", succ.Addr().String()}
+			args := []string{"run", "--name", "B", "--listen", listen, "--prev", "127.0.0.1:9", "--next", succ.Addr()}
 			if tc.colon {
 				args = append(args, "--unnamed-round-colon")
 			}
@@ -88,28 +89,28 @@ func TestRawMiddle(t *testing.T) {
 			out := func(cmd string) string { return cmd + tc.peerColon + tc.eol }
 			in := func(cmd string) string { return cmd + sfx + "\n" }
 
-			s := acceptRaw(t, succ, 5*time.Second)
-			pr := dialRaw(t, listen, 5*time.Second)
-			pr.send(t, out("READY"))
-			s.expect(t, in("READY"))
-			s.send(t, out("START"))
-			pr.expect(t, in("START"))
-			pr.send(t, out("COMPLETE"))
-			s.expect(t, in("COMPLETE"))
+			s := succ.Accept(t, 5*time.Second)
+			pr := testnet.DialPeer(t, listen, 5*time.Second)
+			pr.Send(t, out("READY"))
+			s.Expect(t, in("READY"))
+			s.Send(t, out("START"))
+			pr.Expect(t, in("START"))
+			pr.Send(t, out("COMPLETE"))
+			s.Expect(t, in("COMPLETE"))
 			if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"middle||B"}) {
 				t.Fatalf("task runs %q before COMPLETE to the successor, want exactly one as middle", got)
 			}
-			s.send(t, out("COMPLETE"))
-			pr.expect(t, in("COMPLETE"))
-			pr.hangUp() // as a real predecessor does when it is done (run --linger)
+			s.Send(t, out("COMPLETE"))
+			pr.Expect(t, in("COMPLETE"))
+			pr.HangUp() // as a real predecessor does when it is done (run --linger)
 			if code := p.wait(t, 5*time.Second); code != 0 {
 				t.Fatalf("exit %d, want 0", code)
 			}
-			s.expectClosed(t, 5*time.Second)
-			if got, want := s.received(), in("READY")+in("COMPLETE"); got != want {
+			s.ExpectClosed(t, 5*time.Second)
+			if got, want := s.Received(), in("READY")+in("COMPLETE"); got != want {
 				t.Errorf("the successor received %q, want exactly %q", got, want)
 			}
-			if got, want := pr.received(), in("START")+in("COMPLETE"); got != want {
+			if got, want := pr.Received(), in("START")+in("COMPLETE"); got != want {
 				t.Errorf("the predecessor received %q, want exactly %q", got, want)
 			}
 			// Each message only once its cause came, the task only on
@@ -130,21 +131,21 @@ func TestRawTail(t *testing.T) {
 			dir := t.TempDir()
 			listen := freeAddrs(t, 1)[0]
 			p := startProc(t, "C", []string{"DIR=" + dir}, append([]string{"run", "--name", "C", "--listen", listen, "--prev", "127.0.0.1:9", "--"}, taskRecorder...)...)
-			pr := dialRaw(t, listen, 5*time.Second)
-			pr.send(t, "READY"+eol)
-			pr.expect(t, "START\n")
-			pr.send(t, "COMPLETE"+eol)
-			pr.expect(t, "COMPLETE\n")
+			pr := testnet.DialPeer(t, listen, 5*time.Second)
+			pr.Send(t, "READY"+eol)
+			pr.Expect(t, "START\n")
+			pr.Send(t, "COMPLETE"+eol)
+			pr.Expect(t, "COMPLETE\n")
 			if got := readLines(t, filepath.Join(dir, "task")); !slices.Equal(got, []string{"tail||C"}) {
 				t.Fatalf("task runs %q before the exit wave, want exactly one as tail", got)
 			}
 			// run --linger: the node stays while its predecessor is
 			// connected, and exits once it hung up.
-			pr.hangUp()
+			pr.HangUp()
 			if code := p.wait(t, 5*time.Second); code != 0 {
 				t.Fatalf("exit %d, want 0", code)
 			}
-			if got := pr.received(); got != "START\nCOMPLETE\n" {
+			if got := pr.Received(); got != "START\nCOMPLETE\n" {
 				t.Errorf("the predecessor received %q, want exactly %q", got, "START\nCOMPLETE\n")
 			}
 			p.logOrder(t, "received COMPLETE from pred", "task started", "sent COMPLETE to pred",
@@ -159,9 +160,9 @@ var roundLine = regexp.MustCompile(`^(READY|START|COMPLETE):([0-9]+)\n$`)
 // playPred plays a predecessor for the given rounds: it opens them with
 // READY (in random order), answers START with COMPLETE, and returns what it
 // received per round once each round's exit-wave COMPLETE has arrived.
-func playPred(c *rawConn, rounds []string, rng *rand.Rand, eol string) (map[string][]string, error) {
+func playPred(c *testnet.Peer, rounds []string, rng *rand.Rand, eol string) (map[string][]string, error) {
 	var wmu sync.Mutex
-	write := func(s string) error { wmu.Lock(); defer wmu.Unlock(); return c.sendErr(s) }
+	write := func(s string) error { wmu.Lock(); defer wmu.Unlock(); return c.TrySend([]byte(s)) }
 	for _, i := range rng.Perm(len(rounds)) {
 		if err := write("READY:" + rounds[i] + eol); err != nil {
 			return nil, err
@@ -170,7 +171,7 @@ func playPred(c *rawConn, rounds []string, rng *rand.Rand, eol string) (map[stri
 	}
 	got := map[string][]string{}
 	for done := 0; done < len(rounds); {
-		l, err := c.line(10 * time.Second)
+		l, err := c.Line(10 * time.Second)
 		if err != nil {
 			return got, err
 		}
@@ -192,12 +193,12 @@ func playPred(c *rawConn, rounds []string, rng *rand.Rand, eol string) (map[stri
 
 // playSucc plays a successor: it answers READY with START and the task's
 // COMPLETE with the exit wave's COMPLETE.
-func playSucc(c *rawConn, rounds []string, rng *rand.Rand, eol string) (map[string][]string, error) {
+func playSucc(c *testnet.Peer, rounds []string, rng *rand.Rand, eol string) (map[string][]string, error) {
 	var wmu sync.Mutex
-	write := func(s string) error { wmu.Lock(); defer wmu.Unlock(); return c.sendErr(s) }
+	write := func(s string) error { wmu.Lock(); defer wmu.Unlock(); return c.TrySend([]byte(s)) }
 	got := map[string][]string{}
 	for done := 0; done < len(rounds); {
-		l, err := c.line(10 * time.Second)
+		l, err := c.Line(10 * time.Second)
 		if err != nil {
 			return got, err
 		}
@@ -230,11 +231,11 @@ func TestRawRounds(t *testing.T) {
 			rng := newRand(t)
 			dir := t.TempDir()
 			args := []string{"run", "--name", "N", "--rounds", "3"}
-			var succ *net.TCPListener
+			var succ *testnet.PeerListener
 			var listen string
 			if role != "tail" {
-				succ = listenRaw(t)
-				args = append(args, "--next", succ.Addr().String())
+				succ = testnet.ListenPeer(t)
+				args = append(args, "--next", succ.Addr())
 			}
 			if role != "head" {
 				listen = freeAddrs(t, 1)[0]
@@ -250,18 +251,18 @@ func TestRawRounds(t *testing.T) {
 			results := make(chan result, 2)
 			players := 0
 			if succ != nil {
-				s := acceptRaw(t, succ, 5*time.Second)
+				s := succ.Accept(t, 5*time.Second)
 				r2 := rand.New(rand.NewPCG(rng.Uint64(), 1))
 				players++
 				go func() { got, err := playSucc(s, rounds, r2, "\n"); results <- result{"successor", got, err} }()
 			}
 			if listen != "" {
-				pr := dialRaw(t, listen, 5*time.Second)
+				pr := testnet.DialPeer(t, listen, 5*time.Second)
 				r2 := rand.New(rand.NewPCG(rng.Uint64(), 2))
 				players++
 				go func() {
 					got, err := playPred(pr, rounds, r2, "\n")
-					pr.hangUp()
+					pr.HangUp()
 					results <- result{"predecessor", got, err}
 				}()
 			}
@@ -319,9 +320,9 @@ var badInputs = []struct {
 // (peer address, ...), closes that connection, and keeps waiting".
 func sendBad(t *testing.T, p *proc, listen, data, reason string) {
 	t.Helper()
-	c := dialRaw(t, listen, 5*time.Second)
-	_ = c.sendErr(data) // the node may reset the connection mid-write
-	l := p.waitLog(t, 5*time.Second, fmt.Sprintf("reporting %q from %s", reason, c.addr()), containsAll("bad input", c.addr(), reason))
+	c := testnet.DialPeer(t, listen, 5*time.Second)
+	_ = c.TrySend([]byte(data)) // the node may reset the connection mid-write
+	l := p.waitLog(t, 5*time.Second, fmt.Sprintf("reporting %q from %s", reason, c.Addr()), containsAll("bad input", c.Addr(), reason))
 	if !strings.Contains(l, "WARN") {
 		t.Errorf("violation logged below WARN: %s", l)
 	}
@@ -330,7 +331,7 @@ func sendBad(t *testing.T, p *proc, listen, data, reason string) {
 			t.Errorf("the violation report does not name the round's state (SYNC): %s", l)
 		}
 	}
-	c.expectClosed(t, 5*time.Second)
+	c.ExpectClosed(t, 5*time.Second)
 	if !p.running() {
 		t.Fatalf("%s exited (%d) after bad input", p.name, p.code)
 	}
@@ -347,11 +348,11 @@ func TestBadInputToMiddle(t *testing.T) {
 	t.Run("raw-neighbours", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		succ := listenRaw(t)
+		succ := testnet.ListenPeer(t)
 		listen := freeAddrs(t, 1)[0]
 		p := startProc(t, "B", []string{"DIR=" + dir}, append([]string{"run", "--name", "B", "--listen", listen,
-			"--prev", "127.0.0.1:9", "--next", succ.Addr().String(), "--"}, taskRecorder...)...)
-		s := acceptRaw(t, succ, 5*time.Second)
+			"--prev", "127.0.0.1:9", "--next", succ.Addr(), "--"}, taskRecorder...)...)
+		s := succ.Accept(t, 5*time.Second)
 		p.waitLog(t, 5*time.Second, "locally ready", containsAll("locally ready"))
 		for _, bad := range badInputs {
 			sendBad(t, p, listen, bad.data, bad.reason)
@@ -366,13 +367,13 @@ func TestBadInputToMiddle(t *testing.T) {
 			t.Errorf("the log contains a raw NUL byte: offending bytes must be escaped")
 		}
 		// Now the honest predecessor.
-		pr := dialRaw(t, listen, 5*time.Second)
-		pr.send(t, "READY\n")
-		s.expect(t, "READY\n")
+		pr := testnet.DialPeer(t, listen, 5*time.Second)
+		pr.Send(t, "READY\n")
+		s.Expect(t, "READY\n")
 		// A stray that connects mid-round with garbage changes nothing.
 		sendBad(t, p, listen, "HELLO\n", "unknown command")
 		finishMiddle(t, p, pr, s, dir)
-		s.expectClosed(t, 5*time.Second)
+		s.ExpectClosed(t, 5*time.Second)
 	})
 
 	t.Run("real-neighbours", func(t *testing.T) {
@@ -422,24 +423,24 @@ func TestBadInputToMiddle(t *testing.T) {
 	t.Run("bad-successor", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		succ := listenRaw(t)
+		succ := testnet.ListenPeer(t)
 		listen := freeAddrs(t, 1)[0]
 		p := startProc(t, "B", []string{"DIR=" + dir}, append([]string{"run", "--name", "B", "--listen", listen,
-			"--prev", "127.0.0.1:9", "--next", succ.Addr().String(), "--"}, taskRecorder...)...)
-		pr := dialRaw(t, listen, 5*time.Second)
-		s1 := acceptRaw(t, succ, 5*time.Second)
-		pr.send(t, "READY\n")
-		s1.expect(t, "READY\n")
-		s1.send(t, "READY\n")
+			"--prev", "127.0.0.1:9", "--next", succ.Addr(), "--"}, taskRecorder...)...)
+		pr := testnet.DialPeer(t, listen, 5*time.Second)
+		s1 := succ.Accept(t, 5*time.Second)
+		pr.Send(t, "READY\n")
+		s1.Expect(t, "READY\n")
+		s1.Send(t, "READY\n")
 		p.waitLog(t, 5*time.Second, "reporting READY from the successor", containsAll("bad input from successor", "READY travels forward"))
-		s1.expectClosed(t, 5*time.Second)
+		s1.ExpectClosed(t, 5*time.Second)
 		// The node re-dials and re-sends its READY.
-		s2 := acceptRaw(t, succ, 5*time.Second)
-		s2.expect(t, "READY\n")
+		s2 := succ.Accept(t, 5*time.Second)
+		s2.Expect(t, "READY\n")
 		finishMiddle(t, p, pr, s2, dir)
 		// Nothing reached the predecessor but its own round's messages,
 		// after their causes.
-		if got := pr.received(); got != "START\nCOMPLETE\n" {
+		if got := pr.Received(); got != "START\nCOMPLETE\n" {
 			t.Errorf("the predecessor received %q, want exactly %q", got, "START\nCOMPLETE\n")
 		}
 		p.logOrder(t, "READY travels forward", "received START from succ", "sent START to pred")
@@ -452,15 +453,15 @@ func TestBadInputToMiddle(t *testing.T) {
 // finishMiddle plays the rest of a round for a middle node B between raw
 // peers pr and s once both saw READY: START back, COMPLETE forward, the
 // exit wave back; then B must exit 0 having run its task exactly once.
-func finishMiddle(t *testing.T, p *proc, pr, s *rawConn, dir string) {
+func finishMiddle(t *testing.T, p *proc, pr, s *testnet.Peer, dir string) {
 	t.Helper()
-	s.send(t, "START\n")
-	pr.expect(t, "START\n")
-	pr.send(t, "COMPLETE\n")
-	s.expect(t, "COMPLETE\n")
-	s.send(t, "COMPLETE\n")
-	pr.expect(t, "COMPLETE\n")
-	pr.hangUp()
+	s.Send(t, "START\n")
+	pr.Expect(t, "START\n")
+	pr.Send(t, "COMPLETE\n")
+	s.Expect(t, "COMPLETE\n")
+	s.Send(t, "COMPLETE\n")
+	pr.Expect(t, "COMPLETE\n")
+	pr.HangUp()
 	if code := p.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
@@ -482,26 +483,26 @@ func TestRawReconnect(t *testing.T) {
 	dir := t.TempDir()
 	listen := freeAddrs(t, 1)[0]
 	p := startProc(t, "C", []string{"DIR=" + dir}, append([]string{"run", "--name", "C", "--listen", listen, "--prev", "127.0.0.1:9", "--"}, taskRecorder...)...)
-	pr1 := dialRaw(t, listen, 5*time.Second)
-	pr1.send(t, "READY\n")
-	pr1.expect(t, "START\n")
-	pr1.hangUp()
+	pr1 := testnet.DialPeer(t, listen, 5*time.Second)
+	pr1.Send(t, "READY\n")
+	pr1.Expect(t, "START\n")
+	pr1.HangUp()
 
 	// Mid-round: the predecessor comes back and re-sends READY; the Tail
 	// re-sends START once, and nothing runs yet.
-	pr2 := dialRaw(t, listen, 5*time.Second)
-	pr2.send(t, "READY\n")
-	pr2.expect(t, "START\n")
-	pr2.send(t, "COMPLETE\n")
-	pr2.expect(t, "COMPLETE\n")
-	pr2.hangUp()
+	pr2 := testnet.DialPeer(t, listen, 5*time.Second)
+	pr2.Send(t, "READY\n")
+	pr2.Expect(t, "START\n")
+	pr2.Send(t, "COMPLETE\n")
+	pr2.Expect(t, "COMPLETE\n")
+	pr2.HangUp()
 
 	// After the round: the predecessor reconnects at once (within --linger's
 	// grace) and re-sends COMPLETE, as if the exit wave had been lost.
-	pr3 := dialRaw(t, listen, 5*time.Second)
-	pr3.send(t, "COMPLETE\n")
-	pr3.expect(t, "COMPLETE\n")
-	pr3.hangUp()
+	pr3 := testnet.DialPeer(t, listen, 5*time.Second)
+	pr3.Send(t, "COMPLETE\n")
+	pr3.Expect(t, "COMPLETE\n")
+	pr3.HangUp()
 	if code := p.wait(t, 5*time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
@@ -514,7 +515,7 @@ func TestRawReconnect(t *testing.T) {
 		t.Errorf("the Tail sent START %d and COMPLETE %d times, want each twice (once, then once on the new connection)", st, co)
 	}
 	p.logOrder(t, "received COMPLETE from pred", "task started")
-	if got := pr2.received() + pr3.received(); got != "START\nCOMPLETE\nCOMPLETE\n" {
+	if got := pr2.Received() + pr3.Received(); got != "START\nCOMPLETE\nCOMPLETE\n" {
 		t.Errorf("the reconnected predecessor received %q, want exactly %q", got, "START\nCOMPLETE\nCOMPLETE\n")
 	}
 }

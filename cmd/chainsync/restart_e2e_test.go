@@ -20,6 +20,8 @@ import (
 
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // TestStateDirHeldByAnother: "One process per state directory (a lock)":
@@ -324,21 +326,21 @@ func TestRestartedPeerNamed(t *testing.T) {
 	addrs := mxAddrs(t, 2)
 	p := startProc(t, "T", []string{"DIR=" + dir}, "run", "--name", "T", "--listen", addrs[1], "--prev", addrs[0],
 		"--linger", "3s", "--", "sh", "-c", `echo ran >> "$DIR/ran"`)
-	c := dialRaw(t, addrs[1], 10*time.Second)
-	c.send(t, "READY\n")
-	c.expect(t, "START\n")
-	c.send(t, "COMPLETE\n")
-	c.expect(t, "COMPLETE\n")
+	c := testnet.DialPeer(t, addrs[1], 10*time.Second)
+	c.Send(t, "READY\n")
+	c.Expect(t, "START\n")
+	c.Send(t, "COMPLETE\n")
+	c.Expect(t, "COMPLETE\n")
 	p.waitLog(t, 5*time.Second, "round over", containsAll("round over", "status=done"))
-	c.hangUp()
+	c.HangUp()
 
-	again := dialRaw(t, addrs[1], 5*time.Second)
-	again.send(t, "READY\n")
+	again := testnet.DialPeer(t, addrs[1], 5*time.Second)
+	again.Send(t, "READY\n")
 	line := p.waitLog(t, 5*time.Second, "restarted at WARN", containsAll("WARN", "restarted without its state"))
-	if peer := again.addr(); strings.Count(line, peer) != 2 { // in the message and as peer=
+	if peer := again.Addr(); strings.Count(line, peer) != 2 { // in the message and as peer=
 		t.Errorf("the warning should name the restarted peer %s once in its text (and once as peer=): %s", peer, line)
 	}
-	again.hangUp()
+	again.HangUp()
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Errorf("exit %d, want 0 (its round was done)", code)
 	}
@@ -348,7 +350,7 @@ func TestRestartedPeerNamed(t *testing.T) {
 		t.Errorf("the Tail logged %d messages sent, want 2 (START and COMPLETE of the first connection)", n)
 	}
 	p.logOrder(t, "sent COMPLETE to pred", "restarted without its state")
-	if got := again.received(); got != "" {
+	if got := again.Received(); got != "" {
 		t.Errorf("the restarted peer's connection got %q, want nothing", got)
 	}
 	if got := readLines(t, filepath.Join(dir, "ran")); len(got) != 1 {

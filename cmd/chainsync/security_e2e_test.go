@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // forwarder stands at an address and relays every connection to target,
@@ -612,12 +614,12 @@ func TestHalfAuthenticatedNodeRefused(t *testing.T) {
 	}) {
 		t.Fatal(err)
 	}
-	stranger := newRaw(t, c)
-	stranger.send(t, "READY\n")
-	stranger.expect(t, "START\n")
-	stranger.send(t, "COMPLETE\n")
-	stranger.expect(t, "COMPLETE\n")
-	stranger.hangUp()
+	stranger := testnet.NewPeer(t, c)
+	stranger.Send(t, "READY\n")
+	stranger.Expect(t, "START\n")
+	stranger.Send(t, "COMPLETE\n")
+	stranger.Expect(t, "COMPLETE\n")
+	stranger.HangUp()
 	if code := tail.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("C exited %d", code)
 	}

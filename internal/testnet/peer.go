@@ -23,7 +23,7 @@ import (
 // use it; it does not depend on the library, so tests inside the library
 // package can use it too.
 type Peer struct {
-	c  *net.TCPConn
+	c  net.Conn
 	br *bufio.Reader
 
 	mu  sync.Mutex
@@ -42,15 +42,10 @@ func (r recorder) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// NewPeer plays a neighbour on c, a TCP connection. c is closed when the
-// test ends.
+// NewPeer plays a neighbour on c, a TCP connection or one over it (TLS).
+// c is closed when the test ends.
 func NewPeer(t testing.TB, c net.Conn) *Peer {
-	t.Helper()
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		t.Fatalf("testnet.NewPeer: %T is not a TCP connection", c)
-	}
-	p := &Peer{c: tc}
+	p := &Peer{c: c}
 	p.br = bufio.NewReader(recorder{p})
 	t.Cleanup(func() { c.Close() })
 	return p
@@ -117,9 +112,9 @@ func (l *PeerListener) TryAccept(t testing.TB, within time.Duration) (*Peer, err
 // Addr is this end's address: what the node logs as the peer.
 func (p *Peer) Addr() string { return p.c.LocalAddr().String() }
 
-// Conn is the socket, for what the other methods do not cover. Reading
-// from it directly bypasses Received.
-func (p *Peer) Conn() *net.TCPConn { return p.c }
+// Conn is the connection, for what the other methods do not cover.
+// Reading from it directly bypasses Received.
+func (p *Peer) Conn() net.Conn { return p.c }
 
 // TrySend writes b and returns the error, if any: a node may close a
 // hostile connection while the test is still writing to it.
@@ -218,17 +213,24 @@ func (p *Peer) AwaitClosed(t testing.TB, within time.Duration) time.Duration {
 }
 
 // HangUp says the neighbour is done, as one that finished its rounds does:
-// the node reads the end of the stream. The test can still read what the
-// node sends until it closes (ExpectClosed).
-func (p *Peer) HangUp() { _ = p.c.CloseWrite() }
+// it closes its sending side, so the node reads the end of the stream. The
+// test can still read what the node sends until it closes (ExpectClosed).
+func (p *Peer) HangUp() error {
+	if cw, ok := p.c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return p.c.Close()
+}
 
 // Close closes the connection.
 func (p *Peer) Close() { p.c.Close() }
 
-// Reset aborts the connection with an RST (SO_LINGER 0), like a crashed
-// host or a middlebox that drops state.
+// Reset aborts a TCP connection with an RST (SO_LINGER 0), like a crashed
+// host or a middlebox that drops state; another connection is closed.
 func (p *Peer) Reset() {
-	_ = p.c.SetLinger(0)
+	if tc, ok := p.c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
 	p.c.Close()
 }
 

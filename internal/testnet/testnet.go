@@ -1,4 +1,7 @@
-// Package testnet gives tests loopback addresses that are free to bind.
+// Package testnet gives tests loopback addresses that are free to bind,
+// and Peer: a neighbour played byte for byte over plain TCP (or TLS) by a
+// test. It does not import the library, so the library's own tests can
+// use it as well as the command's.
 package testnet
 
 import (
