@@ -74,6 +74,16 @@ func freeAddrs(t testing.TB, n int) []string {
 	return testnet.FreeAddrs(t, n)
 }
 
+// chainConfigs and startAll are the in-process chain builder of the tests
+// inside this package. The one for everything else is
+// internal/chaintest.Build; tests here cannot use it, since chaintest
+// imports this package (an import cycle), and tests that need no
+// unexported name use chaintest from package chainsync_test
+// (scale_test.go, scale10k_test.go). This one also gives each node an
+// address to bind rather than a bound listener, so that nodes can start
+// in any order (a dial before the successor is up is refused and
+// retried).
+
 // chainConfigs returns configs for an n-node chain on loopback.
 func chainConfigs(t testing.TB, n int) []Config {
 	addrs := freeAddrs(t, n)

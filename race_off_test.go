@@ -1,6 +1,6 @@
 //go:build !race
 
-package chainsync
+package chainsync_test
 
 // raceEnabled: this test binary runs under the race detector.
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package chainsync
+package chainsync_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/chaintest"
 	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -168,60 +170,42 @@ func runScale(tb testing.TB, n int) scaleFigures {
 		taskSeq   = make([][2]int64, n) // per node: sequence number of its task in rounds 1 and 2
 		roundIdx  = func(r string) int { i, _ := strconv.Atoi(r); return i }
 	)
-	trace := func(ev TraceEvent) {
+	trace := func(ev chainsync.TraceEvent) {
 		switch ev.Kind {
-		case TraceLinkUp:
+		case chainsync.TraceLinkUp:
 			// Count the dialing ends: the accepting end calls a link up
 			// only once the first protocol line arrives.
 			if ev.Side == protocol.Succ && linksUp.Add(1) == int64(n-1) {
 				close(allUp)
 			}
-		case TraceSent:
+		case chainsync.TraceSent:
 			if ev.Resend {
 				resent.Add(1)
 			} else if !ev.Queued {
 				sent.Add(1)
 			}
-		case TraceLinkDown:
+		case chainsync.TraceLinkDown:
 			linksDown.Add(1)
 		}
 	}
 	t0 := time.Now()
-	lns := make([]net.Listener, n)
-	for i := 1; i < n; i++ {
-		ln, err := listenSpread(i)
-		if err != nil {
-			tb.Fatalf("listener %d of %d: %v", i, n, err)
-		}
-		lns[i] = ln
-	}
-	f.listen = time.Since(t0)
-	nodes := make([]*Node, n)
-	defer func() {
-		for _, nd := range nodes {
-			if nd != nil {
-				nd.Close()
+	nodes, err := chaintest.Build(n, chaintest.Options{
+		Listen: listenSpread,
+		Configure: func(i int, cfg *chainsync.Config) {
+			if i == 0 { // every listener is bound by now
+				f.listen = time.Since(t0)
 			}
-		}
-	}()
-	for i := range nodes {
-		cfg := Config{BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Trace: trace,
-			Task: func(_ context.Context, r string) error { taskSeq[i][roundIdx(r)-1] = seq.Add(1); return nil }}
-		if i > 0 {
-			cfg.Listener = lns[i]
-		}
-		if i < n-1 {
-			cfg.Next = lns[i+1].Addr().String()
-		}
-		if pipes != nil {
-			cfg.Secure = pipes
-		}
-		nd, err := Start(cfg)
-		if err != nil {
-			tb.Fatalf("node %d of %d: %v", i, n, err)
-		}
-		nodes[i] = nd
+			cfg.BackoffMin, cfg.BackoffMax, cfg.Trace = 5*time.Millisecond, 100*time.Millisecond, trace
+			cfg.Task = func(_ context.Context, r string) error { taskSeq[i][roundIdx(r)-1] = seq.Add(1); return nil }
+			if pipes != nil {
+				cfg.Secure = pipes
+			}
+		},
+	})
+	if err != nil {
+		tb.Fatalf("n=%d: %v", n, err)
 	}
+	defer chaintest.Close(nodes)
 	select {
 	case <-allUp:
 	case <-time.After(5 * time.Minute):
@@ -238,12 +222,12 @@ func runScale(tb testing.TB, n int) scaleFigures {
 		nodes[0].Ready(id)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != StatusDone {
+		if res, err := nodes[0].Wait(ctx, id); err != nil || res.Status != chainsync.StatusDone {
 			tb.Fatalf("n=%d round %s at the Head: %+v %v", n, id, res, err)
 		}
 		d := time.Since(t0)
 		for i, nd := range nodes { // the exit wave has passed every node
-			if res, err := nd.Wait(ctx, id); err != nil || res.Status != StatusDone {
+			if res, err := nd.Wait(ctx, id); err != nil || res.Status != chainsync.StatusDone {
 				tb.Fatalf("n=%d round %s at node %d: %+v %v", n, id, i, res, err)
 			}
 		}

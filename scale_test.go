@@ -1,12 +1,14 @@
-package chainsync
+package chainsync_test
 
 import (
 	"context"
-	"net"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/chaintest"
 )
 
 // A real-TCP chain of 1,000 nodes in one process completes a round
@@ -22,45 +24,21 @@ func TestScaleThousandNodesTCP(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
 
-	lns := make([]net.Listener, n)
-	for i := 1; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listener %d: %v (raise ulimit -n: the test needs about %d descriptors)", i, err, 4*n)
-		}
-		lns[i] = ln
-	}
-	nodes := make([]*Node, n)
-	defer func() {
-		for _, nd := range nodes {
-			if nd != nil {
-				nd.Close()
-			}
-		}
-	}()
 	done := make([]atomic.Bool, n)
-	for i := range nodes {
-		cfg := Config{BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-			Task: func(context.Context, string) error { done[i].Store(true); return nil }}
-		if i > 0 {
-			cfg.Listener = lns[i]
-		}
-		if i < n-1 {
-			cfg.Next = lns[i+1].Addr().String()
-		}
-		nd, err := Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = nd
+	nodes, err := chaintest.Build(n, chaintest.Options{Configure: func(i int, cfg *chainsync.Config) {
+		cfg.Task = func(context.Context, string) error { done[i].Store(true); return nil }
+	}})
+	if err != nil {
+		t.Fatalf("%v (raise ulimit -n: the test needs about %d descriptors)", err, 4*n)
 	}
+	defer chaintest.Close(nodes)
 	t0 := time.Now()
 	for i := n - 1; i >= 0; i-- {
 		nodes[i].Ready("")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	if res, err := nodes[0].Wait(ctx, ""); err != nil || res.Status != StatusDone {
+	if res, err := nodes[0].Wait(ctx, ""); err != nil || res.Status != chainsync.StatusDone {
 		t.Fatalf("head: %+v %v", res, err)
 	}
 	elapsed := time.Since(t0)

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/chaintest"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -152,18 +152,6 @@ func (l *ladder) trace(ev chainsync.TraceEvent) {
 	}
 }
 
-func nodeNames(n int) []string {
-	names := make([]string, n)
-	for i := range names {
-		if n <= 26 {
-			names[i] = string(rune('A' + i))
-		} else {
-			names[i] = fmt.Sprintf("N%d", i+1)
-		}
-	}
-	return names
-}
-
 type demoOpts struct {
 	n, rounds int
 	seed      uint64
@@ -224,7 +212,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 
 func demo(n, rounds int, seed uint64, w io.Writer, rec *demoRecorder) (int, error) {
 	rng := rand.New(rand.NewPCG(seed, 0))
-	names := nodeNames(n)
+	names := chaintest.Names(n)
 	ids := []string{""}
 	if rounds > 1 {
 		ids = make([]string, rounds)
@@ -240,56 +228,32 @@ func demo(n, rounds int, seed uint64, w io.Writer, rec *demoRecorder) (int, erro
 	fmt.Fprintf(w, "ChainSync demo: %d node(s) %s over loopback TCP, %d round(s), seed %d\n", n, strings.Join(names, " -> "), rounds, seed)
 	fmt.Fprintf(w, "Nodes become ready at random moments (*); tasks (#) take 50-250 ms; X = node exits.\n\n")
 
-	// Listeners first, so every node knows its successor's address.
-	lns := make([]net.Listener, n)
-	for i := 1; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return ExitError, err
-		}
-		lns[i] = ln
-	}
 	durations := make([]time.Duration, n)
 	for i := range durations {
 		durations[i] = time.Duration(50+rng.IntN(200)) * time.Millisecond
 	}
 	l.t0 = time.Now()
 	l.header()
-	nodes := make([]*chainsync.Node, n)
-	defer func() {
-		for _, nd := range nodes {
-			if nd != nil {
-				nd.Close()
-			}
-		}
-	}()
-	for i := range nodes {
+	nodes, err := chaintest.Build(n, chaintest.Options{Configure: func(i int, cfg *chainsync.Config) {
 		hooks := fanout{l.trace}
 		if rec != nil {
 			hooks = append(hooks, rec.observe)
 		}
-		cfg := chainsync.Config{Name: names[i], Rounds: ids, MaxRounds: len(ids), Trace: hooks.hook(),
-			BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-			Task: func(ctx context.Context, _ string) error {
-				select {
-				case <-time.After(durations[i]):
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}}
-		if i > 0 {
-			cfg.Listener = lns[i]
+		cfg.Rounds, cfg.MaxRounds, cfg.Trace = ids, len(ids), hooks.hook()
+		cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
+		cfg.Task = func(ctx context.Context, _ string) error {
+			select {
+			case <-time.After(durations[i]):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		if i < n-1 {
-			cfg.Next = lns[i+1].Addr().String()
-		}
-		nd, err := chainsync.Start(cfg)
-		if err != nil {
-			return ExitError, err
-		}
-		nodes[i] = nd
+	}})
+	if err != nil {
+		return ExitError, err
 	}
+	defer chaintest.Close(nodes)
 	type readyAt struct {
 		node  int
 		round string

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/chaintest"
 	"github.com/chainsync-go/chainsync/internal/tracefile"
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -219,7 +220,7 @@ func (r *demoRecorder) write(path string, n, rounds int, seed uint64) error {
 	r.mu.Lock()
 	recs := slices.Clone(r.recs)
 	r.mu.Unlock()
-	names := nodeNames(n)
+	names := chaintest.Names(n)
 	for i, name := range names {
 		recs = append(recs, tracefile.Record{Kind: tracefile.KindNode, Node: name, Role: protocol.RoleOf(i > 0, i < n-1).String()})
 	}
