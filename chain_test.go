@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -231,76 +230,6 @@ func TestConcurrentRoundsTCP(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to target and can cut them all.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newProxy(t testing.TB, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); copyClose(u, c) }()
-			go func() { defer p.wg.Done(); copyClose(c, u) }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func copyClose(dst, src net.Conn) {
-	buf := make([]byte, 512)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	dst.Close()
-	src.Close()
-}
-
-// cut resets every proxied connection, losing whatever was in flight.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // docs/DESIGN.md "Reconnects": a link dropped mid-round is re-established, the
 // last message on it is re-sent, duplicates are no-ops, and every task runs
 // exactly once.
@@ -310,14 +239,14 @@ func TestLinkDropMidRoundTCP(t *testing.T) {
 			const n = 4
 			rec := newRecorder(n)
 			cfgs := chainConfigs(t, n)
-			p := newProxy(t, cfgs[2].Listen)
-			cfgs[1].Next = p.ln.Addr().String()
+			p := newResetProxy(t, cfgs[2].Listen)
+			cfgs[1].Next = p.Addr()
 			var once sync.Once
 			for i := range cfgs {
 				task := rec.task(i, 20*time.Millisecond)
 				cfgs[i].Task = func(ctx context.Context, r string) error {
 					if i == cutAt {
-						once.Do(p.cut)
+						once.Do(p.Reset)
 					}
 					return task(ctx, r)
 				}
@@ -421,12 +350,12 @@ func TestCloseNoLeaks(t *testing.T) {
 // finishes.
 func TestExitWaveSurvivesLostCompleteTCP(t *testing.T) {
 	cfgs := chainConfigs(t, 3)
-	p := newProxy(t, cfgs[1].Listen)
-	cfgs[0].Next = p.ln.Addr().String()
+	p := newResetProxy(t, cfgs[1].Listen)
+	cfgs[0].Next = p.Addr()
 	var once sync.Once
 	cfgs[1].Trace = func(ev TraceEvent) {
 		if ev.Kind == TraceSent && ev.Side == 1 && ev.Msg.Cmd == 3 { // COMPLETE to pred
-			once.Do(p.cut) // before the write: the message is lost
+			once.Do(p.Reset) // before the write: the message is lost
 		}
 	}
 	nodes := startAll(t, cfgs, []int{0, 1, 2})

@@ -322,7 +322,9 @@ func wireLine(cmd, round string) string {
 // ---- resetting proxy ------------------------------------------------------
 
 // resetProxy forwards connections to target and can abort all of them with
-// an RST on both sides, to cut a link between two real nodes mid-round.
+// an RST on both sides, to cut a link between two real nodes mid-round
+// (losing whatever was in flight). It is the one proxy of this package's
+// tests.
 type resetProxy struct {
 	ln     net.Listener
 	target string

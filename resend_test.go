@@ -114,8 +114,8 @@ func TestFirstSendIsNotAResend(t *testing.T) {
 func TestResendAfterReconnectIsMarked(t *testing.T) {
 	const n = 3
 	cfgs := chainConfigs(t, n)
-	p := newProxy(t, cfgs[1].Listen)
-	cfgs[0].Next = p.ln.Addr().String()
+	p := newResetProxy(t, cfgs[1].Listen)
+	cfgs[0].Next = p.Addr()
 	counts := make([]*sendCounts, n)
 	for i := range cfgs {
 		counts[i] = newSendCounts()
@@ -139,7 +139,7 @@ func TestResendAfterReconnectIsMarked(t *testing.T) {
 	}
 	within(t, started, "the Tail's task did not start")
 	// A's READY and B's START have crossed the A-B link: cut it.
-	p.cut()
+	p.Reset()
 	within(t, counts[0].resentCh, "A re-sent nothing after its link to B came back")
 	close(gate)
 	waitDone(t, nodes, "", "")
