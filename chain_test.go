@@ -59,7 +59,10 @@ func (r *recorder) task(i int, d time.Duration) func(context.Context, string) er
 		r.started[round] = append(prev, i)
 		r.running[round] = i
 		r.mu.Unlock()
-		time.Sleep(d)
+		select { // the task's work takes d
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
 		r.mu.Lock()
 		r.running[round] = -1
 		r.mu.Unlock()
@@ -312,8 +315,9 @@ func TestTaskFailureHaltsTCP(t *testing.T) {
 func TestCloseNoLeaks(t *testing.T) {
 	before := runtime.NumGoroutine()
 	cfgs := chainConfigs(t, 3)
+	running := make(chan int, len(cfgs))
 	for i := range cfgs {
-		cfgs[i].Task = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+		cfgs[i].Task = func(ctx context.Context, _ string) error { running <- i; <-ctx.Done(); return ctx.Err() }
 	}
 	var nodes []*Node
 	for _, c := range cfgs {
@@ -324,7 +328,9 @@ func TestCloseNoLeaks(t *testing.T) {
 		nodes = append(nodes, nd)
 		nd.Ready("")
 	}
-	time.Sleep(100 * time.Millisecond) // the Head's task is now running
+	if i := recvWithin(t, running, 10*time.Second, "the Head's task to run"); i != 0 {
+		t.Fatalf("node %d's task ran first", i)
+	}
 	for _, nd := range nodes {
 		nd.Close()
 	}
@@ -333,10 +339,7 @@ func TestCloseNoLeaks(t *testing.T) {
 			t.Errorf("node %d: %+v, want stopped", i, res)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll(5*time.Second, 10*time.Millisecond, func() bool { return runtime.NumGoroutine() <= before })
 	if after := runtime.NumGoroutine(); after > before {
 		buf := make([]byte, 1<<16)
 		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])

@@ -258,6 +258,19 @@ func (w *watched) waitDone(t *testing.T, round string) {
 	}
 }
 
+// waitReceived waits until w has traced receiving n messages from side
+// (TraceReceived). A node traces what a message made it do after the
+// message and before the next message it handles, and its trace keeps
+// that order: once the n-th is traced, so is everything the ones before
+// it made the node do. A test that checks what some messages did not do
+// sends one more after them, as a barrier, and waits for it here.
+func (w *watched) waitReceived(t *testing.T, side protocol.Side, n int) {
+	t.Helper()
+	waitCond(t, 5*time.Second, fmt.Sprintf("node %s to receive %d messages from side %v", w.name, n, side), func() bool {
+		return w.tr.count(traceSideKind(TraceReceived, side)) >= n
+	})
+}
+
 // mark is a position in a node's log and trace: reports after it are new.
 type reportMark struct{ logs, trace int }
 
@@ -437,16 +450,11 @@ func checkNoLeaks(t *testing.T) {
 	g0, fd0 := runtime.NumGoroutine(), testnet.OpenFDs(t)
 	t.Cleanup(func() {
 		var g, fd int
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		if poll(5*time.Second, 10*time.Millisecond, func() bool {
 			g, fd = runtime.NumGoroutine(), testnet.OpenFDs(t)
-			if g <= g0 && fd <= fd0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+			return g <= g0 && fd <= fd0
+		}) {
+			return
 		}
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
@@ -459,28 +467,35 @@ func checkNoLeaks(t *testing.T) {
 func settleResources(t *testing.T, maxG, maxFD int, what string) (int, int) {
 	t.Helper()
 	var g, fd int
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !poll(5*time.Second, 10*time.Millisecond, func() bool {
 		g, fd = runtime.NumGoroutine(), testnet.OpenFDs(t)
-		if g <= maxG && fd <= maxFD {
-			return g, fd
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: goroutines %d (want <= %d), file descriptors %d (want <= %d)", what, g, maxG, fd, maxFD)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return g <= maxG && fd <= maxFD
+	}) {
+		t.Fatalf("%s: goroutines %d (want <= %d), file descriptors %d (want <= %d)", what, g, maxG, fd, maxFD)
 	}
+	return g, fd
 }
 
-// waitCond polls cond until it holds, or fails after d.
-func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
+// poll calls cond every interval until it holds, and reports whether it
+// did within d (cond is called once more at the end). It holds the one
+// polling sleep of this package's tests: for a state that no event
+// announces (a count of goroutines, a Snapshot field).
+func poll(d, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			return cond()
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(interval)
+	}
+	return true
+}
+
+// waitCond polls cond until it holds, or fails after d.
+func waitCond(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(d, 2*time.Millisecond, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
 	}
 }
 

@@ -555,16 +555,25 @@ func TestHostileDuplicates(t *testing.T) {
 		waitCond(t, 5*time.Second, "T to receive READY", func() bool {
 			return f.tail.tr.count(traceKind(TraceReceived)) > 0
 		})
-		time.Sleep(20 * time.Millisecond)
+		// A fourth READY as a barrier: once M has traced it, M has traced
+		// whatever the first three made it send.
+		head.Send(t, "READY:d1\n")
+		f.mid.waitReceived(t, protocol.Pred, 4)
+		if n := f.mid.tr.count(traceSideKind(TraceSent, protocol.Succ)); n != 1 {
+			t.Errorf("M sent %d messages to T for 3 READYs, want exactly 1", n)
+		}
 		if n := f.tail.tr.count(traceKind(TraceReceived)); n != 1 {
 			t.Errorf("T received %d messages after 3 READYs to M, want exactly 1", n)
 		}
 		f.tailReady(t, head)
-		// In WATCH: the READY again, twice.
+		// In WATCH: the READY again, twice (and once more as a barrier).
 		check := expectQuiet(t, "d1", f.mid, f.tail)
+		recv := f.mid.tr.count(traceSideKind(TraceReceived, protocol.Pred))
 		head.Send(t, "READY:d1\nREADY:d1\n")
-		head.Quiet(t, 30*time.Millisecond)
+		head.Send(t, "READY:d1\n")
+		f.mid.waitReceived(t, protocol.Pred, recv+3)
 		check("duplicate READY in WATCH")
+		head.Quiet(t, 30*time.Millisecond)
 		// COMPLETE three times in one segment: the task runs once.
 		if err := f.rec.task(0, 0)(context.Background(), "d1"); err != nil {
 			t.Fatal(err)
@@ -577,6 +586,10 @@ func TestHostileDuplicates(t *testing.T) {
 		// that may have missed the exit wave gets the exit wave again and
 		// nothing else.
 		head.Send(t, "COMPLETE:d1\nREADY:d1\n")
+		head.Expect(t, "COMPLETE:d1\n")
+		// The same COMPLETE again as a barrier: its reply is the next
+		// thing on the wire only if the READY got none.
+		head.Send(t, "COMPLETE:d1\n")
 		head.Expect(t, "COMPLETE:d1\n")
 		head.Quiet(t, 30*time.Millisecond)
 		f.check(t)
@@ -605,6 +618,12 @@ func TestHostileDuplicates(t *testing.T) {
 		s.Expect(t, "READY\n")
 		s.Send(t, "START\nSTART\nSTART\n")
 		head.Expect(t, "START\n")
+		// A fourth START as a barrier (see waitReceived).
+		s.Send(t, "START\n")
+		mid.waitReceived(t, protocol.Succ, 4)
+		if n := mid.tr.count(traceSideKind(TraceSent, protocol.Pred)); n != 1 {
+			t.Errorf("M sent %d messages to its predecessor for a START received 3 times, want exactly 1", n)
+		}
 		head.Quiet(t, 30*time.Millisecond)
 		mid.waitState(t, "", protocol.StateWatch)
 		if err := rec.task(0, 0)(context.Background(), ""); err != nil {
@@ -615,8 +634,14 @@ func TestHostileDuplicates(t *testing.T) {
 		if err := rec.task(2, 0)(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
+		recv := mid.tr.count(traceSideKind(TraceReceived, protocol.Succ))
 		s.Send(t, "COMPLETE\nCOMPLETE\nSTART\n")
 		head.Expect(t, "COMPLETE\n")
+		s.Send(t, "START\n") // a barrier (see waitReceived)
+		mid.waitReceived(t, protocol.Succ, recv+4)
+		if n := mid.tr.count(traceSideKind(TraceSent, protocol.Pred)); n != 2 {
+			t.Errorf("M sent %d messages to its predecessor in all, want 2 (START, COMPLETE)", n)
+		}
 		head.Quiet(t, 30*time.Millisecond)
 		mid.waitDone(t, "")
 		checkRounds(t, rec, "", 3)
@@ -1202,10 +1227,9 @@ func TestHostileRoundSlotsReclaimed(t *testing.T) {
 	}
 	tail.expectViolation(t, m, protocol.Pred, stray.Addr(), "too many concurrent rounds")
 	stray.AwaitClosed(t, closeWithin)
-	// Far longer than PhaseTimeout: the stray's rounds should be gone.
-	time.Sleep(3 * phase)
-	if n := tail.active(); n != 0 {
-		t.Errorf("%d rounds opened by a stray client still hold MaxRounds slots after %v (PhaseTimeout %v)", n, 3*phase, phase)
+	// Within far longer than PhaseTimeout, the stray's rounds are gone.
+	if !poll(3*phase, 2*time.Millisecond, func() bool { return tail.active() == 0 }) {
+		t.Errorf("%d rounds opened by a stray client still hold MaxRounds slots after %v (PhaseTimeout %v)", tail.active(), 3*phase, phase)
 	}
 	if err := tail.Ready("next"); err != nil {
 		t.Errorf("Ready(\"next\"): %v", err)
@@ -1292,10 +1316,17 @@ func TestHostilePromotionWriteFailure(t *testing.T) {
 		peer := stray.Addr()
 		_ = stray.TrySend([]byte("COMPLETE:a\n"))
 		stray.Reset()
+		// It ends as a link that went down (after a failed write, if the
+		// node wrote and the RST came first: the failure is logged
+		// before the link is traced down), or before it was promoted.
 		waitCond(t, 2*time.Second, "the stray connection to end", func() bool {
-			return tail.logs.count(func(e capturedLog) bool { return e.Attrs["peer"] == peer }) > 0 && tail.pendingConns() == 0
+			ended := tail.tr.count(func(ev TraceEvent) bool {
+				return ev.Peer == peer && (ev.Kind == TraceLinkDown || ev.Kind == TraceViolation)
+			}) > 0 || tail.logs.count(func(e capturedLog) bool {
+				return e.Attrs["peer"] == peer && strings.Contains(e.Msg, "protocol line")
+			}) > 0
+			return ended && tail.pendingConns() == 0
 		})
-		time.Sleep(20 * time.Millisecond)
 		if tail.logs.count(func(e capturedLog) bool {
 			return e.Attrs["peer"] == peer && strings.Contains(e.Msg, "write failed")
 		}) == 0 {

@@ -3,43 +3,92 @@ package chainsync
 import (
 	"bufio"
 	"net"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
+
+// pipeListener is a net.Listener whose connections are in-memory pipes:
+// a node on it can run in a testing/synctest bubble, on its fake clock.
+type pipeListener struct {
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial connects to the listener and returns the client's end.
+func (l *pipeListener) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, s := net.Pipe()
+	select {
+	case l.conns <- s:
+		return c
+	case <-l.done:
+		t.Fatal("dial: the listener is closed")
+		return nil
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
 
 // docs/DESIGN.md, "Roles and connections": a new predecessor connection is
 // pending until its first line. A predecessor with nothing to say yet (a
 // Head that is not ready) is not thrown out after PendingTimeout while no
 // other predecessor is connected: its first line, however late, is heard.
+// The node runs in a synctest bubble over an in-memory pipe, so the
+// silence lasts several PendingTimeouts of the bubble's fake clock, every
+// timer the node set for it having fired.
 func TestIdlePredecessorIsNotThrownOut(t *testing.T) {
-	cfgs := chainConfigs(t, 2)
-	tail := cfgs[1]
-	tail.PendingTimeout = 50 * time.Millisecond
-	logs, log := newLogCapture()
-	tail.Logger = log
-	nd, err := Start(tail)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nd.Close()
-	if err := nd.Ready(""); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp", tail.Listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	// Several PendingTimeouts of silence, then the first line.
-	time.Sleep(6 * tail.PendingTimeout)
-	if _, err := c.Write([]byte("READY\n")); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || line != "START\n" {
-		t.Fatalf("after a late first line: %q, %v; want START (log: %s)", line, err, logs.tail(10))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const pending = 50 * time.Millisecond
+		logs, log := newLogCapture()
+		ln := newPipeListener()
+		nd, err := Start(Config{Name: "T", Listener: ln, Prev: "pipe", PendingTimeout: pending, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nd.Close()
+		if err := nd.Ready(""); err != nil {
+			t.Fatal(err)
+		}
+		c := ln.dial(t)
+		defer c.Close()
+		// Several PendingTimeouts of silence, then the first line.
+		time.Sleep(6 * pending)
+		synctest.Wait() // the node has done all it does in that time
+		if _, err := c.Write([]byte("READY\n")); err != nil {
+			t.Fatalf("after %v of silence: %v (log: %s)", 6*pending, err, logs.tail(10))
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || line != "START\n" {
+			t.Fatalf("after a late first line: %q, %v; want START (log: %s)", line, err, logs.tail(10))
+		}
+	})
 }
 
 // Snapshot says when each neighbour last sent a line, so an operator sees
@@ -52,13 +101,7 @@ func TestSnapshotLastHeard(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The Tail is not ready, so it answers nothing: the Head hears nothing.
-	deadline := time.Now().Add(10 * time.Second)
-	for !nodes[1].Snapshot().PredUp {
-		if time.Now().After(deadline) {
-			t.Fatal("the Head's READY never reached the Tail")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitCond(t, 10*time.Second, "the Head's READY to reach the Tail", func() bool { return nodes[1].Snapshot().PredUp })
 	tail, head := nodes[1].Snapshot(), nodes[0].Snapshot()
 	if tail.PredHeard.Before(before) || time.Since(tail.PredHeard) > 10*time.Second {
 		t.Errorf("Tail: PredHeard %v, want the time the READY arrived (after %v)", tail.PredHeard, before)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,16 +191,22 @@ func TestUntrustedSuccessorGetsNoReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	got := make(chan []byte, 8)
+	// Every connection the node makes is read to its end; got has what
+	// each carried, once the node has closed it.
+	got := make(chan []byte, 64)
+	var accepted atomic.Int64
+	acceptDone := make(chan struct{})
 	go func() {
+		defer close(acceptDone)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			accepted.Add(1)
 			go func() {
 				defer c.Close()
-				c.SetDeadline(time.Now().Add(3 * time.Second))
+				c.SetDeadline(time.Now().Add(10 * time.Second))
 				b, _ := io.ReadAll(c)
 				got <- b
 			}()
@@ -216,19 +223,17 @@ func TestUntrustedSuccessorGetsNoReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	head.Ready("")
-	time.Sleep(300 * time.Millisecond) // several refused attempts
+	waitCond(t, 10*time.Second, "several refused attempts", func() bool {
+		return strings.Count(logs.String(), "successor refused or failed authentication") >= 3
+	})
 	head.Close()
 	ln.Close()
-	for {
-		select {
-		case b := <-got:
-			if bytes.Contains(b, []byte("READY")) {
-				t.Fatalf("untrusted successor received %q", b)
-			}
-			continue
-		case <-time.After(500 * time.Millisecond):
+	<-acceptDone
+	for i := range accepted.Load() {
+		b := recvWithin(t, got, 15*time.Second, fmt.Sprintf("connection %d of %d to end", i+1, accepted.Load()))
+		if bytes.Contains(b, []byte("READY")) {
+			t.Fatalf("untrusted successor received %q", b)
 		}
-		break
 	}
 	if !strings.Contains(logs.String(), "successor refused or failed authentication") {
 		t.Errorf("no refusal logged:\n%s", logs.String())

@@ -83,8 +83,10 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 	// Until the cut-off, every call that takes the node's lock is quick,
 	// and the Tail acts on every READY although it cannot send the STARTs.
 	var cut time.Duration
-	for i := 0; ; i++ {
-		var watching int
+	var watching, i int
+	probe := func() bool {
+		defer func() { i++ }()
+		watching = 0
 		timed("Snapshot", func() {
 			for _, r := range tail.Snapshot().Rounds {
 				if r.State == protocol.StateWatch {
@@ -104,18 +106,18 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 				t.Fatalf("Wait: %v", err)
 			}
 		})
-		if tail.logs.count(func(e capturedLog) bool { return strings.Contains(e.Msg, "write failed") }) > 0 {
-			cut = time.Since(sent)
-			if watching < rounds {
-				t.Errorf("%d of %d rounds in WATCH when the predecessor was cut off: the Tail stopped acting on its lines", watching, rounds)
-			}
-			break
+		if tail.logs.count(func(e capturedLog) bool { return strings.Contains(e.Msg, "write failed") }) == 0 {
+			return false
 		}
-		if time.Since(sent) > writeTimeout+5*time.Second {
-			t.Fatalf("the predecessor that does not read was not cut off %v after its lines (WriteTimeout %v); %d rounds in WATCH",
-				time.Since(sent).Round(time.Millisecond), writeTimeout, watching)
+		cut = time.Since(sent)
+		if watching < rounds {
+			t.Errorf("%d of %d rounds in WATCH when the predecessor was cut off: the Tail stopped acting on its lines", watching, rounds)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}
+	if !poll(writeTimeout+5*time.Second, 10*time.Millisecond, probe) {
+		t.Fatalf("the predecessor that does not read was not cut off %v after its lines (WriteTimeout %v); %d rounds in WATCH",
+			time.Since(sent).Round(time.Millisecond), writeTimeout, watching)
 	}
 	if cut < writeTimeout {
 		t.Errorf("the predecessor was cut off %v after its lines, before WriteTimeout %v", cut, writeTimeout)
