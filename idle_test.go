@@ -1,12 +1,13 @@
 package chainsync
 
 import (
-	"bufio"
 	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // pipeListener is a net.Listener whose connections are in-memory pipes:
@@ -65,29 +66,17 @@ func (pipeAddr) String() string  { return "pipe" }
 func TestIdlePredecessorIsNotThrownOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const pending = 50 * time.Millisecond
-		logs, log := newLogCapture()
 		ln := newPipeListener()
-		nd, err := Start(Config{Name: "T", Listener: ln, Prev: "pipe", PendingTimeout: pending, Logger: log})
-		if err != nil {
+		tail := startWatched(t, Config{Name: "T", Listener: ln, Prev: "pipe", PendingTimeout: pending})
+		if err := tail.Ready(""); err != nil {
 			t.Fatal(err)
 		}
-		defer nd.Close()
-		if err := nd.Ready(""); err != nil {
-			t.Fatal(err)
-		}
-		c := ln.dial(t)
-		defer c.Close()
+		pred := testnet.NewPeer(t, ln.dial(t))
 		// Several PendingTimeouts of silence, then the first line.
 		time.Sleep(6 * pending)
 		synctest.Wait() // the node has done all it does in that time
-		if _, err := c.Write([]byte("READY\n")); err != nil {
-			t.Fatalf("after %v of silence: %v (log: %s)", 6*pending, err, logs.tail(10))
-		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil || line != "START\n" {
-			t.Fatalf("after a late first line: %q, %v; want START (log: %s)", line, err, logs.tail(10))
-		}
+		pred.Send(t, "READY\n")
+		pred.Expect(t, "START\n")
 	})
 }
 
