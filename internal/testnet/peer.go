@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// Peer is one end of a plain TCP connection to a node, played by a test
-// byte for byte: a neighbour speaking protocol lines, honest and scripted
-// or hostile. It reads only when asked to, so a test can also leave what
+// Peer is one end of a connection to a node (plain TCP, mostly; TLS over
+// it or an in-memory pipe too), played by a test byte for byte: a
+// neighbour speaking protocol lines, honest and scripted or hostile. It reads only when asked to, so a test can also leave what
 // the node sends unread (a neighbour that stopped reading) or time when
 // each line arrives. Every byte read from the node is kept (Received).
 //
