@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
-
-	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
 // smallBufListener listens on loopback with a small, fixed send buffer,
@@ -60,14 +58,21 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pred := testnet.DialPeer(t, tail.Addr().String(), 5*time.Second)
-	_ = pred.Conn().(*net.TCPConn).SetReadBuffer(4096)
+	// A plain connection, not a testnet.Peer: it never reads.
+	pred, err := net.DialTimeout("tcp", tail.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pred.Close()
+	_ = pred.(*net.TCPConn).SetReadBuffer(4096)
 	var lines strings.Builder
 	for i := range rounds {
 		lines.WriteString(wireLine("READY", id(i)))
 	}
 	sent := time.Now()
-	pred.Send(t, lines.String())
+	if _, err := pred.Write([]byte(lines.String())); err != nil {
+		t.Fatal(err)
+	}
 
 	var slowest time.Duration
 	timed := func(what string, f func()) {

@@ -1,7 +1,7 @@
 package testnet
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -15,39 +15,51 @@ import (
 
 // Peer is one end of a connection to a node (plain TCP, mostly; TLS over
 // it or an in-memory pipe too), played by a test byte for byte: a
-// neighbour speaking protocol lines, honest and scripted or hostile. It reads only when asked to, so a test can also leave what
-// the node sends unread (a neighbour that stopped reading) or time when
-// each line arrives. Every byte read from the node is kept (Received).
+// neighbour speaking protocol lines, honest and scripted or hostile. A
+// goroutine reads everything the node sends as it comes, so a test can
+// check the exact byte stream (Received) as well as wait for what comes
+// next (Expect, Line). A neighbour that stops reading is a plain
+// connection, not a Peer.
 //
 // The library's own tests and the end-to-end tests of the command both
 // use it; it does not depend on the library, so tests inside the library
 // package can use it too.
 type Peer struct {
-	c  net.Conn
-	br *bufio.Reader
+	c      net.Conn
+	notify chan struct{} // a token after each read
+	ended  chan struct{} // closed once the stream has ended
 
 	mu  sync.Mutex
-	got []byte // every byte read from the socket so far
+	buf []byte // everything received
+	pos int    // bytes consumed by Expect, Line, AwaitClosed
+	err error  // the read error once the stream has ended
 }
 
-// recorder is what Peer's buffered reader reads from: the socket, with a
-// copy of every byte kept.
-type recorder struct{ p *Peer }
-
-func (r recorder) Read(b []byte) (int, error) {
-	n, err := r.p.c.Read(b)
-	r.p.mu.Lock()
-	r.p.got = append(r.p.got, b[:n]...)
-	r.p.mu.Unlock()
-	return n, err
-}
-
-// NewPeer plays a neighbour on c, a TCP connection or one over it (TLS).
-// c is closed when the test ends.
+// NewPeer plays a neighbour on c, a TCP connection or one over it (TLS,
+// or a pipe). c is closed when the test ends.
 func NewPeer(t testing.TB, c net.Conn) *Peer {
-	p := &Peer{c: c}
-	p.br = bufio.NewReader(recorder{p})
-	t.Cleanup(func() { c.Close() })
+	p := &Peer{c: c, notify: make(chan struct{}, 1), ended: make(chan struct{})}
+	go func() {
+		defer close(p.ended)
+		b := make([]byte, 4096)
+		for {
+			n, err := c.Read(b)
+			p.mu.Lock()
+			p.buf = append(p.buf, b[:n]...)
+			if err != nil {
+				p.err = err
+			}
+			p.mu.Unlock()
+			select {
+			case p.notify <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-p.ended })
 	return p
 }
 
@@ -112,9 +124,34 @@ func (l *PeerListener) TryAccept(t testing.TB, within time.Duration) (*Peer, err
 // Addr is this end's address: what the node logs as the peer.
 func (p *Peer) Addr() string { return p.c.LocalAddr().String() }
 
-// Conn is the connection, for what the other methods do not cover.
-// Reading from it directly bypasses Received.
+// Conn is the connection, for what the other methods do not cover. Do
+// not read from it: the Peer does.
 func (p *Peer) Conn() net.Conn { return p.c }
+
+// Ended is closed once the stream from the node has ended (the node
+// closed or reset the connection, or the test closed it).
+func (p *Peer) Ended() <-chan struct{} { return p.ended }
+
+// await waits up to d for cond (called with mu held) to hold.
+func (p *Peer) await(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		ok := cond()
+		p.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-p.notify:
+		case <-deadline.C:
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return cond()
+		}
+	}
+}
 
 // TrySend writes b and returns the error, if any: a node may close a
 // hostile connection while the test is still writing to it.
@@ -143,57 +180,57 @@ func (p *Peer) Expect(t testing.TB, want string) {
 
 // ExpectErr is Expect waiting up to d, returning what went wrong.
 func (p *Peer) ExpectErr(want string, d time.Duration) error {
-	_ = p.c.SetReadDeadline(time.Now().Add(d))
-	got := make([]byte, len(want))
-	n, err := io.ReadFull(p.br, got)
-	if n == len(want) && string(got) == want {
-		return nil
+	p.await(d, func() bool { return len(p.buf)-p.pos >= len(want) || p.err != nil })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	got := p.buf[p.pos:min(len(p.buf), p.pos+len(want))]
+	if string(got) != want {
+		return fmt.Errorf("%s: received %q, want exactly %q (stream so far %q, read error %v)", p.Addr(), got, want, p.buf, p.err)
 	}
-	return fmt.Errorf("%s: received %q, want exactly %q (stream so far %q, read error %v)", p.Addr(), got[:n], want, p.Received(), err)
+	p.pos += len(want)
+	return nil
 }
 
 // Line returns the next line from the node, with its LF, waiting up to d.
 func (p *Peer) Line(d time.Duration) (string, error) {
-	_ = p.c.SetReadDeadline(time.Now().Add(d))
-	l, err := p.br.ReadString('\n')
-	if err != nil {
-		return l, fmt.Errorf("%s: no complete line within %v (got %q): %w", p.Addr(), d, l, err)
+	p.await(d, func() bool { return bytes.IndexByte(p.buf[p.pos:], '\n') >= 0 || p.err != nil })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := bytes.IndexByte(p.buf[p.pos:], '\n')
+	if i < 0 {
+		return string(p.buf[p.pos:]), fmt.Errorf("%s: no complete line within %v (pending %q, read error %v)", p.Addr(), d, p.buf[p.pos:], p.err)
 	}
+	l := string(p.buf[p.pos : p.pos+i+1])
+	p.pos += i + 1
 	return l, nil
 }
 
-// Quiet fails if the node sends anything within d (a negative check:
-// wait first for an event that shows the node would have sent it by then).
+// Quiet fails if the node sends anything, or ends the stream, within d (a
+// negative check: wait first for an event that shows the node would have
+// sent it by then).
 func (p *Peer) Quiet(t testing.TB, d time.Duration) {
 	t.Helper()
-	_ = p.c.SetReadDeadline(time.Now().Add(d))
-	b, err := p.br.ReadByte()
-	if err == nil {
-		more := make([]byte, p.br.Buffered())
-		n, _ := p.br.Read(more)
-		t.Fatalf("%s: unexpected bytes from the node: %q", p.Addr(), append([]byte{b}, more[:n]...))
-	}
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("%s: want silence, got read error %v", p.Addr(), err)
+	if p.await(d, func() bool { return len(p.buf) > p.pos || p.err != nil }) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		t.Fatalf("%s: want silence, got %q (read error %v)", p.Addr(), p.buf[p.pos:], p.err)
 	}
 }
 
 // ExpectClosed waits up to d for the node to close the connection, and
-// fails if it sent anything not read yet. A reset counts as closed.
+// fails if it sent anything not consumed yet. A reset counts as closed.
 func (p *Peer) ExpectClosed(t testing.TB, d time.Duration) {
 	t.Helper()
-	_ = p.c.SetReadDeadline(time.Now().Add(d))
-	rest, err := io.ReadAll(p.br)
-	if len(rest) > 0 {
-		t.Fatalf("%s: unexpected bytes from the node before it closed: %q", p.Addr(), rest)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if !p.await(d, func() bool { return p.err != nil }) {
 		t.Fatalf("%s: the node did not close the connection within %v", p.Addr(), d)
 	}
-	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("%s: read error %v, want EOF or reset", p.Addr(), err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > p.pos {
+		t.Fatalf("%s: unexpected bytes from the node before it closed: %q", p.Addr(), p.buf[p.pos:])
+	}
+	if !errors.Is(p.err, io.EOF) && !errors.Is(p.err, syscall.ECONNRESET) {
+		t.Fatalf("%s: read error %v, want EOF or reset", p.Addr(), p.err)
 	}
 }
 
@@ -203,12 +240,12 @@ func (p *Peer) ExpectClosed(t testing.TB, d time.Duration) {
 func (p *Peer) AwaitClosed(t testing.TB, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	_ = p.c.SetReadDeadline(start.Add(within))
-	_, err := io.Copy(io.Discard, p.br)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if !p.await(within, func() bool { return p.err != nil }) {
 		t.Fatalf("%s: the node did not close the connection within %v", p.Addr(), within)
 	}
+	p.mu.Lock()
+	p.pos = len(p.buf)
+	p.mu.Unlock()
 	return time.Since(start)
 }
 
@@ -234,11 +271,11 @@ func (p *Peer) Reset() {
 	p.c.Close()
 }
 
-// Received returns every byte read from the node so far.
+// Received returns every byte the node has sent so far, consumed or not.
 func (p *Peer) Received() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return string(p.got)
+	return string(p.buf)
 }
 
 // OpenFDs returns the number of file descriptors this process has open,

@@ -7,7 +7,7 @@ import (
 )
 
 // The raw peer against a scripted "node" on loopback TCP: exact bytes,
-// lines, silence, hang-up and close, and the record of what was read.
+// lines, silence, hang-up and close, and the record of what came.
 func TestPeer(t *testing.T) {
 	ln := ListenPeer(t)
 	client := DialPeer(t, ln.Addr(), 5*time.Second)
@@ -18,7 +18,7 @@ func TestPeer(t *testing.T) {
 	if l, err := client.Line(5 * time.Second); err != nil || l != "START:r1\n" {
 		t.Fatalf("Line: %q, %v", l, err)
 	}
-	client.Quiet(t, 10*time.Millisecond) // everything sent was read above
+	client.Quiet(t, 10*time.Millisecond) // everything sent was consumed above
 	if err := client.ExpectErr("COMPLETE\n", 10*time.Millisecond); err == nil {
 		t.Fatal("ExpectErr: no error for bytes never sent")
 	}
@@ -27,6 +27,7 @@ func TestPeer(t *testing.T) {
 	if err := client.ExpectErr("COMPLETE:r1\n", 5*time.Second); err == nil || !strings.Contains(err.Error(), `"COMPLETE:r2\n"`) {
 		t.Fatalf("ExpectErr on other bytes: %v", err)
 	}
+	client.Expect(t, "COMPLETE:r2\n") // a mismatch consumes nothing
 
 	// HangUp closes only the sending side: the other end reads the end
 	// of the stream, and can still send until it closes.
