@@ -140,7 +140,10 @@ func TestRawTail(t *testing.T) {
 				t.Fatalf("task runs %q before the exit wave, want exactly one as tail", got)
 			}
 			// run --linger: the node stays while its predecessor is
-			// connected, and exits once it hung up.
+			// connected, and exits once it hung up. The hang-up comes
+			// once the node says it waits for it, as a predecessor that
+			// lingers on does (else the two race).
+			p.waitLog(t, 5*time.Second, "waiting for the hang-up", containsAll("waiting for the predecessor to hang up"))
 			pr.HangUp()
 			if code := p.wait(t, 5*time.Second); code != 0 {
 				t.Fatalf("exit %d, want 0", code)
