@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -66,18 +67,19 @@ type effect struct {
 
 // batch is what steps under n.mu queued since the last one was taken.
 type batch struct {
-	effs []effect
-	buf  []byte            // the encoded lines of effSend
-	recs []protocol.Record // journal records
+	effs   []effect
+	buf    []byte            // the encoded lines of effSend
+	recs   []protocol.Record // journal records
+	faults []journal.Fault   // journal fault records, written before recs
 }
 
 func (b *batch) empty() bool {
-	return len(b.effs) == 0 && len(b.recs) == 0
+	return len(b.effs) == 0 && len(b.recs) == 0 && len(b.faults) == 0
 }
 
 func (b *batch) reset() {
 	clear(b.effs)
-	b.effs, b.buf, b.recs = b.effs[:0], b.buf[:0], b.recs[:0]
+	b.effs, b.buf, b.recs, b.faults = b.effs[:0], b.buf[:0], b.recs[:0], b.faults[:0]
 }
 
 // lock takes n.mu. Every path that takes it releases it with unlock.
@@ -233,7 +235,7 @@ func (n *Node) flush(links []*link) []*link {
 // checks, in the test build, that n.mu is not held). Called without n.mu,
 // by the goroutine acting.
 func (n *Node) persist(b *batch) error {
-	return n.j.Save(b.recs)
+	return n.j.SaveAll(b.faults, b.recs)
 }
 
 // carryOut does b's effects in order, without n.mu, and returns the links

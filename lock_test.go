@@ -3,11 +3,14 @@ package chainsync
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -102,6 +105,41 @@ func TestNoWriteOrFsyncUnderLock(t *testing.T) {
 			}
 		})
 	}
+	t.Run("fault-and-end", func(t *testing.T) {
+		// A round ended by a fault: its fault record is journalled (before
+		// the abort's record, in the same write); a node that closes with
+		// every round over records its end; neither fsync under the lock.
+		dir := t.TempDir()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close() // nobody listens there: the round waits for START in vain
+		nd, err := Start(Config{Name: "A", Next: ln.Addr().String(), StateDir: dir, PhaseTimeout: 100 * time.Millisecond,
+			Rounds: []string{"r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Ready("r"); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if res, err := nd.Wait(ctx, "r"); err != nil || faultKindOf(res.Err) != FaultPhaseTimeout {
+			t.Fatalf("round r: %v %v, want a phase timeout", res, err)
+		}
+		nd.Close()
+		data, err := os.ReadFile(filepath.Join(dir, "journal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte("F :r phase-timeout")) || !bytes.Contains(data, []byte("E ")) {
+			t.Fatalf("the journal lacks the fault or the end record:\n%q", data)
+		}
+		if _, err := Start(Config{Name: "A", Next: ln.Addr().String(), StateDir: dir, Rounds: []string{"r"}}); !errors.Is(err, ErrAlreadyEnded) {
+			t.Fatalf("restarted on the ended journal: %v, want ErrAlreadyEnded", err)
+		}
+	})
 	if v := violations(); len(v) > 0 {
 		t.Fatalf("%d writes or fsyncs under the node lock, e.g. %s", len(v), v[0])
 	}

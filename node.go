@@ -467,7 +467,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
-	n.recordEnd()
+	end := n.endedNormally()
 	for _, l := range []*link{n.pred, n.succ} {
 		if l != nil {
 			l.shut() // what is queued (a fault notice) still goes out
@@ -489,10 +489,15 @@ func (n *Node) Close() error {
 	n.unlock()
 	n.lock()
 	n.waitIdle() // everything queued is carried out: the journal is free
-	if n.j != nil {
-		n.j.Close()
-	}
+	j := n.j
 	n.unlock()
+	if j != nil {
+		// Nothing steps any more: the journal is this goroutine's.
+		if end {
+			n.recordEnd(j)
+		}
+		j.Close()
+	}
 	if n.commitQuit != nil {
 		close(n.commitQuit)
 		<-n.commitDone
@@ -713,12 +718,9 @@ func (n *Node) endRound(id string, fe *FaultError) {
 	ri := n.round(id)
 	ri.cause, ri.reported = fe, true
 	if n.j != nil && n.broken == nil && !ri.finished() {
-		// Before the abort's record: a restarted node then reports the
-		// fault the round really ended with.
-		if err := n.j.SaveFault(id, string(fe.Kind)); err != nil {
-			n.journalFailed(err)
-			return
-		}
+		// Written with the batch, before the abort's record: a restarted
+		// node then reports the fault the round really ended with.
+		n.cur.faults = append(n.cur.faults, journal.Fault{Round: id, Kind: string(fe.Kind)})
 	}
 	if err := n.step(protocol.Abort(id)); err != nil {
 		// The machine never saw this round (e.g. not locally ready yet).

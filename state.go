@@ -158,20 +158,28 @@ func (n *Node) refuseRerun(st *journal.State) error {
 		ErrAlreadyEnded, what, how, at, n.cfg.StateDir)
 }
 
-// recordEnd writes that this process ends normally with every round over,
-// so that a rerun on the same state directory is refused rather than
-// silently doing nothing. Not for a served node, nor one that stops with
-// rounds unfinished (it resumes them). Caller holds mu.
-func (n *Node) recordEnd() {
+// endedNormally reports whether this process ends normally with every
+// round over, so that the journal records it (recordEnd) and a rerun on
+// the same state directory is refused rather than silently doing nothing.
+// Not for a served node, nor one that stops with rounds unfinished (it
+// resumes them). Caller holds mu.
+func (n *Node) endedNormally() bool {
 	if n.j == nil || n.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
-		return
+		return false
 	}
 	for _, ri := range n.rounds {
 		if !ri.finished() {
-			return
+			return false
 		}
 	}
-	if err := n.j.SaveEnd(time.Now().Unix()); err != nil {
+	return true
+}
+
+// recordEnd writes the end record once Close has carried everything out
+// (its records are on disk before it), without n.mu: the fsync is not
+// made under the lock.
+func (n *Node) recordEnd(j *journal.Journal) {
+	if err := j.SaveEnd(time.Now().Unix()); err != nil {
 		n.log.Warn("cannot record the node's end in the state journal; a rerun on it would resume instead of refusing", "err", err.Error())
 	}
 }

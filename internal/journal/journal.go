@@ -557,17 +557,36 @@ func EncodeRecord(r protocol.Record) []byte {
 	return p.Bytes()
 }
 
+// Fault is a fault record: Round was aborted by a fault of Kind (a-z 0-9
+// -), so that a node restarted after it reports the fault it ended with.
+type Fault struct{ Round, Kind string }
+
 // Save appends round records in one write, and fsyncs once, before it
 // returns: only then may the node act on them. A node saves everything a
-// batch of events produced in one call (group commit). A record whose Delivered is newly set is
-// followed by a delivery; if nothing else changed, the delivery alone is
-// written.
-func (j *Journal) Save(recs []protocol.Record) error {
+// batch of events produced in one call (group commit). A record whose
+// Delivered is newly set is followed by a delivery; if nothing else
+// changed, the delivery alone is written.
+func (j *Journal) Save(recs []protocol.Record) error { return j.SaveAll(nil, recs) }
+
+// SaveAll is Save with fault records, written first in the same write:
+// any prefix of it on disk that holds a round's aborted record holds its
+// fault record too.
+func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 	if j.closed {
 		return errors.New("chainsync: journal closed")
 	}
+	for _, f := range faults {
+		if !validKind(f.Kind) || !protocol.ValidRound(f.Round) {
+			return fmt.Errorf("chainsync: bad fault record %q %q", f.Round, f.Kind)
+		}
+	}
 	j.buf = j.buf[:0]
 	frames := 0
+	for _, f := range faults {
+		j.faults[f.Round] = f.Kind
+		j.buf = appendFrame(j.buf, []byte("F :"+f.Round+" "+f.Kind))
+		frames++
+	}
 	for _, r := range recs {
 		prev, known := j.last[r.Round]
 		same := r
@@ -628,7 +647,7 @@ func (j *Journal) appendSynced(payload []byte) error {
 	if _, err := j.f.Write(appendFrame(nil, payload)); err != nil {
 		return fmt.Errorf("chainsync: cannot write the state journal: %w", err)
 	}
-	if err := j.f.Sync(); err != nil {
+	if err := j.sync(j.f); err != nil {
 		return fmt.Errorf("chainsync: cannot sync the state journal: %w", err)
 	}
 	j.since++
