@@ -207,7 +207,7 @@ func (n *Node) carry() {
 	n.starting = n.starting[:0]
 	n.release()
 	for _, t := range starts {
-		go n.runTask(t)
+		taskWorkers.run(n, t)
 	}
 }
 
@@ -215,7 +215,7 @@ func (n *Node) carry() {
 // follow. Caller holds mu (by carry).
 func (n *Node) startTasks() {
 	for i, t := range n.starting {
-		go n.runTask(t)
+		taskWorkers.run(n, t)
 		n.starting[i] = taskStart{}
 	}
 	n.starting = n.starting[:0]

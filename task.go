@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -50,7 +53,8 @@ func (n *Node) taskStarted(round string) {
 	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
-// runTask runs round's task; slot says it already holds a task slot.
+// runTask runs round's task; slot says it already holds a task slot. It
+// runs on a task worker (taskWorkers).
 func (n *Node) runTask(t taskStart) {
 	defer n.wg.Done()
 	round := t.round
@@ -114,5 +118,91 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
 	if err := n.step(protocol.TaskDone(round, err != nil)); err != nil {
 		n.log.Error("internal error: task done", "round", round, "err", err)
+	}
+}
+
+// Task goroutines are reused. A task's goroutine also carries out what the
+// task's end causes (it steps the machine and writes the lines), which
+// grows its stack to a few KiB: a fresh goroutine per task paid that growth
+// (a stack copy or two, a few µs) on every task, and every hop of a round
+// waits for one task. So tasks run on workers that outlive them: a worker
+// that has run a task waits a while for another one, of any node of the
+// process, and exits when none comes (workerIdle) or when the node whose
+// task it ran last is closed. A process with nodes but no running tasks
+// therefore keeps no goroutine for them, and neither does a closed node;
+// a chain of 10,000 nodes in one process shares the few workers that its
+// tasks running at once need.
+
+// workerIdle is how long a task worker waits for another task.
+const workerIdle = 2 * time.Second
+
+// maxIdleWorkers bounds the workers kept waiting; one more exits instead.
+const maxIdleWorkers = 64
+
+// taskWorkers is the process's pool of task workers.
+var taskWorkers workerPool
+
+type workerPool struct {
+	mu   sync.Mutex
+	idle []*taskWorker // waiting workers, the one that waited least last
+}
+
+// taskWorker is a goroutine that runs tasks handed to it on job.
+type taskWorker struct {
+	job chan taskJob // capacity 1: handing a job over never blocks
+}
+
+type taskJob struct {
+	n *Node
+	t taskStart
+}
+
+// run runs n's task t on a waiting worker, or on a new one.
+func (p *workerPool) run(n *Node, t taskStart) {
+	p.mu.Lock()
+	if k := len(p.idle); k > 0 {
+		w := p.idle[k-1]
+		p.idle[k-1] = nil
+		p.idle = p.idle[:k-1]
+		p.mu.Unlock()
+		w.job <- taskJob{n, t}
+		return
+	}
+	p.mu.Unlock()
+	w := &taskWorker{job: make(chan taskJob, 1)}
+	go w.loop(p, taskJob{n, t})
+}
+
+// loop runs j, then every job handed to w, until w has waited workerIdle
+// for one or the node of its last job is closed.
+func (w *taskWorker) loop(p *workerPool, j taskJob) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		j.n.runTask(j.t)
+		done := j.n.ctx.Done()
+		j = taskJob{}
+		p.mu.Lock()
+		if len(p.idle) >= maxIdleWorkers {
+			p.mu.Unlock()
+			return
+		}
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
+		idle.Reset(workerIdle)
+		select {
+		case j = <-w.job:
+			continue
+		case <-idle.C:
+		case <-done:
+		}
+		p.mu.Lock()
+		if i := slices.Index(p.idle, w); i >= 0 {
+			p.idle = slices.Delete(p.idle, i, i+1)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		j = <-w.job // taken off the idle list by run: its job is on the way
 	}
 }
