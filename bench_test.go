@@ -5,12 +5,44 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// procCost is what the process has spent so far: CPU time, user and
+// system, and goroutines created.
+type procCost struct {
+	user, sys  time.Duration
+	goroutines uint64
+}
+
+func readProcCost() procCost {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	c := procCost{user: time.Duration(ru.Utime.Nano()), sys: time.Duration(ru.Stime.Nano())}
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		c.goroutines = s[0].Value.Uint64()
+	}
+	return c
+}
+
+// reportCost reports what the process spent since c0, per round: CPU time
+// (user and system, milliseconds) and goroutines created. Unlike the
+// latency, CPU time per round changes little with the machine's load.
+func reportCost(b *testing.B, c0 procCost, rounds int) {
+	c := readProcCost()
+	per := func(d time.Duration) float64 { return float64(d) / float64(rounds) / 1e6 }
+	b.ReportMetric(per(c.user-c0.user), "user-ms/round")
+	b.ReportMetric(per(c.sys-c0.sys), "sys-ms/round")
+	b.ReportMetric(float64(c.goroutines-c0.goroutines)/float64(rounds), "goroutines/round")
+}
 
 // oneWayFloor measures the one-way latency of a raw TCP line ping-pong on
 // loopback: the floor every protocol hop pays at least once.
@@ -61,7 +93,8 @@ func oneWayFloor(b *testing.B) time.Duration {
 
 // BenchmarkRound measures one round's latency on an n-node chain in one
 // process over real loopback TCP, with empty tasks. x-floor is that latency
-// divided by 4(n-1) one-way raw TCP hops measured in the same run. The
+// divided by 4(n-1) one-way raw TCP hops measured in the same run; the
+// CPU time and goroutines the process spent per round are reported too. The
 // task=goroutine cases run each task on a goroutine of its own (the
 // default, for tasks that may block); task=quick sets Config.QuickTask.
 func BenchmarkRound(b *testing.B) {
@@ -105,9 +138,11 @@ func benchRound(b *testing.B, n int, quick bool) {
 	}
 	var total time.Duration
 	b.ResetTimer()
+	c0 := readProcCost()
 	for i := 0; b.Loop(); i++ {
 		total += run(fmt.Sprint("r", i))
 	}
+	reportCost(b, c0, b.N)
 	per := total / time.Duration(b.N)
 	b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/round")
 	b.ReportMetric(float64(floor.Nanoseconds())/1e3, "us/hop-floor")
