@@ -49,8 +49,8 @@ type Config struct {
 	// never calls the Node (an in-process hand-off, a counter): the node
 	// then runs it at once, on the goroutine that made it runnable (once
 	// the step that started it is carried out, without the node's lock),
-	// instead of starting a goroutine. That saves a thread wake-up per
-	// task, and with many rounds in flight the lines that tasks' ends
+	// instead of handing it to a task worker. That saves a thread wake-up
+	// per task, and with many rounds in flight the lines that tasks' ends
 	// cause leave together. A task that blocks would stall the whole node,
 	// so leave it false for anything else. It is ignored with Verify or
 	// TaskTimeout.

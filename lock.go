@@ -49,7 +49,7 @@ type effKind uint8
 
 const (
 	effSend  effKind = iota + 1 // queue the line buf[off:end] on l
-	effTask                     // start task on a goroutine of its own
+	effTask                     // start task on a task worker (task.go)
 	effQuick                    // run round's quick task on the acting goroutine
 	effDone                     // release ri's result to Wait
 )
