@@ -126,12 +126,17 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 // grows its stack to a few KiB: a fresh goroutine per task paid that growth
 // (a stack copy or two, a few µs) on every task, and every hop of a round
 // waits for one task. So tasks run on workers that outlive them: a worker
-// that has run a task waits a while for another one, of any node of the
-// process, and exits when none comes (workerIdle) or when the node whose
-// task it ran last is closed. A process with nodes but no running tasks
-// therefore keeps no goroutine for them, and neither does a closed node;
-// a chain of 10,000 nodes in one process shares the few workers that its
-// tasks running at once need.
+// that has run a task waits for another one, of any node of the process,
+// and exits when none came for workerIdle or when the node whose task it
+// ran last is closed. A process with nodes but no running tasks therefore
+// keeps no goroutine for them after a while, and a closed node none at
+// all; a chain of 10,000 nodes in one process shares the few workers that
+// its tasks running at once need.
+//
+// A waiting worker has no timer of its own: one sweep for the whole pool,
+// armed while workers wait (at most once per workerIdle), sends away those
+// that waited longer than workerIdle, so handing a task over touches no
+// timer.
 
 // workerIdle is how long a task worker waits for another task.
 const workerIdle = 2 * time.Second
@@ -143,21 +148,25 @@ const maxIdleWorkers = 64
 var taskWorkers workerPool
 
 type workerPool struct {
-	mu   sync.Mutex
-	idle []*taskWorker // waiting workers, the one that waited least last
+	mu    sync.Mutex
+	idle  []*taskWorker // waiting workers, the one waiting longest first
+	sweep *time.Timer   // runs sweepIdle; nil until first needed
+	armed bool          // sweep is pending
 }
 
 // taskWorker is a goroutine that runs tasks handed to it on job.
 type taskWorker struct {
-	job chan taskJob // capacity 1: handing a job over never blocks
+	job   chan taskJob // capacity 1: handing a job over never blocks
+	since time.Time    // when it began to wait (p.mu)
 }
 
+// taskJob is a task to run; a job without a node tells the worker to exit.
 type taskJob struct {
 	n *Node
 	t taskStart
 }
 
-// run runs n's task t on a waiting worker, or on a new one.
+// run runs n's task t on the worker that waited least, or on a new one.
 func (p *workerPool) run(n *Node, t taskStart) {
 	p.mu.Lock()
 	if k := len(p.idle); k > 0 {
@@ -173,36 +182,73 @@ func (p *workerPool) run(n *Node, t taskStart) {
 	go w.loop(p, taskJob{n, t})
 }
 
-// loop runs j, then every job handed to w, until w has waited workerIdle
-// for one or the node of its last job is closed.
+// loop runs j, then every job handed to w, until the sweep sends it away
+// or the node of its last job is closed.
 func (w *taskWorker) loop(p *workerPool, j taskJob) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
+	for j.n != nil {
 		j.n.runTask(j.t)
 		done := j.n.ctx.Done()
 		j = taskJob{}
-		p.mu.Lock()
-		if len(p.idle) >= maxIdleWorkers {
-			p.mu.Unlock()
+		if !p.wait(w) {
 			return
 		}
-		p.idle = append(p.idle, w)
-		p.mu.Unlock()
-		idle.Reset(workerIdle)
 		select {
 		case j = <-w.job:
-			continue
-		case <-idle.C:
 		case <-done:
+			if p.leave(w) {
+				return
+			}
+			j = <-w.job // taken off the list by run or the sweep: its job is on the way
 		}
-		p.mu.Lock()
-		if i := slices.Index(p.idle, w); i >= 0 {
-			p.idle = slices.Delete(p.idle, i, i+1)
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		j = <-w.job // taken off the idle list by run: its job is on the way
 	}
+}
+
+// wait puts w on the idle list; false: the list is full, w exits.
+func (p *workerPool) wait(w *taskWorker) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) >= maxIdleWorkers {
+		return false
+	}
+	w.since = time.Now()
+	p.idle = append(p.idle, w)
+	if !p.armed {
+		p.armed = true
+		if p.sweep == nil {
+			p.sweep = time.AfterFunc(workerIdle, p.sweepIdle)
+		} else {
+			p.sweep.Reset(workerIdle)
+		}
+	}
+	return true
+}
+
+// leave takes w off the idle list, if it is still there.
+func (p *workerPool) leave(w *taskWorker) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.idle, w); i >= 0 {
+		p.idle = slices.Delete(p.idle, i, i+1)
+		return true
+	}
+	return false
+}
+
+// sweepIdle sends away the workers that have waited workerIdle, and comes
+// back for the others when the longest waiting of them is due.
+func (p *workerPool) sweepIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	k := 0
+	for k < len(p.idle) && now.Sub(p.idle[k].since) >= workerIdle {
+		p.idle[k].job <- taskJob{}
+		k++
+	}
+	p.idle = slices.Delete(p.idle, 0, k)
+	if len(p.idle) == 0 {
+		p.armed = false
+		return
+	}
+	p.sweep.Reset(workerIdle - now.Sub(p.idle[0].since))
 }
