@@ -79,3 +79,27 @@ func TestTaskWorkersReusedAndGone(t *testing.T) {
 	}
 	t.Logf("%d tasks on %d goroutines; no worker left %v after Close", total, goroutines, time.Since(t0).Round(time.Millisecond))
 }
+
+// A task worker that waits workerIdle for another task exits, while its
+// node stays open: a process whose nodes run no tasks keeps no goroutine
+// for them.
+func TestTaskWorkerExitsWhenIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the workers' idle time")
+	}
+	cfgs := chainConfigs(t, 1)
+	nodes := startAll(t, cfgs, []int{0})
+	nodes[0].Ready("r")
+	waitDone(t, nodes, "r", "")
+	if taskWorkerCount() == 0 {
+		t.Fatalf("no task worker waits after the round")
+	}
+	t0 := time.Now()
+	for taskWorkerCount() > 0 {
+		if time.Since(t0) > 5*workerIdle {
+			t.Fatalf("%d task workers left %v after the round, the node open", taskWorkerCount(), time.Since(t0))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the worker left %v after the round (workerIdle %v)", time.Since(t0).Round(time.Millisecond), workerIdle)
+}
