@@ -24,7 +24,10 @@ type Spec struct {
 	Concurrent int           `json:"concurrent"` // rounds the Head keeps in flight (1: one at a time)
 	TaskSleep  time.Duration `json:"task_sleep"` // each task sleeps this long (0: empty task)
 	QuickTask  bool          `json:"quick_task"` // Config.QuickTask: run the empty task inline
-	Timeout    time.Duration `json:"timeout"`    // the whole run must end within this
+	// ParallelTasks is Config.MaxParallelTasks (0: the default, one task
+	// at a time, in the order the rounds were opened).
+	ParallelTasks int           `json:"parallel_tasks,omitempty"`
+	Timeout       time.Duration `json:"timeout"` // the whole run must end within this
 	// StateDir, if set, makes the nodes durable: node i keeps its journal
 	// in StateDir/node-i (Config.StateDir), which must not exist yet.
 	StateDir string `json:"state_dir,omitempty"`
@@ -90,6 +93,8 @@ func (s Spec) validate() error {
 		return fmt.Errorf("concurrent rounds must be at least 1 (got %d)", s.Concurrent)
 	case s.TaskSleep < 0:
 		return fmt.Errorf("task sleep must not be negative (got %v)", s.TaskSleep)
+	case s.ParallelTasks < 0:
+		return fmt.Errorf("parallel tasks must not be negative (got %d)", s.ParallelTasks)
 	case s.QuickTask && s.TaskSleep > 0:
 		return fmt.Errorf("a quick task must never block: use it with empty tasks, not with a task sleep of %v", s.TaskSleep)
 	}
@@ -166,12 +171,14 @@ func (a *agent) task(ctx context.Context, round string) error {
 // connect in any order as long as every listener exists.
 func (a *agent) connect(next Addrs) error {
 	cfg := chainsync.Config{
-		Name:       strconv.Itoa(a.spec.Index),
-		Task:       a.task,
-		QuickTask:  a.spec.QuickTask,
-		MaxRounds:  a.spec.Warmup + a.spec.Rounds + 16,
-		BackoffMin: time.Millisecond,
-		BackoffMax: 50 * time.Millisecond,
+		Name:      strconv.Itoa(a.spec.Index),
+		Task:      a.task,
+		QuickTask: a.spec.QuickTask,
+		MaxRounds: a.spec.Warmup + a.spec.Rounds + 16,
+		// Config.MaxParallelTasks: 0 is the default.
+		MaxParallelTasks: a.spec.ParallelTasks,
+		BackoffMin:       time.Millisecond,
+		BackoffMax:       50 * time.Millisecond,
 	}
 	if a.chainLn != nil {
 		cfg.Listener = a.chainLn

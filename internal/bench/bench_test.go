@@ -155,6 +155,7 @@ func TestBadOptions(t *testing.T) {
 		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 1, Concurrent: 0}, "concurrent"},
 		{Options{Ns: []int{2}, Mode: ModeProcs, Rounds: 1, Concurrent: 1}, "needs a command"},
 		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 1, Concurrent: 1, QuickTask: true, TaskSleep: time.Millisecond}, "must never block"},
+		{Options{Ns: []int{2}, Mode: ModeInproc, Rounds: 1, Concurrent: 1, ParallelTasks: -1}, "parallel tasks must not be negative"},
 	} {
 		if _, err := Execute(context.Background(), tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want it to say %q", tc.o, err, tc.want)
@@ -208,8 +209,11 @@ func TestDurableRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("CHAINSYNC_BENCH_AGENT", "1") // inherited by the agent processes only
-	for _, mode := range []string{ModeInproc, ModeProcs} {
-		opts := Options{Ns: []int{3}, Mode: mode, Rounds: 40, Warmup: 2, Concurrent: 16, QuickTask: true, StateDir: dir, Timeout: time.Minute}
+	for k, mode := range []string{ModeInproc, ModeProcs} {
+		// Tasks one at a time (in order), then up to 16 at once (group
+		// commit takes the steps of several rounds in one fsync).
+		opts := Options{Ns: []int{3}, Mode: mode, Rounds: 40, Warmup: 2, Concurrent: 16, QuickTask: true, StateDir: dir, Timeout: time.Minute,
+			ParallelTasks: 16 * k}
 		if mode == ModeProcs {
 			opts.AgentCmd = []string{exe, "-test.run=^$"}
 		}
@@ -218,6 +222,9 @@ func TestDurableRun(t *testing.T) {
 			t.Fatalf("%s: %v", mode, err)
 		}
 		checkSane(t, run, opts)
+		if run.ParallelTasks != opts.ParallelTasks {
+			t.Errorf("%s: run says %d parallel tasks, want %d", mode, run.ParallelTasks, opts.ParallelTasks)
+		}
 		r := run.Results[0]
 		if !run.Durable || r.FsyncsPerRound <= 0 || r.NodeFsyncsPerRound <= 0 || r.NodeFsyncsPerRound > r.FsyncsPerRound {
 			t.Fatalf("%s: durable %v, fsyncs per round %v (busiest node %v): want a positive count", mode, run.Durable, r.FsyncsPerRound, r.NodeFsyncsPerRound)

@@ -30,6 +30,9 @@ func (r *Run) Describe() string {
 	if r.TaskSleepMS > 0 {
 		tasks = fmt.Sprintf("tasks that sleep %gms", r.TaskSleepMS)
 	}
+	if r.ParallelTasks > 1 {
+		tasks += fmt.Sprintf(", up to %d at once per node", r.ParallelTasks)
+	}
 	flight := "one round at a time"
 	if r.Concurrent > 1 {
 		flight = fmt.Sprintf("%d rounds in flight", r.Concurrent)

@@ -32,6 +32,9 @@ type Options struct {
 	Concurrent int           // rounds in flight at once (1: one at a time)
 	TaskSleep  time.Duration // each task sleeps this long (0: empty tasks)
 	QuickTask  bool          // run the (empty) tasks inline: chainsync.Config.QuickTask
+	// ParallelTasks is every node's chainsync.Config.MaxParallelTasks (0:
+	// the default, one task at a time in the order rounds were opened).
+	ParallelTasks int
 	// StateDir, if set, makes every node durable (chainsync.Config.StateDir):
 	// each chain length gets a fresh directory in it for its nodes'
 	// journals, removed after the run.
@@ -89,16 +92,17 @@ type Machine struct {
 
 // Run is a whole run's outcome.
 type Run struct {
-	Mode        string   `json:"mode"`
-	Rounds      int      `json:"rounds"`
-	Warmup      int      `json:"warmup"`
-	Concurrent  int      `json:"concurrent"`
-	TaskSleepMS float64  `json:"task_sleep_ms"`
-	QuickTask   bool     `json:"quick_task"`
-	Durable     bool     `json:"durable,omitempty"` // every node kept a state journal
-	Machine     Machine  `json:"machine"`
-	Version     string   `json:"version,omitempty"`
-	Results     []Result `json:"results"`
+	Mode          string   `json:"mode"`
+	Rounds        int      `json:"rounds"`
+	Warmup        int      `json:"warmup"`
+	Concurrent    int      `json:"concurrent"`
+	TaskSleepMS   float64  `json:"task_sleep_ms"`
+	QuickTask     bool     `json:"quick_task"`
+	ParallelTasks int      `json:"parallel_tasks,omitempty"`
+	Durable       bool     `json:"durable,omitempty"` // every node kept a state journal
+	Machine       Machine  `json:"machine"`
+	Version       string   `json:"version,omitempty"`
+	Results       []Result `json:"results"`
 }
 
 // Validate checks opts and returns an error that says what to change.
@@ -122,7 +126,7 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--state-dir %s is not a directory: give a directory on the disk to measure", o.StateDir)
 		}
 	}
-	spec := Spec{N: 2, Rounds: o.Rounds, Warmup: o.Warmup, Concurrent: o.Concurrent, TaskSleep: o.TaskSleep, QuickTask: o.QuickTask}
+	spec := Spec{N: 2, Rounds: o.Rounds, Warmup: o.Warmup, Concurrent: o.Concurrent, TaskSleep: o.TaskSleep, QuickTask: o.QuickTask, ParallelTasks: o.ParallelTasks}
 	return spec.validate()
 }
 
@@ -135,7 +139,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		opts.Timeout = 5 * time.Minute
 	}
 	run := &Run{Mode: opts.Mode, Rounds: opts.Rounds, Warmup: opts.Warmup, Concurrent: opts.Concurrent,
-		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, Durable: opts.StateDir != "", Machine: ThisMachine()}
+		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Durable: opts.StateDir != "", Machine: ThisMachine()}
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("--state-dir: %w", err)
@@ -157,7 +161,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 
 func executeOne(ctx context.Context, opts Options, n int) (Result, error) {
 	spec := Spec{N: n, Warmup: opts.Warmup, Rounds: opts.Rounds, Concurrent: opts.Concurrent,
-		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, Timeout: opts.Timeout}
+		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Timeout: opts.Timeout}
 	if opts.StateDir != "" {
 		dir, err := os.MkdirTemp(opts.StateDir, fmt.Sprintf("bench-n%d-", n))
 		if err != nil {

@@ -57,6 +57,7 @@ type benchOpts struct {
 	concurrent int
 	taskSleep  time.Duration
 	quickTask  bool
+	parallel   int
 	stateDir   string
 	timeout    time.Duration
 	json       bool
@@ -70,6 +71,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", bench.ModeInproc, "`MODE`: inproc (goroutines in this process) or procs (one process per node)")
 	fs.IntVar(&o.concurrent, "concurrent", 1, "rounds in flight at once, `K` (pipelined throughput when above 1)")
 	fs.DurationVar(&o.taskSleep, "task-sleep", 0, "each node's task sleeps `D` (0: empty tasks); the relay sleeps the same at each node")
+	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to K tasks at once, K (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inline on the goroutine that made them runnable (the library's Config.QuickTask), not on a goroutine of their own")
 	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
@@ -110,7 +112,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	opts := bench.Options{Ns: ns, Mode: o.mode, Rounds: o.rounds, Warmup: o.warmup,
-		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, StateDir: o.stateDir, Timeout: o.timeout, Progress: stderr}
+		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, ParallelTasks: o.parallel, StateDir: o.stateDir, Timeout: o.timeout, Progress: stderr}
 	if o.mode == bench.ModeProcs {
 		exe, err := os.Executable()
 		if err != nil {
