@@ -249,6 +249,9 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
 	}
 	pgid := c.Process.Pid
+	if testHookStarted != nil {
+		testHookStarted(pgid)
+	}
 	t.reaper.tell('+', pgid)
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
@@ -293,6 +296,10 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	}
 	return err
 }
+
+// testHookStarted, if set (tests only), is called with the task's pid
+// once it has started and before the reaper is told its group.
+var testHookStarted func(pid int)
 
 // taskGrace is how long a stopped or timed-out task's group has between
 // the stop signal and SIGKILL.
