@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -159,4 +160,90 @@ func groupCommands(pgid int) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// TestGatedTaskKeepsItsPromises: a task started through its gate (a node
+// with a reaper) is still the node's direct child ($PPID, the draft's
+// switch that restarts its own node), the leader of its own process group,
+// with the argv and the exact environment the node gives it, and a
+// parent-death signal; an exec that fails is reported as a failed start.
+func TestGatedTaskKeepsItsPromises(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	rp, err := startReaper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.close()
+	if rp.gateExe() == "" {
+		t.Fatal("a running reaper, but tasks start without a gate")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	env := filepath.Join(dir, "env")
+	tr := newTaskRunner([]string{"sh", "-c", `echo "$PPID $$ $(cut -d' ' -f5 /proc/$$/stat) $0" > "$OUT" && cat /proc/$$/environ > "$ENVF"`}, rp, []string{"CHAINSYNC_ROLE=head"}, nil)
+	if err := tr.run(context.Background(), time.Second, "OUT="+out, "ENVF="+env); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ppid, pid, pgid int
+	var arg0 string
+	if _, err := fmt.Sscanf(string(b), "%d %d %d %s", &ppid, &pid, &pgid, &arg0); err != nil {
+		t.Fatalf("the task wrote %q: %v", b, err)
+	}
+	if ppid != os.Getpid() {
+		t.Errorf("the task's $PPID is %d, want the node, %d", ppid, os.Getpid())
+	}
+	if pgid != pid {
+		t.Errorf("the task (pid %d) is in group %d, want the leader of its own", pid, pgid)
+	}
+	if arg0 != "sh" {
+		t.Errorf("the task's $0 is %q, want sh", arg0)
+	}
+	got, err := os.ReadFile(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(childEnv("CHAINSYNC_ROLE=head", "OUT="+out, "ENVF="+env), "\x00") + "\x00"
+	if string(got) != want {
+		t.Errorf("the task's environment:\n%q\nwant exactly what the node gives it:\n%q", got, want)
+	}
+
+	// The parent-death signal of the task's own process (exec keeps only
+	// the exec'ing thread's): a task that reads it with prctl.
+	if py, err := exec.LookPath("python3"); err == nil {
+		sig := filepath.Join(dir, "pdeathsig")
+		tr := newTaskRunner([]string{py, "-c", `import ctypes, sys
+s = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(s))  # PR_GET_PDEATHSIG
+open(sys.argv[1], "w").write(str(s.value))`, sig}, rp, nil, nil)
+		if err := tr.run(context.Background(), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(sig); err != nil || string(b) != strconv.Itoa(int(syscall.SIGKILL)) {
+			t.Errorf("the task's parent-death signal is %q (%v), want SIGKILL (%d)", b, err, syscall.SIGKILL)
+		}
+	} else {
+		t.Log("no python3: the parent-death signal is not checked")
+	}
+
+	// An exec that fails (an executable whose interpreter is missing, so
+	// the path lookup passes and the exec itself fails): reported as
+	// (*exec.Cmd).Start reports it.
+	badInterp := filepath.Join(dir, "bad-interpreter")
+	if err := os.WriteFile(badInterp, []byte("#!"+filepath.Join(dir, "missing")+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tr = newTaskRunner([]string{badInterp}, rp, nil, nil)
+	err = tr.run(context.Background(), time.Second)
+	if err == nil || err.Error() != "cannot start "+badInterp+": fork/exec "+badInterp+": no such file or directory" {
+		t.Errorf("running a script whose interpreter is missing: %v, want cannot start ... no such file or directory", err)
+	}
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("%v is not ENOENT", err)
+	}
 }
