@@ -247,3 +247,47 @@ open(sys.argv[1], "w").write(str(s.value))`, sig}, rp, nil, nil)
 		t.Errorf("%v is not ENOENT", err)
 	}
 }
+
+// TestGatedStartFailureLeaksNoDescriptors: a start that fails for want of
+// descriptors (retried, see TestTaskStartOutOfDescriptors) closes its
+// gate's pipes, and a run closes them all: a node that runs many tasks
+// does not run out of descriptors itself.
+func TestGatedStartFailureLeaksNoDescriptors(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	rp, err := startReaper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.close()
+	fails := 0
+	tr := newTaskRunner([]string{"true"}, rp, nil, nil)
+	tr.startFn = func(c *exec.Cmd) error {
+		if fails > 0 {
+			fails--
+			return &os.PathError{Op: "fork/exec", Path: c.Path, Err: syscall.EMFILE}
+		}
+		return c.Start()
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	if err := tr.run(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := fds()
+	for i := range 5 {
+		fails = 1
+		if err := tr.run(context.Background(), time.Second); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d open descriptors after five runs whose first start failed, %d before", after, before)
+	}
+}

@@ -265,8 +265,8 @@ type taskRunner struct {
 
 // spareFDs is how many descriptors a node holds in reserve for starting
 // its task: starting a process takes about three (a pipe for the child's
-// exec error, a pidfd).
-const spareFDs = 8
+// exec error, a pidfd), and its gate four more (two pipes).
+const spareFDs = 12
 
 // newTaskRunner returns the runner of cmd, holding the descriptors a start
 // may need (see taskRunner).
