@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,5 +290,31 @@ func TestGatedStartFailureLeaksNoDescriptors(t *testing.T) {
 	}
 	if after := fds(); after != before {
 		t.Errorf("%d open descriptors after five runs whose first start failed, %d before", after, before)
+	}
+}
+
+// TestTaskRunsWhenItsGateCannot: if the gate cannot be started (this
+// binary cannot be run again here), the task still runs, directly, and
+// the node says what it lost.
+func TestTaskRunsWhenItsGateCannot(t *testing.T) {
+	rp, err := startReaper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.close()
+	dir := t.TempDir()
+	rp.exe = filepath.Join(dir, "missing")
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	out := filepath.Join(dir, "ran")
+	tr := newTaskRunner([]string{"sh", "-c", `: > "$OUT"`}, rp, nil, log)
+	if err := tr.run(context.Background(), time.Second, "OUT="+out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("the task did not run: %v", err)
+	}
+	if !strings.Contains(logs.String(), "cannot start the task's gate; starting the task directly") {
+		t.Errorf("no warning in the log:\n%s", logs.String())
 	}
 }

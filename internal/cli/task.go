@@ -52,7 +52,7 @@ type reaper struct {
 	mu  sync.Mutex
 	w   io.WriteCloser // nil if the reaper could not start
 	c   *exec.Cmd
-	exe string // this binary, to start tasks at a gate (see startTask)
+	exe string // this binary, to start tasks at a gate (see armGate)
 }
 
 // startReaper starts the reaper process. Without one (the binary cannot
@@ -336,6 +336,16 @@ func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.
 		if err == nil {
 			err = startFn(c)
 			g.started(err)
+		}
+		if err != nil && g != nil && !outOfFDs(err) {
+			// The gate itself cannot run here (not the task: its exec
+			// comes later). The task must still run: directly, with the
+			// window the gate closes open again.
+			log.Warn("cannot start the task's gate; starting the task directly (its children may outlive this node if it is killed the instant it starts them)",
+				"task", t.cmd[0], "err", err.Error())
+			exe = ""
+			attempt--
+			continue
 		}
 		if err == nil {
 			if attempt > 1 {
