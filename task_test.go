@@ -71,11 +71,8 @@ func TestTaskWorkersReusedAndGone(t *testing.T) {
 	// A worker whose last task was one of these nodes' exits when that
 	// node closes; any other (an earlier test's) within workerIdle.
 	t0 := time.Now()
-	for taskWorkerCount() > 0 {
-		if time.Since(t0) > 3*workerIdle {
-			t.Fatalf("%d task workers left %v after the nodes closed", taskWorkerCount(), time.Since(t0))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll(3*workerIdle, 5*time.Millisecond, func() bool { return taskWorkerCount() == 0 }) {
+		t.Fatalf("%d task workers left %v after the nodes closed", taskWorkerCount(), time.Since(t0))
 	}
 	t.Logf("%d tasks on %d goroutines; no worker left %v after Close", total, goroutines, time.Since(t0).Round(time.Millisecond))
 }
@@ -95,11 +92,8 @@ func TestTaskWorkerExitsWhenIdle(t *testing.T) {
 		t.Fatalf("no task worker waits after the round")
 	}
 	t0 := time.Now()
-	for taskWorkerCount() > 0 {
-		if time.Since(t0) > 5*workerIdle {
-			t.Fatalf("%d task workers left %v after the round, the node open", taskWorkerCount(), time.Since(t0))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll(5*workerIdle, 20*time.Millisecond, func() bool { return taskWorkerCount() == 0 }) {
+		t.Fatalf("%d task workers left %v after the round, the node open", taskWorkerCount(), time.Since(t0))
 	}
 	t.Logf("the worker left %v after the round (workerIdle %v)", time.Since(t0).Round(time.Millisecond), workerIdle)
 }
