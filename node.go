@@ -38,7 +38,6 @@ type Node struct {
 	mu      sync.Mutex
 	closed  bool
 	m       *protocol.Machine
-	active  int               // rounds the machine has open, counted from its actions (ActOpened, ActDone) and resume
 	acts    []protocol.Action // scratch for Step
 	wbuf    []byte            // scratch for encoding
 	pred    *link             // the current predecessor connection, nil when down
@@ -589,7 +588,6 @@ func (n *Node) act(a *protocol.Action) {
 			n.startTask(a.Round)
 		}
 	case protocol.ActOpened:
-		n.active++
 		n.opened(a.Round, a.To == protocol.Pred)
 		if ri := n.rounds[a.Round]; ri != nil {
 			ri.state = protocol.StateSync
@@ -609,7 +607,6 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActNotice:
 		n.notices = append(n.notices, *a.Msg.Note)
 	case protocol.ActDone:
-		n.active--
 		ri := n.round(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone}
 		switch a.Outcome {

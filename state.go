@@ -52,9 +52,6 @@ func (n *Node) resume(st *journal.State) {
 		ri := n.round(rec.Round)
 		ri.ready, ri.state = rec.LocalReady, rec.State
 		handingOver := rec.State == protocol.StateDone && n.role.HasPred() && !rec.Delivered
-		if !rec.State.Terminal() || handingOver {
-			n.active++ // open in the machine (Restore): its ActDone comes later
-		}
 		switch rec.State {
 		case protocol.StateDone:
 			if handingOver {
