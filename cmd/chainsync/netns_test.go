@@ -325,10 +325,18 @@ func TestNetnsSwitchNeverComesBack(t *testing.T) {
 	taskB := netnsTask(`"$IP" link set bc down && "$IP" link set ba down && kill -KILL $PPID`)
 	quick := netnsTask("")
 	start := time.Now()
+	// C becomes ready once all three run: its 2 s would otherwise start
+	// counting while the others are still starting (about a second each
+	// on a loaded machine), and time C out before A is up.
+	readyC := filepath.Join(dir, "ready.C")
 	procs := tp.startChain(t, dir, map[string][]string{
 		"A": {"--phase-timeout", "3s"},
-		"C": {"--phase-timeout", "2s", "--on-fault", `echo $CHAINSYNC_FAULT > "` + hookC + `"`},
+		"C": {"--phase-timeout", "2s", "--on-fault", `echo $CHAINSYNC_FAULT > "` + hookC + `"`,
+			"--ready-file", readyC, "--ready-interval", "20ms"},
 	}, map[string][]string{"A": quick, "B": taskB, "C": quick})
+	if err := os.WriteFile(readyC, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	if code := procs["B"].wait(t, 10*time.Second); code != -1 {
 		t.Fatalf("B exited %d, want killed by its task (-1)", code)
