@@ -28,18 +28,6 @@ import (
 //     group of every running task over a pipe. When the node dies, even by
 //     SIGKILL, the pipe's write end closes; the reaper reads end-of-file
 //     and kills every group still registered.
-//   - The reaper must know a group before anything in it runs: a node
-//     SIGKILLed after starting a task but before telling the reaper would
-//     leave the task's children alive (the parent-death signal kills only
-//     the main process). So a task's process starts as this binary
-//     ("chainsync _reaper -exec PATH ARGS..."), held at a gate, a pipe
-//     from the node: the node tells the reaper the new group, then opens
-//     the gate, and only then does that process exec the task (same
-//     process, so the same pid, group, parent and parent-death signal). A
-//     node that dies before opening the gate closes the pipe: the held
-//     process reads end-of-file and exits without running anything (and
-//     the parent-death signal kills it anyway). Nothing of the task runs
-//     while the reaper does not know its group: no window is left.
 //
 // The task stays the node's direct child, so a task can find its node as
 // $PPID (the draft's switch whose upgrade restarts the node).
@@ -49,10 +37,9 @@ const reaperCommand = "_reaper"
 
 // reaper is the node's side of the reaper process.
 type reaper struct {
-	mu  sync.Mutex
-	w   io.WriteCloser // nil if the reaper could not start
-	c   *exec.Cmd
-	exe string // this binary, to start tasks at a gate (see armGate)
+	mu sync.Mutex
+	w  io.WriteCloser // nil if the reaper could not start
+	c  *exec.Cmd
 }
 
 // startReaper starts the reaper process. Without one (the binary cannot
@@ -74,18 +61,7 @@ func startReaper() (*reaper, error) {
 	if err := c.Start(); err != nil {
 		return &reaper{}, err
 	}
-	return &reaper{w: w, c: c, exe: gateExe(self)}, nil
-}
-
-// gateExe returns the binary that holds a starting task at its gate, or
-// "" if tasks start directly (no reaper: no group to tell it about).
-func (r *reaper) gateExe() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.w == nil {
-		return ""
-	}
-	return r.exe
+	return &reaper{w: w, c: c}, nil
 }
 
 func (r *reaper) tell(op byte, pgid int) {
@@ -111,9 +87,6 @@ func (r *reaper) close() {
 // from its standard input and, at end of input (its node exited or died),
 // kills every process group still registered.
 func reaperMain() int {
-	if len(os.Args) > 2 && os.Args[1] == reaperCommand && os.Args[2] == gateArg {
-		return gateMain(os.Args[3:])
-	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	groups := map[int]bool{}
 	sc := bufio.NewScanner(os.Stdin)
@@ -139,111 +112,6 @@ func reaperMain() int {
 	return ExitOK
 }
 
-// gateArg makes chainsync _reaper the gate of a starting task:
-// "chainsync _reaper -exec PATH ARGV..." waits on descriptor 3 for a byte
-// from its node, then execs PATH with ARGV (its first element the task's
-// argv[0]) and its own environment. If exec fails, it writes the errno in
-// decimal to descriptor 4 (closed on exec, so the node reads end-of-file
-// once the task runs) and exits 127. End-of-file on 3 (the node died
-// before opening the gate) ends it at once, having run nothing.
-const gateArg = "-exec"
-
-// Exit statuses of a gate that did not exec its task.
-const (
-	gateClosed  = 125 // the node never opened the gate
-	gateExecErr = 127 // exec failed (the errno went to the node)
-)
-
-func gateMain(args []string) int {
-	if len(args) < 2 {
-		return ExitUsage
-	}
-	syscall.CloseOnExec(3)
-	syscall.CloseOnExec(4)
-	var b [1]byte
-	for {
-		n, err := syscall.Read(3, b[:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if n != 1 {
-			return gateClosed
-		}
-		break
-	}
-	syscall.Close(3)
-	err := execTask(args[0], args[1:], os.Environ())
-	errno, ok := err.(syscall.Errno)
-	if !ok {
-		errno = syscall.EINVAL
-	}
-	_, _ = syscall.Write(4, []byte(strconv.Itoa(int(errno))))
-	return gateExecErr
-}
-
-// gate is the node's side of a task held at its gate (see gateArg).
-type gate struct {
-	path   string   // the task's executable
-	open   *os.File // write end of the gate: a byte lets the task run
-	status *os.File // read end of the exec status
-	child  []*os.File
-}
-
-// armGate makes c start held at a gate, as exe (this binary).
-func armGate(c *exec.Cmd, exe string) (*gate, error) {
-	gr, gw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	sr, sw, err := os.Pipe()
-	if err != nil {
-		gr.Close()
-		gw.Close()
-		return nil, err
-	}
-	g := &gate{path: c.Path, open: gw, status: sr, child: []*os.File{gr, sw}}
-	c.Args = append([]string{exe, reaperCommand, gateArg, c.Path}, c.Args...)
-	c.Path = exe
-	c.ExtraFiles = g.child // descriptors 3 and 4
-	return g, nil
-}
-
-// started closes the child's ends of the pipes once c.Start returned
-// (and, if it failed, the node's ends too). A nil gate does nothing.
-func (g *gate) started(err error) {
-	if g == nil {
-		return
-	}
-	for _, f := range g.child {
-		f.Close()
-	}
-	if err != nil {
-		g.open.Close()
-		g.status.Close()
-	}
-}
-
-// release opens the gate and waits until the task runs (the held process
-// exec'd it: nil) or could not (the exec's error, as (*exec.Cmd).Start
-// would have returned it). A nil gate does nothing.
-func (g *gate) release() error {
-	if g == nil {
-		return nil
-	}
-	_, _ = g.open.Write([]byte{'x'}) // an error: the held process is gone (killed), which Wait tells
-	g.open.Close()
-	b, _ := io.ReadAll(g.status)
-	g.status.Close()
-	if len(b) == 0 {
-		return nil
-	}
-	n, err := strconv.Atoi(string(b))
-	if err != nil {
-		return fmt.Errorf("fork/exec %s: failed (%q)", g.path, b)
-	}
-	return &os.PathError{Op: "fork/exec", Path: g.path, Err: syscall.Errno(n)}
-}
-
 // taskRunner runs this node's task command, one process group per run.
 type taskRunner struct {
 	cmd    []string
@@ -265,8 +133,8 @@ type taskRunner struct {
 
 // spareFDs is how many descriptors a node holds in reserve for starting
 // its task: starting a process takes about three (a pipe for the child's
-// exec error, a pidfd), and its gate four more (two pipes).
-const spareFDs = 12
+// exec error, a pidfd).
+const spareFDs = 8
 
 // newTaskRunner returns the runner of cmd, holding the descriptors a start
 // may need (see taskRunner).
@@ -308,13 +176,12 @@ func outOfFDs(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
-// start starts the command newCmd makes, held at a gate if the reaper
-// runs (the gate is nil otherwise). A start that fails for want of
+// start starts the command newCmd makes. A start that fails for want of
 // file descriptors is a local fault, not the task's failure (the task
 // never ran): the runner closes its spare descriptors and tries again at
 // once, then every second until ctx ends, saying so at ERROR. Only if ctx
 // ends first is it an error, which says it was a local fault.
-func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.Cmd, *gate, error) {
+func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.Cmd, error) {
 	startFn := t.startFn
 	if startFn == nil {
 		startFn = (*exec.Cmd).Start
@@ -323,39 +190,20 @@ func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	exe := t.reaper.gateExe()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for attempt := 1; ; attempt++ {
 		c := newCmd()
-		var g *gate
-		var err error
-		if exe != "" && c.Err == nil {
-			g, err = armGate(c, exe)
-		}
-		if err == nil {
-			err = startFn(c)
-			g.started(err)
-		}
-		if err != nil && g != nil && !outOfFDs(err) {
-			// The gate itself cannot run here (not the task: its exec
-			// comes later). The task must still run: directly, with the
-			// window the gate closes open again.
-			log.Warn("cannot start the task's gate; starting the task directly (its children may outlive this node if it is killed the instant it starts them)",
-				"task", t.cmd[0], "err", err.Error())
-			exe = ""
-			attempt--
-			continue
-		}
+		err := startFn(c)
 		if err == nil {
 			if attempt > 1 {
 				log.Warn("task started after this node had run out of file descriptors", "task", t.cmd[0], "attempts", attempt)
 			}
 			t.refill()
-			return c, g, nil
+			return c, nil
 		}
 		if !outOfFDs(err) {
-			return nil, nil, err
+			return nil, err
 		}
 		if t.release() {
 			continue // room made: at once
@@ -366,7 +214,7 @@ func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("%w (a local fault: this node ran out of file descriptors, so the task never started)", err)
+			return nil, fmt.Errorf("%w (a local fault: this node ran out of file descriptors, so the task never started)", err)
 		case <-tick.C:
 		}
 	}
@@ -396,22 +244,12 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	// task: keep this goroutine on it until the task is gone.
 	lockThread()
 	defer unlockThread()
-	c, g, err := t.start(ctx, newCmd)
+	c, err := t.start(ctx, newCmd)
 	if err != nil {
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
 	}
 	pgid := c.Process.Pid
-	if testHookStarted != nil {
-		testHookStarted(pgid)
-	}
-	// The reaper knows the group before anything in it runs (see the top
-	// of this file): tell it, then let the task run.
 	t.reaper.tell('+', pgid)
-	if err := g.release(); err != nil {
-		_ = c.Wait()
-		t.reaper.tell('-', pgid)
-		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
-	}
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
 	select {
@@ -455,10 +293,6 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	}
 	return err
 }
-
-// testHookStarted, if set (tests only), is called with the task's pid
-// once its process has started and before the reaper is told its group.
-var testHookStarted func(pid int)
 
 // taskGrace is how long a stopped or timed-out task's group has between
 // the stop signal and SIGKILL.

@@ -49,26 +49,3 @@ func groupAlive(pgid int) bool {
 	}
 	return false
 }
-
-// gateExe is the binary that holds a starting task at its gate:
-// /proc/self/exe, the node's own image even if an upgrade replaced the
-// file it was started from, else self.
-func gateExe(self string) string {
-	if _, err := os.Stat("/proc/self/exe"); err == nil {
-		return "/proc/self/exe"
-	}
-	return self
-}
-
-// execTask replaces the held process with the task. The parent-death
-// signal belongs to a thread and exec keeps only the exec'ing thread's,
-// which the runtime's threads other than the first lack: set it on this
-// one. (The first thread still has it until the exec, so the node's death
-// in between kills the process.)
-func execTask(path string, argv, env []string) error {
-	runtime.LockOSThread()
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e != 0 {
-		return e
-	}
-	return syscall.Exec(path, argv, env)
-}

@@ -14,9 +14,3 @@ func unlockThread() {}
 // groupAlive cannot tell a zombie from a live process here: a group is
 // alive while kill(-pgid, 0) finds any member.
 func groupAlive(int) bool { return true }
-
-// gateExe is the binary that holds a starting task at its gate.
-func gateExe(self string) string { return self }
-
-// execTask replaces the held process with the task.
-func execTask(path string, argv, env []string) error { return syscall.Exec(path, argv, env) }
