@@ -27,7 +27,9 @@ import (
 //     also starts a small reaper ("chainsync _reaper"), told the process
 //     group of every running task over a pipe. When the node dies, even by
 //     SIGKILL, the pipe's write end closes; the reaper reads end-of-file
-//     and kills every group still registered.
+//     and kills every group still registered. A node killed between a
+//     task's start and its tell (a few milliseconds at most) leaves that
+//     task's children alive: the window is known and not closed yet.
 //
 // The task stays the node's direct child, so a task can find its node as
 // $PPID (the draft's switch whose upgrade restarts the node).
