@@ -622,11 +622,7 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 // kind (a-z 0-9 -), so that a node restarted after it reports the fault
 // it ended with.
 func (j *Journal) SaveFault(round, kind string) error {
-	if !validKind(kind) || !protocol.ValidRound(round) {
-		return fmt.Errorf("chainsync: bad fault record %q %q", round, kind)
-	}
-	j.faults[round] = kind
-	return j.appendSynced([]byte("F :" + round + " " + kind))
+	return j.SaveAll([]Fault{{Round: round, Kind: kind}}, nil)
 }
 
 // SaveEnd records, and fsyncs, that the node ended normally at unix
