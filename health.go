@@ -40,6 +40,14 @@ func (n *Node) tickEvery() time.Duration {
 func (n *Node) clock() {
 	defer n.wg.Done()
 	every := n.tickEvery()
+	// A gap between ticks longer than stalled means this process itself
+	// did not run (stopped with SIGSTOP, or starved): what its neighbours
+	// sent meanwhile may still be unread, so the tick says Resumed and
+	// their silence is counted from then, never blamed on them.
+	stalled := 4 * every
+	if n.cfg.Heartbeat > 0 {
+		stalled = n.cfg.Heartbeat
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last := time.Now()
@@ -51,14 +59,6 @@ func (n *Node) clock() {
 		}
 		n.lock()
 		now := time.Now()
-		// This process itself did not run for a while (stopped with
-		// SIGSTOP, or starved): what its neighbours sent meanwhile may
-		// still be unread, so their silence is counted from now, never
-		// blamed on them.
-		stalled := 4 * every
-		if n.cfg.Heartbeat > 0 {
-			stalled = n.cfg.Heartbeat
-		}
 		resumed := now.Sub(last) > stalled
 		last = now
 		if hb := n.cfg.Heartbeat; hb > 0 {

@@ -674,11 +674,9 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		}
 		switch x := rng.IntN(wd + wr + wt + wf + wc); {
 		case x < wd:
-			l := rng.IntN(nl)
+			l := pick(links, rng.IntN(nl))
 			if !timed {
 				l = net.Busy()[l]
-			} else {
-				l = links[l]
 			}
 			_, _, _, err := net.Deliver(l)
 			check("deliver", err)
