@@ -116,11 +116,10 @@ type Network struct {
 	// every unfinished round of the node that reported it.
 	Halt bool
 
-	links     []link
-	downSince []time.Duration // per pair p: when its links went down
-	busy      []int           // links with queued lines, in no particular order
-	seq       uint64
-	out       []protocol.Action
+	links []link
+	busy  []int // links with queued lines, in no particular order
+	seq   uint64
+	out   []protocol.Action
 }
 
 type pending struct {
@@ -172,7 +171,6 @@ func New(cfg Config) *Network {
 		lk.up = true
 		lk.r = wire.NewReader(&lk.q)
 	}
-	net.downSince = make([]time.Duration, max(n-1, 0))
 	// The connections are there from the start: the Machines learn it.
 	for p := 0; p+1 < n; p++ {
 		net.Step(p, protocol.LinkUp(protocol.Succ))
@@ -202,9 +200,6 @@ func (n *Network) Link(from, to int) (int, bool) {
 
 // Up reports whether the links between nodes p and p+1 are up.
 func (n *Network) Up(p int) bool { return n.links[Fwd(p)].up }
-
-// DownSince returns when the links between nodes p and p+1 last went down.
-func (n *Network) DownSince(p int) time.Duration { return n.downSince[p] }
 
 // Hang stops node i (hung) or lets it go on: a hung node is a process
 // stopped (SIGSTOP, or hung): the caller delivers nothing to it and
@@ -274,7 +269,6 @@ func (n *Network) SetLink(p int, up bool) {
 	was := n.links[Fwd(p)].up
 	defer func() {
 		if was && !up {
-			n.downSince[p] = n.Now
 			n.Step(p, protocol.LinkDown(protocol.Succ, 0))
 			n.Step(p+1, protocol.LinkDown(protocol.Pred, 0))
 		}
