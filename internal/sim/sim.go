@@ -267,12 +267,6 @@ func (n *Network) Oldest() int {
 // bringing a link up.
 func (n *Network) SetLink(p int, up bool) {
 	was := n.links[Fwd(p)].up
-	defer func() {
-		if was && !up {
-			n.Step(p, protocol.LinkDown(protocol.Succ, 0))
-			n.Step(p+1, protocol.LinkDown(protocol.Pred, 0))
-		}
-	}()
 	for _, l := range [2]int{Fwd(p), Bwd(p)} {
 		lk := &n.links[l]
 		if lk.up == up {
@@ -287,6 +281,10 @@ func (n *Network) SetLink(p int, up bool) {
 		} else {
 			lk.r = nil
 		}
+	}
+	if was && !up {
+		n.Step(p, protocol.LinkDown(protocol.Succ, 0))
+		n.Step(p+1, protocol.LinkDown(protocol.Pred, 0))
 	}
 }
 
