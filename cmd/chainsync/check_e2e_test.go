@@ -6,38 +6,13 @@ package main
 // mutual TLS, pins and PSKs).
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/testnet"
 )
-
-// lowAddrs reserves n loopback ports below the kernel's ephemeral range
-// (32768 and up on Linux). Ports from freeAddrs come from that range, so
-// the source port of any outgoing connection on the machine (another
-// node's dial, another test) can take one before its node listens; check
-// reports exactly that as "cannot listen", which would make these tests
-// flaky on a busy machine.
-func lowAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for len(addrs) < n {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil || slices.Contains(addrs, addr) {
-			continue
-		}
-		ln.Close()
-		addrs = append(addrs, addr)
-	}
-	return addrs
-}
 
 // makeCerts runs chainsync certs for nodes on this machine and returns the
 // directory.
@@ -94,7 +69,7 @@ func TestCheckGoodChain(t *testing.T) {
 	if p := startProc(t, "psk", nil, "psk", psk); p.wait(t, 5*time.Second) != 0 {
 		t.Fatalf("chainsync psk: %s", p.err.String())
 	}
-	addrs := lowAddrs(t, 3)
+	addrs := freeAddrs(t, 3)
 	names := nodeNames(3)
 	chain := chainFlag(names, addrs)
 	procs := make([]*proc, 3)
@@ -128,7 +103,7 @@ func TestCheckGoodChain(t *testing.T) {
 func TestCheckWrongCA(t *testing.T) {
 	t.Parallel()
 	ca1, ca2 := makeCerts(t, "A,B"), makeCerts(t, "A,B")
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := chainFlag(nodeNames(2), addrs)
 	b := startProc(t, "B", nil, append([]string{"check", "--chain", chain, "--name", "B", "--timeout", "10s"}, tlsArgs(ca2, "B")...)...)
 	a := startProc(t, "A", nil, append([]string{"check", "--chain", chain, "--name", "A", "--timeout", "10s"}, tlsArgs(ca1, "A")...)...)
@@ -145,7 +120,7 @@ func TestCheckWrongCA(t *testing.T) {
 func TestCheckWrongPin(t *testing.T) {
 	t.Parallel()
 	certs := makeCerts(t, "A,B,X")
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := chainFlag(nodeNames(2), addrs)
 	key := func(n string) []string {
 		return []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem")}
@@ -236,7 +211,7 @@ func TestCheckUsageErrors(t *testing.T) {
 func TestCheckAgainstRunningNode(t *testing.T) {
 	t.Parallel()
 	certs := makeCerts(t, "A,B")
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := chainFlag(nodeNames(2), addrs)
 	out := filepath.Join(t.TempDir(), "ran")
 	task := []string{"--", "sh", "-c", `echo "$CHAINSYNC_NODE" >> "$OUT"`}
@@ -290,7 +265,7 @@ func TestCheckLocalSettings(t *testing.T) {
 // fail, each naming every difference; the same settings pass and say so.
 func TestCheckComparesSettings(t *testing.T) {
 	t.Parallel()
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := chainFlag(nodeNames(2), addrs)
 	b := startProc(t, "B", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s", "--round", "y")
 	a := startProc(t, "A", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
@@ -303,7 +278,7 @@ func TestCheckComparesSettings(t *testing.T) {
 			}
 		}
 	}
-	addrs = lowAddrs(t, 2)
+	addrs = freeAddrs(t, 2)
 	chain = chainFlag(nodeNames(2), addrs)
 	b = startProc(t, "B2", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
 	a = startProc(t, "A2", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "500ms")

@@ -68,7 +68,7 @@ func TestNameDefaultsToHostName(t *testing.T) {
 	if err != nil || host == "" || strings.ContainsAny(host, ",=") {
 		t.Skipf("no usable host name (%q, %v)", host, err)
 	}
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	p := startProc(t, "check", []string{"CHAINSYNC_CHAIN=" + host + "=" + addrs[0] + ",other=" + addrs[1]}, "check", "--timeout", "1s")
 	p.wait(t, 10*time.Second)
 	if out := p.out.String(); !strings.HasPrefix(out, "node "+host+": head;") || !strings.Contains(out, "successor other at "+addrs[1]) {

@@ -116,7 +116,7 @@ func TestPrevHostChecked(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `--prev "no-such-host.invalid:7000": cannot resolve`) {
 		t.Errorf("--prev with a host that does not resolve: exit %d, want 2 naming --prev:\n%s", code, stderr)
 	}
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	// 192.0.2.1 is a documentation address: A's connection cannot come
 	// from it.
 	b := startProc(t, "B", nil, "run", "--name", "B", "--listen", addrs[1], "--prev", "192.0.2.1:7000", "--", "true")
@@ -131,7 +131,7 @@ func TestPrevHostChecked(t *testing.T) {
 	}
 
 	// The same chain with B's --prev naming A's host: done.
-	addrs = lowAddrs(t, 2)
+	addrs = freeAddrs(t, 2)
 	b = startProc(t, "B", nil, "run", "--name", "B", "--listen", addrs[1], "--prev", "localhost:7000", "--", "true")
 	a = startProc(t, "A", nil, "run", "--name", "A", "--next", addrs[1], "--", "true")
 	if code := a.wait(t, 20*time.Second); code != 0 {

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -148,58 +147,6 @@ func (c mxCase) name() string {
 	return fmt.Sprintf("%s/%s/%s/%s", mode, nodeNames(4)[c.victim], c.phase, c.delay)
 }
 
-// mxPorts hands out loopback ports below the ephemeral range (never the
-// source port of an outgoing connection) and below testnet.FreeAddrs's
-// range (20000 and up), never the same one twice in this test binary.
-// While a victim is down its port is free, so another test binary running
-// these tests on the same machine at the same time (people and CI do)
-// must not take it either: each port handed out is also claimed, until
-// the case ends, with a flock on a file of that name in a directory
-// shared by every run.
-var mxPorts struct {
-	sync.Mutex
-	used map[int]bool
-}
-
-func mxAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	mxPorts.Lock()
-	defer mxPorts.Unlock()
-	if mxPorts.used == nil {
-		mxPorts.used = map[int]bool{}
-	}
-	claims := filepath.Join(os.TempDir(), "chainsync-e2e-ports")
-	_ = os.MkdirAll(claims, 0o777)
-	var addrs []string
-	for tries := 0; len(addrs) < n; tries++ {
-		if tries > 1000*n {
-			t.Fatalf("no free loopback port in 12000-19999")
-		}
-		port := 12000 + rand.IntN(8000)
-		if mxPorts.used[port] {
-			continue
-		}
-		f, err := os.OpenFile(filepath.Join(claims, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close() // another run's
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			f.Close()
-			continue
-		}
-		ln.Close()
-		mxPorts.used[port] = true
-		t.Cleanup(func() { f.Close() })
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs
-}
-
 // TestKillMatrix: docs/DESIGN.md "Restarts and durable state" end to end
 // with the built binary. Every position (Head, a middle chosen by the
 // seed, Tail) x every phase x restart after 0.2 s and 3 s, with and
@@ -260,7 +207,7 @@ func runMatrixCase(t *testing.T, c mxCase) {
 	t.Logf("victim %s, phase %s, restart after %v, marker %s, expect %s", nodeNames(4)[c.victim], c.phase, c.delay, c.mark, outcomeNames[want])
 	dir := t.TempDir()
 	names := nodeNames(4)
-	addrs := mxAddrs(t, 4)
+	addrs := freeAddrs(t, 4)
 	v := c.victim
 
 	// Who holds what, so that the kill lands in the phase.

@@ -79,7 +79,7 @@ func TestSystemdNotify(t *testing.T) {
 				socket = fmt.Sprintf("@chainsync-e2e-notify-%d-%d", os.Getpid(), time.Now().UnixNano())
 			}
 			sys := newFakeSystemd(t, socket)
-			addrs := lowAddrs(t, 2)
+			addrs := freeAddrs(t, 2)
 			chain := chainFlag(nodeNames(2), addrs)
 			gate, env := filepath.Join(dir, "go"), filepath.Join(dir, "task-env")
 			task := []string{"--", "sh", "-c", `env > "$ENVFILE"; while [ ! -e "$GATE" ]; do sleep 0.05; done`}
@@ -131,7 +131,7 @@ func TestSystemdNotifyStatus(t *testing.T) {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "notify")
 	sys := newFakeSystemd(t, socket)
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := chainFlag(nodeNames(2), addrs)
 	gate := filepath.Join(dir, "go")
 	b := startProc(t, "B", []string{"NOTIFY_SOCKET=" + socket}, "run", "--chain", chain, "--name", "B", "--linger", "2s", "--", "true")

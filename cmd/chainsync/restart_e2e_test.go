@@ -31,7 +31,7 @@ import (
 func TestStateDirHeldByAnother(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addrs := mxAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	args := []string{"run", "--name", "B", "--listen", addrs[1], "--prev", addrs[0],
 		"--state-dir", filepath.Join(dir, "state"), "--", "true"}
 	first := startProc(t, "first", nil, args...)
@@ -284,7 +284,7 @@ func TestExitWaveUndelivered(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			names := []string{"A", "B"}
-			addrs := mxAddrs(t, 2)
+			addrs := freeAddrs(t, 2)
 			task := `if [ "$CHAINSYNC_NODE" = B ]; then : > "$DIR/B.held"; while [ ! -e "$DIR/release" ]; do sleep 0.05; done; fi`
 			procs := make([]*proc, 2)
 			for i := range procs {
@@ -323,7 +323,7 @@ func TestExitWaveUndelivered(t *testing.T) {
 func TestRestartedPeerNamed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	addrs := mxAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	p := startProc(t, "T", []string{"DIR=" + dir}, "run", "--name", "T", "--listen", addrs[1], "--prev", addrs[0],
 		"--linger", "3s", "--", "sh", "-c", `echo ran >> "$DIR/ran"`)
 	c := testnet.DialPeer(t, addrs[1], 10*time.Second)
@@ -394,7 +394,7 @@ func TestSupervisedSwitchRestartsItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := nodeNames(3)
-	addrs := mxAddrs(t, 3)
+	addrs := freeAddrs(t, 3)
 	task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
 if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
 date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
@@ -444,7 +444,7 @@ func TestResumeTaskPolicies(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			names := nodeNames(3)
-			addrs := mxAddrs(t, 3)
+			addrs := freeAddrs(t, 3)
 			task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
 if [ "$CHAINSYNC_NODE" = B ] && [ ! -e "$DIR/release" ]; then : > "$DIR/B.held"; while [ ! -e "$DIR/release" ]; do sleep 0.05; done; fi
 date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`

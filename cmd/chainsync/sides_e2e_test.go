@@ -16,7 +16,7 @@ import (
 func TestLogsOnlyAboutSidesTheNodeHas(t *testing.T) {
 	t.Parallel()
 	certs := makeCerts(t, "A,B")
-	addrs := lowAddrs(t, 2)
+	addrs := freeAddrs(t, 2)
 	chain := "A=" + addrs[0] + ",B=" + addrs[1]
 	key := func(n string) []string {
 		return []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem")}

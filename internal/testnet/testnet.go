@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -18,9 +21,16 @@ import (
 const lowPort, highPort = 20000, 32767
 
 // FreeAddrs reserves n loopback addresses, free at the time of the call,
-// and releases them, so that nodes can be given each other's addresses
-// before any of them is up (a node may dial before its successor
-// listens).
+// and releases the sockets, so that nodes can be given each other's
+// addresses before any of them is up (a node may dial before its
+// successor listens).
+//
+// Between the release and the node's bind, another test binary running
+// at the same time (go test runs packages in parallel) could draw the
+// same port and bind it first. So each port also takes an exclusive lock
+// on a file named after it in a directory shared by all test processes,
+// held until the test ends; FreeAddrs in any process skips a port whose
+// lock is held.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, 0, n)
@@ -34,7 +44,11 @@ func FreeAddrs(t testing.TB, n int) []string {
 		if tries > 100*n {
 			t.Fatalf("no free loopback port in %d-%d after %d tries", lowPort, highPort, tries)
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", lowPort+rand.IntN(highPort-lowPort+1))
+		port := lowPort + rand.IntN(highPort-lowPort+1)
+		if !reservePort(t, port) {
+			continue // held by a test in this or another process
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue // taken; try another
@@ -43,4 +57,23 @@ func FreeAddrs(t testing.TB, n int) []string {
 		addrs = append(addrs, addr)
 	}
 	return addrs
+}
+
+// reservePort takes the cross-process lock on port for the rest of the
+// test; it reports false if a test (in any process) holds it.
+func reservePort(t testing.TB, port int) bool {
+	dir := filepath.Join(os.TempDir(), "chainsync-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatalf("reserving test ports: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(port)), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatalf("reserving test ports: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	t.Cleanup(func() { f.Close() }) // closing the file releases the lock
+	return true
 }
