@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -398,5 +399,46 @@ func TestSnapshotSaysWhatARoundWaitsFor(t *testing.T) {
 	}
 	if time.Since(r.Since) > time.Minute {
 		t.Errorf("since %v", r.Since)
+	}
+}
+
+// One round table (docs/DESIGN.md, "The shape of the code"): a node remembers the rounds
+// its machine remembers, the last Config.KeepFinished finished ones, and
+// nothing else.
+func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
+	const n, keep, rounds = 3, 4, 12
+	cfgs := chainConfigs(t, n)
+	for i := range cfgs {
+		cfgs[i].KeepFinished = keep
+	}
+	nodes := startAll(t, cfgs, []int{2, 1, 0})
+	for r := range rounds {
+		id := fmt.Sprintf("r%d", r)
+		for _, nd := range nodes {
+			if err := nd.Ready(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitDone(t, nodes, id, "")
+	}
+	for i, nd := range nodes {
+		nd.lock()
+		var kept []string
+		for id := range nd.rounds {
+			kept = append(kept, id)
+		}
+		var machine []string
+		for r := range rounds {
+			if _, ok := nd.m.State(fmt.Sprintf("r%d", r)); ok {
+				machine = append(machine, fmt.Sprintf("r%d", r))
+			}
+		}
+		nd.unlock()
+		slices.Sort(kept)
+		slices.Sort(machine)
+		want := []string{"r10", "r11", "r8", "r9"}
+		if !slices.Equal(kept, want) || !slices.Equal(machine, want) {
+			t.Errorf("node %d keeps %v, its machine %v; want both %v", i, kept, machine, want)
+		}
 	}
 }

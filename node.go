@@ -43,15 +43,19 @@ type Node struct {
 	pred    *link             // the current predecessor connection, nil when down
 	succ    *link             // the current successor connection, nil when down
 	pending map[*link]bool    // accepted, not yet promoted to pred
-	rounds  map[string]*roundInfo
-	over    []string // finished rounds in rounds, oldest first (pruned past keepResults)
-	faults  []Fault  // the most recent faults, for Snapshot (at most keepFaults)
-	j       *journal.Journal
-	broken  error      // the journal failed: the node acts no more
-	cur     *batch     // what steps queued, carried out by unlock
-	spare   *batch     // the other batch, reused
-	acting  bool       // a goroutine is carrying batches out (in unlock)
-	idle    *sync.Cond // signalled when acting ends
+	// rounds is what the driver keeps for each round the machine keeps
+	// (its waiters and result), created when the round is first asked
+	// about or opened and dropped when the machine forgets the round
+	// (ActForget), plus rounds that only a Wait has asked about.
+	rounds map[string]*roundInfo
+	recent []string // the last keepHistory rounds that ended, oldest first, for Snapshot
+	faults []Fault  // the most recent faults, for Snapshot (at most keepFaults)
+	j      *journal.Journal
+	broken error      // the journal failed: the node acts no more
+	cur    *batch     // what steps queued, carried out by unlock
+	spare  *batch     // the other batch, reused
+	acting bool       // a goroutine is carrying batches out (in unlock)
+	idle   *sync.Cond // signalled when acting ends
 
 	// A durable node's committer goroutine (lock.go): woken by commit,
 	// stopped by commitQuit, closes commitDone.
@@ -409,7 +413,7 @@ func (n *Node) Snapshot() Snapshot {
 		}
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
-	for _, id := range n.over[max(0, len(n.over)-keepHistory):] {
+	for _, id := range n.recent {
 		ri := n.rounds[id]
 		if ri == nil || !ri.finished() {
 			continue // the id was used again since
@@ -594,6 +598,8 @@ func (n *Node) act(a *protocol.Action) {
 		}
 	case protocol.ActTimeout:
 		n.timeouts = append(n.timeouts, *a)
+	case protocol.ActForget:
+		delete(n.rounds, a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()

@@ -98,11 +98,12 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	ri.ended = time.Now()
 	ri.over = true
 	n.queue(effect{kind: effDone, ri: ri}) // closes done once mu is released
-	n.over = append(n.over, id)
-	for len(n.over) > n.cfg.KeepFinished {
-		delete(n.rounds, n.over[0])
-		n.over = n.over[1:]
+	// The record stays until the machine forgets the round (ActForget):
+	// the machine's table says which rounds this node remembers.
+	if len(n.recent) == keepHistory {
+		n.recent = append(n.recent[:0], n.recent[1:]...)
 	}
+	n.recent = append(n.recent, id)
 	lvl, msg := slog.LevelInfo, "round over"
 	args := []any{"round", id, "status", res.Status.String()}
 	switch {

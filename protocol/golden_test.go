@@ -504,6 +504,8 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 			g.printf("  %s%s: %v restarted without its state (sent %v); not answered", name, roundSuffix(a.Round), a.To, a.Msg.Cmd)
 		case protocol.ActSave:
 			g.printf("  %s%s: save %v", name, roundSuffix(a.Round), a.Record.State)
+		case protocol.ActForget:
+			g.printf("  %s%s: forgotten", name, roundSuffix(a.Round))
 		case protocol.ActTimeout:
 			if a.Timeout == protocol.TimeoutPhase {
 				what := a.Wait.String()

@@ -229,6 +229,13 @@ const (
 	// (for a phase timeout, Abort the round; for the others, every
 	// unfinished round, or keep waiting).
 	ActTimeout
+	// ActForget: the machine no longer keeps Round, a finished round
+	// beyond the last Config.KeepFinished: the driver drops whatever it
+	// keeps for it too, so the machine's table decides which rounds a
+	// node remembers. A later message for Round is one for a round this
+	// node does not know. It follows the ActDone of the round whose end
+	// pushed Round out.
+	ActForget
 )
 
 // Outcome is how a round ended at this node.
@@ -265,7 +272,7 @@ type Action struct {
 	To      Side    // ActSend
 	Msg     Message // ActSend
 	Resend  bool    // ActSend: a re-send after a link came back, or a reply to a duplicate
-	Round   string  // ActRunTask, ActState, ActDone, ActOpened
+	Round   string  // ActRunTask, ActState, ActDone, ActOpened, ActForget
 	From    State   // ActState
 	State   State   // ActState: the new state
 	Wait    Wait    // ActState: what the round waits for on entering State
@@ -937,18 +944,20 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 	return append(out, Action{Kind: ActSend, To: to, Msg: Message{Cmd: c, Round: r.id}})
 }
 
-// finish records a round as over, forgetting the oldest finished rounds
-// beyond KeepFinished.
+// finish records a round as over, forgetting (ActForget) the oldest
+// finished rounds beyond KeepFinished.
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	r.over = true
 	m.active--
 	m.disarm(r)
 	m.finished = append(m.finished, r.id)
+	out = append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
 	for len(m.finished) > m.cfg.KeepFinished {
 		delete(m.rounds, m.finished[0])
+		out = append(out, Action{Kind: ActForget, Round: m.finished[0]})
 		m.finished = m.finished[1:]
 	}
-	return append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
+	return out
 }
 
 // learn notes when this node learned round r: from its local readiness

@@ -475,13 +475,28 @@ func TestMaxRoundsFromPeer(t *testing.T) {
 }
 
 // Config.KeepFinished bounds the memory of finished rounds; within it,
-// duplicates of their messages stay no-ops.
+// duplicates of their messages stay no-ops. Each round pushed out is
+// named by an ActForget after the ActDone that pushed it out, so the
+// driver forgets what the machine forgets.
 func TestKeepFinished(t *testing.T) {
 	m := protocol.New(protocol.Config{Role: protocol.Single, KeepFinished: 3})
+	var forgot []string
 	for i := range 5 {
 		id := fmt.Sprint("r", i)
 		step(t, m, protocol.LocalReady(id))
-		step(t, m, protocol.TaskDone(id, false))
+		acts := step(t, m, protocol.TaskDone(id, false))
+		done := slices.IndexFunc(acts, func(a protocol.Action) bool { return a.Kind == protocol.ActDone })
+		for j, a := range acts {
+			if a.Kind == protocol.ActForget {
+				if j < done {
+					t.Errorf("%s: ActForget %s before the ActDone", id, a.Round)
+				}
+				forgot = append(forgot, a.Round)
+			}
+		}
+	}
+	if want := []string{"r0", "r1"}; !slices.Equal(forgot, want) {
+		t.Errorf("forgotten %v, want %v", forgot, want)
 	}
 	for i := range 5 {
 		_, ok := m.State(fmt.Sprint("r", i))

@@ -345,6 +345,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 	case protocol.ActSave:
 		// Persisting changes nothing a neighbour can see.
+	case protocol.ActForget:
+		// The driver drops what it keeps for a round it is told to
+		// forget: a round still running would lose its waiters.
+		if nd := &c.Round(a.Round).Nodes[i]; !nd.State.Terminal() && !nd.Done {
+			return fmt.Errorf("round forgotten while still running, in state %v", nd.State)
+		}
 	case protocol.ActTimeout:
 		return c.timeout(i, a)
 	case protocol.ActOpened:
@@ -554,6 +560,8 @@ func DescribeAction(a protocol.Action) string {
 		return fmt.Sprintf("%v restarted: %v", a.To, a.Msg)
 	case protocol.ActOpened:
 		return fmt.Sprintf("%q opened", a.Round)
+	case protocol.ActForget:
+		return fmt.Sprintf("%q forgotten", a.Round)
 	case protocol.ActTimeout:
 		if a.Timeout == protocol.TimeoutPhase {
 			return fmt.Sprintf("%q timeout: %v waiting for %v", a.Round, a.From, a.Wait)

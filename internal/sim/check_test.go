@@ -121,6 +121,18 @@ var seededBugs = []seededBug{{
 		return append(acts, stateChange(ev.Msg.Round, protocol.StateSync, protocol.StateReady),
 			protocol.Action{Kind: protocol.ActSend, To: protocol.Succ, Msg: protocol.Message{Cmd: protocol.Ready, Round: ev.Msg.Round}}), true
 	},
+}, {
+	// Forgets a round that is still running (KeepFinished pruning the
+	// wrong end of its list): the driver would drop the round's waiters.
+	name: "forgets a round while it runs",
+	want: []string{"round forgotten while still running"},
+	mutate: func(net *sim.Network, i int, ev protocol.Event, acts []protocol.Action) ([]protocol.Action, bool) {
+		k := slices.IndexFunc(acts, func(a protocol.Action) bool { return a.Kind == protocol.ActRunTask })
+		if k < 0 {
+			return acts, false
+		}
+		return append(acts, protocol.Action{Kind: protocol.ActForget, Round: acts[k].Round}), true
+	},
 }}
 
 // runBuggy runs one random schedule of seed with bug (nil: the correct
