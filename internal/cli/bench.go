@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,8 @@ Examples:
   chainsync bench --n 16 --quick-task              tasks inline, no goroutine hand-off
   chainsync bench --n 4 --concurrent 64 --rounds 5000 --state-dir /var/tmp/cs
                                                    durable rounds: journals fsynced
+  chainsync bench --n 16 --rounds 2000 --cpuprofile cpu.out
+                                                   where the time goes: go tool pprof cpu.out
 
 Exit status: 0 measured; 1 a run failed (its error says which node and why);
 2 usage error.
@@ -62,6 +65,7 @@ type benchOpts struct {
 	timeout    time.Duration
 	json       bool
 	svg        string
+	cpuProfile string
 }
 
 func (o *benchOpts) flags(fs *flag.FlagSet) {
@@ -71,12 +75,13 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", bench.ModeInproc, "`MODE`: inproc (goroutines in this process) or procs (one process per node)")
 	fs.IntVar(&o.concurrent, "concurrent", 1, "rounds in flight at once, `K` (pipelined throughput when above 1)")
 	fs.DurationVar(&o.taskSleep, "task-sleep", 0, "each node's task sleeps `D` (0: empty tasks); the relay sleeps the same at each node")
-	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to K tasks at once, K (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
+	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to `K` tasks at once (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inline on the goroutine that made them runnable (the library's Config.QuickTask), not on a goroutine of their own")
 	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
 	fs.BoolVar(&o.json, "json", false, "write the results as JSON on stdout instead of a table")
 	fs.StringVar(&o.svg, "svg", "", "also plot latency against n for chain and floor into `FILE` (SVG)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (--mode inproc only), for go tool pprof")
 }
 
 // parseNs reads a comma-separated list of chain lengths.
@@ -124,6 +129,23 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintf(stderr, "chainsync bench: %v\n", err)
 		return ExitUsage
+	}
+	if o.cpuProfile != "" {
+		if o.mode != bench.ModeInproc {
+			fmt.Fprintf(stderr, "chainsync bench: --cpuprofile needs --mode inproc: with --mode procs the nodes run in other processes\n")
+			return ExitUsage
+		}
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "chainsync bench: --cpuprofile: %v\n", err)
+			return ExitUsage
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "chainsync bench: --cpuprofile: %v\n", err)
+			return ExitError
+		}
+		defer pprof.StopCPUProfile()
 	}
 	// Check the SVG file can be written before spending minutes measuring.
 	var svg *os.File
