@@ -65,7 +65,6 @@
 package journal
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -538,23 +537,45 @@ func headerPayload(h Header) []byte {
 }
 
 // EncodeRecord returns the payload of a round record.
-func EncodeRecord(r protocol.Record) []byte {
-	var p bytes.Buffer
-	p.WriteString("R :")
-	p.WriteString(r.Round)
-	fmt.Fprintf(&p, " %d ", r.State)
-	for _, b := range []bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv} {
-		if b {
-			p.WriteByte('1')
+func EncodeRecord(r protocol.Record) []byte { return appendRecord(nil, r) }
+
+// appendRecord appends the payload of a round record to b: "R :ROUND
+// STATE FLAGS LASTPRED LASTSUCC RECVPRED RECVSUCC [SEQ]" (no fmt: this is
+// on every durable step's path).
+func appendRecord(b []byte, r protocol.Record) []byte {
+	b = append(b, "R :"...)
+	b = append(b, r.Round...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(r.State), 10)
+	b = append(b, ' ')
+	for _, f := range [...]bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv} {
+		if f {
+			b = append(b, '1')
 		} else {
-			p.WriteByte('0')
+			b = append(b, '0')
 		}
 	}
-	fmt.Fprintf(&p, " %d %d %d %d", r.LastPred, r.LastSucc, r.RecvPred, r.RecvSucc)
-	if r.Seq != 0 {
-		fmt.Fprintf(&p, " %d", r.Seq)
+	for _, c := range [...]protocol.Command{r.LastPred, r.LastSucc, r.RecvPred, r.RecvSucc} {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(c), 10)
 	}
-	return p.Bytes()
+	if r.Seq != 0 {
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, r.Seq, 10)
+	}
+	return b
+}
+
+// appendRecordFrame appends one frame holding r's record to b, encoding it
+// in place.
+func appendRecordFrame(b []byte, r protocol.Record) []byte {
+	start := len(b)
+	b = append(b, make([]byte, frameHead)...)
+	b = appendRecord(b, r)
+	payload := b[start+frameHead:]
+	binary.BigEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
+	return b
 }
 
 // Fault is a fault record: Round was aborted by a fault of Kind (a-z 0-9
@@ -592,7 +613,7 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 		same := r
 		same.Delivered = prev.Delivered
 		if !known || same != prev {
-			j.buf = appendFrame(j.buf, EncodeRecord(r))
+			j.buf = appendRecordFrame(j.buf, r)
 			frames++
 		}
 		j.remember(r)
@@ -696,7 +717,7 @@ func (j *Journal) compact() error {
 	j.order = keep
 	b := appendFrame(nil, headerPayload(j.hdr))
 	for _, id := range j.order {
-		b = appendFrame(b, EncodeRecord(j.last[id]))
+		b = appendRecordFrame(b, j.last[id])
 		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))
 		}
