@@ -37,12 +37,18 @@
 //
 // The protocol logic itself is package protocol, which does no I/O; the
 // line codec is package wire, TCP plumbing is package transport and TLS is
-// package secure. In this package, node.go holds the API and the
-// step-and-act loop, rounds.go the rounds table (waiters, results, the exit
-// wave), task.go the task runner, link.go a link with its outbox and
-// writer, connect.go accepting, dialing and reading, health.go the clock
-// (heartbeat lines and the machine's ticks) and neighbour faults, state.go
-// the journal's part. The timeouts themselves are the machine's: the
-// driver stamps every event with the time and acts on protocol.ActTimeout
+// package secure. The machine owns the protocol and its time: every
+// round's state, the exit wave's delivery, restarted peers, faults and
+// timeouts; the driver in this package moves bytes, keeps the journal and
+// runs tasks, acting on the machine's actions and never asking it back.
+// node.go holds the API and the step-and-act loop, lock.go how the node
+// lock is used (collect under it, then persist, then act), rounds.go what
+// the driver keeps per round beside the machine's table (waiters and
+// results, dropped when the machine forgets the round), task.go the task
+// runner, link.go a link with its outbox and writer, connect.go
+// accepting, dialing and reading, health.go the clock (heartbeat lines
+// and the machine's ticks) and neighbour faults, state.go the journal's
+// part. The timeouts themselves are the machine's: the driver stamps
+// every event with the time and acts on protocol.ActTimeout
 // (docs/DESIGN.md, "Time").
 package chainsync
