@@ -29,7 +29,10 @@
 //     only) comes first among a step's actions: write its Record to
 //     durable storage, and sync, before carrying out any other action of
 //     the step. ActPeerRestarted reports a neighbour that came back without
-//     its state; it needs no answer.
+//     its state; it needs no answer. ActOpened says a round is new here;
+//     ActForget says the machine no longer keeps a finished round (past
+//     Config.KeepFinished): drop whatever is kept for it beside the
+//     machine, whose table decides which rounds a node remembers.
 //  4. On a *Violation error, report it and close that connection; the
 //     Machine has not changed. Other errors are the caller's own misuse.
 //  5. Report LinkUp each time a link is (re-)established, so the last
