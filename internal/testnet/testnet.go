@@ -28,7 +28,7 @@ const lowPort, highPort = 20000, 32767
 // Between the release and the node's bind, another test binary running
 // at the same time (go test runs packages in parallel) could draw the
 // same port and bind it first. So each port also takes an exclusive lock
-// on a file named after it in a directory shared by all test processes,
+// on a file named after it in a directory shared by all of this user's test processes,
 // held until the test ends; FreeAddrs in any process skips a port whose
 // lock is held.
 func FreeAddrs(t testing.TB, n int) []string {
@@ -59,11 +59,18 @@ func FreeAddrs(t testing.TB, n int) []string {
 	return addrs
 }
 
+// portLockDir is the directory of the port locks: one per user, so that
+// another user's directory never stops a run (the ports themselves are
+// shared, but two users testing at the same moment are rare).
+func portLockDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("chainsync-test-ports-%d", os.Getuid()))
+}
+
 // reservePort takes the cross-process lock on port for the rest of the
 // test; it reports false if a test (in any process) holds it.
 func reservePort(t testing.TB, port int) bool {
-	dir := filepath.Join(os.TempDir(), "chainsync-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	dir := portLockDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatalf("reserving test ports: %v", err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(port)), os.O_RDWR|os.O_CREATE, 0o666)

@@ -42,7 +42,7 @@ func locked(t *testing.T, addr string) error {
 	if _, err := fmt.Sscanf(addr, "127.0.0.1:%d", &port); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(os.TempDir(), "chainsync-test-ports", fmt.Sprint(port)))
+	f, err := os.Open(filepath.Join(portLockDir(), fmt.Sprint(port)))
 	if err != nil {
 		t.Fatal(err)
 	}
