@@ -28,9 +28,9 @@ const lowPort, highPort = 20000, 32767
 // Between the release and the node's bind, another test binary running
 // at the same time (go test runs packages in parallel) could draw the
 // same port and bind it first. So each port also takes an exclusive lock
-// on a file named after it in a directory shared by all of this user's test processes,
-// held until the test ends; FreeAddrs in any process skips a port whose
-// lock is held.
+// on a file named after it, in a directory shared by all of this user's
+// test processes, held until the test ends; FreeAddrs in any process
+// skips a port whose lock is held.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, 0, n)
