@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,12 +29,25 @@ import (
 //     also starts a small reaper ("chainsync _reaper"), told the process
 //     group of every running task over a pipe. When the node dies, even by
 //     SIGKILL, the pipe's write end closes; the reaper reads end-of-file
-//     and kills every group still registered. A node killed between a
-//     task's start and its tell (a few milliseconds at most) leaves that
-//     task's children alive: the window is known and not closed yet.
+//     and kills every group still registered.
+//   - The group is known only once the task has started, so a node killed
+//     between the start and telling the reaper would leave what the task
+//     forked meanwhile. So each start is announced first with a random
+//     token that the task's environment carries (taskTokenVar), and its
+//     processes inherit: a reaper whose node died with a start announced
+//     but its group not yet told finds the processes carrying the token
+//     (Linux, /proc) and kills their groups. A process that cleared its
+//     environment in that moment, and stayed alone in a group without one
+//     that did not, would escape; nothing else does.
 //
 // The task stays the node's direct child, so a task can find its node as
 // $PPID (the draft's switch whose upgrade restarts the node).
+
+// taskTokenVar is the variable in a task's environment that names its
+// start to the reaper. Lower case and not a CHAINSYNC_ name: it
+// configures nothing, is never read as a setting and is not one of the
+// variables that describe the task (CHAINSYNC_ROUND, ROLE and NODE).
+const taskTokenVar = "_chainsync_task_token"
 
 // reaperCommand is the hidden subcommand of the reaper.
 const reaperCommand = "_reaper"
@@ -66,11 +81,14 @@ func startReaper() (*reaper, error) {
 	return &reaper{w: w, c: c}, nil
 }
 
-func (r *reaper) tell(op byte, pgid int) {
+// tell sends the reaper one line: "?TOKEN" (a task with this token is
+// starting), "+PGID TOKEN" (it started as group PGID), "!TOKEN" (it did
+// not start) or "-PGID" (its group is gone).
+func (r *reaper) tell(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.w != nil {
-		_, _ = fmt.Fprintf(r.w, "%c%d\n", op, pgid)
+		_, _ = io.WriteString(r.w, line+"\n")
 	}
 }
 
@@ -85,33 +103,67 @@ func (r *reaper) close() {
 	}
 }
 
-// reaperMain is chainsync _reaper: it reads "+PGID" and "-PGID" lines
-// from its standard input and, at end of input (its node exited or died),
-// kills every process group still registered.
+// reaperMain is chainsync _reaper: it reads the lines of reaper.tell from
+// its standard input and, at end of input (its node exited or died),
+// kills every process group still registered, and the groups of the
+// processes that carry the token of a start whose group it never heard.
 func reaperMain() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	// The node's own group (and the pipeline it may share with, say, a
+	// tee) is never a task's, whatever a process carrying a token did.
+	spare := map[int]bool{syscall.Getpgrp(): true}
+	if pg, err := syscall.Getpgid(os.Getppid()); err == nil {
+		spare[pg] = true
+	}
 	groups := map[int]bool{}
+	starting := map[string]bool{}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if len(line) < 2 {
 			continue
 		}
-		pgid, err := strconv.Atoi(line[1:])
-		if err != nil || pgid <= 1 {
-			continue
-		}
+		arg := line[1:]
 		switch line[0] {
+		case '?':
+			starting[arg] = true
+		case '!':
+			delete(starting, arg)
 		case '+':
-			groups[pgid] = true
+			pg, token, _ := strings.Cut(arg, " ")
+			delete(starting, token)
+			if pgid, err := strconv.Atoi(pg); err == nil && pgid > 1 {
+				groups[pgid] = true
+			}
 		case '-':
-			delete(groups, pgid)
+			if pgid, err := strconv.Atoi(arg); err == nil {
+				delete(groups, pgid)
+			}
 		}
 	}
 	for pgid := range groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	for token := range starting {
+		killToken(token, spare)
+	}
 	return ExitOK
+}
+
+// killToken kills the groups (but those in spare) of the processes whose
+// environment carries token, again until none is left (one may fork while
+// the first pass reads /proc), for at most a few passes.
+func killToken(token string, spare map[int]bool) {
+	for pass := 0; pass < 10; pass++ {
+		pgids := slices.DeleteFunc(tokenGroups(taskTokenVar+"="+token), func(pg int) bool { return spare[pg] })
+		if len(pgids) == 0 {
+			return
+		}
+		for _, pgid := range pgids {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond) // the kills land; then look again
+	}
 }
 
 // taskRunner runs this node's task command, one process group per run.
@@ -232,26 +284,32 @@ func (t *taskRunner) setStopSignal(s syscall.Signal) {
 // run runs the task with extra environment. ctx ending stops it: the
 // group gets the stop signal, then SIGKILL after grace.
 func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
+	token := strconv.FormatUint(rand.Uint64(), 36)
 	newCmd := func() *exec.Cmd {
 		c := exec.Command(t.cmd[0], t.cmd[1:]...)
 		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
 		if t.null != nil {
 			c.Stdin = t.null // no open of /dev/null at each start
 		}
-		c.Env = childEnv(append(t.env[:len(t.env):len(t.env)], env...)...)
+		c.Env = childEnv(append(append(t.env[:len(t.env):len(t.env)], env...), taskTokenVar+"="+token)...)
 		c.SysProcAttr = taskAttr()
 		return c
 	}
+	t.reaper.tell("?" + token) // before the start: see the top of this file
 	// The parent-death signal is tied to the thread that started the
 	// task: keep this goroutine on it until the task is gone.
 	lockThread()
 	defer unlockThread()
 	c, err := t.start(ctx, newCmd)
 	if err != nil {
+		t.reaper.tell("!" + token)
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
 	}
 	pgid := c.Process.Pid
-	t.reaper.tell('+', pgid)
+	if testHookStarted != nil {
+		testHookStarted(pgid)
+	}
+	t.reaper.tell("+" + strconv.Itoa(pgid) + " " + token)
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
 	select {
@@ -279,7 +337,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	// next, never overlaps a leftover of this one.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	gone := groupGone(pgid, groupGoneWait)
-	t.reaper.tell('-', pgid)
+	t.reaper.tell("-" + strconv.Itoa(pgid))
 	if !gone {
 		return fmt.Errorf("%s left processes in its process group %d that were still alive %v after SIGKILL; not carrying on while they run", t.cmd[0], pgid, groupGoneWait)
 	}
@@ -295,6 +353,10 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	}
 	return err
 }
+
+// testHookStarted, if set (tests only), is called with the task's pid
+// once it has started and before the reaper is told its group.
+var testHookStarted func(pid int)
 
 // taskGrace is how long a stopped or timed-out task's group has between
 // the stop signal and SIGKILL.

@@ -49,3 +49,45 @@ func groupAlive(pgid int) bool {
 	}
 	return false
 }
+
+// tokenGroups returns the process groups of the live processes whose
+// environment holds the entry kv ("NAME=VALUE"), from /proc/PID/environ
+// and /proc/PID/stat.
+func tokenGroups(kv string) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil
+	}
+	want := append([]byte(kv), 0)
+	var pgids []int
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + name + "/environ")
+		if err != nil || !bytes.HasPrefix(env, want) && !bytes.Contains(env, append([]byte{0}, want...)) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 3 || bytes.Equal(f[0], []byte("Z")) {
+			continue
+		}
+		if pgid, err := strconv.Atoi(string(f[2])); err == nil && pgid > 1 {
+			pgids = append(pgids, pgid)
+		}
+	}
+	return pgids
+}
