@@ -36,10 +36,10 @@ import (
 //     token that the task's environment carries (taskTokenVar), and its
 //     processes inherit: a reaper whose node died with a start announced
 //     but its group not yet told finds the processes carrying the token
-//     (Linux, /proc) and kills their groups. What escapes is only a
-//     process that, in that moment, both left the task's group and either
-//     cleared its environment or became one the reaper may not read (a
-//     setuid program, for a node that is not root).
+//     (Linux, /proc) and kills their groups. What can escape is a process
+//     that, in that moment, cleared its environment or became one the
+//     reaper may not read (a setuid program, for a node that is not root),
+//     when nothing else in its process group still carries the token.
 //
 // The task stays the node's direct child, so a task can find its node as
 // $PPID (the draft's switch whose upgrade restarts the node).
