@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,22 +133,12 @@ func TestReaperHelperNode(t *testing.T) {
 // groupCommands lists the command lines of group pgid's live processes.
 func groupCommands(pgid int) string {
 	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
+	_ = eachLiveProc(func(pid string, pg int) bool {
+		if pg == pgid {
+			c, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+			out = append(out, pid+": "+strings.ReplaceAll(strings.TrimRight(string(c), "\x00"), "\x00", " "))
 		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			out = append(out, e.Name()+": "+strings.ReplaceAll(strings.TrimRight(string(c), "\x00"), "\x00", " "))
-		}
-	}
+		return true
+	})
 	return strings.Join(out, "; ")
 }

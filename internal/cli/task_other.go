@@ -2,7 +2,10 @@
 
 package cli
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+)
 
 // taskAttr makes a task the leader of a new process group. Without a
 // parent-death signal, the reaper alone kills it if the node dies.
@@ -18,3 +21,8 @@ func groupAlive(int) bool { return true }
 // tokenGroups finds nothing here: without /proc, only the groups the
 // reaper was told are killed with the node.
 func tokenGroups(string) []int { return nil }
+
+// eachLiveProc cannot list processes here (no /proc).
+func eachLiveProc(func(pid string, pgid int) bool) error {
+	return errors.New("no /proc to list processes")
+}

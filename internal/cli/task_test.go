@@ -92,22 +92,12 @@ func liveInGroup(pgid int) int {
 		return 0
 	}
 	n := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+	_ = eachLiveProc(func(_ string, pg int) bool {
+		if pg == pgid {
 			n++
 		}
-	}
+		return true
+	})
 	return n
 }
 
