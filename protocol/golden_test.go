@@ -199,7 +199,6 @@ func (g *golden) run(cmd string) []string {
 			pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = dur("phase"), dur("exit"), dur("silence"), dur("connect")
 		}})
 		g.net.Colon = colon
-		g.net.Halt = true
 		g.chk = sim.NewChecker(g.net)
 		g.chk.Faults = true // the scripts drop links and duplicate messages
 		g.chk.Attach(func(err error) { g.t.Fatalf("%s: invariant broken: %v", cmd, err) })

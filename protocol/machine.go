@@ -116,6 +116,29 @@ const (
 	EvLinkDown
 )
 
+// Policy is what a fault does to the rounds in progress (Config.Policy).
+type Policy uint8
+
+// The fault policies.
+const (
+	// PolicyHalt: a fault ends the rounds it touches here; a neighbour's
+	// silence or unreachability, a fault notice from another node and a
+	// fault this node reports with Halt ends every unfinished round.
+	PolicyHalt Policy = iota
+	// PolicyWait: a fault is reported and the rounds keep waiting, except
+	// that a round whose task failed somewhere ends (it can never
+	// complete) and a round this node never claimed ends at its phase
+	// timeout.
+	PolicyWait
+)
+
+// The notice kinds the machine acts on under PolicyWait: a task failed,
+// so its round can never complete.
+const (
+	KindTaskFailed  = "task-failed"
+	KindTaskTimeout = "task-timeout"
+)
+
 // Event is one input to Machine.Step. Build it with Recv, LocalReady,
 // TaskDone, LinkUp, Promote, Abort, Delivered, Undelivered, Tick or
 // LinkDown.
@@ -126,6 +149,10 @@ type Event struct {
 	Round  string  // EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered
 	Failed bool    // EvTaskDone: the task reported failure
 	Note   Notice  // EvReport
+	// Halt (EvReport): under PolicyHalt the fault ends every unfinished
+	// round here (a configuration mismatch); the notice is sent only with
+	// Config.Extensions.
+	Halt bool
 	// At is when the event happened, on the driver's monotonic clock (any
 	// fixed origin, never 0 once known); 0: the driver keeps no time. Any
 	// event may carry it; the timeouts need it (see Tick).
@@ -189,6 +216,11 @@ func Abort(round string) Event { return Event{Kind: EvAbort, Round: round} }
 // so that it is not passed on again when it comes back.
 func Report(n Notice) Event { return Event{Kind: EvReport, Note: n} }
 
+// ReportHalt is Report for a fault that, under PolicyHalt, ends every
+// unfinished round here; without Config.Extensions it sends nothing and
+// still applies the policy.
+func ReportHalt(n Notice) Event { return Event{Kind: EvReport, Note: n, Halt: true} }
+
 // Delivered is the event "round's final COMPLETE was handed to a live
 // connection to the predecessor".
 func Delivered(round string) Event { return Event{Kind: EvDelivered, Round: round} }
@@ -217,17 +249,18 @@ const (
 	ActPeerRestarted
 	// ActNotice: a fault notice (Msg.Note) arrived from the neighbour on
 	// side To, for the first time; the machine has passed it on to the
-	// other side (an ActSend before this action). The driver applies its
-	// fault policy to it.
+	// other side (an ActSend before this action). The driver reports it;
+	// the rounds it ends under Config.Policy follow (ActDone, Aborted).
 	ActNotice
 	// ActOpened: Round is new at this node, in StateSync: opened by the
 	// predecessor's READY (To is Pred) or by local readiness (To is 0).
 	// It comes before the step's other actions for Round.
 	ActOpened
 	// ActTimeout: a timeout ran out (Timeout says which; see TimeoutKind).
-	// The machine changed nothing: the driver applies its fault policy
-	// (for a phase timeout, Abort the round; for the others, every
-	// unfinished round, or keep waiting).
+	// The driver reports the fault; the machine applies Config.Policy
+	// itself, in the actions that follow: under PolicyHalt a phase
+	// timeout aborts its round and a silent or unreachable neighbour
+	// every unfinished round (ActState to StateAborted, then ActDone).
 	ActTimeout
 	// ActForget: the machine no longer keeps Round, a finished round
 	// beyond the last Config.KeepFinished: the driver drops whatever it
@@ -281,6 +314,10 @@ type Action struct {
 	// ActTimeout: which timeout; To is the neighbour it is about (for a
 	// phase timeout, the side the round waits on, 0 for this node), From
 	// and Wait the round's state and what it waited for, After how long.
+	// For a silent or unreachable neighbour, Round and From name the
+	// first unfinished round (in the order this node learned them), "" and
+	// 0 if none.
+	// ActState to StateAborted: From is the state the round was in.
 	Timeout TimeoutKind
 	After   time.Duration
 }
@@ -382,6 +419,8 @@ type Config struct {
 	ExitWaveTimeout time.Duration // a final COMPLETE not handed to the predecessor
 	Silence         time.Duration // an up link that carried nothing (3 heartbeat intervals)
 	ConnectTimeout  time.Duration // a neighbour's link down since it was last healthy
+	// Policy says what a fault does to the rounds in progress.
+	Policy Policy
 }
 
 // keepNotices is how many notices a Machine remembers, so that each is
@@ -485,6 +524,64 @@ func (m *Machine) Unfinished() []string {
 		}
 	}
 	return ids
+}
+
+// RoundView is one unfinished round as Machine.View shows it.
+type RoundView struct {
+	Round      string
+	State      State
+	LocalReady bool
+}
+
+// View returns the rounds that are not over at this node (a round done
+// here whose final COMPLETE is still to be handed over included), by id:
+// a read-only view for progress reports.
+func (m *Machine) View() []RoundView {
+	vs := make([]RoundView, 0, m.active)
+	for id, r := range m.rounds {
+		if !r.over {
+			vs = append(vs, RoundView{Round: id, State: r.state, LocalReady: r.localReady})
+		}
+	}
+	slices.SortFunc(vs, func(a, b RoundView) int { return strings.Compare(a.Round, b.Round) })
+	return vs
+}
+
+// unfinished returns the rounds not yet finished here (a round handing
+// its final COMPLETE over excluded: its part is done), in the order this
+// node learned them, then by id.
+func (m *Machine) unfinished() []*round {
+	rs := make([]*round, 0, m.active)
+	for _, r := range m.rounds {
+		if !r.state.Terminal() {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b *round) int {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 && a.seq != 0 && b.seq != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return rs
+}
+
+// abortAll aborts every unfinished round (PolicyHalt).
+func (m *Machine) abortAll(out []Action) []Action {
+	for _, r := range m.unfinished() {
+		out = m.abortRound(r, out)
+	}
+	return out
+}
+
+// abortRound aborts r for the policy; with Config.Durable it is saved
+// with the step.
+func (m *Machine) abortRound(r *round, out []Action) []Action {
+	out = m.set(r, StateAborted, out)
+	if m.cfg.Durable && !slices.Contains(m.moved, r) {
+		m.moved = append(m.moved, r)
+	}
+	return m.finish(r, Aborted, out)
 }
 
 // Active returns the number of rounds that are not finished.
@@ -598,7 +695,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvAbort:
 		return m.abort(ev.Round, out)
 	case EvReport:
-		return m.report(ev.Note, out)
+		return m.report(ev.Note, ev.Halt, out)
 	case EvDelivered:
 		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
 			r.delivered = true
@@ -1031,22 +1128,25 @@ func (m *Machine) pump(out []Action) []Action {
 	return out
 }
 
-// report sends this node's own notice to both neighbours.
-func (m *Machine) report(n Notice, out []Action) ([]Action, error) {
+// report sends this node's own notice to both neighbours and, for a
+// halting report under PolicyHalt, ends every unfinished round.
+func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !n.Valid() {
 		return out, ErrBadNotice
 	}
-	if !m.cfg.Extensions {
+	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
-	if !m.remember(n) {
-		return out, nil
-	}
-	msg := Message{Cmd: FaultNotice, Note: &n}
-	for _, side := range []Side{Pred, Succ} {
-		if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
-			out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+	if m.cfg.Extensions && m.remember(n) {
+		msg := Message{Cmd: FaultNotice, Note: &n}
+		for _, side := range []Side{Pred, Succ} {
+			if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
+				out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+			}
 		}
+	}
+	if halt && m.cfg.Policy == PolicyHalt {
+		out = m.abortAll(out)
 	}
 	return out, nil
 }
@@ -1070,7 +1170,19 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
 		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
 	}
-	return append(out, Action{Kind: ActNotice, To: from, Msg: msg}), nil
+	out = append(out, Action{Kind: ActNotice, To: from, Msg: msg})
+	// The policy: under halt the chain stops here too; under wait a
+	// round whose task failed somewhere can never complete, so it ends.
+	n := msg.Note
+	switch {
+	case m.cfg.Policy == PolicyHalt:
+		out = m.abortAll(out)
+	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
+		if r := m.rounds[n.Round]; r != nil && !r.state.Terminal() {
+			out = m.abortRound(r, out)
+		}
+	}
+	return out, nil
 }
 
 // remember records n as seen and reports whether it is new. The oldest

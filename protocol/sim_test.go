@@ -423,7 +423,6 @@ func runScheduleExt(seed uint64, n int, trace func(string), ext *schedExt) (res 
 		pc.Ordered = ext != nil && ext.ordered
 		pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = tc.PhaseTimeout, tc.ExitWaveTimeout, tc.Silence, tc.ConnectTimeout
 	}})
-	net.Halt = timed
 	res.colon = rng.IntN(4) == 0
 	net.Colon = res.colon
 	if rng.IntN(2) == 0 {

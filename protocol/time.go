@@ -201,6 +201,21 @@ func (m *Machine) heardFrom(s Side) {
 	}
 }
 
+// linkTimeout appends a, a silent or unreachable neighbour, naming the
+// first unfinished round, and under PolicyHalt aborts every unfinished
+// round.
+func (m *Machine) linkTimeout(a Action, out []Action) []Action {
+	rs := m.unfinished()
+	if len(rs) > 0 {
+		a.Round, a.From = rs[0].id, rs[0].state
+	}
+	out = append(out, a)
+	if m.cfg.Policy == PolicyHalt {
+		out = m.abortAll(out)
+	}
+	return out
+}
+
 // tick judges every timeout at the current time (EvTick).
 func (m *Machine) tick(ev Event, out []Action) []Action {
 	if ev.Resumed {
@@ -234,7 +249,7 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 				c.silent = false
 			} else if !c.silent {
 				c.silent = true // once per silence
-				out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutSilence, To: s, After: m.now - since})
+				out = m.linkTimeout(Action{Kind: ActTimeout, Timeout: TimeoutSilence, To: s, After: m.now - since}, out)
 			}
 		case !c.up && m.cfg.ConnectTimeout > 0 && !c.unreach && m.now-c.healthy >= m.cfg.ConnectTimeout:
 			if m.active == 0 {
@@ -242,7 +257,7 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 				break
 			}
 			c.unreach = true // once until the link is up
-			out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutUnreachable, To: s, After: m.now - c.healthy})
+			out = m.linkTimeout(Action{Kind: ActTimeout, Timeout: TimeoutUnreachable, To: s, After: m.now - c.healthy}, out)
 		}
 	}
 	if len(m.armed) == 0 {
@@ -265,6 +280,12 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 			w := WaitIn(role, r.state, r.localReady)
 			_, side := w.Msg()
 			out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutPhase, Round: r.id, From: r.state, Wait: w, To: side, After: m.cfg.PhaseTimeout})
+			// A round this node never claimed must not hold a slot for
+			// ever, whatever the policy.
+			if m.cfg.Policy == PolicyHalt || w == WaitLocal {
+				out = m.abortRound(r, out)
+				continue
+			}
 		}
 		if r.deadline == 0 && r.exitBy == 0 {
 			delete(m.armed, r)

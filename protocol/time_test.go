@@ -35,7 +35,7 @@ func tick(t *testing.T, m *protocol.Machine, now time.Duration, heard [3]time.Du
 // waiting for a neighbour in one state times out once, PhaseTimeout after
 // it entered that state; a new state arms it again; a round over has none.
 func TestPhaseTimeout(t *testing.T) {
-	m := protocol.New(protocol.Config{Role: protocol.Middle, PhaseTimeout: 10 * sec})
+	m := protocol.New(protocol.Config{Role: protocol.Middle, PhaseTimeout: 10 * sec, Policy: protocol.PolicyWait})
 	step(t, m, at(protocol.LinkUp(protocol.Pred), 1*sec))
 	step(t, m, at(protocol.LinkUp(protocol.Succ), 1*sec))
 	step(t, m, at(protocol.LocalReady("r"), 2*sec)) // SYNC: waits for READY
@@ -120,7 +120,7 @@ func TestExitWaveTimeout(t *testing.T) {
 // with no round in progress, before either side spoke, or for the time
 // this node itself was stopped (Resumed).
 func TestSilence(t *testing.T) {
-	m := protocol.New(protocol.Config{Role: protocol.Head, Silence: 3 * sec})
+	m := protocol.New(protocol.Config{Role: protocol.Head, Silence: 3 * sec, Policy: protocol.PolicyWait})
 	step(t, m, at(protocol.LinkUp(protocol.Succ), 1*sec))
 	if got := timeouts(tick(t, m, 10*sec, [3]time.Duration{})); len(got) != 0 {
 		t.Fatalf("silence with nothing in progress and nothing said: %+v", got)
@@ -161,7 +161,7 @@ func TestSilence(t *testing.T) {
 // connection that lasted under two seconds and carried nothing does not
 // make the neighbour healthy.
 func TestConnectTimeout(t *testing.T) {
-	m := protocol.New(protocol.Config{Role: protocol.Head, ConnectTimeout: 10 * sec})
+	m := protocol.New(protocol.Config{Role: protocol.Head, ConnectTimeout: 10 * sec, Policy: protocol.PolicyWait})
 	tick(t, m, 1*sec, [3]time.Duration{})
 	if got := timeouts(tick(t, m, 11*sec, [3]time.Duration{})); len(got) != 0 {
 		t.Fatalf("unreachable with nothing in progress: %+v", got)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -49,6 +50,11 @@ type Checker struct {
 	rounds map[string]*RoundRef
 	cached *RoundRef
 	ev     protocol.Event // the event being observed
+	// The fault policy within the step being observed: which rounds it
+	// lets the Machine abort (every unfinished one, or those named), and
+	// which it must have aborted by the end of the step.
+	abortAll, mustAll bool
+	abortOK, must     []string
 }
 
 // RoundRef is the reference record of one round.
@@ -178,10 +184,18 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 		}
 	}
 	c.ev = ev
+	c.abortAll, c.mustAll, c.abortOK, c.must = false, false, c.abortOK[:0], c.must[:0]
+	halt := c.net.Nodes[i].cfg.Policy == protocol.PolicyHalt
+	if ev.Kind == protocol.EvReport && ev.Halt && halt {
+		c.abortAll, c.mustAll = true, true
+	}
 	for _, a := range acts {
 		if e := c.action(i, a); e != nil {
 			return fmt.Errorf("node %d, event %s, action %s: %w", i, DescribeEvent(ev), DescribeAction(a), e)
 		}
+	}
+	if e := c.policyDone(i); e != nil {
+		return fmt.Errorf("node %d, event %s: %w", i, DescribeEvent(ev), e)
 	}
 	if hasRound {
 		if e := c.checkState(i, id, "after "+DescribeEvent(ev)); e != nil {
@@ -221,6 +235,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 		if !allowed(role, a.From, a.State) {
 			return fmt.Errorf("transition %v -> %v not allowed for a %v", a.From, a.State, role)
+		}
+		if a.State == protocol.StateAborted {
+			if !nd.Aborted && !c.abortAll && !slices.Contains(c.abortOK, a.Round) {
+				return fmt.Errorf("round aborted without an abort or a fault whose policy ends it")
+			}
+			nd.Aborted = true
 		}
 		nd.State = a.State
 		nd.Since, nd.TimedOut = c.net.Now, false
@@ -352,7 +372,26 @@ func (c *Checker) action(i int, a protocol.Action) error {
 			return fmt.Errorf("round forgotten while still running, in state %v", nd.State)
 		}
 	case protocol.ActTimeout:
-		return c.timeout(i, a)
+		if err := c.timeout(i, a); err != nil {
+			return err
+		}
+		halt := c.net.Nodes[i].cfg.Policy == protocol.PolicyHalt
+		switch {
+		case a.Timeout == protocol.TimeoutPhase && (halt || a.Wait == protocol.WaitLocal):
+			c.abortOK, c.must = append(c.abortOK, a.Round), append(c.must, a.Round)
+		case a.Timeout != protocol.TimeoutPhase && halt:
+			c.abortAll, c.mustAll = true, true
+		}
+	case protocol.ActNotice:
+		note := a.Msg.Note
+		switch {
+		case note == nil:
+			return fmt.Errorf("a notice action without a notice")
+		case c.net.Nodes[i].cfg.Policy == protocol.PolicyHalt:
+			c.abortAll, c.mustAll = true, true
+		case note.HasRound && (note.Kind == protocol.KindTaskFailed || note.Kind == protocol.KindTaskTimeout):
+			c.abortOK, c.must = append(c.abortOK, note.Round), append(c.must, note.Round)
+		}
 	case protocol.ActOpened:
 		nd := &c.Round(a.Round).Nodes[i]
 		if nd.State != protocol.StateSync || nd.Started {
@@ -370,6 +409,26 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		}
 	default:
 		return fmt.Errorf("unknown action kind %d", a.Kind)
+	}
+	return nil
+}
+
+// policyDone checks, at the end of a step of node i, that the fault
+// policy ended what it must: under halt, after a silent or unreachable
+// neighbour, a notice or a halting report, no round is left unfinished;
+// a round whose phase timeout or failed task ends it is over.
+func (c *Checker) policyDone(i int) error {
+	m := c.net.Nodes[i].M
+	if c.mustAll {
+		if ids := m.Unfinished(); len(ids) > 0 {
+			slices.Sort(ids)
+			return fmt.Errorf("the halt policy left round %q unfinished", ids[0])
+		}
+	}
+	for _, id := range c.must {
+		if st, ok := m.State(id); ok && !st.Terminal() {
+			return fmt.Errorf("the fault policy left round %q unfinished in %v", id, st)
+		}
 	}
 	return nil
 }

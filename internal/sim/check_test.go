@@ -322,7 +322,7 @@ func TestCheckerRerunOnlyInterrupted(t *testing.T) {
 }
 
 // timeoutScenario runs three nodes with every timeout at 10 s under the
-// halt policy: A, B and C become ready, every task but C's runs, the link
+// wait policy: A, B and C become ready, every task but C's runs, the link
 // A-B goes down, C's task finishes, so B is done but cannot hand its
 // final COMPLETE over; then the clock moves 1 s three times and 11 s
 // once. mutate, if set, rewrites the Machines' actions. It returns the
@@ -331,8 +331,8 @@ func timeoutScenario(t *testing.T, mutate func(net *sim.Network, i int, ev proto
 	t.Helper()
 	net := sim.New(sim.Config{Names: []string{"A", "B", "C"}, Machine: func(_ int, pc *protocol.Config) {
 		pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = 10*time.Second, 10*time.Second, 10*time.Second, 10*time.Second
+		pc.Policy = protocol.PolicyWait // every timeout is reported; none ends the rounds
 	}})
-	net.Halt = true
 	chk := sim.NewChecker(net)
 	chk.Faults = true
 	var first error

@@ -24,8 +24,11 @@
 // heartbeat silence, connect) run here deterministically. Advance ticks
 // every node that is not hung (Hang: a process stopped, that reads,
 // writes and ticks nothing), telling it that each live neighbour on an up
-// link was heard from (their heartbeats); with Halt the network applies a
-// driver's halt policy to the timeouts the Machines report.
+// link was heard from (their heartbeats). The fault policy is the
+// Machines' own (protocol.Config.Policy), as in the node: the network
+// adds only what a driver adds, the notice of each fault a Machine's
+// timeout reports (with protocol.Config.Extensions), stepped after the
+// timeout's step as the node's loop steps it.
 //
 // The package does no checking of its own beyond the codec round trip; see
 // Checker for the protocol invariants.
@@ -110,12 +113,7 @@ type Network struct {
 	Sent, Lost int
 	// Now is the network's logical clock, stamped on every event (Advance
 	// moves it). It starts at one second.
-	Now time.Duration
-	// Halt applies a driver's halt policy to the Machines' timeouts: a
-	// phase timeout aborts its round; a silent or unreachable neighbour
-	// every unfinished round of the node that reported it.
-	Halt bool
-
+	Now   time.Duration
 	links []link
 	busy  []int // links with queued lines, in no particular order
 	seq   uint64
@@ -310,20 +308,14 @@ func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]proto
 	if err == nil && n.Mutate != nil {
 		acts = append(acts[:start], n.Mutate(i, ev, acts[start:])...)
 	}
-	var handed, aborts []string
+	var handed []string
+	var reports []protocol.Notice
 	if err == nil {
 		for _, a := range acts[start:] {
 			switch a.Kind {
 			case protocol.ActTimeout:
-				if !n.Halt {
-					break
-				}
-				if a.Timeout == protocol.TimeoutPhase {
-					aborts = append(aborts, a.Round)
-				} else {
-					ids := n.Nodes[i].M.Unfinished()
-					slices.Sort(ids)
-					aborts = append(aborts, ids...)
+				if n.Nodes[i].cfg.Extensions {
+					reports = append(reports, n.notice(i, a))
 				}
 			case protocol.ActSave:
 				n.Nodes[i].save(a.Record)
@@ -344,12 +336,32 @@ func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]proto
 	for _, id := range handed {
 		acts, _ = n.step(i, protocol.Delivered(id), acts)
 	}
-	for _, id := range aborts {
-		if st, ok := n.Nodes[i].M.State(id); ok && !st.Terminal() {
-			acts, _ = n.step(i, protocol.Abort(id), acts)
-		}
+	for _, note := range reports {
+		acts, _ = n.step(i, protocol.Report(note), acts)
 	}
 	return acts, err
+}
+
+// TimeoutKinds are the fault kinds a driver reports for each timeout, as
+// the node names them.
+var TimeoutKinds = map[protocol.TimeoutKind]string{
+	protocol.TimeoutPhase:       "phase-timeout",
+	protocol.TimeoutSilence:     "peer-silent",
+	protocol.TimeoutUnreachable: "peer-unreachable",
+}
+
+// notice is the notice a driver sends for node i's timeout a: it blames
+// the neighbour a is about (none for a phase timeout, which cannot tell).
+func (n *Network) notice(i int, a protocol.Action) protocol.Notice {
+	note := protocol.Notice{HasRound: true, Round: a.Round, Kind: TimeoutKinds[a.Timeout], Origin: protocol.NoticeName(n.Nodes[i].Name)}
+	if a.Timeout != protocol.TimeoutPhase {
+		j := i + 1
+		if a.To == protocol.Pred {
+			j = i - 1
+		}
+		note.Blamed = protocol.NoticeName(n.Nodes[j].Name)
+	}
+	return note
 }
 
 // ErrBadSend is a Machine asking to send to a neighbour it does not have.
