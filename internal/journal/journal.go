@@ -62,6 +62,19 @@
 // round (keeping at most KeepFinished finished rounds), to a temporary
 // file that is fsynced, renamed over the journal, and the directory
 // fsynced; so the file stays small over any number of rounds.
+//
+// # Other systems
+//
+// Linux is the system described above. On macOS and the BSDs the lock is
+// the same flock(2), and the files are opened with O_NOFOLLOW too, but by
+// the directory's path joined with the file's name (their syscall
+// package has no openat): a link planted in place of the directory
+// itself between two opens is not noticed there. On Windows (and any
+// system whose syscall package has no flock) there is no state directory:
+// CheckDir and Open refuse any directory with ErrUnsupported ("state
+// directory is not supported on windows: ...") and create nothing, since
+// the standard library gives neither a lock nor an open that refuses a
+// link there, and the directory's mode cannot say who may write it.
 package journal
 
 import (
@@ -75,7 +88,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -91,6 +103,10 @@ var (
 	// ErrUnsafe: the state directory is writable by group or others, or
 	// holds a symbolic link where the node's lock or journal belongs.
 	ErrUnsafe = errors.New("chainsync: state directory is not safe")
+	// ErrUnsupported: this system cannot keep a state directory safely
+	// (see the package doc, "Other systems"); CheckDir and Open return it
+	// for any directory, and create nothing.
+	ErrUnsupported = errors.New("chainsync: state directory is not supported")
 )
 
 const (
@@ -168,6 +184,9 @@ func (j *Journal) sync(f *os.File) error {
 // Open creates dir (mode 0700) if needed, locks it, and loads its journal.
 // The journal must belong to a node with the same role and name.
 func Open(dir string, hdr Header) (*Journal, *State, error) {
+	if err := supported(); err != nil {
+		return nil, nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("chainsync: cannot create state directory: %w", err)
 	}
@@ -218,8 +237,13 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 // CheckDir refuses a state directory that group or others can write
 // (ErrUnsafe, naming its mode in octal): whoever can write it can replace
 // the journal, so make the node skip or repeat its task. A directory that
-// does not exist yet passes (Open creates it 0700).
+// does not exist yet passes (Open creates it 0700). On a system without
+// state directories (see "Other systems" in the package doc) it refuses
+// every directory with ErrUnsupported.
 func CheckDir(dir string) error {
+	if err := supported(); err != nil {
+		return err
+	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil // Open reports it, or creates the directory
@@ -254,7 +278,7 @@ func lockDir(d *os.File, dir string) (*os.File, error) {
 	if err != nil {
 		return nil, openErr(dir, "lock", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(f); err != nil {
 		holder, _ := io.ReadAll(io.LimitReader(f, 200))
 		f.Close()
 		who := strings.TrimSpace(string(holder))
