@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 )
 
@@ -77,7 +76,7 @@ func reservePort(t testing.TB, port int) bool {
 	if err != nil {
 		t.Fatalf("reserving test ports: %v", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(f); err != nil {
 		f.Close()
 		return false
 	}
