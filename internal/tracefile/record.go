@@ -19,7 +19,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
@@ -198,7 +197,7 @@ func Append(path string, hdr Record) (*Writer, error) {
 	// Created 0600 (a trace names peers, rounds and faults), and never
 	// through a symbolic link: a link planted at the path would have the
 	// node append to whatever it points to.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	f, err := openAppend(path)
 	if err != nil {
 		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
 			return nil, fmt.Errorf("%s is a symbolic link: a trace file is never written through one; give the real path", path)
