@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
@@ -87,9 +86,9 @@ func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, e
 			}
 			_ = os.Remove(address) // stale: nobody answers on it
 		}
-		old := syscall.Umask(0o177) // the socket is born 0600
+		old := umask(0o177) // the socket is born 0600
 		cs.ln, err = net.Listen("unix", address)
-		syscall.Umask(old)
+		umask(old)
 		if err == nil {
 			err = os.Chmod(address, 0o600)
 		}

@@ -17,17 +17,19 @@ func runShell(ctx context.Context, cmd string, env ...string) error {
 	c := exec.Command("sh", "-c", cmd)
 	c.Env = childEnv(env...)
 	c.Stdout, c.Stderr = os.Stderr, os.Stderr
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = groupAttr()
 	if err := c.Start(); err != nil {
 		return err
 	}
+	holdGroup(c.Process.Pid)
+	defer releaseGroup(c.Process.Pid)
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
 	select {
 	case err := <-waited:
 		return err
 	case <-ctx.Done():
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		_ = killGroup(c.Process.Pid, syscall.SIGKILL)
 		<-waited
 		return ctx.Err()
 	}

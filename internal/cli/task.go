@@ -75,7 +75,7 @@ func startReaper() (*reaper, error) {
 	}
 	c.Stdout, c.Stderr = nil, os.Stderr
 	// Its own group: a Ctrl-C for the node's group does not reach it.
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = groupAttr()
 	if err := c.Start(); err != nil {
 		return &reaper{}, err
 	}
@@ -112,10 +112,7 @@ func reaperMain() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	// The node's own group (and the pipeline it may share with, say, a
 	// tee) is never a task's, whatever a process carrying a token did.
-	spare := map[int]bool{syscall.Getpgrp(): true}
-	if pg, err := syscall.Getpgid(os.Getppid()); err == nil {
-		spare[pg] = true
-	}
+	spare := spareGroups()
 	groups := map[int]bool{}
 	starting := map[string]bool{}
 	sc := bufio.NewScanner(os.Stdin)
@@ -135,15 +132,17 @@ func reaperMain() int {
 			delete(starting, token)
 			if pgid, err := strconv.Atoi(pg); err == nil && pgid > 1 {
 				groups[pgid] = true
+				holdGroup(pgid)
 			}
 		case '-':
 			if pgid, err := strconv.Atoi(arg); err == nil {
 				delete(groups, pgid)
+				releaseGroup(pgid)
 			}
 		}
 	}
 	for pgid := range groups {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = killGroup(pgid, syscall.SIGKILL)
 	}
 	for token := range starting {
 		killToken(token, spare)
@@ -161,7 +160,7 @@ func killToken(token string, spare map[int]bool) {
 			return
 		}
 		for _, pgid := range pgids {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = killGroup(pgid, syscall.SIGKILL)
 		}
 		time.Sleep(10 * time.Millisecond) // the kills land; then look again
 	}
@@ -307,6 +306,8 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
 	}
 	pgid := c.Process.Pid
+	holdGroup(pgid)
+	defer releaseGroup(pgid)
 	if testHookStarted != nil {
 		testHookStarted(pgid)
 	}
@@ -322,13 +323,13 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		if sig == 0 {
 			sig = syscall.SIGTERM
 		}
-		_ = syscall.Kill(-pgid, sig)
+		_ = killGroup(pgid, sig)
 		timer := time.NewTimer(grace)
 		select {
 		case err = <-waited:
 			timer.Stop()
 		case <-timer.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = killGroup(pgid, syscall.SIGKILL)
 			err = <-waited
 		}
 	}
@@ -336,7 +337,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	// and wait until that is gone (a signal is delivered asynchronously),
 	// so the successor's task, started by the COMPLETE this node sends
 	// next, never overlaps a leftover of this one.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = killGroup(pgid, syscall.SIGKILL)
 	gone := groupGone(pgid, groupGoneWait)
 	t.reaper.tell("-" + strconv.Itoa(pgid))
 	if !gone {
@@ -400,7 +401,7 @@ const groupGoneWait = 5 * time.Second
 func groupGone(pgid int, bound time.Duration) bool {
 	deadline := time.Now().Add(bound)
 	for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
-		if syscall.Kill(-pgid, 0) == syscall.ESRCH || !groupAlive(pgid) {
+		if killGroup(pgid, 0) == syscall.ESRCH || !groupAlive(pgid) {
 			return true
 		}
 		if time.Now().After(deadline) {
