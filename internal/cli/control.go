@@ -104,7 +104,7 @@ func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, e
 	}
 	log.Info("control endpoint up: open rounds with chainsync open --control "+addr, "control", addr)
 	cs.wg.Add(1)
-	go cs.accept()
+	goSafe(cs.accept)
 	return cs, nil
 }
 
@@ -119,14 +119,14 @@ func (cs *controlServer) accept() {
 		cs.conns[c] = true
 		cs.mu.Unlock()
 		cs.wg.Add(1)
-		go func() {
+		goSafe(func() {
 			defer cs.wg.Done()
 			cs.serve(c)
 			cs.mu.Lock()
 			delete(cs.conns, c)
 			cs.mu.Unlock()
 			c.Close()
-		}()
+		})
 	}
 }
 

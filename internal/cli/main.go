@@ -115,8 +115,16 @@ func mainUsage() string {
 }
 
 // Main runs the chainsync command with args (without the program name) and
-// returns its exit status.
-func Main(args []string, stdout, stderr io.Writer) int {
+// returns its exit status. A panic is reported as a bug and returns
+// ExitError (see goSafe), so that exit status 2 always means a usage error.
+func Main(args []string, stdout, stderr io.Writer) (code int) {
+	setBugOut(stderr)
+	defer func() {
+		if r := recover(); r != nil {
+			reportBug(r)
+			code = ExitError
+		}
+	}()
 	if len(args) == 0 {
 		fmt.Fprint(stderr, mainUsage())
 		return ExitUsage

@@ -436,19 +436,19 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	defer cancel()
 	if role.HasPred() {
 		for _, r := range rounds {
-			go becomeReady(ctx, node, r, o, log)
+			goSafe(func() { becomeReady(ctx, node, r, o, log) })
 		}
 	} else {
 		// The Head opens its rounds in the order given, which is then the
 		// order of the tasks on every node (--parallel 1).
-		go func() {
+		goSafe(func() {
 			for _, r := range rounds {
 				becomeReady(ctx, node, r, o, log)
 			}
-		}()
+		})
 	}
 	if o.statusInterval > 0 {
-		go reportStatus(ctx, node, o.statusInterval, log)
+		goSafe(func() { reportStatus(ctx, node, o.statusInterval, log) })
 	}
 	stop := func(s os.Signal) int {
 		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
@@ -469,10 +469,10 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 	results := make(chan chainsync.Result, len(rounds))
 	for _, r := range rounds {
-		go func() {
+		goSafe(func() {
 			res, _ := node.Wait(context.Background(), r)
 			results <- res
-		}()
+		})
 	}
 	code := ExitOK
 	for range rounds {

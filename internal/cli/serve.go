@@ -186,7 +186,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 		return "", err
 	}
 	op.log.Info("round opened", "round", id, "in_flight", op.inFlight())
-	go op.watch(id)
+	goSafe(func() { op.watch(id) })
 	return id, nil
 }
 
@@ -200,7 +200,7 @@ func (op *opener) adopt(id string) {
 	}
 	op.open[id] = nil
 	op.mu.Unlock()
-	go op.watch(id)
+	goSafe(func() { op.watch(id) })
 }
 
 // watch waits for the round's outcome at the Head, which is its outcome in
@@ -358,13 +358,13 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			return
 		}
 		watched[id] = true
-		go func() {
+		goSafe(func() {
 			res, _ := node.Wait(context.Background(), id)
 			select {
 			case results <- outcomeOf(res, o.name):
 			case <-ctx.Done():
 			}
-		}()
+		})
 	}
 	forget := func(id string) {
 		wmu.Lock()
@@ -373,7 +373,9 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 	}
 
 	var op *opener
-	fileDone := make(chan struct{}) // closed at the end of --rounds-from
+	// eof is closed at the end of --rounds-from. The reader closes its own
+	// channel: the loop below may stop looking at eof, never close it.
+	eof := make(chan struct{})
 	if node.Role().HasPred() {
 		for _, id := range rounds {
 			watch(id)
@@ -381,12 +383,12 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 		for _, r := range node.Snapshot().Rounds { // resumed from --state-dir
 			watch(r.Round)
 		}
-		go func() {
+		goSafe(func() {
 			for id := range node.Rounds() {
 				watch(id)
-				go becomeReady(ctx, node, id, o, log)
+				goSafe(func() { becomeReady(ctx, node, id, o, log) })
 			}
-		}()
+		})
 	} else {
 		op = newOpener(ctx, node, o, log)
 		defer op.stop()
@@ -398,8 +400,8 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			op.adopt(r.Round)
 		}
 		if o.roundsFrom != "" {
-			go func() {
-				defer close(fileDone)
+			goSafe(func() {
+				defer close(eof)
 				r, name := io.Reader(os.Stdin), "standard input"
 				if o.roundsFrom != "-" {
 					f, err := os.Open(o.roundsFrom)
@@ -411,11 +413,21 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 					r, name = f, o.roundsFrom
 				}
 				op.readRounds(ctx, r, name)
-				log.Info("--rounds-from: end of input", "file", name)
-			}()
+				if ctx.Err() != nil {
+					return
+				}
+				switch {
+				case !o.serve:
+					log.Info("--rounds-from: end of input; finishing the rounds in flight, then exiting", "file", name)
+				case o.control != "" || o.every > 0:
+					log.Info("--rounds-from: end of input; serving on (--serve): rounds from --control or --every, until stopped", "file", name)
+				default:
+					log.Info("--rounds-from: end of input; serving on (--serve) until stopped", "file", name)
+				}
+			})
 		}
 		if o.every > 0 {
-			go op.tick(ctx, o.every)
+			goSafe(func() { op.tick(ctx, o.every) })
 		}
 		if o.control != "" {
 			cs, err := listenControl(o.control, op, log)
@@ -426,21 +438,24 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			defer cs.close()
 		}
 	}
-	if o.roundsFrom == "" || o.serve {
-		fileDone = nil // never: the node serves until stopped
+	// Without --serve the end of --rounds-from ends the Head once its
+	// rounds are over; with it, the Head serves on until it is stopped.
+	var fileDone <-chan struct{}
+	if o.roundsFrom != "" && !o.serve {
+		fileDone = eof
 	}
 	log.Info("serving: taking part in every round until stopped (SIGINT or SIGTERM)")
 	code := ExitOK
 	ended := false // --rounds-from ended: exit once no round is in flight
 	for {
-		eof := fileDone
+		wait := fileDone
 		if ended {
-			eof = nil
+			wait = nil
 		}
 		select {
 		case s := <-sigs:
 			return stop(s)
-		case <-eof:
+		case <-wait:
 			ended = true
 		case oc := <-results:
 			forget(oc.Round)
