@@ -49,7 +49,7 @@ type pendingConn struct {
 	gone   chan struct{} // closed when its servePred has ended
 	since  time.Time
 	active atomic.Bool // the peer has sent bytes
-	authed bool        // guarded by Node.mu
+	authed bool        // the loop's
 }
 
 func (p *pendingConn) stage() int {
@@ -62,28 +62,37 @@ func (p *pendingConn) stage() int {
 	return stageIdle
 }
 
-// admission tracks the pending predecessor connections of one acceptLoop.
-// conns is guarded by Node.mu, like Node.pending whose members it
-// describes.
+// admission tracks the pending predecessor connections: those accepted
+// whose first protocol line has not been accepted yet. It belongs to the
+// loop: the acceptor and each connection's goroutine reach it with
+// n.call.
 type admission struct {
-	n     *Node
-	conns map[*link]*pendingConn
-	lim   *admitLimiter
+	n       *Node
+	pending map[*link]bool         // pending now (not evicted, not promoted, not closed)
+	conns   map[*link]*pendingConn // every connection whose servePred runs
+	lim     *admitLimiter
 }
 
 func newAdmission(n *Node) *admission {
-	return &admission{n: n, conns: make(map[*link]*pendingConn), lim: n.plim}
+	return &admission{n: n, pending: make(map[*link]bool), conns: make(map[*link]*pendingConn), lim: n.plim}
+}
+
+// closeAll closes every pending connection (Close). Loop only.
+func (a *admission) closeAll() {
+	for l := range a.pending {
+		l.closeConn()
+	}
 }
 
 // admit registers l as pending, first evicting one pending connection if
 // MaxPending are already waiting. The caller must then call settle with
-// the result, without n.mu. Caller holds n.mu.
+// the result, off the loop. Loop only.
 func (a *admission) admit(l *link) (evicted <-chan struct{}) {
 	n := a.n
-	if len(n.pending) >= n.cfg.MaxPending {
+	if len(a.pending) >= n.cfg.MaxPending {
 		evicted = a.evictOne(l.peer)
 	}
-	n.pending[l] = true
+	a.pending[l] = true
 	a.conns[l] = &pendingConn{raw: l.c, gone: make(chan struct{}), since: time.Now()}
 	return evicted
 }
@@ -106,11 +115,11 @@ func (a *admission) settle(evicted <-chan struct{}) {
 
 // evictOne closes the pending connection with the least progress, oldest
 // first, to make room for a connection from newPeer, and returns the
-// channel closed when its goroutine is gone. Caller holds n.mu.
+// channel closed when its goroutine is gone. Loop only.
 func (a *admission) evictOne(newPeer string) <-chan struct{} {
 	var links []*link
 	var cands []*pendingConn
-	for l := range a.n.pending {
+	for l := range a.pending {
 		if p := a.conns[l]; p != nil {
 			links, cands = append(links, l), append(cands, p)
 		}
@@ -120,8 +129,8 @@ func (a *admission) evictOne(newPeer string) <-chan struct{} {
 		return nil
 	}
 	victim, vp := links[i], cands[i]
-	delete(a.n.pending, victim)
-	_ = vp.raw.Close()
+	delete(a.pending, victim)
+	go vp.raw.Close() // a TLS close writes: never on the loop
 	a.lim.note(kindEvicted, slog.LevelWarn,
 		"evicted a pending connection to make room for a new one: too many connections have not sent a protocol line yet",
 		"peer", victim.peer, "stage", stageNames[vp.stage()], "age", time.Since(vp.since).Round(time.Millisecond),
@@ -142,7 +151,7 @@ func pickVictim(cands []*pendingConn) int {
 	return best
 }
 
-// done forgets l once its servePred ends. Caller holds n.mu.
+// done forgets l once its servePred ends. Loop only.
 func (a *admission) done(l *link) {
 	if p := a.conns[l]; p != nil {
 		close(p.gone)
@@ -151,10 +160,10 @@ func (a *admission) done(l *link) {
 }
 
 // authenticated records that l passed the handshake; false means l is no
-// longer pending (evicted, or the node is closing). Caller holds n.mu.
+// longer pending (evicted, or the node is closing). Loop only.
 func (a *admission) authenticated(l *link) bool {
 	p := a.conns[l]
-	if p == nil || !a.n.pending[l] {
+	if p == nil || !a.pending[l] {
 		return false
 	}
 	p.authed = true
@@ -163,7 +172,7 @@ func (a *admission) authenticated(l *link) bool {
 
 // stillPending reports whether l is pending, that is, not evicted. Caller
 // holds n.mu.
-func (a *admission) stillPending(l *link) bool { return a.n.pending[l] }
+func (a *admission) stillPending(l *link) bool { return a.pending[l] }
 
 // activeConn marks its pendingConn active on the first bytes received.
 type activeConn struct {
@@ -207,9 +216,7 @@ type pendingReader struct {
 func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 	pr := &pendingReader{a: a, l: l, r: r}
 	if track {
-		a.n.lock()
-		pr.p = a.conns[l]
-		a.n.unlock()
+		a.n.call(func() { pr.p = a.conns[l] })
 	}
 	return pr
 }
@@ -243,25 +250,31 @@ func (a *admission) keepIdle(l *link, err error) bool {
 		return false
 	}
 	n := a.n
-	n.lock()
-	defer n.unlock()
-	if n.closed || !n.pending[l] || n.pred != nil {
-		return false
-	}
-	_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
-	return true
+	keep := false
+	n.call(func() {
+		if n.closed || !a.pending[l] || n.pred != nil {
+			return
+		}
+		_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
+		keep = true
+	})
+	return keep
 }
 
 // ended reports a pending connection whose stream ended before its first
 // protocol line; nothing if l is no longer pending.
 func (a *admission) ended(l *link, err error) {
 	n := a.n
-	n.lock()
-	defer n.unlock()
-	if n.closed || !n.pending[l] {
+	n.call(func() { a.endedNow(l, err) })
+}
+
+// endedNow is ended, on the loop.
+func (a *admission) endedNow(l *link, err error) {
+	n := a.n
+	if n.closed || !a.pending[l] {
 		return
 	}
-	delete(n.pending, l)
+	delete(a.pending, l)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		a.lim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time",
 			"peer", l.peer, "limit", n.cfg.PendingTimeout)

@@ -422,18 +422,17 @@ func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
 		waitDone(t, nodes, id, "")
 	}
 	for i, nd := range nodes {
-		nd.lock()
-		var kept []string
-		for id := range nd.rounds {
-			kept = append(kept, id)
-		}
-		var machine []string
-		for r := range rounds {
-			if _, ok := nd.m.State(fmt.Sprintf("r%d", r)); ok {
-				machine = append(machine, fmt.Sprintf("r%d", r))
+		var kept, machine []string
+		nd.call(func() {
+			for id := range nd.rounds {
+				kept = append(kept, id)
 			}
-		}
-		nd.unlock()
+			for r := range rounds {
+				if _, ok := nd.m.State(fmt.Sprintf("r%d", r)); ok {
+					machine = append(machine, fmt.Sprintf("r%d", r))
+				}
+			}
+		})
 		slices.Sort(kept)
 		slices.Sort(machine)
 		want := []string{"r10", "r11", "r8", "r9"}

@@ -30,7 +30,7 @@ import (
 // current predecessor connection.
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
-	adm := newAdmission(n)
+	adm := n.adm
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
 		c, err := n.ln.Accept()
@@ -48,23 +48,28 @@ func (n *Node) acceptLoop() {
 		transport.Tune(c)
 		l := n.newLink(c, protocol.Pred)
 		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
-			n.lock()
-			if adm.refused(l, err) {
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-			}
-			n.unlock()
+			n.post(func() {
+				if adm.refused(l, err) {
+					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+				}
+			})
 			c.Close()
 			continue
 		}
-		n.lock()
-		if n.closed {
-			n.unlock()
+		var evicted <-chan struct{}
+		ok := false
+		n.call(func() {
+			if n.closed {
+				return
+			}
+			evicted = adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
+			n.wg.Add(1)
+			ok = true
+		})
+		if !ok {
 			c.Close()
 			return
 		}
-		evicted := adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
-		n.wg.Add(1)
-		n.unlock()
 		go n.servePred(l, adm)
 		adm.settle(evicted)
 	}
@@ -73,30 +78,36 @@ func (n *Node) acceptLoop() {
 // servePred secures a pending connection and reads from it.
 func (n *Node) servePred(l *link, adm *admission) {
 	defer n.wg.Done()
-	defer func() { n.lock(); adm.done(l); n.unlock() }()
+	defer n.post(func() { adm.done(l) })
 	start := time.Now()
 	deadline := start.Add(n.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
 	if n.cfg.Secure != nil {
-		n.lock()
-		raw := adm.watch(l, l.c)
-		n.unlock()
+		var raw net.Conn
+		n.call(func() { raw = adm.watch(l, l.c) })
+		if raw == nil {
+			raw = l.c
+		}
 		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
-		n.lock()
-		if err != nil || n.closed || !adm.authenticated(l) {
-			if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+		ok := false
+		n.call(func() {
+			if err != nil || n.closed || !adm.authenticated(l) {
+				if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
+					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+				}
+				delete(adm.pending, l)
+				return
 			}
-			delete(n.pending, l)
+			l.c = sc
+			ok = true
+		})
+		if !ok {
 			l.c.Close()
 			if sc != nil {
 				sc.Close()
 			}
-			n.unlock()
 			return
 		}
-		l.c = sc
-		n.unlock()
 		track = false
 	}
 	_ = l.c.SetReadDeadline(deadline)
@@ -105,13 +116,16 @@ func (n *Node) servePred(l *link, adm *admission) {
 }
 
 // dialLoop keeps a connection to the successor, re-dialing whenever it is
-// lost.
+// lost. After a link that worked, the backoff starts again from its
+// minimum, so the first retry after a loss is attempt 1.
 func (n *Node) dialLoop() {
 	defer n.wg.Done()
 	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
+	attempts := 0
 	onRetry := func(err error, attempt int, next time.Duration) {
-		if attempt == 1 || attempt%20 == 0 {
-			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempt,
+		attempts++
+		if attempts == 1 || attempts%20 == 0 {
+			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempts,
 				"retry_in", next.Round(time.Millisecond), "err", err)
 		}
 	}
@@ -123,7 +137,7 @@ func (n *Node) dialLoop() {
 			}
 			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
 				"next", n.cfg.Next, "reason", err.Error()) {
-				n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err})
+				n.post(func() { n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err}) })
 			}
 			if !n.sleep(b.Next()) {
 				return
@@ -132,20 +146,27 @@ func (n *Node) dialLoop() {
 		}
 		l := n.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
-		n.lock()
-		if n.closed {
-			n.unlock()
+		ok := false
+		n.call(func() {
+			if n.closed {
+				return
+			}
+			n.succ = l
+			l.startWriter()
+			n.linkUp(l)
+			ok = true
+		})
+		if !ok {
 			c.Close()
 			return
 		}
-		n.succ = l
-		l.startWriter()
-		n.linkUp(l)
-		n.unlock()
 		up := time.Now()
 		n.readLoop(l)
-		if time.Since(up) > 5*time.Second {
-			b.Reset() // a link that worked: come back fast after a transient drop
+		if l.heardAt() != 0 || time.Since(up) > 5*time.Second {
+			// A link that worked: come back fast after a transient drop,
+			// and count the attempts from one again.
+			b.Reset()
+			attempts = 0
 		}
 		if !n.sleep(b.Next()) {
 			return
@@ -164,47 +185,57 @@ func (n *Node) sleep(d time.Duration) bool {
 	}
 }
 
-// readLoop reads l until it fails or is closed.
+// readLoop reads l until it fails or is closed. All the complete lines of
+// one read go to the loop in one event, so that the lines they cause
+// leave in one write per link.
 func (n *Node) readLoop(l *link) {
 	l.r.Heartbeats = n.cfg.Heartbeat > 0
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
-			n.readFailed(l, err)
+			n.post(func() { n.readFailed(l, err) })
 			return
 		}
 		l.heard()
 		if msg.Cmd == protocol.Heartbeat {
 			continue // it only says the neighbour is alive
 		}
-		n.lock()
-		ok := n.handle(l, msg)
-		// Lines that arrived together are handled under one lock, so that
-		// the lines they cause leave in one write per link.
-		for k := 1; ok && k < maxBatch && l.r.HasLine(); k++ {
+		msgs := []protocol.Message{msg}
+		for len(msgs) < maxBatch && l.r.HasLine() {
 			if msg, err = l.r.ReadMessage(); err != nil {
 				break
 			}
 			l.heard()
 			if msg.Cmd != protocol.Heartbeat {
-				ok = n.handle(l, msg)
+				msgs = append(msgs, msg)
 			}
 		}
-		n.unlock()
-		if err != nil {
-			n.readFailed(l, err)
+		// A line that closes l (bad input, a refused first line) closes
+		// its connection too: the next read fails and ends this loop.
+		if !n.post(func() { n.handleAll(l, msgs) }) {
 			return
 		}
-		if !ok {
+		if err != nil {
+			n.post(func() { n.readFailed(l, err) })
 			return
 		}
 	}
 }
 
-// maxBatch bounds the lines handled under one hold of the node's lock.
+// handleAll acts on the lines of one read, up to one that closes l. Loop
+// only.
+func (n *Node) handleAll(l *link, msgs []protocol.Message) {
+	for _, msg := range msgs {
+		if !n.handle(l, msg) {
+			return
+		}
+	}
+}
+
+// maxBatch bounds the lines of one read handed to the loop in one event.
 const maxBatch = 64
 
-// handle acts on one message; false means l is closed. Caller holds mu.
+// handle acts on one message; false means l is closed. Loop only.
 func (n *Node) handle(l *link, msg protocol.Message) bool {
 	if n.closed {
 		return false
@@ -212,7 +243,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	cur := n.succ
 	if l.side == protocol.Pred {
 		cur = n.pred
-		if cur != l && !n.pending[l] {
+		if cur != l && !n.adm.pending[l] {
 			return false // already dropped
 		}
 	} else if cur != l {
@@ -239,22 +270,20 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	}
 	n.acts = acts
 	n.received(l, msg)
-	delete(n.pending, l)
+	delete(n.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur != nil {
 		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
-		cur.close()
-		cur.c.Close()
+		cur.shut()
 	}
 	n.pred = l
 	l.startWriter()
 	n.announceUp(l)
 	n.perform(acts)
-	n.actOnNotices()
 	return true
 }
 
-// received logs and traces a line from l. Caller holds mu.
+// received logs and traces a line from l. Loop only.
 func (n *Node) received(l *link, msg protocol.Message) {
 	if n.infoOn() {
 		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
@@ -266,15 +295,15 @@ func (n *Node) received(l *link, msg protocol.Message) {
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
 func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.lock()
-	defer n.unlock()
-	n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
-		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
+	n.post(func() {
+		n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+			Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
+	})
 }
 
 // violation reports bad input on l and closes it; the log line and the
 // trace record are rate-limited (a flood of junk costs a few lines).
-// Caller holds mu.
+// Loop only.
 func (n *Node) violation(l *link, err error) {
 	what := "predecessor"
 	if l.side == protocol.Succ {
@@ -296,10 +325,8 @@ func (n *Node) violation(l *link, err error) {
 	n.drop(l, err)
 }
 
-// readFailed handles the end of l's stream.
+// readFailed handles the end of l's stream. Loop only.
 func (n *Node) readFailed(l *link, err error) {
-	n.lock()
-	defer n.unlock()
 	if n.closed {
 		return
 	}
@@ -309,19 +336,19 @@ func (n *Node) readFailed(l *link, err error) {
 	case errors.As(err, &pe):
 		n.violation(l, err)
 		return
-	case n.pending[l] && errors.As(err, &ne) && ne.Timeout():
+	case n.adm.pending[l] && errors.As(err, &ne) && ne.Timeout():
 		n.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
-	case n.pending[l]:
+	case n.adm.pending[l]:
 		n.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
 	}
 	n.drop(l, err)
 }
 
 // drop closes l and, if it was a current link, marks that link down.
-// Caller holds mu.
+// Loop only.
 func (n *Node) drop(l *link, err error) {
 	l.shut()
-	delete(n.pending, l)
+	delete(n.adm.pending, l)
 	if n.pred != l && n.succ != l {
 		return
 	}
@@ -344,7 +371,7 @@ func (n *Node) drop(l *link, err error) {
 }
 
 // linkUp records l as the current link on its side and re-sends what the
-// machine says. Caller holds mu.
+// machine says. Loop only.
 func (n *Node) linkUp(l *link) {
 	n.announceUp(l)
 	if err := n.step(protocol.LinkUp(l.side)); err != nil {
@@ -352,7 +379,7 @@ func (n *Node) linkUp(l *link) {
 	}
 }
 
-// announceUp reports the link up. Caller holds mu.
+// announceUp reports the link up. Loop only.
 func (n *Node) announceUp(l *link) {
 	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
 	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
@@ -362,8 +389,7 @@ func (n *Node) announceUp(l *link) {
 // if that is what it is: a READY or START for a round this node does not
 // run, or an extension line at a node without extensions (docs/DESIGN.md,
 // "Extension lines"). Reconnecting never mends those, so they are faults,
-// reported once, not bad input warned about on every reconnect. Caller
-// holds mu.
+// reported once, not bad input warned about on every reconnect. Loop only.
 func (n *Node) configMismatch(l *link, err error) bool {
 	if l.side == protocol.Pred && n.pred != nil && l != n.pred {
 		// A new connection while the predecessor is up and well-behaved
@@ -405,7 +431,7 @@ const refusedWithin = time.Second
 // refused logs, once, a successor that closed the connection right after
 // this node's first line on it without a word: the way a node without the
 // extension lines says it is configured differently (it cannot send a
-// notice). Caller holds mu.
+// notice). Loop only.
 func (n *Node) refused(l *link, err error) {
 	if l.side != protocol.Succ || n.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
 		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {

@@ -25,7 +25,7 @@ type RoundResult struct {
 func (n *Node) Rounds() <-chan string { return n.roundsCh }
 
 // opened notes a round this node just heard of (ActOpened): by its
-// predecessor's READY (upstream), or by Ready. Caller holds mu.
+// predecessor's READY (upstream), or by Ready. Loop only.
 func (n *Node) opened(id string, upstream bool) {
 	if n.cfg.Follow {
 		n.round(id) // when it was opened, for Snapshot
@@ -39,9 +39,11 @@ func (n *Node) opened(id string, upstream bool) {
 	}
 }
 
-// announceRound queues id for Rounds. Caller holds mu.
+// announceRound queues id for Rounds. Loop only.
 func (n *Node) announceRound(id string) {
+	n.rmu.Lock()
 	n.roundsQ = append(n.roundsQ, id)
+	n.rmu.Unlock()
 	select {
 	case n.roundsSig <- struct{}{}:
 	default:
@@ -55,9 +57,9 @@ func (n *Node) handOutRounds() {
 	defer close(n.roundsCh)
 	var batch []string
 	for {
-		n.lock()
+		n.rmu.Lock()
 		batch, n.roundsQ = n.roundsQ, batch[:0]
-		n.unlock()
+		n.rmu.Unlock()
 		for _, id := range batch {
 			select {
 			case n.roundsCh <- id:

@@ -1,7 +1,7 @@
 package chainsync
 
 import (
-	"slices"
+	"fmt"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -33,12 +33,19 @@ func (n *Node) tickEvery() time.Duration {
 	return max(d, 5*time.Millisecond)
 }
 
-// clock runs while the node does (Config timeouts or heartbeats): every
-// tickEvery it sends HEARTBEAT on links idle for an interval and steps a
-// Tick, so a silent neighbour is reported within 3 intervals and a half,
-// a timeout within a tenth of it.
-func (n *Node) clock() {
-	defer n.wg.Done()
+// clockState is the loop's clock: its ticker and when it last ticked.
+type clockState struct {
+	t       *time.Ticker
+	last    time.Time
+	stalled time.Duration
+}
+
+// startClock makes the loop tick every tickEvery (Config timeouts or
+// heartbeats): each tick sends HEARTBEAT on links idle for an interval
+// and steps a Tick, so a silent neighbour is reported within 3 intervals
+// and a half, a timeout within a tenth of it. Called by Start before the
+// loop runs.
+func (n *Node) startClock() {
 	every := n.tickEvery()
 	// A gap between ticks longer than stalled means this process itself
 	// did not run (stopped with SIGSTOP, or starved): what its neighbours
@@ -48,37 +55,41 @@ func (n *Node) clock() {
 	if n.cfg.Heartbeat > 0 {
 		stalled = n.cfg.Heartbeat
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-		n.lock()
-		now := time.Now()
-		resumed := now.Sub(last) > stalled
-		last = now
-		if hb := n.cfg.Heartbeat; hb > 0 {
-			for _, l := range []*link{n.pred, n.succ} {
-				if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
-					n.queueLine(l, heartbeatLine, false, "")
-				}
+	n.clock = &clockState{t: time.NewTicker(every), last: time.Now(), stalled: stalled}
+}
+
+// clockC is the channel the loop's ticks arrive on; nil (never) without
+// timing.
+func (n *Node) clockC() <-chan time.Time {
+	if n.clock == nil {
+		return nil
+	}
+	return n.clock.t.C
+}
+
+// onTick is the clock's event. Loop only.
+func (n *Node) onTick() {
+	if n.closed {
+		return
+	}
+	c := n.clock
+	now := time.Now()
+	resumed := now.Sub(c.last) > c.stalled
+	c.last = now
+	if hb := n.cfg.Heartbeat; hb > 0 {
+		for _, l := range []*link{n.pred, n.succ} {
+			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
+				n.queueLine(l, heartbeatLine, false, "")
 			}
 		}
-		if !n.closed {
-			if err := n.step(n.tick(resumed)); err != nil && n.broken == nil {
-				n.log.Error("internal error: tick", "err", err)
-			}
-		}
-		n.unlock()
+	}
+	if err := n.step(n.tick(resumed)); err != nil && n.broken == nil {
+		n.log.Error("internal error: tick", "err", err)
 	}
 }
 
 // tick is the Tick event for now: when a line last arrived on each
-// current link. Caller holds mu.
+// current link. Loop only.
 func (n *Node) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
 	if l := n.pred; l != nil {
@@ -100,43 +111,43 @@ func (n *Node) since(unixNano int64) time.Duration {
 
 var heartbeatLine = []byte("HEARTBEAT\n")
 
-// linkFault reports a fault that blames the neighbour on side. With
-// FaultHalt every unfinished round ends with it; with FaultWait the
-// rounds keep waiting for the neighbour to come back. Caller holds mu.
-func (n *Node) linkFault(kind FaultKind, side protocol.Side, reason string, after time.Duration) {
-	ids := n.unfinished()
-	round := ""
-	if len(ids) > 0 {
-		round = ids[0]
-	}
-	fe := &FaultError{Round: round, State: n.stateOf(round), Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
-	n.recordFault(fe.fault())
-	if n.cfg.FaultPolicy == FaultWait {
-		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "rounds", len(ids))
+// timedOut reports the machine's timeout a as a fault. The machine has
+// applied the fault policy itself: under halt the rounds the fault ends
+// follow as their own actions, and take this fault as their cause
+// (n.cause). Loop only.
+func (n *Node) timedOut(a *protocol.Action) {
+	after := a.After.Round(time.Millisecond)
+	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: n.peerName(a.To), After: after}
+	wait := n.cfg.FaultPolicy == FaultWait
+	switch a.Timeout {
+	case protocol.TimeoutPhase:
+		fe.Kind, fe.After, fe.Peer = FaultPhaseTimeout, a.After, ""
+		if a.Wait == protocol.WaitLocal {
+			// Ended whatever the policy: it must not hold a slot for ever.
+			fe.Reason, wait = "the predecessor opened this round but this node never became locally ready for it", false
+			break
+		}
+		// A phase timeout knows which way the round waits, not who is
+		// slow: the neighbour, or any node beyond it. It names no peer.
+		cmd, side := a.Wait.Msg()
+		fe.Reason = fmt.Sprintf("no %s from the %s (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)",
+			cmd, sideWord(side))
+	case protocol.TimeoutSilence:
+		fe.Kind = FaultPeerSilent
+		fe.Reason = fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
+			sideWord(a.To), n.peerName(a.To), after)
+	case protocol.TimeoutUnreachable:
+		fe.Kind = FaultPeerUnreachable
+		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
+		if a.To == protocol.Pred {
+			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+		}
+	default:
 		return
 	}
-	n.endAll(fe)
-}
-
-// unfinished returns the rounds not yet over here, by id. Caller holds mu.
-func (n *Node) unfinished() []string {
-	var ids []string
-	for id, ri := range n.rounds {
-		if !ri.finished() {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// endAll ends every unfinished round with the fault fe (the chain halts
-// here). Caller holds mu.
-func (n *Node) endAll(fe *FaultError) {
-	for _, id := range n.unfinished() {
-		f := *fe
-		f.Round = id
-		f.State = n.stateOf(id)
-		n.endRound(id, &f)
+	n.cause = fe
+	n.recordFault(fe.fault())
+	if wait {
+		n.log.Warn("fault policy wait: keeping the rounds and waiting for the neighbour to come back", "round", a.Round)
 	}
 }

@@ -205,40 +205,39 @@ func startWatched(t *testing.T, cfg Config) *watched {
 
 // state returns the machine's state of round at the node (0 if unknown).
 func (w *watched) state(round string) protocol.State {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st, _ := w.m.State(round)
+	var st protocol.State
+	w.call(func() { st, _ = w.m.State(round) })
 	return st
 }
 
 // active returns the number of unfinished rounds at the node.
 func (w *watched) active() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.m.Active()
+	k := 0
+	w.call(func() { k = w.m.Active() })
+	return k
 }
 
 // driverRounds returns the size of the driver's per-round table, which is
 // never pruned: peer input alone must not grow it.
 func (w *watched) driverRounds() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.rounds)
+	k := 0
+	w.call(func() { k = len(w.rounds) })
+	return k
 }
 
 // pendingConns returns the number of accepted connections that have not
 // sent a protocol line yet.
 func (w *watched) pendingConns() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.pending)
+	k := 0
+	w.call(func() { k = len(w.adm.pending) })
+	return k
 }
 
 // predUp reports whether the node has a current predecessor connection.
 func (w *watched) predUp() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.pred != nil
+	up := false
+	w.call(func() { up = w.pred != nil })
+	return up
 }
 
 func (w *watched) waitState(t *testing.T, round string, want protocol.State) {

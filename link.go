@@ -21,14 +21,15 @@ const maxOutbox = 1 << 20
 // link is one connection to a neighbour: its reader, and an outbox with its
 // own writer, so that no socket write ever happens under the node's lock.
 //
-// Steps of the machine queue lines in the node's batch (under its lock);
-// once the lock is released and the batch's journal records are synced,
-// the goroutine carrying the batch out queues them with enqueue, and flush
-// tries to write the queue at once
-// without blocking, in one system call for everything queued (plain TCP
-// only); whatever the socket does not take at once goes to the link's
-// writer goroutine, which waits up to WriteTimeout for the peer to read.
-// A peer that stops reading therefore stalls nothing but its own link.
+// The node's loop queues lines with enqueue once the turn's journal
+// records are synced, and flush tries to write the queue at once without
+// blocking, in one system call for everything queued (plain TCP only);
+// whatever the socket does not take at once goes to the link's writer
+// goroutine, which waits up to WriteTimeout for the peer to read. A peer
+// that stops reading therefore stalls nothing but its own link. wmu
+// guards the outbox, shared by the loop and the writer; a connection is
+// closed on a goroutine of its own (a TLS close writes), never on the
+// loop.
 type link struct {
 	c    net.Conn
 	side protocol.Side
@@ -46,7 +47,7 @@ type link struct {
 	quit    chan struct{}
 	wdl     time.Time // writer only: when to refresh the write deadline
 
-	firstLine string       // the first line queued on it, HEARTBEAT included (node's mu)
+	firstLine string       // the first line queued on it, HEARTBEAT included (wmu)
 	firstAt   time.Time    // when (zero: none yet)
 	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
 	lastSent  atomic.Int64 // UnixNano of the last line queued to the peer
@@ -65,7 +66,7 @@ func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
 	return l
 }
 
-// startWriter starts l's writer goroutine. Caller holds n.mu.
+// startWriter starts l's writer goroutine. Loop only.
 func (l *link) startWriter() {
 	l.n.wg.Add(1)
 	go l.writer()
@@ -73,9 +74,8 @@ func (l *link) startWriter() {
 
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
-// reports false if the outbox is full (the caller drops the link). Called
-// by the goroutine carrying out the node's batch, without n.mu; or under
-// n.mu for a connection about to be shut, whose last lines shut writes.
+// reports false if the outbox is full (the caller drops the link). Loop
+// only.
 func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -97,19 +97,19 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	return true
 }
 
-// close marks l dead and stops its writer; the caller closes the conn.
-func (l *link) close() {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	if !l.dead {
-		l.dead = true
-		close(l.quit)
-	}
+// closeConn closes l's connection on a goroutine of its own: a TLS close
+// writes close_notify, and the loop never waits on a socket.
+func (l *link) closeConn() {
+	l.n.wg.Add(1)
+	go func() {
+		defer l.n.wg.Done()
+		l.c.Close()
+	}()
 }
 
 // shut closes l; what is still queued on it (a fault notice) is written
 // first, waiting at most shutWait for the peer, by a goroutine of its own,
-// so that no caller blocks on a socket. Caller holds n.mu.
+// so that no caller blocks on a socket. Loop only.
 func (l *link) shut() {
 	l.wmu.Lock()
 	rest := l.out
@@ -123,7 +123,7 @@ func (l *link) shut() {
 	}
 	l.wmu.Unlock()
 	if len(rest) == 0 {
-		l.c.Close()
+		l.closeConn()
 		return
 	}
 	l.n.wg.Add(1)
@@ -143,7 +143,7 @@ const (
 )
 
 // flush writes what is queued without blocking, if no other write is in
-// progress, and hands any rest to the writer. Called without n.mu.
+// progress, and hands any rest to the writer. Loop only.
 func (l *link) flush() { l.drain(false) }
 
 func (l *link) writer() {
@@ -183,7 +183,7 @@ func (l *link) drain(block bool) {
 	l.writing = false
 	if err != nil {
 		l.wmu.Unlock()
-		l.n.writeFailed(l, err)
+		l.tell(block, func() { l.n.writeFailed(l, err) })
 		return
 	}
 	if wrote < len(batch) {
@@ -201,7 +201,17 @@ func (l *link) drain(block bool) {
 		l.kick()
 	}
 	if len(marks) > 0 {
-		l.n.delivered(l, marks)
+		l.tell(block, func() { l.n.delivered(marks) })
+	}
+}
+
+// tell runs f on the loop: after the current event if the caller is the
+// loop (flush), as an event of its own from the writer (block).
+func (l *link) tell(writer bool, f func()) {
+	if writer {
+		l.n.post(f)
+	} else {
+		l.n.later(f)
 	}
 }
 
@@ -215,7 +225,6 @@ func (l *link) kick() {
 // writeNow writes as much of b as the socket takes without waiting. Only
 // a plain TCP connection can; others leave everything to the writer.
 func (l *link) writeNow(b []byte) (int, error) {
-	l.n.assertUnlocked("socket write")
 	tc, ok := l.c.(*net.TCPConn)
 	if !ok {
 		return 0, nil
@@ -255,7 +264,6 @@ func (l *link) writeNow(b []byte) (int, error) {
 
 // writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
 func (l *link) writeBlocking(b []byte) (int, error) {
-	l.n.assertUnlocked("socket write")
 	// Refresh the deadline only when half of it is used up: setting it
 	// costs more than the write on the fast path.
 	if now := time.Now(); now.After(l.wdl) {

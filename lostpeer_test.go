@@ -92,8 +92,9 @@ func TestRestartedHeadWithoutStateRunsNothingTwice(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the fresh Head never received the exit wave")
 	}
-	fresh.mu.Lock()
-	defer fresh.mu.Unlock()
+	var seen []string
+	fresh.call(func() { seen = append(seen, got...) }) // the trace runs on the loop
+	got = seen
 	if len(got) != 1 || got[0] != "COMPLETE" {
 		t.Fatalf("the fresh Head received %v, want only the exit-wave COMPLETE (a START would run its task again)", got)
 	}

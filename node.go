@@ -30,61 +30,53 @@ type Node struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	tasks  chan struct{} // semaphore: MaxParallelTasks
+	wg     sync.WaitGroup // every goroutine of the node but the loop
+	tasks  chan struct{}  // semaphore: MaxParallelTasks
 
-	// mu guards what follows; take it with lock and release it with
-	// unlock, which carries out what the steps under it queued (lock.go).
-	mu      sync.Mutex
-	closed  bool
-	m       *protocol.Machine
-	acts    []protocol.Action // scratch for Step
-	wbuf    []byte            // scratch for encoding
-	pred    *link             // the current predecessor connection, nil when down
-	succ    *link             // the current successor connection, nil when down
-	pending map[*link]bool    // accepted, not yet promoted to pred
+	// The loop (loop.go): its inbox, the channel that stops it, the one
+	// it closes when it has ended, and its goroutine's id.
+	in       chan func()
+	stop     chan struct{}
+	loopDone chan struct{}
+	loopG    atomic.Uint64
+
+	// Everything below belongs to the loop: only its goroutine reads or
+	// writes it.
+	closed bool
+	m      *protocol.Machine
+	acts   []protocol.Action // scratch for Step
+	wbuf   []byte            // scratch for encoding
+	pred   *link             // the current predecessor connection, nil when down
+	succ   *link             // the current successor connection, nil when down
+	adm    *admission        // the pending predecessor connections (admission.go)
 	// rounds is what the driver keeps for each round the machine keeps
 	// (its waiters and result), created when the round is first asked
 	// about or opened and dropped when the machine forgets the round
 	// (ActForget), plus rounds that only a Wait has asked about.
-	rounds map[string]*roundInfo
-	recent []string // the last keepHistory rounds that ended, oldest first, for Snapshot
-	faults []Fault  // the most recent faults, for Snapshot (at most keepFaults)
-	j      *journal.Journal
-	broken error      // the journal failed: the node acts no more
-	cur    *batch     // what steps queued, carried out by unlock
-	spare  *batch     // the other batch, reused
-	acting bool       // a goroutine is carrying batches out (in unlock)
-	idle   *sync.Cond // signalled when acting ends
-
-	// A durable node's committer goroutine (lock.go): woken by commit,
-	// stopped by commitQuit, closes commitDone.
-	commit, commitQuit, commitDone chan struct{}
-
-	// Used only by the goroutine acting.
-	flushing []*link
-	quickRun []string
-	starting []taskStart // tasks carried out, to start once mu is free
-
-	inside atomic.Int32  // goroutines holding or waiting for mu, or acting
-	holder atomic.Uint64 // test build: the goroutine holding mu (lockCheck)
-
-	nmu       sync.Mutex   // guards notes
-	notes     []*note      // log records and trace events not yet handed over
-	noteSpare []*note      // the other notes array, reused (held with emu)
-	nnotes    atomic.Int32 // len(notes)
-	emu       sync.Mutex   // held while handing notes over, one at a time
+	rounds   map[string]*roundInfo
+	recent   []string // the last keepHistory rounds that ended, oldest first, for Snapshot
+	faults   []Fault  // the most recent faults, for Snapshot (at most keepFaults)
+	j        *journal.Journal
+	broken   error       // the journal failed: the node acts no more
+	cur      *batch      // what the turn's steps queued (loop.go)
+	spare    *batch      // the other batch, reused
+	queued   []func()    // reactions to run later in this turn (loop.go)
+	flushing []*link     // links with lines queued in this turn
+	quickRun []string    // scratch for runQuick
+	starting []taskStart // tasks to start at the end of the turn
+	cause    *FaultError // the fault whose policy the machine is carrying out (health.go)
+	clock    *clockState // the clock's state (health.go); nil without timing
+	final    Snapshot    // the last Snapshot, taken by Close for calls after it
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for handOutRounds, which hands them to the application.
 	roundsCh  chan string
 	roundsSig chan struct{}
+	rmu       sync.Mutex // guards roundsQ, shared by the loop and handOutRounds
 	roundsQ   []string
-	notices   []protocol.Notice // neighbours' notices, acted on once the step's actions are done
-	timeouts  []protocol.Action // the machine's timeouts, acted on once the step's actions are done
 	// timing: some timeout or heartbeats are configured, so every event
-	// carries the time since epoch (a second before Start) and the clock
-	// goroutine ticks the machine (health.go).
+	// carries the time since epoch (a second before Start) and the loop
+	// ticks the machine (health.go).
 	timing bool
 	epoch  time.Time
 	// mismatched: the configuration mismatches reported, each once.
@@ -93,18 +85,46 @@ type Node struct {
 	refusedOnce bool
 }
 
-// keepFaults is how many recent faults Snapshot reports.
-const keepFaults = 64
+// restore reinstates the journal's rounds in the machine (Start, before
+// the loop runs).
+func (n *Node) restore(recs []protocol.Record) error {
+	for _, rec := range recs {
+		if err := n.m.Restore(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// recordFault logs f (at ERROR; a neighbour's restart at WARN), traces it
-// and keeps it for Snapshot.
-// Caller holds mu.
-func (n *Node) recordFault(f Fault) {
-	f.Time = time.Now()
+// stateOf returns round id's state in the machine, 0 if it does not keep
+// the round (a read-only view, for a fault's message). Loop only.
+func (n *Node) stateOf(id string) protocol.State {
+	st, _ := n.m.State(id)
+	return st
+}
+
+// keepFault keeps f for Snapshot. Loop only.
+func (n *Node) keepFault(f Fault) {
 	if len(n.faults) == keepFaults {
 		n.faults = slices.Delete(n.faults, 0, 1)
 	}
 	n.faults = append(n.faults, f)
+}
+
+// loopCheck is set by this package's tests only: every step and fsync
+// then checks that it runs on its node's loop.
+var loopCheck atomic.Pointer[func(n *Node, what string)]
+
+// keepFaults is how many recent faults Snapshot reports.
+const keepFaults = 64
+
+// recordFault logs f (at ERROR; a neighbour's restart at WARN), traces it
+// and keeps it for Snapshot; a fault this node found is announced to the
+// chain after the current step's actions (a new event, announce). Loop
+// only.
+func (n *Node) recordFault(f Fault) {
+	f.Time = time.Now()
+	n.keepFault(f)
 	args := []any{"kind", string(f.Kind), "round", f.Round}
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
@@ -127,11 +147,13 @@ func (n *Node) recordFault(f Fault) {
 		}
 	}
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err)})
-	n.announce(f)
+	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+		n.later(func() { n.announce(f, false) })
+	}
 }
 
 // peerName names the neighbour on side: its configured name, else its
-// address. Caller holds mu (or the fields are immutable).
+// address. Loop only (or the fields are immutable).
 func (n *Node) peerName(side protocol.Side) string {
 	if side == protocol.Pred {
 		if !n.role.HasPred() {
@@ -163,19 +185,18 @@ func Start(cfg Config) (*Node, error) {
 	}
 	cfg.withDefaults()
 	n := &Node{
-		cfg:     cfg,
-		role:    cfg.Role(),
-		tasks:   make(chan struct{}, cfg.MaxParallelTasks),
-		pending: make(map[*link]bool),
-		rounds:  make(map[string]*roundInfo),
-		cur:     new(batch),
-		spare:   new(batch),
-		prev:    newPrevHost(&cfg),
+		cfg:      cfg,
+		role:     cfg.Role(),
+		tasks:    make(chan struct{}, cfg.MaxParallelTasks),
+		rounds:   make(map[string]*roundInfo),
+		cur:      new(batch),
+		spare:    new(batch),
+		prev:     newPrevHost(&cfg),
+		in:       make(chan func(), inboxSize),
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		log:      cfg.Logger,
 	}
-	// Everything the node logs is handed to cfg.Logger in order, never
-	// while it holds its lock (lock.go).
-	n.log = slog.New(noteHandler{n: n, h: cfg.Logger.Handler()})
-	n.idle = sync.NewCond(nodeLocker{n})
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
 	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
@@ -188,6 +209,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0
+	if cfg.FaultPolicy == FaultWait {
+		pc.Policy = protocol.PolicyWait
+	}
 	// The timeouts are the machine's, in the time the driver's events
 	// carry (docs/DESIGN.md, "Time").
 	pc.PhaseTimeout, pc.ExitWaveTimeout, pc.ConnectTimeout = cfg.PhaseTimeout, cfg.ExitWaveTimeout, cfg.ConnectTimeout
@@ -207,6 +231,7 @@ func Start(cfg Config) (*Node, error) {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
+	n.adm = newAdmission(n)
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) }()
 	// The state directory first: a second process for the same node is
@@ -253,21 +278,22 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.log.Info("node started", attrs...)
 
-	if n.j != nil {
-		n.commit = make(chan struct{}, 1)
-		n.commitQuit, n.commitDone = make(chan struct{}), make(chan struct{})
-		go n.committer()
-	}
-	n.lock()
 	if n.timing {
-		// The machine learns the time: its timeouts count from now, for
-		// the rounds restored from the journal too.
-		if err := n.step(n.tick(false)); err != nil {
-			n.log.Error("internal error: first tick", "err", err)
-		}
-		n.wg.Add(1)
-		go n.clock()
+		n.startClock()
 	}
+	go n.run()
+	n.call(func() {
+		if n.timing {
+			// The machine learns the time: its timeouts count from now,
+			// for the rounds restored from the journal too.
+			if err := n.step(n.tick(false)); err != nil {
+				n.log.Error("internal error: first tick", "err", err)
+			}
+		}
+		if st != nil {
+			n.resume(st)
+		}
+	})
 	if n.ln != nil {
 		n.wg.Add(1)
 		go n.acceptLoop()
@@ -276,10 +302,6 @@ func Start(cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.dialLoop()
 	}
-	if st != nil {
-		n.resume(st)
-	}
-	n.unlock()
 	return n, nil
 }
 
@@ -298,23 +320,23 @@ func (n *Node) Addr() net.Addr {
 // Ready tells the node it is locally ready for round ("" is the unnamed
 // round). The node moves as soon as its predecessor is ready too.
 func (n *Node) Ready(round string) error {
-	n.lock()
-	defer n.unlock()
-	if n.closed {
-		return ErrStopped
-	}
 	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
-	ri := n.round(round)
-	if ri.finished() {
-		return protocol.ErrRoundFinished // e.g. halted by a notice before this node was ready
-	}
-	if err := n.step(protocol.LocalReady(round)); err != nil {
-		return err
-	}
-	ri.ready = true
-	return nil
+	err := ErrStopped
+	n.call(func() {
+		if n.closed {
+			return
+		}
+		if ri := n.rounds[round]; ri != nil && ri.finished() {
+			err = protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
+			return
+		}
+		if err = n.step(protocol.LocalReady(round)); err == nil {
+			n.round(round)
+		}
+	})
+	return err
 }
 
 // Wait blocks until round is over at this node, or ctx ends. It may be
@@ -325,35 +347,36 @@ func (n *Node) Ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	n.lock()
-	ri := n.rounds[round]
-	if ri == nil && n.closed {
-		n.unlock()
+	var ri *roundInfo
+	n.call(func() {
+		ri = n.rounds[round]
+		if ri == nil && n.closed {
+			return
+		}
+		if ri == nil {
+			ri = n.round(round)
+		}
+		ri.waiters++
+	})
+	if ri == nil {
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
-	if ri == nil {
-		ri = n.round(round)
-	}
-	ri.waiters++
-	n.unlock()
 	select {
 	case <-ri.done:
-		n.lock()
-		ri.waiters--
-		n.unlock()
+		n.post(func() { ri.waiters-- })
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.lock()
-		ri.waiters--
-		// A round nobody started and nobody waits for any more leaves no
-		// trace (a Wait on a mistyped round id must not leak).
-		if ri.state == 0 && !ri.ready && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
-			delete(n.rounds, round)
-		}
-		n.unlock()
+		n.post(func() {
+			ri.waiters--
+			// A round nobody started and nobody waits for any more leaves
+			// no trace (a Wait on a mistyped round id must not leak).
+			if _, known := n.m.State(round); !known && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
+				delete(n.rounds, round)
+			}
+		})
 		return Result{Round: round}, ctx.Err()
 	}
 }
@@ -381,10 +404,21 @@ type Snapshot struct {
 }
 
 // Snapshot returns what the node is doing now: which links are up and
-// where each unfinished round stands.
+// where each unfinished round stands. A Config.Trace callback may call
+// it.
 func (n *Node) Snapshot() Snapshot {
-	n.lock()
-	defer n.unlock()
+	if n.onLoop() {
+		return n.snapshot()
+	}
+	var st Snapshot
+	if !n.call(func() { st = n.snapshot() }) {
+		st = n.final
+	}
+	return st
+}
+
+// snapshot is Snapshot, on the loop.
+func (n *Node) snapshot() Snapshot {
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(n.faults)
@@ -397,20 +431,13 @@ func (n *Node) Snapshot() Snapshot {
 	if l := n.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
-	for id, ri := range n.rounds {
-		if ri.finished() {
-			continue
+	for _, v := range n.m.View() {
+		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
+			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
+		if ri := n.rounds[v.Round]; ri != nil {
+			rs.Since = ri.since
 		}
-		s := ri.state
-		rs := RoundStatus{Round: id, State: s, Since: ri.since, Ready: ri.ready,
-			WaitingFor: protocol.WaitIn(n.role, max(s, protocol.StateSync), ri.ready)}
 		st.Rounds = append(st.Rounds, rs)
-	}
-	// Rounds a predecessor opened that this node has no record of yet.
-	for _, id := range n.m.Unfinished() {
-		if _, ok := n.rounds[id]; !ok {
-			st.Rounds = append(st.Rounds, RoundStatus{Round: id, State: protocol.StateSync})
-		}
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	for _, id := range n.recent {
@@ -439,9 +466,8 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		n.lock()
-		up := n.pred != nil
-		n.unlock()
+		up := false
+		n.call(func() { up = n.pred != nil })
 		switch {
 		case !n.role.HasPred():
 			return nil
@@ -464,54 +490,54 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 // connection and the listener, and waits for all its goroutines (so tasks
 // must honour their context). Unfinished rounds end with StatusStopped.
 func (n *Node) Close() error {
-	n.lock()
-	if n.closed {
-		n.unlock()
+	first := false
+	end := false
+	n.call(func() {
+		if n.closed {
+			return
+		}
+		first, n.closed = true, true
+		end = n.endedNormally()
+		for _, l := range []*link{n.pred, n.succ} {
+			if l != nil {
+				l.shut() // what is queued (a fault notice) still goes out
+			}
+		}
+		n.adm.closeAll()
+	})
+	if !first {
+		<-n.loopDone
 		return nil
 	}
-	n.closed = true
-	end := n.endedNormally()
-	for _, l := range []*link{n.pred, n.succ} {
-		if l != nil {
-			l.shut() // what is queued (a fault notice) still goes out
-		}
-	}
-	for l := range n.pending {
-		l.c.Close()
-	}
-	n.unlock()
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
-	n.wg.Wait()
-	n.lock()
-	for id, ri := range n.rounds {
-		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
-	}
-	n.unlock()
-	n.lock()
-	n.waitIdle() // everything queued is carried out: the journal is free
-	j := n.j
-	n.unlock()
-	if j != nil {
-		// Nothing steps any more: the journal is this goroutine's.
-		if end {
-			n.recordEnd(j)
+	n.wg.Wait() // the loop goes on meanwhile: what they post is taken
+	n.call(func() {
+		for id, ri := range n.rounds {
+			n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 		}
-		j.Close()
-	}
-	if n.commitQuit != nil {
-		close(n.commitQuit)
-		<-n.commitDone
+	})
+	n.call(func() { n.final = n.snapshot() })
+	close(n.stop)
+	<-n.loopDone // its last turn carried everything out: the journal is free
+	if n.j != nil {
+		if end {
+			n.recordEnd(n.j)
+		}
+		n.j.Close()
 	}
 	n.log.Info("node stopped")
 	return nil
 }
 
 // step feeds ev to the machine, stamped with the time if the node keeps
-// time, and carries out the actions. Caller holds mu.
+// time, and carries out the actions. Loop only.
 func (n *Node) step(ev protocol.Event) error {
+	if f := loopCheck.Load(); f != nil && !n.onLoop() {
+		(*f)(n, "step")
+	}
 	if n.timing && ev.At == 0 {
 		ev.At = time.Since(n.epoch)
 	}
@@ -521,20 +547,7 @@ func (n *Node) step(ev protocol.Event) error {
 	}
 	n.acts = acts
 	n.perform(acts)
-	n.actOnTimeouts()
-	n.actOnNotices()
 	return nil
-}
-
-// actOnNotices applies the fault policy to the notices a step brought,
-// after its actions (ending a round steps the machine again). Caller
-// holds mu.
-func (n *Node) actOnNotices() {
-	for len(n.notices) > 0 {
-		note := n.notices[0]
-		n.notices = n.notices[1:]
-		n.noticeArrived(note)
-	}
 }
 
 // stepSaved feeds ev to the machine and, with a state directory, queues
@@ -542,7 +555,7 @@ func (n *Node) actOnNotices() {
 // before it carries out anything queued after them (docs/DESIGN.md,
 // "Restarts and durable state": fsync, then act). Once the journal has
 // failed the node stops acting: it returns the error and no actions.
-// Caller holds mu.
+// Loop only.
 func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
 	if n.broken != nil {
 		return out, n.broken
@@ -563,7 +576,7 @@ func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.A
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
-// Caller holds mu.
+// Loop only.
 func (n *Node) journalFailed(err error) {
 	n.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
 	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
@@ -574,11 +587,14 @@ func (n *Node) journalFailed(err error) {
 	}
 }
 
-// perform carries out actions in order. Caller holds mu.
+// perform carries out actions in order; the fault that the machine's
+// policy is carrying out in them (n.cause) lasts until their end. Loop
+// only.
 func (n *Node) perform(acts []protocol.Action) {
 	for i := range acts {
 		n.act(&acts[i])
 	}
+	n.cause = nil
 }
 
 func (n *Node) act(a *protocol.Action) {
@@ -593,17 +609,16 @@ func (n *Node) act(a *protocol.Action) {
 		}
 	case protocol.ActOpened:
 		n.opened(a.Round, a.To == protocol.Pred)
-		if ri := n.rounds[a.Round]; ri != nil {
-			ri.state = protocol.StateSync
-		}
 	case protocol.ActTimeout:
-		n.timeouts = append(n.timeouts, *a)
+		n.timedOut(a)
 	case protocol.ActForget:
 		delete(n.rounds, a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
 		ri := n.round(a.Round)
 		ri.since = time.Now()
-		ri.state = a.State
+		if a.State == protocol.StateAborted {
+			ri.abortedIn = a.From
+		}
 		if n.infoOn() {
 			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
@@ -611,7 +626,7 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActNotice:
-		n.notices = append(n.notices, *a.Msg.Note)
+		n.noticeArrived(*a.Msg.Note)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone}
@@ -620,6 +635,17 @@ func (n *Node) act(a *protocol.Action) {
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
 		case protocol.Aborted:
 			res.Status = StatusFault
+			if ri.cause == nil && n.cause != nil {
+				// The machine's policy ends the round for this fault.
+				fe := *n.cause
+				fe.Round, fe.State = a.Round, ri.abortedIn
+				ri.cause, ri.reported = &fe, true
+				if n.j != nil && n.broken == nil {
+					// Written with the turn's records: a restarted node
+					// then knows the fault the round really ended with.
+					n.cur.faults = append(n.cur.faults, journal.Fault{Round: a.Round, Kind: string(fe.Kind)})
+				}
+			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted")
 			}
@@ -636,7 +662,7 @@ func (n *Node) act(a *protocol.Action) {
 
 // send writes msg to the neighbour on side, if that link is up; if it is
 // down the message is not lost: the machine re-sends it on LinkUp.
-// Caller holds mu.
+// Loop only.
 func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	l := n.succ
 	if side == protocol.Pred {
@@ -682,10 +708,8 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	n.queueLine(l, n.wbuf, exitWave, msg.Round)
 }
 
-// writeFailed closes a link whose write failed or timed out.
+// writeFailed closes a link whose write failed or timed out. Loop only.
 func (n *Node) writeFailed(l *link, err error) {
-	n.lock()
-	defer n.unlock()
 	if n.closed {
 		return
 	}
@@ -693,40 +717,16 @@ func (n *Node) writeFailed(l *link, err error) {
 	n.drop(l, err)
 }
 
-// trace queues ev for Config.Trace, which gets it once n.mu is released
-// (lock.go).
+// trace hands ev to Config.Trace. Loop only: the callbacks come one at a
+// time, in the order of events.
 func (n *Node) trace(ev TraceEvent) {
 	if n.cfg.Trace != nil {
 		ev.Time = time.Now()
 		ev.Node = n.cfg.Name
-		n.addNote(&note{trace: ev})
+		n.cfg.Trace(ev)
 	}
 }
 
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
 func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
-
-// abort reports a fault of kind in round id that blames side (0: this
-// node) and ends the round with it. Caller holds mu.
-func (n *Node) abort(id string, kind FaultKind, side protocol.Side, reason string, after time.Duration) {
-	fe := &FaultError{Round: id, State: n.stateOf(id), Kind: kind, Side: side, Peer: n.peerName(side), Reason: reason, After: after}
-	n.recordFault(fe.fault())
-	n.endRound(id, fe)
-}
-
-// endRound ends round id with the fault fe, which the caller has just
-// recorded (recordFault). Caller holds mu.
-func (n *Node) endRound(id string, fe *FaultError) {
-	ri := n.round(id)
-	ri.cause, ri.reported = fe, true
-	if n.j != nil && n.broken == nil && !ri.finished() {
-		// Written with the batch, before the abort's record: a restarted
-		// node then reports the fault the round really ended with.
-		n.cur.faults = append(n.cur.faults, journal.Fault{Round: id, Kind: string(fe.Kind)})
-	}
-	if err := n.step(protocol.Abort(id)); err != nil {
-		// The machine never saw this round (e.g. not locally ready yet).
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: ri.cause})
-	}
-}

@@ -44,24 +44,26 @@ func reports(kind FaultKind) bool {
 }
 
 // announce sends the notice of f, a fault this node found, to both
-// neighbours. Caller holds mu.
-func (n *Node) announce(f Fault) {
-	if !n.extensions() || !reports(f.Kind) {
-		return
+// neighbours; with halt it is a halting report (ReportHalt): under the
+// halt policy the machine ends every unfinished round for it, taking
+// cause as their fault. Stepped as an event of its own, after the step
+// that found the fault. Loop only.
+func (n *Node) announce(f Fault, halt bool, cause ...*FaultError) {
+	ev := protocol.Report(n.noticeOf(f))
+	if halt {
+		ev = protocol.ReportHalt(ev.Note)
 	}
-	note := n.noticeOf(f)
-	// A fresh slice: announce may run while the caller's step's actions
-	// are being carried out.
-	acts, err := n.stepSaved(protocol.Report(note), nil)
-	if err != nil {
+	if len(cause) > 0 {
+		n.cause = cause[0]
+	}
+	if err := n.step(ev); err != nil && n.broken == nil {
 		n.log.Error("internal error: fault notice", "err", err.Error())
-		return
 	}
-	n.perform(acts)
+	n.cause = nil
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
-// neighbour f names, or this node for its own task. Caller holds mu.
+// neighbour f names, or this node for its own task. Loop only.
 func (n *Node) noticeOf(f Fault) protocol.Notice {
 	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
 	switch {
@@ -73,30 +75,22 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 	return note
 }
 
-// noticeArrived applies the fault policy to a neighbour's notice, which
-// the machine has already passed on: under FaultHalt every unfinished
-// round here ends (chain-halted); under FaultWait the notice is reported
-// (chain-fault) and changes nothing, except that a round whose task failed
-// somewhere can never complete, so it ends here too. Caller holds mu.
+// noticeArrived reports a neighbour's notice, which the machine has
+// already passed on: under FaultHalt it halts this node's rounds
+// (chain-halted), under FaultWait it is reported (chain-fault); the
+// rounds the machine's policy ends for it follow, with it as their cause.
+// Loop only.
 func (n *Node) noticeArrived(note protocol.Notice) {
-	halt := n.cfg.FaultPolicy != FaultWait
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
-	if halt {
+	if n.cfg.FaultPolicy != FaultWait {
 		fe.Kind = FaultChainHalted
 	}
 	if note.HasRound {
 		fe.State = n.stateOf(note.Round)
 	}
+	n.cause = fe
 	n.recordFault(fe.fault())
-	switch {
-	case halt:
-		n.endAll(fe)
-	case fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout:
-		if ri := n.rounds[note.Round]; note.HasRound && ri != nil && !ri.finished() {
-			n.endRound(note.Round, fe)
-		}
-	}
 }
 
 // describeNotice says in words who found what: "C reported B silent".
@@ -139,7 +133,7 @@ type mismatchKey struct {
 // differently from this node (a config-mismatch fault, once per kind of
 // mismatch), tells it with a notice where extensions are on, and under
 // FaultHalt ends every unfinished round. The caller then closes l.
-// Caller holds mu.
+// Loop only.
 func (n *Node) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
 	if n.mismatched[key] {
@@ -151,17 +145,17 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 	n.mismatched[key] = true
 	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
-	n.recordFault(fe.fault())
+	f := fe.fault()
+	n.recordFault(f)
 	if n.extensions() && l != n.pred && l != n.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := n.noticeOf(fe.fault())
+		note := n.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		l.enqueue(n.wbuf, false, "")
 	}
-	if n.cfg.FaultPolicy != FaultWait {
-		n.endAll(fe)
-	}
+	// The notice to the chain and the policy's halt: the machine's.
+	n.later(func() { n.announce(f, true, fe) })
 }
 
 // runs says which rounds this node runs, for a mismatch's message.

@@ -10,29 +10,22 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// roundInfo is the driver's view of one round: its state, its waiters
-// and its result.
+// roundInfo is what the driver keeps of one round beside the machine:
+// its waiters and its result, when it was opened and ended, and what a
+// down link has not carried. What the round is (its state, readiness)
+// is the machine's.
 type roundInfo struct {
 	done  chan struct{} // closed once res is set and on disk (by unlock)
 	over  bool          // res is set
 	res   Result
 	cause error     // why the round is ending: the task's error or the fault
-	ready bool      // this node was told it is locally ready
-	since time.Time // when the round entered its current state
-	// state is the round's state as the machine's actions last said
-	// (ActOpened, ActState; Restore on resume); 0: the machine has not
-	// opened the round, or opened it before this record existed (a
-	// predecessor's READY, for a round nobody here asked about).
-	state protocol.State
-	// The exit wave: a round that is over at this node (state DONE) is
-	// finished only once its final COMPLETE was handed to a live
-	// predecessor connection (docs/DESIGN.md, "Restarts and durable
-	// state"); the machine says so (protocol.Delivered) and bounds the
-	// wait by ExitWaveTimeout.
-	waiters  int       // Wait calls blocked on this round
-	timedOut bool      // the task failed by running past TaskTimeout
-	opened   time.Time // when this node first heard of the round
-	ended    time.Time // when the round ended here
+	since time.Time // when the round last changed state (ActState), for Snapshot
+	// abortedIn: the state the machine aborted the round in (ActState).
+	abortedIn protocol.State
+	waiters   int       // Wait calls blocked on this round
+	timedOut  bool      // the task failed by running past TaskTimeout
+	opened    time.Time // when this node first heard of the round
+	ended     time.Time // when the round ended here
 	// unsent, per side, is the message the machine sent while that link
 	// was down and no connection has carried yet: when the link comes up
 	// it goes out for the first time, not as a re-send.
@@ -42,7 +35,7 @@ type roundInfo struct {
 	reported bool
 }
 
-// finished reports whether the round's result is in. Caller holds mu.
+// finished reports whether the round's result is in. Loop only.
 func (ri *roundInfo) finished() bool { return ri.over }
 
 // RoundStatus is one unfinished round in a Snapshot.
@@ -78,7 +71,7 @@ func (r RoundStatus) Doing() string {
 	return max(r.State, protocol.StateSync).String()
 }
 
-// round returns the driver's record of id, creating it. Caller holds mu.
+// round returns the driver's record of id, creating it. Loop only.
 func (n *Node) round(id string) *roundInfo {
 	ri := n.rounds[id]
 	if ri == nil {
@@ -89,21 +82,12 @@ func (n *Node) round(id string) *roundInfo {
 	return ri
 }
 
-// resolve ends a round for its waiters. Caller holds mu.
+// resolve ends a round for its waiters, and logs and traces its end.
+// Loop only.
 func (n *Node) resolve(id string, ri *roundInfo, res Result) {
-	if ri.finished() {
+	if !n.settle(id, ri, res) {
 		return
 	}
-	ri.res = res
-	ri.ended = time.Now()
-	ri.over = true
-	n.queue(effect{kind: effDone, ri: ri}) // closes done once mu is released
-	// The record stays until the machine forgets the round (ActForget):
-	// the machine's table says which rounds this node remembers.
-	if len(n.recent) == keepHistory {
-		n.recent = append(n.recent[:0], n.recent[1:]...)
-	}
-	n.recent = append(n.recent, id)
 	lvl, msg := slog.LevelInfo, "round over"
 	args := []any{"round", id, "status", res.Status.String()}
 	switch {
@@ -127,6 +111,29 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
+// restored is resolve for a round that ended before this process started
+// (resume): its result is kept, its end is not reported again. Loop only.
+func (n *Node) restored(id string, ri *roundInfo, res Result) { n.settle(id, ri, res) }
+
+// settle sets a round's result, released to Wait once the turn's records
+// are on disk; false if it had one already. Loop only.
+func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
+	if ri.finished() {
+		return false
+	}
+	ri.res = res
+	ri.ended = time.Now()
+	ri.over = true
+	n.queue(effect{kind: effDone, ri: ri})
+	// The record stays until the machine forgets the round (ActForget):
+	// the machine's table says which rounds this node remembers.
+	if len(n.recent) == keepHistory {
+		n.recent = append(n.recent[:0], n.recent[1:]...)
+	}
+	n.recent = append(n.recent, id)
+	return true
+}
+
 // faultKindOf names the kind of fault err reports, or "".
 func faultKindOf(err error) FaultKind {
 	var fe *FaultError
@@ -140,68 +147,6 @@ func faultKindOf(err error) FaultKind {
 		return FaultTaskFailed
 	}
 	return ""
-}
-
-// phaseTimeout acts on the machine's phase timeout a for a round: a
-// round this node never claimed ends whatever the policy; otherwise the
-// fault is reported and, under the halt policy, ends the round. Caller
-// holds mu.
-func (n *Node) phaseTimeout(a protocol.Action) {
-	id := a.Round
-	if ri := n.rounds[id]; ri != nil && ri.finished() {
-		return // ended meanwhile (another timeout of the same tick)
-	}
-	if a.Wait == protocol.WaitLocal {
-		// A round this node never claimed must not hold a slot for ever,
-		// whatever the policy.
-		n.abort(id, FaultPhaseTimeout, 0, "the predecessor opened this round but this node never became locally ready for it", a.After)
-		return
-	}
-	cmd, side := a.Wait.Msg()
-	// A phase timeout knows which way the round waits, not who is slow:
-	// the neighbour, or any node beyond it. It names no peer.
-	reason := fmt.Sprintf("no %s from the %s (that neighbour, or a node beyond it, is slow or stuck; heartbeats and --task-timeout find which)",
-		cmd, sideWord(side))
-	fe := &FaultError{Round: id, State: a.From, Kind: FaultPhaseTimeout, Side: side, Reason: reason, After: a.After}
-	n.recordFault(fe.fault())
-	if n.cfg.FaultPolicy == FaultWait {
-		n.log.Warn("fault policy wait: the round keeps waiting", "round", id)
-		return
-	}
-	n.endRound(id, fe)
-}
-
-// actOnTimeouts applies the fault policy to the timeouts a step brought
-// (ActTimeout), after its actions: ending a round steps the machine
-// again. Caller holds mu.
-func (n *Node) actOnTimeouts() {
-	for len(n.timeouts) > 0 {
-		a := n.timeouts[0]
-		n.timeouts = n.timeouts[1:]
-		switch a.Timeout {
-		case protocol.TimeoutPhase:
-			n.phaseTimeout(a)
-		case protocol.TimeoutSilence:
-			n.linkFault(FaultPeerSilent, a.To,
-				fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
-					sideWord(a.To), n.peerName(a.To), a.After.Round(time.Millisecond)), a.After.Round(time.Millisecond))
-		case protocol.TimeoutUnreachable:
-			reason := fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
-			if a.To == protocol.Pred {
-				reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
-			}
-			n.linkFault(FaultPeerUnreachable, a.To, reason, a.After.Round(time.Millisecond))
-		}
-	}
-}
-
-// stateOf returns round id's state as the machine's actions last said, 0
-// if this node keeps no record of it. Caller holds mu.
-func (n *Node) stateOf(id string) protocol.State {
-	if ri := n.rounds[id]; ri != nil {
-		return ri.state
-	}
-	return 0
 }
 
 // waitsFor says what a round waiting on a neighbour waits for, e.g.
@@ -221,10 +166,8 @@ func sideWord(side protocol.Side) string {
 
 // delivered is told by a link's writer that the final COMPLETE of rounds
 // was written to a live connection: it tells the machine, for which
-// those rounds are now over here.
-func (n *Node) delivered(l *link, rounds []string) {
-	n.lock()
-	defer n.unlock()
+// those rounds are now over here. Loop only.
+func (n *Node) delivered(rounds []string) {
 	if n.closed || n.broken != nil {
 		return
 	}
@@ -237,7 +180,7 @@ func (n *Node) delivered(l *link, rounds []string) {
 
 // peerRestarted reports a neighbour that sent msg, older than its last
 // message for that round: it restarted without its state. The machine
-// answered nothing. Caller holds mu.
+// answered nothing. Loop only.
 func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
 	what := "predecessor"
 	if side == protocol.Succ {

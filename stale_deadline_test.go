@@ -35,16 +35,16 @@ func TestExpiredWriteDeadlineIsNotAFailure(t *testing.T) {
 	for _, r := range []string{"r1", "r2", "r3"} {
 		// As if the writers' last blocking writes were long ago.
 		for _, n := range []*Node{a, b} {
-			n.mu.Lock()
-			for _, l := range []*link{n.pred, n.succ} {
-				if l != nil {
-					l.wmu.Lock()
-					l.wdl = time.Now().Add(-time.Second)
-					_ = l.c.SetWriteDeadline(l.wdl)
-					l.wmu.Unlock()
+			n.call(func() {
+				for _, l := range []*link{n.pred, n.succ} {
+					if l != nil {
+						l.wmu.Lock()
+						l.wdl = time.Now().Add(-time.Second)
+						_ = l.c.SetWriteDeadline(l.wdl)
+						l.wmu.Unlock()
+					}
 				}
-			}
-			n.mu.Unlock()
+			})
 		}
 		if err := a.Ready(r); err != nil {
 			t.Fatal(err)

@@ -24,33 +24,39 @@ func (n *Node) openState() (*journal.State, error) {
 		n.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
 			"dir", n.cfg.StateDir, "bytes", st.Dropped)
 	}
-	for _, rec := range st.Rounds {
-		if err := n.m.Restore(rec); err != nil {
-			j.Close()
-			return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
-		}
+	if err := n.restore(st.Rounds); err != nil {
+		j.Close()
+		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
-	j.OnSync = func() { n.assertUnlocked("fsync") }
+	j.OnSync = func() {
+		if f := loopCheck.Load(); f != nil && !n.onLoop() && !n.loopEnded() {
+			(*f)(n, "fsync")
+		}
+	}
 	n.j = j
 	return st, nil
 }
 
 // resume carries on the rounds a restarted node found in its journal:
-// finished rounds are reported as they ended; a round whose final
+// finished rounds keep their results for Wait and Snapshot, but are not
+// reported again (no "round over" line, no trace event: counters count
+// what this process did); a round whose final
 // COMPLETE was not handed over waits to hand it; a round interrupted in
 // its task follows ResumeTask. Rounds waiting for a neighbour need
 // nothing: when the links come up, the machine re-sends the last message
-// on each. Caller holds mu.
+// on each. Loop only.
 func (n *Node) resume(st *journal.State) {
 	if len(st.Rounds) == 0 {
 		n.log.Info("state directory is new; starting afresh", "dir", n.cfg.StateDir)
 		return
 	}
-	interrupted := 0
+	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
 		ri := n.round(rec.Round)
-		ri.ready, ri.state = rec.LocalReady, rec.State
+		if rec.State.Terminal() {
+			ended++
+		}
 		handingOver := rec.State == protocol.StateDone && n.role.HasPred() && !rec.Delivered
 		switch rec.State {
 		case protocol.StateDone:
@@ -58,21 +64,22 @@ func (n *Node) resume(st *journal.State) {
 				// The machine re-sends it when the link comes up, and
 				// bounds the wait by ExitWaveTimeout.
 				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
+				ended--
 			} else {
-				n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
+				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
 			}
 		case protocol.StateFailed:
 			ri.cause = errors.New("the task failed before this node restarted")
-			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
+			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
 		case protocol.StateAborted:
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
 				Reason: "the round was aborted by this fault before this node restarted"}
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
-			n.recordFault(fe.fault()) // the log, the hook
+			n.recordFault(fe.fault()) // the log, the hook: how the round ended
 			ri.reported = true
-			n.resolve(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault, Err: fe})
+			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault, Err: fe})
 		case protocol.StateStart:
 			interrupted++
 			n.resumeTask(rec.Round, ri)
@@ -83,11 +90,12 @@ func (n *Node) resume(st *journal.State) {
 			}
 		}
 	}
-	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds), "interrupted_tasks", interrupted)
+	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds),
+		"ended_before", ended, "interrupted_tasks", interrupted)
 }
 
 // resumeTask handles a round whose task was running when the node died,
-// as ResumeTask says. Caller holds mu.
+// as ResumeTask says. Loop only.
 func (n *Node) resumeTask(id string, ri *roundInfo) {
 	switch n.cfg.ResumeTask {
 	case ResumeDone:
@@ -159,7 +167,7 @@ func (n *Node) refuseRerun(st *journal.State) error {
 // round over, so that the journal records it (recordEnd) and a rerun on
 // the same state directory is refused rather than silently doing nothing.
 // Not for a served node, nor one that stops with rounds unfinished (it
-// resumes them). Caller holds mu.
+// resumes them). Loop only.
 func (n *Node) endedNormally() bool {
 	if n.j == nil || n.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
 		return false

@@ -19,16 +19,14 @@ type taskStart struct {
 	verifyOnly bool // the task was taken as done on resume: only Verify runs
 }
 
-// startTask arranges for round's task to run. Caller holds mu.
+// startTask arranges for round's task to run. Loop only.
 func (n *Node) startTask(round string) { n.startRun(round, false) }
 
 // startRun arranges for round's task (or, verifyOnly, just Verify) to run.
-// Caller holds mu.
+// Loop only.
 func (n *Node) startRun(round string, verifyOnly bool) {
-	// The goroutine starts in unlock, once mu is free and the step's
-	// records are on disk: started here, a quick task would finish and
-	// block on mu while this goroutine still holds it, paying a park and
-	// wake-up on every hop.
+	// The task starts at the end of the turn, once the step's records
+	// are on disk.
 	n.wg.Add(1)
 	start := taskStart{round: round, verifyOnly: verifyOnly}
 	select {
@@ -45,7 +43,7 @@ func (n *Node) quickTasks() bool {
 	return n.cfg.QuickTask && n.cfg.Verify == nil && n.cfg.TaskTimeout == 0
 }
 
-// taskStarted logs the start of a task. Caller holds mu.
+// taskStarted logs the start of a task. Loop only.
 func (n *Node) taskStarted(round string) {
 	if n.infoOn() {
 		n.log.Info("task started", "round", round)
@@ -68,9 +66,7 @@ func (n *Node) runTask(t taskStart) {
 		case <-n.ctx.Done():
 			return
 		}
-		n.lock()
-		n.taskStarted(round)
-		n.unlock()
+		n.post(func() { n.taskStarted(round) })
 	}
 	ctx, cancel := n.ctx, context.CancelFunc(func() {})
 	if n.cfg.TaskTimeout > 0 {
@@ -87,15 +83,14 @@ func (n *Node) runTask(t taskStart) {
 	cancel()
 	<-n.tasks
 
-	n.lock()
-	defer n.unlock()
-	if n.closed {
-		return
-	}
-	n.taskFinished(round, err, timedOut)
+	n.post(func() {
+		if !n.closed {
+			n.taskFinished(round, err, timedOut)
+		}
+	})
 }
 
-// taskFinished reports round's task's end to the machine. Caller holds mu.
+// taskFinished reports round's task's end to the machine. Loop only.
 func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	if timedOut {
 		if err == nil {
@@ -121,11 +116,9 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	}
 }
 
-// Task goroutines are reused. A task's goroutine also carries out what the
-// task's end causes (it steps the machine and writes the lines), which
-// grows its stack to a few KiB: a fresh goroutine per task paid that growth
-// (a stack copy or two, a few µs) on every task, and every hop of a round
-// waits for one task. So tasks run on workers that outlive them: a worker
+// Task goroutines are reused: a fresh goroutine per task paid for a new
+// stack (and its growth) on every task, and every hop of a round waits for
+// one task. So tasks run on workers that outlive them: a worker
 // that has run a task waits for another one, of any node of the process,
 // and exits when none came for workerIdle or when the node whose task it
 // ran last is closed. A process with nodes but no running tasks therefore

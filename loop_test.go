@@ -1,0 +1,228 @@
+package chainsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// checkLoop makes every step and fsync of every node check, until the
+// test ends, that it runs on that node's loop; it returns what ran
+// elsewhere.
+func checkLoop(t *testing.T) func() []string {
+	var (
+		mu  sync.Mutex
+		bad []string
+	)
+	f := func(n *Node, what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", n.cfg.Name, what))
+	}
+	loopCheck.Store(&f)
+	t.Cleanup(func() { loopCheck.Store(nil) })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), bad...)
+	}
+}
+
+// One loop owns each node (docs/DESIGN.md, "The shape of the code"):
+// every step of the machine and every fsync of the journal runs on the
+// node's loop, on every path a round takes: durable nodes (journal
+// records and exit-wave deliveries synced), heartbeats, quick tasks and
+// tasks on goroutines, logging and Trace, a restart that resumes from the
+// journal, a fault and the node's end.
+func TestEveryStepOnTheLoop(t *testing.T) {
+	violations := checkLoop(t)
+	for _, quick := range []bool{false, true} {
+		t.Run(fmt.Sprint("quick=", quick), func(t *testing.T) {
+			const n = 3
+			cfgs := chainConfigs(t, n)
+			dirs := make([]string, n)
+			var traced sync.Map
+			for i := range cfgs {
+				dirs[i] = t.TempDir()
+				cfgs[i].StateDir = dirs[i]
+				cfgs[i].QuickTask = quick
+				cfgs[i].Heartbeat = 500 * time.Millisecond
+				cfgs[i].Logger = slog.New(slog.NewTextHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				cfgs[i].Trace = func(ev TraceEvent) { traced.Store(ev.Kind, true) }
+			}
+			order := []int{0, 1, 2}
+			nodes := startAll(t, cfgs, order)
+			for r := range 20 {
+				id := "r" + strconv.Itoa(r)
+				for i := n - 1; i >= 0; i-- {
+					if err := nodes[i].Ready(id); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitDone(t, nodes, id, "")
+			}
+			syncs := nodes[1].Snapshot().JournalSyncs
+			if syncs == 0 {
+				t.Fatal("a durable middle node made no fsync: the check saw none")
+			}
+			// A restart from the state directory: resumes, re-syncs.
+			nodes[1].Close()
+			nd, err := Start(cfgs[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { nd.Close() })
+			nodes[1] = nd
+			for i := n - 1; i >= 0; i-- {
+				nodes[i].Ready("after")
+			}
+			waitDone(t, nodes, "after", "")
+			if _, ok := traced.Load(TraceSent); !ok {
+				t.Fatal("no TraceSent traced")
+			}
+		})
+	}
+	t.Run("fault-and-end", func(t *testing.T) {
+		// A round ended by a fault: its fault record is journalled (before
+		// the abort's record, in the same write); a node that closes with
+		// every round over records its end (after its loop has ended).
+		dir := t.TempDir()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close() // nobody listens there: the round waits for START in vain
+		nd, err := Start(Config{Name: "A", Next: ln.Addr().String(), StateDir: dir, PhaseTimeout: 100 * time.Millisecond,
+			Rounds: []string{"r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Ready("r"); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if res, err := nd.Wait(ctx, "r"); err != nil || faultKindOf(res.Err) != FaultPhaseTimeout {
+			t.Fatalf("round r: %v %v, want a phase timeout", res, err)
+		}
+		nd.Close()
+		data, err := os.ReadFile(filepath.Join(dir, "journal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte("F :r phase-timeout")) || !bytes.Contains(data, []byte("E ")) {
+			t.Fatalf("the journal lacks the fault or the end record:\n%q", data)
+		}
+		if _, err := Start(Config{Name: "A", Next: ln.Addr().String(), StateDir: dir, Rounds: []string{"r"}}); !errors.Is(err, ErrAlreadyEnded) {
+			t.Fatalf("restarted on the ended journal: %v, want ErrAlreadyEnded", err)
+		}
+	})
+	if v := violations(); len(v) > 0 {
+		t.Fatalf("%d steps or fsyncs off the loop, e.g. %s", len(v), v[0])
+	}
+}
+
+// The check itself catches a step made off the loop, so
+// TestEveryStepOnTheLoop can fail.
+func TestLoopCheckCatches(t *testing.T) {
+	violations := checkLoop(t)
+	cfgs := chainConfigs(t, 2)
+	nodes := startAll(t, cfgs, []int{1, 0})
+	for i := 1; i >= 0; i-- {
+		nodes[i].Ready("a")
+	}
+	waitDone(t, nodes, "a", "")
+	if v := violations(); len(v) != 0 {
+		t.Fatalf("the check caught %q in a healthy chain", v)
+	}
+	nd := nodes[0]
+	nd.Close() // its loop has ended: stepping here races with nothing
+	_ = nd.step(protocol.LocalReady("b"))
+	if v := violations(); len(v) != 1 || !strings.Contains(v[0], "step off its loop") {
+		t.Fatalf("the check caught %q, want one step off the loop", v)
+	}
+}
+
+// The machine is the loop's: only node.go, where the loop steps it and
+// takes its read-only views, refers to it.
+func TestMachineInOneFile(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "node.go" {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(x ast.Node) bool {
+			if sel, ok := x.(*ast.SelectorExpr); ok && sel.Sel.Name == "m" {
+				t.Errorf("%s: the machine (%s.m) used outside node.go", fset.Position(sel.Pos()), types(sel.X))
+			}
+			return true
+		})
+	}
+}
+
+// types names the receiver of a selector for a message.
+func types(x ast.Expr) string {
+	if id, ok := x.(*ast.Ident); ok {
+		return id.Name
+	}
+	return "?"
+}
+
+// A Trace callback runs on the node's loop, and may still read the node.
+func TestTraceMayReadNode(t *testing.T) {
+	cfgs := chainConfigs(t, 2)
+	var nodes []*Node
+	var mu sync.Mutex
+	reads := 0
+	cfgs[0].Trace = func(ev TraceEvent) {
+		mu.Lock()
+		nd := nodes
+		mu.Unlock()
+		if ev.Kind == TraceRoundDone && len(nd) > 0 {
+			_ = nd[0].Snapshot() // asked of its own loop: answered there
+			mu.Lock()
+			reads++
+			mu.Unlock()
+		}
+	}
+	started := startAll(t, cfgs, []int{1, 0})
+	mu.Lock()
+	nodes = started
+	mu.Unlock()
+	for i := 1; i >= 0; i-- {
+		started[i].Ready("x")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := started[0].Wait(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reads != 1 {
+		t.Fatalf("Trace saw %d round ends, want 1 (traced before Wait returns)", reads)
+	}
+}
