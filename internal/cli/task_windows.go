@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"os"
 	"sync"
 	"syscall"
@@ -25,11 +24,6 @@ func groupAlive(int) bool { return false }
 
 // tokenGroups finds nothing here: no /proc to read environments from.
 func tokenGroups(string) []int { return nil }
-
-// eachLiveProc cannot list processes here (no /proc).
-func eachLiveProc(func(pid string, pgid int) bool) error {
-	return errors.New("no /proc to list processes")
-}
 
 // groupAttr starts a child in a new console process group.
 func groupAttr() *syscall.SysProcAttr {
