@@ -38,7 +38,7 @@ func TestUsageErrors(t *testing.T) {
 		{"round id too long", []string{"run", "--round", strings.Repeat("x", 129), "--"}, "--round"},
 		{"negative --rounds", []string{"run", "--rounds", "-1", "--"}, "--rounds -1"},
 		{"bad --next", []string{"run", "--next", "nohostport", "--"}, `--next "nohostport": want HOST:PORT`},
-		{"unknown flag", []string{"run", "--bogus", "--"}, "flag provided but not defined: -bogus"},
+		{"unknown flag", []string{"run", "--bogus", "--"}, "unknown flag --bogus"},
 		{"bad --log-format", []string{"run", "--log-format", "xml", "--"}, "--log-format"},
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"no command", nil, "Usage:"},

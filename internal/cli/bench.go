@@ -101,11 +101,10 @@ func parseNs(s string) ([]int, error) {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	var o benchOpts
 	fs := flag.NewFlagSet("chainsync bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	quietFlags(fs)
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "chainsync bench: %v\nRun \"chainsync bench --help\" for the flags.\n", err)
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "bench", err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "chainsync bench: unexpected argument %q\nRun \"chainsync bench --help\" for the flags.\n", fs.Arg(0))

@@ -44,16 +44,12 @@ func certsFlags(fs *flag.FlagSet) { (&certsOpts{}).flags(fs) }
 
 func certsMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o certsOpts
 	o.flags(fs)
 	dir, chain, nodes, force := &o.dir, &o.chain, &o.nodes, &o.force
-	fs.Usage = func() { fmt.Fprint(stderr, certsUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "certs", err)
 	}
 	var specs []secure.NodeSpec
 	switch {

@@ -69,15 +69,11 @@ type linkCheck struct {
 // checkMain is chainsync check.
 func checkMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o checkOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "check", err)
 	}
 	var fromEnv []envSetting
 	fail := func(err error) int {

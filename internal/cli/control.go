@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -253,15 +252,11 @@ func (o *openOpts) flags(fs *flag.FlagSet) {
 
 func openMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("open", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o openOpts
 	o.flags(fs)
-	fs.Usage = func() { printUsage(stderr, openUsage, o.flags) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "open", err)
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "chainsync open: "+format+"\n(see chainsync open --help)\n", a...)

@@ -169,16 +169,12 @@ func demoFlags(fs *flag.FlagSet) { (&demoOpts{}).flags(fs) }
 
 func demoMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o demoOpts
 	o.flags(fs)
 	n, rounds, seed := &o.n, &o.rounds, &o.seed
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); printFlags(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "demo", err)
 	}
 	if fs.NArg() > 0 || *n < 1 || *n > 64 || *rounds < 1 || *rounds > 100 {
 		fmt.Fprintln(stderr, "chainsync demo: want -n 1..64 and --rounds 1..100, and no other arguments")

@@ -92,7 +92,7 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) ([]envSettin
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = usagef("environment variable %s=%q: not a valid value for --%s: %v", name, v, f.Name, e)
+			err = usagef("environment variable %s=%q: not a valid value for --%s: %s", name, v, f.Name, valueReason(f, v, e.Error()))
 			return
 		}
 		applied = append(applied, envSetting{f.Name, name})

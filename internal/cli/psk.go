@@ -41,17 +41,13 @@ func pskFlags(fs *flag.FlagSet) {
 // pskMain is chainsync psk.
 func pskMain(args []string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("psk", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	quietFlags(fset)
 	force := fset.Bool("force", false, "")
-	fset.Usage = func() { printUsage(stderr, pskUsage, pskFlags) }
 	// Flags may come before or after FILE.
 	var files []string
 	for rest := args; ; {
 		if err := fset.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return ExitOK
-			}
-			return ExitUsage
+			return flagFailed(stdout, stderr, fset, "psk", err)
 		}
 		if fset.NArg() == 0 {
 			break

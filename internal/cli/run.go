@@ -325,22 +325,15 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 // runMain is chainsync run.
 func runMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o runOpts
 	o.flags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, runUsage)
-		printFlags(stderr, fs)
-	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(os.Stdout, stderr, fs, "run", err)
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)
 	if err != nil {
-		fmt.Fprintf(stderr, "chainsync run: %v\n", err)
+		fmt.Fprintf(stderr, "chainsync run: %v\n(see chainsync run --help)\n", err)
 		return ExitUsage
 	}
 	o.noteGiven(fs)

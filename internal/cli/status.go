@@ -83,17 +83,13 @@ func statusFlags(fs *flag.FlagSet) { (&statusOpts{}).flags(fs) }
 // statusMain is chainsync status.
 func statusMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o statusOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, statusUsage); printFlags(stderr, fs) }
 	// Flags may follow the addresses: chainsync status ADDR,ADDR --json.
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "status", err)
 	}
 	var addrs []string
 	for _, a := range pos {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,16 +80,12 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	fs := flag.NewFlagSet("trace render", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	quietFlags(fs)
 	var o traceOpts
 	o.flags(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, traceUsage); printFlags(stderr, fs) }
 	files, err := parseInterspersed(fs, args[1:])
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+		return flagFailed(stdout, stderr, fs, "trace render", err)
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "chainsync trace render: "+format+"\n(see chainsync trace --help)\n", a...)
