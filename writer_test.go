@@ -1,3 +1,5 @@
+//go:build unix
+
 package chainsync
 
 // Tests of the per-link writer and of Wait's bookkeeping (issue 8: "No I/O
