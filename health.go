@@ -147,7 +147,10 @@ func (n *Node) timedOut(a *protocol.Action) {
 	}
 	n.cause = fe
 	n.recordFault(fe.fault())
-	if wait {
-		n.log.Warn("fault policy wait: keeping the rounds and waiting for the neighbour to come back", "round", a.Round)
+	switch {
+	case wait && a.Timeout == protocol.TimeoutPhase:
+		n.log.Warn("fault policy wait: the round keeps waiting", "round", a.Round)
+	case wait:
+		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
 	}
 }

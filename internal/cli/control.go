@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -286,10 +287,11 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chainsync open: %v\n", err)
 		return ExitError
 	}
-	dec := json.NewDecoder(bufio.NewReader(c))
+	br := bufio.NewReader(c)
+	dec := json.NewDecoder(br)
 	var rep controlReply
 	if err := dec.Decode(&rep); err != nil {
-		fmt.Fprintf(stderr, "chainsync open: the Head at %s did not answer: %v\n", o.control, err)
+		fmt.Fprintf(stderr, "chainsync open: %s\n", notControl(o.control, err, dec.Buffered()))
 		return ExitError
 	}
 	if rep.Error != "" {
@@ -324,4 +326,28 @@ func nodeLabel(name string) string {
 		return "the Head"
 	}
 	return "node " + name
+}
+
+// notControl says why what answered at --control addr is not a Head's
+// control socket: decoding its first answer failed with err, and rest is
+// what was read but not decoded. Whatever closes the connection at once
+// or answers with something else than a control reply is another service
+// on that address: most likely a chain port (--listen), which hangs up on
+// a line that is not a protocol line, or a status endpoint (--status-addr).
+func notControl(addr string, err error, rest io.Reader) string {
+	head := make([]byte, 5)
+	n, _ := io.ReadFull(rest, head)
+	var syn *json.SyntaxError
+	var reset *net.OpError // reset by the peer, after it accepted
+	switch {
+	case n == 5 && string(head) == "HTTP/":
+		return fmt.Sprintf("%s answered, but not as a chainsync control socket: it speaks HTTP (is it a node's --status-addr? give the Head's --control address)", addr)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &syn), errors.As(err, &reset) && reset.Op == "read":
+		return fmt.Sprintf("%s answered, but not as a chainsync control socket: is it a chain port (--listen, --chain)? give the Head's --control address", addr)
+	}
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		return fmt.Sprintf("%s answered, but not as a chainsync control socket (%v): give the Head's --control address", addr, err)
+	}
+	return fmt.Sprintf("the Head at %s did not answer: %v", addr, err)
 }

@@ -60,6 +60,9 @@ func Fetch(ctx context.Context, client *http.Client, addr string) (Doc, error) {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return d, errors.New("no answer in time (the node, its host or the network is hung)")
 		}
+		if what := notStatus(err); what != "" {
+			return d, fmt.Errorf("%s answered, but not as a chainsync status endpoint (--status-addr): %s", addr, what)
+		}
 		return d, err
 	}
 	defer resp.Body.Close()
@@ -80,4 +83,19 @@ func Fetch(ctx context.Context, client *http.Client, addr string) (Doc, error) {
 		return d, fmt.Errorf("%s did not answer with a chainsync status document (no role)", u)
 	}
 	return d, nil
+}
+
+// notStatus says what else answered at a status address, from the error
+// of the request, or "" if the error is not that kind. A chain port
+// (--listen) hangs up on a line that is not a protocol line; a Head's
+// --control answers one JSON line; neither is HTTP.
+func notStatus(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, `malformed HTTP response "{`):
+		return "it answered with JSON, not HTTP: is it a Head's --control address?"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(msg, "malformed HTTP"):
+		return "is it a chain port (--listen, --chain)? give the node's --status-addr"
+	}
+	return ""
 }
