@@ -143,6 +143,12 @@ func (cs *controlServer) serve(c net.Conn) {
 	var req controlRequest
 	if err := json.Unmarshal(line, &req); err != nil {
 		_ = enc.Encode(controlReply{Error: "bad request: " + err.Error()})
+		// Another program's client (an HTTP request for a status
+		// endpoint) sends more than a line: read it, so that closing
+		// does not reset the connection before the answer arrives and
+		// the client can say what it reached.
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
 	var notify chan outcome
