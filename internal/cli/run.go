@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -407,6 +408,10 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		return ExitError
 	}
 	defer obs.close(log)
+	if code := makeStateDir(o.stateDir, log); code != ExitOK {
+		_ = sd.Stopping("cannot start: cannot create --state-dir")
+		return code
+	}
 	node, err := chainsync.Start(cfg)
 	if errors.Is(err, chainsync.ErrAlreadyEnded) {
 		log.Error(strings.TrimPrefix(err.Error(), chainsync.ErrAlreadyEnded.Error()+": ")) // also under --quiet: nothing ran
@@ -562,4 +567,27 @@ func upDown(up bool) string {
 		return "up"
 	}
 	return "down"
+}
+
+// makeStateDir creates a --state-dir that does not exist, with a warning
+// that names it: a typo in the path would otherwise start the node
+// afresh, its rounds forgotten, in silence. The warning is logged at WARN,
+// so --quiet shows it, before the node starts.
+func makeStateDir(dir string, log *slog.Logger) int {
+	if dir == "" {
+		return ExitOK
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		return ExitOK // there (the journal checks it), or unreadable: Start says why
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Error("cannot create --state-dir", "state_dir", abs, "err", err.Error())
+		return ExitError
+	}
+	log.Warn("--state-dir did not exist: created it, so this node starts afresh with nothing to resume; if that is a typo for an existing state directory, stop this node and correct --state-dir", "state_dir", abs)
+	return ExitOK
 }
