@@ -35,6 +35,7 @@ func TestFlagErrorsAreShortE2E(t *testing.T) {
 		{args: []string{"psk", "--frce", "x"}, want: []string{"unknown flag --frce", "--force"}},
 		{args: []string{"demo", "-n", "x"}, want: []string{"--n", "whole number"}},
 		{args: []string{"bench", "--rounds", "1e9x"}, want: []string{"--rounds", "whole number"}},
+		{args: []string{"journal", "--jsn", "x"}, want: []string{"unknown flag --jsn", "--json"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			p := startProc(t, "chainsync", tc.env, tc.args...)

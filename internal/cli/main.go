@@ -45,6 +45,8 @@ func init() {
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
 		{name: "status", args: "ADDR[,ADDR...]", summary: "ask running nodes (--status-addr) where they stand",
 			usage: statusUsage, flags: statusFlags, main: statusMain},
+		{name: "journal", args: "DIR [--json]", summary: "show what a state directory (--state-dir) remembers; starts no node",
+			usage: journalUsage, flags: journalFlags, main: journalMain},
 		{name: "trace", args: "render FILE... -o OUT", summary: "draw nodes' --trace files as one ladder diagram (SVG)",
 			usage: traceUsage, flags: traceFlags, main: traceMain},
 		{name: "certs", args: "[flags]", summary: "make a CA and per-node TLS certificates",

@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/status"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+const journalUsage = `Usage: chainsync journal DIR [--json]
+
+Shows what a node's state directory (chainsync run --state-dir DIR)
+remembers, without starting a node: for every round, its state, whether
+this node's task started and how it ended, the round's outcome and fault,
+whether the exit wave was delivered; and how the node ended (normally, at
+what time, or not: running, or killed). It reads the files and changes
+nothing, and takes no lock, so it is safe beside the node running on DIR.
+
+The journal records each round's state, not times: when the task started
+or ended is not in it; what its state says of the task is.
+
+Examples:
+  chainsync journal /var/lib/chainsync/B
+  chainsync journal --json /var/lib/chainsync/B | jq '.rounds[] | select(.outcome != "done")'
+
+Exit status: 0 read; 1 the directory cannot be read; 2 usage error, a
+directory that is not a state directory, or a damaged journal (where it is
+damaged is said, and the rounds before the damage are printed).
+
+Flags:
+`
+
+type journalOpts struct{ json bool }
+
+func (o *journalOpts) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.json, "json", false, "print JSON: {dir, name, role, node, ended_at, rounds: [...], damage}")
+}
+
+// journalRound is one round of chainsync journal's output.
+type journalRound struct {
+	Round        string `json:"round"`
+	Seq          uint64 `json:"seq,omitempty"` // the order the node learned its rounds in
+	State        string `json:"state"`
+	LocallyReady bool   `json:"locally_ready"`
+	// Task is not-started, running-or-interrupted, succeeded, failed or
+	// stopped; TaskText says it for people.
+	Task     string `json:"task"`
+	TaskText string `json:"task_text"`
+	Outcome  string `json:"outcome"`
+	Fault    string `json:"fault,omitempty"`
+	ExitWave string `json:"exit_wave"`
+	// The last message sent to and received from each neighbour.
+	LastSentPred string `json:"last_sent_pred,omitempty"`
+	LastSentSucc string `json:"last_sent_succ,omitempty"`
+	LastRecvPred string `json:"last_recv_pred,omitempty"`
+	LastRecvSucc string `json:"last_recv_succ,omitempty"`
+}
+
+// journalDoc is chainsync journal's output.
+type journalDoc struct {
+	Dir  string `json:"dir"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Node says how the node ended, or that it runs.
+	Node    string         `json:"node"`
+	EndedAt string         `json:"ended_at,omitempty"` // RFC 3339, UTC
+	Holder  string         `json:"holder,omitempty"`   // the lock file's text
+	Bytes   int            `json:"journal_bytes"`
+	Torn    int            `json:"torn_bytes,omitempty"`
+	Rounds  []journalRound `json:"rounds"`
+	Damage  string         `json:"damage,omitempty"`
+}
+
+func journalFlags(fs *flag.FlagSet) { (&journalOpts{}).flags(fs) }
+
+// journalMain is chainsync journal.
+func journalMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("journal", flag.ContinueOnError)
+	quietFlags(fs)
+	var o journalOpts
+	o.flags(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagFailed(stdout, stderr, fs, "journal", err)
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "chainsync journal: give one state directory (a node's --state-dir), e.g. chainsync journal /var/lib/chainsync/B\n(see chainsync journal --help)\n")
+		return ExitUsage
+	}
+	dir := pos[0]
+	snap, err := journal.Read(dir)
+	switch {
+	case errors.Is(err, journal.ErrNotStateDir), errors.Is(err, journal.ErrUnsafe), errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(stderr, "chainsync journal: %s\n", strings.TrimPrefix(err.Error(), "chainsync: "))
+		return ExitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "chainsync journal: %s\n", strings.TrimPrefix(err.Error(), "chainsync: "))
+		return ExitError
+	}
+	doc := describeJournal(dir, snap)
+	if o.json {
+		writeJSON(stdout, doc)
+	} else {
+		printJournal(stdout, doc, snap)
+	}
+	if snap.Damage != nil {
+		fmt.Fprintf(stderr, "chainsync journal: %s; the rounds printed are those of the records before the damage (a node refuses to start on it: move the directory aside to start it afresh)\n",
+			strings.TrimPrefix(snap.Damage.Error(), "chainsync: "))
+		return ExitUsage
+	}
+	return ExitOK
+}
+
+func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
+	st := snap.State
+	doc := journalDoc{Dir: dir, Name: snap.Header.Name, Role: snap.Header.Role, Holder: snap.Holder,
+		Bytes: snap.Bytes, Torn: st.Dropped, Rounds: []journalRound{}}
+	if snap.Damage != nil {
+		doc.Damage = snap.Damage.Error()
+	}
+	if st.Ended != 0 {
+		at := time.Unix(st.Ended, 0).UTC()
+		doc.EndedAt = at.Format(time.RFC3339)
+		doc.Node = "ended normally at " + at.Format("2006-01-02 15:04:05 UTC") + ", every round over"
+	} else {
+		doc.Node = holderText(dir, snap)
+	}
+	for _, r := range st.Rounds {
+		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round]))
+	}
+	return doc
+}
+
+// describeRound says what a round's last record tells of it at a node
+// of role.
+func describeRound(role string, r protocol.Record, fault string) journalRound {
+	hasPred := role == "middle" || role == "tail"
+	hasSucc := role == "head" || role == "middle"
+	jr := journalRound{Round: r.Round, Seq: r.Seq, State: r.State.String(), LocallyReady: r.LocalReady, Fault: fault,
+		LastSentPred: cmdName(r.LastPred), LastSentSucc: cmdName(r.LastSucc), LastRecvPred: cmdName(r.RecvPred), LastRecvSucc: cmdName(r.RecvSucc)}
+	// The task starts as the round enters START: at the Head on START
+	// from the successor, elsewhere on COMPLETE from the predecessor; it
+	// succeeded once COMPLETE went on (to the successor, or back from
+	// the Tail).
+	startedBy := r.CompleteRecv
+	switch role {
+	case "head":
+		startedBy = r.StartRecv
+	case "single":
+		startedBy = r.LocalReady
+	}
+	succeeded := r.LastSucc == protocol.Complete
+	if !hasSucc {
+		succeeded = r.LastPred == protocol.Complete || role == "single" && r.State >= protocol.StateComplete && r.State <= protocol.StateDone
+	}
+	switch {
+	case r.State == protocol.StateFailed:
+		jr.Task, jr.TaskText = "failed", "started and failed"
+		if fault != "" && fault != "task-failed" {
+			jr.TaskText += " (" + fault + ")"
+		}
+	case r.State == protocol.StateComplete || r.State == protocol.StateDone || succeeded:
+		jr.Task, jr.TaskText = "succeeded", "started and succeeded"
+	case r.State == protocol.StateStart:
+		jr.Task, jr.TaskText = "running-or-interrupted", "started, no end recorded: running now, or interrupted by the node's death"
+	case r.State == protocol.StateAborted && startedBy:
+		jr.Task, jr.TaskText = "stopped", "started, then the round was aborted (no end recorded)"
+	default:
+		jr.Task, jr.TaskText = "not-started", "not started"
+	}
+	switch r.State {
+	case protocol.StateDone:
+		jr.Outcome = "done"
+	case protocol.StateFailed:
+		jr.Outcome = "task failed"
+	case protocol.StateAborted:
+		jr.Outcome = "aborted"
+		if fault == "" {
+			jr.Outcome += " (stopped, or a fault before faults were recorded)"
+		}
+	default:
+		jr.Outcome = "in progress"
+	}
+	switch {
+	case hasPred && r.Delivered:
+		jr.ExitWave = "delivered to the predecessor"
+	case hasPred && r.State == protocol.StateDone:
+		jr.ExitWave = "NOT delivered: still owed to the predecessor"
+	case role == "head" && r.ExitRecv:
+		jr.ExitWave = "came back from the successor"
+	default:
+		jr.ExitWave = "-"
+	}
+	return jr
+}
+
+func cmdName(c protocol.Command) string {
+	if c == 0 {
+		return ""
+	}
+	return c.String()
+}
+
+// holderText says what the lock file tells of the process that last ran
+// on dir, which recorded no normal end: whether it still runs (it holds
+// the lock file open), or is gone. Only /proc answers that (Linux); else
+// it says what the lock file says.
+func holderText(dir string, snap *journal.Snapshot) string {
+	const none = "no normal end recorded"
+	pid, host := snap.HolderPID()
+	if pid <= 0 {
+		return none + " (no lock file names the process that wrote it)"
+	}
+	self, _ := os.Hostname()
+	who := fmt.Sprintf("pid %d on %s", pid, host)
+	if host != self {
+		return none + "; the lock was last held by " + who + ", another host: whether it runs cannot be told from here"
+	}
+	proc := filepath.Join("/proc", strconv.Itoa(pid))
+	if _, err := os.Stat("/proc/self"); err != nil {
+		return none + "; the lock was last held by " + who
+	}
+	if _, err := os.Stat(proc); err != nil {
+		return none + ": " + who + ", which last held the lock, is gone: it was killed or died, or stopped with rounds unfinished (by a signal, or a served node, which records no end)"
+	}
+	switch holdsFile(proc, filepath.Join(dir, "lock")) {
+	case 1:
+		return "running: " + who + " holds the lock (no end recorded while it runs)"
+	case 0:
+		return none + ": " + who + ", which last held the lock, is gone (its number now belongs to another process): it was killed or died, or stopped with rounds unfinished"
+	}
+	return none + "; " + who + ", which last held the lock, is alive: probably still running"
+}
+
+// holdsFile reports whether process proc (/proc/PID) has path open: 1 yes,
+// 0 no, -1 cannot tell (its descriptors cannot be read).
+func holdsFile(proc, path string) int {
+	want, err := filepath.Abs(path)
+	if err != nil {
+		return -1
+	}
+	if real, err := filepath.EvalSymlinks(want); err == nil {
+		want = real
+	}
+	fds, err := os.ReadDir(filepath.Join(proc, "fd"))
+	if err != nil {
+		return -1
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && target == want {
+			return 1
+		}
+	}
+	return 0
+}
+
+func printJournal(w io.Writer, doc journalDoc, snap *journal.Snapshot) {
+	name := doc.Name
+	if name == "" {
+		name = "(no --name)"
+	}
+	fmt.Fprintf(w, "state directory %s: node %s (%s), journal %d bytes, %d round(s)\n", doc.Dir, quoteName(name), doc.Role, doc.Bytes, len(doc.Rounds))
+	fmt.Fprintf(w, "node: %s\n", doc.Node)
+	if doc.Torn > 0 {
+		fmt.Fprintf(w, "a last record of %d bytes is torn (a write cut short; the node drops it when it starts, or it is being written now)\n", doc.Torn)
+	}
+	if len(doc.Rounds) == 0 {
+		fmt.Fprintln(w, "no round recorded")
+		return
+	}
+	fmt.Fprintln(w, "(the journal records states, not times: TASK is what the round's state says of this node's task)")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUND\tORDER\tSTATE\tTASK\tOUTCOME\tFAULT\tEXIT WAVE")
+	for _, r := range doc.Rounds {
+		order, fault := "-", r.Fault
+		if r.Seq != 0 {
+			order = strconv.FormatUint(r.Seq, 10)
+		}
+		if fault == "" {
+			fault = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", status.Escape(status.RoundName(r.Round)), order, r.State, r.TaskText, r.Outcome, fault, r.ExitWave)
+	}
+	tw.Flush()
+}
+
+// quoteName quotes a node name that could be misread in running text
+// (empty, a number, or with spaces or punctuation).
+func quoteName(name string) string {
+	if name == "" || strings.ContainsAny(name, " \t,:;()\"'") || isNumber(name) {
+		return strconv.Quote(name)
+	}
+	return name
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
