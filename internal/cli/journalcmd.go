@@ -296,9 +296,10 @@ func printJournal(w io.Writer, doc journalDoc, snap *journal.Snapshot) {
 }
 
 // quoteName quotes a node name that could be misread in running text
-// (empty, a number, or with spaces or punctuation).
+// or beside a count (a number, or with spaces or punctuation); "" stays
+// "".
 func quoteName(name string) string {
-	if name == "" || strings.ContainsAny(name, " \t,:;()\"'") || isNumber(name) {
+	if name != "" && (strings.ContainsAny(name, " \t,;()\"'") || isNumber(name)) {
 		return strconv.Quote(name)
 	}
 	return name

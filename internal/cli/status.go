@@ -237,7 +237,7 @@ func waitText(d *status.Doc, r status.Round) string {
 	if side == protocol.Succ {
 		peer = d.Links.Succ.Peer
 	}
-	return fmt.Sprintf("%s from %s %s", cmd, side, peer)
+	return strings.TrimSpace(fmt.Sprintf("%s from %s %s", cmd, side, quoteName(peer)))
 }
 
 func age(d *status.Doc, t time.Time) string {
@@ -282,7 +282,7 @@ func printFaults(w io.Writer, d *status.Doc, indent string) {
 	for _, f := range d.Faults {
 		blame := ""
 		if f.Peer != "" {
-			blame = fmt.Sprintf(", blames %s %s", f.Side, f.Peer)
+			blame = ", blames " + strings.TrimSpace(f.Side+" "+quoteName(f.Peer))
 		}
 		fmt.Fprintf(w, "%s  %s %s in round %s%s: %s\n", indent, f.Time.Format("2006-01-02 15:04:05.000"), f.Kind, status.RoundName(f.Round), blame, f.Error)
 	}
@@ -309,18 +309,18 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		if len(d.Rounds) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t(none in progress)\t\t\n", lead)
 		}
-		for i, r := range d.Rounds {
+		for i, g := range groupRounds(d) {
 			if i > 0 {
 				lead = "\t\t\t"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, status.RoundName(r.Round), r.State, age(d, r.Since), waitText(d, r))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", lead, g.label, g.state, g.age, g.wait)
 		}
 	}
 	tw.Flush()
 	var flight []string
 	for _, n := range nodes {
 		if n.Doc != nil {
-			flight = append(flight, fmt.Sprintf("%s %d", n.Label(), len(n.Doc.Rounds))+lastFinished(n.Doc))
+			flight = append(flight, fmt.Sprintf("%s: %d", quoteName(n.Label()), len(n.Doc.Rounds))+lastFinished(n.Doc))
 		}
 	}
 	fmt.Fprintf(w, "\nrounds in flight: %s\n", strings.Join(flight, ", "))
@@ -339,17 +339,102 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 	if len(verdicts) == 0 {
 		fmt.Fprintln(w, "no round in progress on any node that answered")
 	}
+	// Rounds held up by the same node for the same reason are one line:
+	// 64 rounds waiting for one node that does not answer are one fact.
+	type group struct {
+		v      status.Verdict
+		ids    []string
+		maxFor time.Duration
+	}
+	var groups []*group
+	byWhy := map[string]*group{}
 	for _, v := range verdicts {
+		key := fmt.Sprintf("%t\x00%s\x00%s", v.Done, v.Node, v.Why)
+		g := byWhy[key]
+		if g == nil {
+			g = &group{v: v}
+			byWhy[key] = g
+			groups = append(groups, g)
+		}
+		g.ids = append(g.ids, v.Round)
+		g.maxFor = max(g.maxFor, v.For)
+	}
+	for _, g := range groups {
+		v := g.v
+		what := "round " + status.RoundName(v.Round)
+		if len(g.ids) > 1 {
+			what = fmt.Sprintf("%d rounds (%s)", len(g.ids), roundList(g.ids))
+		}
 		if v.Done {
-			fmt.Fprintf(w, "round %s: done (%s)\n", status.RoundName(v.Round), v.Why)
+			fmt.Fprintf(w, "%s: done (%s)\n", what, v.Why)
 			continue
 		}
 		since := ""
-		if v.For > 0 {
-			since = fmt.Sprintf(" for %v", v.For.Round(100*time.Millisecond))
+		switch {
+		case g.maxFor > 0 && len(g.ids) > 1:
+			since = fmt.Sprintf(" for up to %v", g.maxFor.Round(100*time.Millisecond))
+		case g.maxFor > 0:
+			since = fmt.Sprintf(" for %v", g.maxFor.Round(100*time.Millisecond))
 		}
-		fmt.Fprintf(w, "round %s: stuck at %s%s: %s\n", status.RoundName(v.Round), v.Node, since, v.Why)
+		fmt.Fprintf(w, "%s: stuck at %s%s: %s\n", what, quoteName(v.Node), since, v.Why)
 	}
+}
+
+// roundList names a group of rounds: all of a few, the first two and the
+// last of many.
+func roundList(ids []string) string {
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = status.RoundName(id)
+	}
+	if len(names) <= 4 {
+		return strings.Join(names, ", ")
+	}
+	return names[0] + ", " + names[1] + ", ..., " + names[len(names)-1]
+}
+
+// roundRow is one row of a node's rounds in the chain table: one round,
+// or several in the same state waiting for the same thing.
+type roundRow struct{ label, state, age, wait string }
+
+// groupRounds folds a node's rounds that are in the same state and wait
+// for the same thing into one row, in the order of their first round.
+func groupRounds(d *status.Doc) []roundRow {
+	type acc struct {
+		row    roundRow
+		ids    []string
+		oldest time.Time
+	}
+	var order []*acc
+	by := map[string]*acc{}
+	for _, r := range d.Rounds {
+		wt := waitText(d, r)
+		key := r.State + "\x00" + wt
+		a := by[key]
+		if a == nil {
+			a = &acc{row: roundRow{state: r.State, wait: wt}, oldest: r.Since}
+			by[key] = a
+			order = append(order, a)
+		}
+		a.ids = append(a.ids, r.Round)
+		if !r.Since.IsZero() && (a.oldest.IsZero() || r.Since.Before(a.oldest)) {
+			a.oldest = r.Since
+		}
+	}
+	rows := make([]roundRow, 0, len(order))
+	for _, a := range order {
+		row := a.row
+		row.age = age(d, a.oldest)
+		row.label = status.RoundName(a.ids[0])
+		if len(a.ids) > 1 {
+			row.label = fmt.Sprintf("%d rounds (%s)", len(a.ids), roundList(a.ids))
+			if row.age != "-" {
+				row.age = "up to " + row.age
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // lastFinished names the last round that ended at a node, if any.
