@@ -15,7 +15,9 @@ import (
 // docs/DESIGN.md, "Restarts and durable state": a round a node finds
 // aborted when it restarts (it died after the abort, before it ended
 // normally) reports the fault it really ended with, through the log, the
-// trace and so the hook, not an empty kind.
+// trace and so the hook, not an empty kind; the trace marks it Resumed, so
+// that counters (docs/OPERATIONS.md, "Counters across restarts") do not
+// count it again.
 func TestResumeAbortedReportsKind(t *testing.T) {
 	dir := t.TempDir()
 	j, _, err := journal.Open(dir, journal.Header{Role: "head", Name: "A"})
@@ -52,8 +54,8 @@ func TestResumeAbortedReportsKind(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(faults) != 1 || faults[0].Fault != FaultPeerSilent {
-		t.Errorf("traced faults %+v, want one peer-silent (the hook's)", faults)
+	if len(faults) != 1 || faults[0].Fault != FaultPeerSilent || !faults[0].Resumed {
+		t.Errorf("traced faults %+v, want one peer-silent (the hook's), marked Resumed (counters skip it)", faults)
 	}
 }
 

@@ -167,6 +167,11 @@ type TraceEvent struct {
 	// for when more than one: under a flood only a sample is traced one by
 	// one, and one event per interval counts the rest (Err says so).
 	Count int
+	// Resumed, on a TraceFault, says the fault ended its round before this
+	// process started: the journal remembered it. It is traced once (the
+	// --on-fault hook hears of it, in case the process that found it died
+	// first) but it is not this process's fault: counters skip it.
+	Resumed bool
 }
 
 // FaultKind names a kind of fault, as the --on-fault hook's CHAINSYNC_FAULT

@@ -77,7 +77,7 @@ func (n *Node) resume(st *journal.State) {
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
-			n.recordFault(fe.fault()) // the log, the hook: how the round ended
+			n.restoredFault(fe.fault())
 			ri.reported = true
 			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault, Err: fe})
 		case protocol.StateStart:
@@ -92,6 +92,22 @@ func (n *Node) resume(st *journal.State) {
 	}
 	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds),
 		"ended_before", ended, "interrupted_tasks", interrupted)
+}
+
+// restoredFault reports f, the fault with which a round ended before this
+// process started, once: kept for Snapshot, logged as the past (WARN, not
+// a new ERROR), traced with Resumed so that the hook hears of it and the
+// counters do not count it again, and its notice sent on as recordFault
+// would (a neighbour that never heard of it learns it now). Loop only.
+func (n *Node) restoredFault(f Fault) {
+	f.Time = time.Now()
+	n.keepFault(f)
+	n.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
+	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
+		Err: errors.New(f.Err), Resumed: true})
+	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+		n.later(func() { n.announce(f, false) })
+	}
 }
 
 // resumeTask handles a round whose task was running when the node died,

@@ -127,7 +127,9 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 			m.violations[s] += uint64(max(1, ev.Count))
 		}
 	case chainsync.TraceFault:
-		if ev.Fault != "" {
+		// A fault the journal remembers from before a restart is not
+		// this process's: counters count what this process did.
+		if ev.Fault != "" && !ev.Resumed {
 			m.faults[string(ev.Fault)]++
 		}
 	}
