@@ -22,6 +22,11 @@ type Config struct {
 	// Listener, if set, is used instead of binding Listen (tests, socket
 	// activation). The node closes it on Close.
 	Listener net.Listener
+	// Dial, if set, makes each attempt to connect to Next instead of a
+	// TCP dial (tests on an in-memory network, a custom transport). The
+	// node still retries with its backoff and secures the connection
+	// with Secure.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Prev is the predecessor's address, used in logs. The predecessor
 	// dials this node; this node never dials it, so its port is not used.
 	Prev string
@@ -173,6 +178,11 @@ type Config struct {
 	// peerLogBurst, for tests that watch every violation: how many lines
 	// peers may cause per kind and interval (0: admitBurst).
 	peerLogBurst int
+
+	// ownTaskGoroutines, for tests in a testing/synctest bubble: each
+	// task runs on a goroutine of its own, not on the process's shared
+	// workers, which live outside any one bubble.
+	ownTaskGoroutines bool
 }
 
 // FaultPolicy is what a node does about a fault caused by a neighbour

@@ -130,7 +130,7 @@ func (n *Node) dialLoop() {
 		}
 	}
 	for {
-		c, err := secure.Dial(n.ctx, n.cfg.Secure, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
+		c, err := secure.Dial(n.ctx, n.cfg.Secure, n.cfg.Dial, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
 		if err != nil {
 			if n.ctx.Err() != nil {
 				return // closing

@@ -186,7 +186,11 @@ func (n *Node) endTurn() {
 		}
 	}
 	for i, t := range n.starting {
-		taskWorkers.run(n, t)
+		if n.cfg.ownTaskGoroutines {
+			go n.runTask(t)
+		} else {
+			taskWorkers.run(n, t)
+		}
 		n.starting[i] = taskStart{}
 	}
 	n.starting = n.starting[:0]

@@ -22,17 +22,17 @@ type Handshaker interface {
 const AcceptTimeout = 3 * time.Second
 
 // Dial reaches the successor at addr the way a node does: it retries the
-// TCP connection with b until the successor answers or ctx ends (onRetry,
-// if set, hears of each failed attempt and the delay before the next),
-// then secures the connection with h, the handshake bounded by limit.
+// connection (TCP, or dial's) with b until the successor answers or ctx
+// ends (onRetry, if set, hears of each failed attempt and the delay
+// before the next), then secures the connection with h, the handshake bounded by limit.
 //
 // An error wraps ctx's error if ctx ended before a connection was made;
 // otherwise the handshake failed (usually a *RefusedError), the
 // connection is closed, and the caller decides whether to dial again.
 // Dial does not Reset b.
-func Dial(ctx context.Context, h Handshaker, addr string, b *transport.Backoff, limit time.Duration,
+func Dial(ctx context.Context, h Handshaker, dial transport.DialFunc, addr string, b *transport.Backoff, limit time.Duration,
 	onRetry func(err error, attempt int, next time.Duration)) (net.Conn, error) {
-	c, err := transport.Dial(ctx, addr, b, onRetry)
+	c, err := transport.Dial(ctx, dial, addr, b, onRetry)
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func TestDialAcceptPlain(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, nil, ln.Addr().String(), &transport.Backoff{}, time.Second, nil)
+	c, err := Dial(ctx, nil, nil, ln.Addr().String(), &transport.Backoff{}, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestDialRetriesThenRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	tries := 0
-	_, err = Dial(ctx, nil, addr, &transport.Backoff{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond}, time.Second,
+	_, err = Dial(ctx, nil, nil, addr, &transport.Backoff{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond}, time.Second,
 		func(error, int, time.Duration) { tries++ })
 	if !errors.Is(err, context.DeadlineExceeded) || tries < 2 {
 		t.Errorf("nothing listening: err %v after %d tries, want the context's error after retries", err, tries)
@@ -131,7 +131,7 @@ func TestDialRetriesThenRefuses(t *testing.T) {
 	}()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
-	_, err = Dial(ctx2, a, pl.Addr().String(), &transport.Backoff{}, 2*time.Second, nil)
+	_, err = Dial(ctx2, a, nil, pl.Addr().String(), &transport.Backoff{}, 2*time.Second, nil)
 	var re *RefusedError
 	if !errors.As(err, &re) || ctx2.Err() != nil {
 		t.Errorf("a successor that is not TLS: err %v, want a *RefusedError before the context ends", err)

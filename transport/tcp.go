@@ -33,16 +33,29 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 	return lc.Listen(ctx, "tcp", addr)
 }
 
-// Dial connects to addr, retrying with b until it succeeds or ctx ends: a
-// successor that is not up yet is normal. Each failed attempt is passed to
+// DialFunc makes one attempt to connect to addr. Config.Dial takes one, so
+// that tests can put a node on an in-memory network.
+type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
+
+// DialTimeout bounds one attempt to connect.
+const DialTimeout = 5 * time.Second
+
+// Dial connects to addr with dial (nil: TCP), retrying with b until it
+// succeeds or ctx ends: a successor that is not up yet is normal. Each
+// attempt is bounded by DialTimeout. Each failed attempt is passed to
 // onRetry (if set) with the delay before the next one. The connection is
 // tuned with Tune. Dial does not Reset b: the caller does once the
 // connection has proved useful, so a peer that accepts and at once closes
 // is not re-dialed in a hot loop.
-func Dial(ctx context.Context, addr string, b *Backoff, onRetry func(err error, attempt int, next time.Duration)) (net.Conn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: KeepAlive}
+func Dial(ctx context.Context, dial DialFunc, addr string, b *Backoff, onRetry func(err error, attempt int, next time.Duration)) (net.Conn, error) {
+	if dial == nil {
+		d := net.Dialer{KeepAliveConfig: KeepAlive}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
 	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		actx, cancel := context.WithTimeout(ctx, DialTimeout)
+		c, err := dial(actx, addr)
+		cancel()
 		if err == nil {
 			Tune(c)
 			return c, nil

@@ -18,7 +18,7 @@ func TestTuneSetsSocketOptions(t *testing.T) {
 	}
 	defer ln.Close()
 	var b Backoff
-	c, err := Dial(context.Background(), ln.Addr().String(), &b, nil)
+	c, err := Dial(context.Background(), nil, ln.Addr().String(), &b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

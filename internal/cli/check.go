@@ -276,7 +276,7 @@ func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, t
 	addr := cfg.Next
 	b := transport.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax}
 	var lastErr error
-	sc, err := secure.Dial(ctx, sec, addr, &b, cfg.PendingTimeout, func(err error, _ int, _ time.Duration) { lastErr = err })
+	sc, err := secure.Dial(ctx, sec, nil, addr, &b, cfg.PendingTimeout, func(err error, _ int, _ time.Duration) { lastErr = err })
 	if err != nil {
 		var re *secure.RefusedError
 		if errors.As(err, &re) || ctx.Err() == nil {
