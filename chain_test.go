@@ -164,7 +164,7 @@ func TestChainTCP(t *testing.T) {
 			sent := countSent(cfgs)
 			nodes := startAll(t, cfgs, rng.Perm(n))
 			for _, i := range rng.Perm(n) {
-				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+				after(time.Duration(rng.IntN(3000)) * time.Microsecond)
 				rec.markReady("", i)
 				if err := nodes[i].Ready(""); err != nil {
 					t.Fatal(err)

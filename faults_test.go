@@ -197,7 +197,7 @@ func TestHeartbeatOnlyOnIdleLinksTCP(t *testing.T) {
 			pauses++
 		}
 		prevSend = time.Now()
-		time.Sleep(20 * time.Millisecond)
+		after(20 * time.Millisecond) // pace the READYs
 	}
 	busy := time.Since(busyStart)
 	// Idle: the predecessor sends only heartbeats (every D/2, so the Tail
@@ -379,8 +379,8 @@ func TestTaskTimeoutTCP(t *testing.T) {
 		timeout bool
 	}{
 		{"cancelled", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, true},
-		{"ignores-context", func(context.Context) error { time.Sleep(2 * limit); return nil }, true},
-		{"in-time", func(context.Context) error { time.Sleep(limit / 10); return nil }, false},
+		{"ignores-context", func(context.Context) error { after(2 * limit); return nil }, true},
+		{"in-time", func(context.Context) error { after(limit / 10); return nil }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -480,14 +480,23 @@ func settleResources(t *testing.T, maxG, maxFD int, what string) (int, int) {
 // polling sleep of this package's tests: for a state that no event
 // announces (a count of goroutines, a Snapshot field).
 func poll(d, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
+	if cond() {
+		return true
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if cond() {
+				return true
+			}
+		case <-deadline.C:
 			return cond()
 		}
-		time.Sleep(interval)
 	}
-	return true
 }
 
 // waitCond polls cond until it holds, or fails after d.

@@ -73,7 +73,7 @@ func TestIdlePredecessorIsNotThrownOut(t *testing.T) {
 		}
 		pred := testnet.NewPeer(t, ln.dial(t))
 		// Several PendingTimeouts of silence, then the first line.
-		time.Sleep(6 * pending)
+		after(6 * pending)
 		synctest.Wait() // the node has done all it does in that time
 		pred.Send(t, "READY\n")
 		pred.Expect(t, "START\n")
