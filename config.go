@@ -40,6 +40,10 @@ type Config struct {
 	// and fault reports. Optional: without them a neighbour is named by
 	// its address.
 	PrevName, NextName string
+	// Chain, optional, names every node of the chain in order (as --chain
+	// does), this one among them: an undelivered round's report names the
+	// nodes after the one past which no word came.
+	Chain []string
 	// Next is the successor's address, which this node dials. Empty means
 	// the node has no successor: it is the Tail.
 	Next string

@@ -128,7 +128,10 @@ func Example_namedRounds() {
 // A task that fails halts the chain at its node: the failing node's round
 // ends with StatusTaskFailed and no COMPLETE is sent on, so the nodes after
 // it never run their task. Its predecessor, which would otherwise wait for
-// the exit wave for ever, gives up after its PhaseTimeout.
+// the exit wave for ever, gives up after its PhaseTimeout; without fault
+// notices (Config.Heartbeat) it cannot know why the exit wave did not come
+// back, so its round ends StatusUndelivered: the tasks after it may have
+// run (an UndeliveredError says whom to ask).
 func ExampleResult_taskFailed() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -161,7 +164,7 @@ func ExampleResult_taskFailed() {
 	fmt.Println("C ran its task:", tailRan.Load())
 	// Output:
 	// B: task failed
-	// A: fault
+	// A: undelivered
 	// C ran its task: false
 }
 

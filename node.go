@@ -633,7 +633,7 @@ func (n *Node) act(a *protocol.Action) {
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
-		case protocol.Aborted:
+		case protocol.Aborted, protocol.NoExitWave:
 			res.Status = StatusFault
 			if ri.cause == nil && n.cause != nil {
 				// The machine's policy ends the round for this fault.
@@ -648,6 +648,11 @@ func (n *Node) act(a *protocol.Action) {
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted")
+			}
+			if a.Outcome == protocol.NoExitWave && !failedAfter(res.Err) {
+				// The tasks after this node may have run: say so, not
+				// that the round failed.
+				res.Status, res.Err = StatusUndelivered, n.undelivered(a.Round, res.Err)
 			}
 		case protocol.NotDelivered:
 			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,

@@ -24,9 +24,17 @@ const (
 	StatusFault
 	// StatusStopped: the node was closed before the round finished.
 	StatusStopped
+	// StatusUndelivered: a fault ended the round after this node's task
+	// was done and its COMPLETE went on to the successor, before the exit
+	// wave came back. Nothing is known of the nodes after: their tasks may
+	// have run (Err, an *UndeliveredError, names them). Not a failure of
+	// this node's part; an operator asks those nodes (or reads their
+	// journals) before doing anything again.
+	StatusUndelivered
 )
 
-// String returns "done", "task failed", "fault" or "stopped".
+// String returns "done", "task failed", "fault", "stopped" or
+// "undelivered".
 func (s Status) String() string {
 	switch s {
 	case StatusDone:
@@ -37,6 +45,8 @@ func (s Status) String() string {
 		return "fault"
 	case StatusStopped:
 		return "stopped"
+	case StatusUndelivered:
+		return "undelivered"
 	}
 	return "Status(?)"
 }
@@ -46,7 +56,8 @@ type Result struct {
 	Round  string
 	Status Status
 	// Err says why, for every status but StatusDone: the task's error
-	// (wrapped in *TaskError), the fault (*FaultError) or ErrStopped.
+	// (wrapped in *TaskError), the fault (*FaultError), what is not known
+	// (*UndeliveredError, which wraps the fault) or ErrStopped.
 	Err error
 }
 

@@ -90,8 +90,12 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 	}
 	lvl, msg := slog.LevelInfo, "round over"
 	args := []any{"round", id, "status", res.Status.String()}
+	var ue *UndeliveredError
 	switch {
 	case res.Status == StatusDone:
+	case errors.As(res.Err, &ue):
+		// Not a failure here: what is not known, and whom to ask.
+		lvl, msg = slog.LevelWarn, "round over: undelivered: "+ue.Known()
 	case ri.reported:
 		// One ERROR line per fault: the fault's own line said it all;
 		// this one only refers to it.

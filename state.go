@@ -79,7 +79,11 @@ func (n *Node) resume(st *journal.State) {
 			}
 			n.restoredFault(fe.fault())
 			ri.reported = true
-			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusFault, Err: fe})
+			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
+			if rec.Outcome() == protocol.NoExitWave {
+				res.Status, res.Err = StatusUndelivered, n.undelivered(rec.Round, fe)
+			}
+			n.restored(rec.Round, ri, res)
 		case protocol.StateStart:
 			interrupted++
 			n.resumeTask(rec.Round, ri)

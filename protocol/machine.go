@@ -282,9 +282,14 @@ const (
 	// NotDelivered: this node's part finished (state DONE) but its final
 	// COMPLETE was never handed to the predecessor (EvUndelivered).
 	NotDelivered
+	// NoExitWave: the round was aborted after this node's task was done
+	// and its COMPLETE went on to the successor (state COMPLETE), before
+	// the exit wave came back: the tasks after this node may have run.
+	NoExitWave
 )
 
-// String returns "done", "task failed", "aborted" or "not delivered".
+// String returns "done", "task failed", "aborted", "not delivered" or
+// "no exit wave".
 func (o Outcome) String() string {
 	switch o {
 	case Done:
@@ -295,6 +300,8 @@ func (o Outcome) String() string {
 		return "aborted"
 	case NotDelivered:
 		return "not delivered"
+	case NoExitWave:
+		return "no exit wave"
 	}
 	return "Outcome(?)"
 }
@@ -577,11 +584,22 @@ func (m *Machine) abortAll(out []Action) []Action {
 // abortRound aborts r for the policy; with Config.Durable it is saved
 // with the step.
 func (m *Machine) abortRound(r *round, out []Action) []Action {
+	o := m.abortOutcome(r)
 	out = m.set(r, StateAborted, out)
 	if m.cfg.Durable && !slices.Contains(m.moved, r) {
 		m.moved = append(m.moved, r)
 	}
-	return m.finish(r, Aborted, out)
+	return m.finish(r, o, out)
+}
+
+// abortOutcome is the outcome of aborting r now: NoExitWave once its
+// COMPLETE went on to the successor (the tasks after this node may have
+// run; only the exit wave would have said), else Aborted.
+func (m *Machine) abortOutcome(r *round) Outcome {
+	if r.state == StateComplete && m.cfg.Role.HasSucc() {
+		return NoExitWave
+	}
+	return Aborted
 }
 
 // Active returns the number of rounds that are not finished.
@@ -926,8 +944,9 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 	if r.state.Terminal() {
 		return out, nil
 	}
+	o := m.abortOutcome(r)
 	out = m.set(r, StateAborted, out)
-	return m.finish(r, Aborted, out), nil
+	return m.finish(r, o, out), nil
 }
 
 // linkUp re-sends the last message sent on the link for every unfinished

@@ -322,6 +322,10 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	case chainsync.StatusFault.String():
 		fmt.Fprintf(stderr, "chainsync open: round %s: fault at %s: %s\n", oc.Round, nodeLabel(oc.Node), oc.Reason)
 		return ExitFault
+	case chainsync.StatusUndelivered.String():
+		// Not known to have failed: whom to ask before doing it again.
+		fmt.Fprintf(stderr, "chainsync open: round %s: undelivered: %s\n", oc.Round, oc.Reason)
+		return ExitFault
 	}
 	fmt.Fprintf(stderr, "chainsync open: round %s: %s: %s\n", oc.Round, oc.Status, oc.Reason)
 	return ExitInterrupted

@@ -185,7 +185,9 @@ func describeRound(role string, r protocol.Record, fault string) journalRound {
 		jr.Outcome = "task failed"
 	case protocol.StateAborted:
 		jr.Outcome = "aborted"
-		if fault == "" {
+		if r.Outcome() == protocol.NoExitWave && hasSucc {
+			jr.Outcome = "undelivered (aborted after this node's COMPLETE went on: the tasks after it may have run)"
+		} else if fault == "" {
 			jr.Outcome += " (stopped, or a fault before faults were recorded)"
 		}
 	default:
@@ -198,6 +200,8 @@ func describeRound(role string, r protocol.Record, fault string) journalRound {
 		jr.ExitWave = "NOT delivered: still owed to the predecessor"
 	case role == "head" && r.ExitRecv:
 		jr.ExitWave = "came back from the successor"
+	case role == "head" && r.Outcome() == protocol.NoExitWave:
+		jr.ExitWave = "did not come back"
 	default:
 		jr.ExitWave = "-"
 	}

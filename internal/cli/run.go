@@ -305,6 +305,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if cfg.PrevName == "" && cfg.NextName == "" {
 		cfg.PrevName, cfg.NextName = o.tls.PrevName, o.tls.NextName
 	}
+	cfg.Chain = o.tls.ChainNames // an undelivered round names the nodes to ask
 	if o.prev != "" {
 		// An explicit --prev is checked: the predecessor's connections
 		// must come from its host (with --chain it is only a name).
@@ -514,7 +515,7 @@ func resultCode(res chainsync.Result) int {
 		return ExitOK
 	case chainsync.StatusTaskFailed:
 		return ExitTaskFailed
-	case chainsync.StatusFault:
+	case chainsync.StatusFault, chainsync.StatusUndelivered:
 		return ExitFault
 	}
 	return ExitInterrupted

@@ -79,6 +79,12 @@ func outcomeOf(res chainsync.Result, name string) outcome {
 	if res.Err != nil {
 		oc.Reason = res.Err.Error()
 	}
+	var ue *chainsync.UndeliveredError
+	if errors.As(res.Err, &ue) {
+		// Not a failure: what is not known, and whom to ask.
+		oc.Node, oc.Reason = ue.Beyond, ue.Known()
+		return oc
+	}
 	var fe *chainsync.FaultError
 	if errors.As(res.Err, &fe) {
 		switch {
@@ -521,6 +527,14 @@ func served(oc outcome, head, halt bool, log *slog.Logger) int {
 	c := ExitFault
 	if oc.Local == chainsync.StatusTaskFailed {
 		c = ExitTaskFailed // this node's own task
+	}
+	if oc.Local == chainsync.StatusUndelivered {
+		how := "serving on (--fault-policy wait)"
+		if halt {
+			how = "stopping (--fault-policy halt)"
+		}
+		log.Warn("round undelivered: "+oc.Reason+"; "+how, "round", oc.Round, "status", oc.Status, "node", oc.Node)
+		return c
 	}
 	if halt {
 		log.Error("round failed; stopping (--fault-policy halt)", "round", oc.Round, "status", oc.Status, "node", oc.Node)

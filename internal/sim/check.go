@@ -26,6 +26,9 @@ import (
 //     last to finish; a node with a predecessor finishes only once its
 //     final COMPLETE was handed to a live link (Delivered), or ends
 //     NotDelivered when the driver gives up on that (Undelivered);
+//   - a round aborted after its COMPLETE went on to the successor, before
+//     the exit wave came back, ends NoExitWave (the tasks after the node
+//     may have run), any other aborted round Aborted;
 //   - every state change is one the draft allows for the node's role, and
 //     the Machine's State always matches the reported changes;
 //   - a rejected event changes no state;
@@ -359,6 +362,13 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		case protocol.Aborted:
 			if !nd.Aborted || nd.State != protocol.StateAborted {
 				return fmt.Errorf("aborted outcome without an abort")
+			}
+			if role.HasSucc() && nd.Finished && nd.sent&completeFwd != 0 && nd.got&completeBwd == 0 {
+				return fmt.Errorf("aborted outcome for a round whose COMPLETE went on to the successor: the tasks after this node may have run (want no exit wave)")
+			}
+		case protocol.NoExitWave:
+			if !nd.Aborted || nd.State != protocol.StateAborted || !role.HasSucc() || nd.sent&completeFwd == 0 || nd.got&completeBwd != 0 {
+				return fmt.Errorf("no-exit-wave outcome for a round whose COMPLETE did not go on to the successor, or whose exit wave came back")
 			}
 		default:
 			return fmt.Errorf("unknown outcome %v", a.Outcome)

@@ -29,3 +29,24 @@ func TestMetricsSkipResumedFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsUndeliveredApart: a round that ended undelivered (the tasks
+// after this node may have run) is counted as outcome="undelivered", not
+// as a fault. docs/FAULTS.md, "Undelivered rounds".
+func TestMetricsUndeliveredApart(t *testing.T) {
+	m := NewMetrics(protocol.Head, "v", "go")
+	m.Observe(chainsync.TraceEvent{Kind: chainsync.TraceRoundDone, Round: "r1", Status: chainsync.StatusUndelivered})
+	m.Observe(chainsync.TraceEvent{Kind: chainsync.TraceRoundDone, Round: "r2", Status: chainsync.StatusFault})
+	var b strings.Builder
+	if _, err := m.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`chainsync_rounds_total{outcome="undelivered"} 1`,
+		`chainsync_rounds_total{outcome="fault"} 1`,
+	} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+}

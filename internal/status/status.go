@@ -24,7 +24,7 @@ type Doc struct {
 // Finished is one round that ended at a node.
 type Finished struct {
 	Round  string    `json:"round"`
-	Status string    `json:"status"` // done, task failed, fault or stopped
+	Status string    `json:"status"` // done, task failed, fault, undelivered or stopped
 	Opened time.Time `json:"opened"` // when the node first heard of it
 	Ended  time.Time `json:"ended"`
 	Error  string    `json:"error,omitempty"` // why, unless done
