@@ -113,7 +113,7 @@ func BenchmarkRound(b *testing.B) {
 
 func benchRound(b *testing.B, n int, quick bool) {
 	floor := oneWayFloor(b)
-	cfgs := chainConfigs(b, n)
+	cfgs := tcpChainConfigs(b, n)
 	for i := range cfgs {
 		cfgs[i].MaxRounds = 1 << 20
 		cfgs[i].QuickTask = quick
@@ -223,7 +223,7 @@ func benchPipelined(b *testing.B, quick bool) {
 		wrong atomic.Int64
 		done  = make(chan struct{}, inFlight)
 	)
-	cfgs := chainConfigs(b, n)
+	cfgs := tcpChainConfigs(b, n)
 	for i := range cfgs {
 		cfgs[i].MaxRounds = 1 << 20
 		cfgs[i].QuickTask = quick

@@ -187,6 +187,10 @@ type Config struct {
 	// task runs on a goroutine of its own, not on the process's shared
 	// workers, which live outside any one bubble.
 	ownTaskGoroutines bool
+
+	// listen, for tests on a simulated network: binds Listen when the
+	// node starts, instead of a TCP listener.
+	listen func(ctx context.Context, addr string) (net.Listener, error)
 }
 
 // FaultPolicy is what a node does about a fault caused by a neighbour

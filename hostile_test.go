@@ -1290,10 +1290,11 @@ func TestHostileRedialBackoff(t *testing.T) {
 // version of handle() called linkUp() after that failed write, which
 // stopped the watchdog for a link that was down: the round waited forever.)
 // docs/DESIGN.md "Faults" (timeouts) and "Wire format" (bad input never
-// moves state). On the simulated network the RST is made to overtake the
-// node's reply every time: the line is held by a partition while the
-// connection is reset, then delivered, so the node reads it and its
-// answer meets a reset connection.
+// moves state). On the simulated network the RST overtakes the node's
+// reply every time: the connection is reset just after the line is sent,
+// and the network delays the line by 1s and the reset by 2s, so the node
+// reads the line, its answer fails at once, and its reader hears of the
+// reset a second later.
 func TestHostilePromotionWriteFailure(t *testing.T) {
 	simulated(t, func(t *testing.T) {
 		const connectTO = 300 * time.Millisecond
@@ -1325,13 +1326,14 @@ func TestHostilePromotionWriteFailure(t *testing.T) {
 		pred.Expect(t, "COMPLETE:a\n")
 		tail.waitDone(t, "a")
 		pred.Close()
+		waitCond(t, time.Minute, "the predecessor's close to be seen", func() bool { return !tail.predUp() })
 
 		stray := dial(strayHost)
 		peer := stray.Addr()
-		nw.Partition(strayHost, tailHost)
+		nw.SetDelay(time.Second) // the line arrives 1s after it is sent,
 		stray.Send(t, "COMPLETE:a\n")
+		nw.SetDelay(2 * time.Second) // the RST after 2s, the answer fails at once
 		nw.Reset(strayHost)
-		nw.Heal(strayHost, tailHost)
 		waitCond(t, 2*time.Second, "the stray connection to end", func() bool {
 			return tail.tr.count(func(ev TraceEvent) bool {
 				return ev.Peer == peer && ev.Kind == TraceLinkDown

@@ -251,7 +251,11 @@ func Start(cfg Config) (*Node, error) {
 	if n.role.HasPred() {
 		n.ln = cfg.Listener
 		if n.ln == nil {
-			ln, err := transport.Listen(n.ctx, cfg.Listen)
+			listen := transport.Listen
+			if cfg.listen != nil {
+				listen = cfg.listen
+			}
+			ln, err := listen(n.ctx, cfg.Listen)
 			if err != nil {
 				n.cancel()
 				if n.j != nil {

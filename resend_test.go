@@ -113,7 +113,7 @@ func TestFirstSendIsNotAResend(t *testing.T) {
 // reported as one.
 func TestResendAfterReconnectIsMarked(t *testing.T) {
 	const n = 3
-	cfgs := chainConfigs(t, n)
+	cfgs := tcpChainConfigs(t, n)
 	p := newResetProxy(t, cfgs[1].Listen)
 	cfgs[0].Next = p.Addr()
 	counts := make([]*sendCounts, n)

@@ -1,9 +1,11 @@
 package chainsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,12 +38,8 @@ func simChain(t testing.TB, nw *testnet.Network, n int) []Config {
 			Dial: nw.Dialer(simHost(i)), ownTaskGoroutines: true,
 		}
 		if i > 0 {
-			addr := simHost(i) + ":7000"
-			ln, err := nw.Listen(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfgs[i].Listener, cfgs[i].Listen = ln, addr
+			cfgs[i].Listen = simHost(i) + ":7000"
+			cfgs[i].listen = func(_ context.Context, addr string) (net.Listener, error) { return nw.Listen(addr) }
 			cfgs[i].Prev, cfgs[i].PrevName = simHost(i-1)+":7000", fmt.Sprintf("N%d", i-1)
 		}
 		if i < n-1 {
@@ -194,8 +192,7 @@ func TestConnectTimeoutSimulated(t *testing.T) {
 		const timeout = 10 * time.Second
 		cfgs := simChain(t, testnet.NewNetwork(), 2)
 		cfgs[0].ConnectTimeout = timeout
-		cfgs[1].Listener.Close() // the Tail is never started: nothing listens
-		head := startWatched(t, cfgs[0])
+		head := startWatched(t, cfgs[0]) // the Tail is never started: nothing listens
 		start := time.Now()
 		if err := head.Ready(""); err != nil {
 			t.Fatal(err)

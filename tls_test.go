@@ -55,7 +55,7 @@ func runChain(t *testing.T, nodes []*Node) {
 
 func TestMutualTLSChain(t *testing.T) {
 	gen := genCerts(t, 3)
-	cfgs := chainConfigs(t, 3)
+	cfgs := tcpChainConfigs(t, 3)
 	for i := range cfgs {
 		cfgs[i].Secure = mustLoad(t, secure.Options{CertFile: gen[i].CertFile, KeyFile: gen[i].KeyFile, CAFile: gen[i].CAFile})
 	}
@@ -64,7 +64,7 @@ func TestMutualTLSChain(t *testing.T) {
 
 func TestPinnedChain(t *testing.T) {
 	gen := genCerts(t, 3)
-	cfgs := chainConfigs(t, 3)
+	cfgs := tcpChainConfigs(t, 3)
 	for i := range cfgs {
 		o := secure.Options{CertFile: gen[i].CertFile, KeyFile: gen[i].KeyFile} // no CA: pins alone
 		if i > 0 {
@@ -83,7 +83,7 @@ func TestPSKChain(t *testing.T) {
 	if err := secure.WritePSKFile(psk, false); err != nil {
 		t.Fatal(err)
 	}
-	cfgs := chainConfigs(t, 3)
+	cfgs := tcpChainConfigs(t, 3)
 	for i := range cfgs {
 		o := secure.Options{PSKFile: psk, SelfName: cfgs[i].Name}
 		if i > 0 {
@@ -121,7 +121,7 @@ func (s *syncBuffer) String() string {
 func TestRefusedPredecessorsDoNotDisturbTLS(t *testing.T) {
 	gen := genCerts(t, 3)
 	other := genCerts(t, 1)
-	cfgs := chainConfigs(t, 3)
+	cfgs := tcpChainConfigs(t, 3)
 	var logs syncBuffer
 	for i := range cfgs {
 		cfgs[i].Secure = mustLoad(t, secure.Options{CertFile: gen[i].CertFile, KeyFile: gen[i].KeyFile, CAFile: gen[i].CAFile})

@@ -47,7 +47,8 @@ func smallBufListener(t *testing.T) net.Listener {
 // the Tail's predecessor: it opens 1000 rounds with READY and never reads
 // the Tail's STARTs (about 130 KB; the socket takes a few KB, the rest
 // waits in the link's outbox for its writer). Meanwhile Snapshot, Ready,
-// and Wait stay fast (each call well under 100 ms, measured), the Tail
+// and Wait stay fast (each call far from the write timeout; the slowest
+// is logged, typically well under a millisecond), the Tail
 // keeps reading and acting on the predecessor's lines, the predecessor is
 // cut off once a write has waited WriteTimeout, and Close returns at once.
 func TestStuckPeerStallsNothing(t *testing.T) {
@@ -83,8 +84,10 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 		f()
 		d := time.Since(start)
 		slowest = max(slowest, d)
-		if d > 100*time.Millisecond {
-			t.Errorf("%s took %v while the predecessor is not reading", what, d)
+		// A call that waited on the stuck write would take the write
+		// timeout; half of it leaves room for a loaded machine.
+		if d > writeTimeout/2 {
+			t.Errorf("%s took %v while the predecessor is not reading (a stall waits for the %v write timeout)", what, d, writeTimeout)
 		}
 	}
 	// Until the cut-off, every call that takes the node's lock is quick,

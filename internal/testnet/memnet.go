@@ -149,8 +149,10 @@ func (nw *Network) SetDelay(d time.Duration) {
 }
 
 // Reset resets every connection with an end on host, as an RST would:
-// both ends read what was sent before it, then their reads fail with
-// ECONNRESET; every write fails at once.
+// every write fails at once; both ends read what was sent before it,
+// then, once the network's delay has passed, their reads fail with
+// ECONNRESET. (With a delay, a node can read a line and fail to answer
+// it before it hears of the reset: the race a real RST can win.)
 func (nw *Network) Reset(host string) int { return nw.each(host, (*memConn).reset) }
 
 // Drop closes every connection with an end on host from that end, as its
@@ -283,8 +285,9 @@ type pipe struct {
 
 	mu     sync.Mutex
 	chunks []chunk
-	eof    bool // the writer closed
-	rst    bool // reset: reads fail at once
+	eof    bool      // the writer closed
+	rst    bool      // reset: writes fail; reads, once drained and at rstAt
+	rstAt  time.Time // when the reset reaches the reader (after the delay)
 	wake   chan struct{}
 }
 
@@ -355,11 +358,14 @@ func (c *memConn) Read(b []byte) (int, error) {
 		}
 		p := c.in
 		p.mu.Lock()
-		if p.rst && len(p.chunks) == 0 {
-			p.mu.Unlock()
-			return 0, c.opErr("read", errReset)
-		}
 		var wait time.Duration = -1
+		if p.rst && len(p.chunks) == 0 {
+			if !now.Before(p.rstAt) {
+				p.mu.Unlock()
+				return 0, c.opErr("read", errReset)
+			}
+			wait = p.rstAt.Sub(now)
+		}
 		held := len(p.chunks) > 0 && c.nw.held(p.from, p.to)
 		if len(p.chunks) > 0 && !held {
 			if ch := p.chunks[0]; now.Before(ch.at) {
@@ -452,9 +458,10 @@ func (c *memConn) Close() error {
 // reset fails both directions: what was sent before it is still read,
 // then reads fail; writes fail at once.
 func (c *memConn) reset() {
+	delay, now := c.nw.sendDelay()
 	for _, p := range []*pipe{c.in, c.out} {
 		p.mu.Lock()
-		p.rst = true
+		p.rst, p.rstAt = true, now.Add(delay)
 		p.mu.Unlock()
 		p.poke()
 	}
