@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -227,21 +228,33 @@ func (a *agent) connect(next Addrs) error {
 // the predecessor go on to the successor (the Tail sends them back), lines
 // from the successor go back to the predecessor. A line of the second lap
 // (it starts with '2') going forward is where the chain runs its tasks, so
-// the hop sleeps the task time there first.
+// the hop sleeps the task time there first. Every complete line that has
+// arrived goes on in one write, as the chain's readers hand all the lines
+// of one read to their node at once: with many rounds in flight the floor
+// is what the links allow, not one write per line.
 func (a *agent) relayHops() {
 	sleep := a.spec.TaskSleep
 	forward := func(in, out net.Conn, tasks bool) {
 		defer a.wg.Done()
-		r := bufio.NewReader(in)
+		r := bufio.NewReaderSize(in, 64<<10)
+		var batch []byte
 		for {
 			line, err := r.ReadSlice('\n')
 			if err != nil {
 				return
 			}
-			if tasks && sleep > 0 && line[0] == '2' {
-				time.Sleep(sleep)
+			batch = batch[:0]
+			for {
+				if tasks && sleep > 0 && line[0] == '2' {
+					time.Sleep(sleep)
+				}
+				batch = append(batch, line...)
+				if !lineBuffered(r) {
+					break
+				}
+				line, _ = r.ReadSlice('\n')
 			}
-			if _, err := out.Write(line); err != nil {
+			if _, err := out.Write(batch); err != nil {
 				return
 			}
 		}
@@ -258,33 +271,47 @@ func (a *agent) relayHops() {
 	}
 }
 
+// lineBuffered says whether r holds a complete line it has already read.
+func lineBuffered(r *bufio.Reader) bool {
+	b, _ := r.Peek(r.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
 // relay runs total relay rounds from the Head with k in flight, and
 // returns each one's latency and the time for all of them. A relay round
-// is a line sent to the Tail and back twice: 4(n-1) hops.
+// is a line sent to the Tail and back twice: 4(n-1) hops. What the lines
+// that arrived together cause leaves in one write.
 func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.Duration, error) {
 	c := a.relayNext
 	c.SetReadDeadline(deadline)
 	if a.relayR == nil {
-		a.relayR = bufio.NewReader(c)
+		a.relayR = bufio.NewReaderSize(c, 64<<10)
 	}
 	r := a.relayR
 	starts := make([]time.Time, total)
 	lat := make([]time.Duration, total)
-	buf := make([]byte, 0, 32)
-	send := func(lap byte, i int) error {
-		buf = append(buf[:0], lap, ':')
+	buf := make([]byte, 0, 1024)
+	queue := func(lap byte, i int) {
+		buf = append(buf, lap, ':')
 		buf = strconv.AppendInt(buf, int64(i), 10)
 		buf = append(buf, '\n')
+	}
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
 		_, err := c.Write(buf)
+		buf = buf[:0]
 		return err
 	}
 	t0 := time.Now()
 	next := 0
 	for ; next < k && next < total; next++ {
 		starts[next] = time.Now()
-		if err := send('1', next); err != nil {
-			return nil, 0, err
-		}
+		queue('1', next)
+	}
+	if err := flush(); err != nil {
+		return nil, 0, err
 	}
 	for done := 0; done < total; {
 		line, err := r.ReadSlice('\n')
@@ -299,19 +326,20 @@ func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.D
 			if d := a.spec.TaskSleep; d > 0 {
 				time.Sleep(d) // the Head's task
 			}
-			if err := send('2', i); err != nil {
-				return nil, 0, err
+			queue('2', i)
+		} else {
+			lat[i] = time.Since(starts[i])
+			done++
+			if next < total {
+				starts[next] = time.Now()
+				queue('1', next)
+				next++
 			}
-			continue
 		}
-		lat[i] = time.Since(starts[i])
-		done++
-		if next < total {
-			starts[next] = time.Now()
-			if err := send('1', next); err != nil {
+		if !lineBuffered(r) {
+			if err := flush(); err != nil {
 				return nil, 0, err
 			}
-			next++
 		}
 	}
 	return lat, time.Since(t0), nil

@@ -32,7 +32,10 @@ order.
                   the same processes
 
 With --concurrent K the Head keeps K rounds (and the relay K lines) in
-flight: the rounds/s columns are then pipelined throughput.
+flight: the rounds/s columns are then pipelined throughput. Each relay hop
+passes on every line that has arrived in one write, as the chain's readers
+hand every line of a read to their node at once, so the floor is what the
+links allow.
 
 Examples:
   chainsync bench                                  n = 2, 4, 16 in one process
