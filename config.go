@@ -179,6 +179,14 @@ type Config struct {
 	// here. Logger gets its records the same way.
 	Trace func(TraceEvent)
 
+	// Approve makes each of this node's tasks wait, once its turn has
+	// come, for Node.Approve (or end at Node.Deny); see docs/STEERING.md.
+	Approve bool
+	// OnHold, if set, is told when a hold or an approval wait begins at
+	// this node. It runs on the node's loop, like Trace: it must not
+	// block.
+	OnHold func(HoldEvent)
+
 	// peerLogBurst, for tests that watch every violation: how many lines
 	// peers may cause per kind and interval (0: admitBurst).
 	peerLogBurst int

@@ -238,3 +238,43 @@ func Example_longLivedChain() {
 	// transform [batch-1 batch-2 batch-3 batch-4 batch-5]
 	// load [batch-1 batch-2 batch-3 batch-4 batch-5]
 }
+
+// A node with Config.Approve runs each task only once a person approved
+// it (docs/STEERING.md): here a one-node chain whose round waits for its
+// approval, is approved, and runs. OnHold is told when the wait begins;
+// a real program would page someone, and chainsync approve (or Deny)
+// answers.
+func ExampleNode_Approve() {
+	waiting := make(chan string, 1)
+	n, err := chainsync.Start(chainsync.Config{
+		Name:    "publish",
+		Approve: true,
+		OnHold:  func(ev chainsync.HoldEvent) { waiting <- ev.Kind + " " + ev.Round },
+		Task: func(_ context.Context, round string) error {
+			fmt.Println("publishing", round)
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.Ready("batch-7"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("waiting for", <-waiting)
+	fmt.Println("approving")
+	if _, err := n.Approve(chainsync.Request{By: "ann"}); err != nil {
+		log.Fatal(err)
+	}
+	res, err := n.Wait(context.Background(), "batch-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Status)
+	// Output:
+	// waiting for approval batch-7
+	// approving
+	// publishing batch-7
+	// done
+}

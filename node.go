@@ -83,6 +83,7 @@ type Node struct {
 	mismatched map[mismatchKey]bool
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
+	sd          steerDriver // steering: holds and approvals (steer.go)
 }
 
 // restore reinstates the journal's rounds in the machine (Start, before
@@ -102,6 +103,13 @@ func (n *Node) stateOf(id string) protocol.State {
 	st, _ := n.m.State(id)
 	return st
 }
+
+// steerView, gateOf and viewRounds are the machine's read-only views
+// that steering needs (steer.go): every origin's latest steering line,
+// the gate round id waits at, the rounds not over. Loop only.
+func (n *Node) steerView() []protocol.Steer      { return n.m.Steers() }
+func (n *Node) gateOf(id string) protocol.Wait   { return n.m.Gate(id) }
+func (n *Node) viewRounds() []protocol.RoundView { return n.m.View() }
 
 // keepFault keeps f for Snapshot. Loop only.
 func (n *Node) keepFault(f Fault) {
@@ -209,6 +217,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0
+	pc.Approve = cfg.Approve
 	if cfg.FaultPolicy == FaultWait {
 		pc.Policy = protocol.PolicyWait
 	}
@@ -287,6 +296,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	go n.run()
 	n.call(func() {
+		n.restoreSteer() // a node restarted while held is held (steer.go)
 		if n.timing {
 			// The machine learns the time: its timeouts count from now,
 			// for the rounds restored from the journal too.
@@ -401,6 +411,9 @@ type Snapshot struct {
 	// Finished are the last rounds that ended here (at most 32), oldest
 	// first, with how and when.
 	Finished []RoundResult
+	// Steering: the nodes known to be held, waiting for an approval or
+	// paused (this node first), and the denials heard of (steer.go).
+	Steering []SteerStatus
 	// JournalSyncs is how many fsyncs the state journal made since Start
 	// (0 without Config.StateDir). A node syncs once for everything a
 	// batch of events produced, so this grows slower than the records.
@@ -444,6 +457,7 @@ func (n *Node) snapshot() Snapshot {
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
+	n.steerSnapshot(&st)
 	for _, id := range n.recent {
 		ri := n.rounds[id]
 		if ri == nil || !ri.finished() {
@@ -631,6 +645,8 @@ func (n *Node) act(a *protocol.Action) {
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActNotice:
 		n.noticeArrived(*a.Msg.Note)
+	case protocol.ActSteer, protocol.ActGate:
+		n.steerAct(a)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone}
@@ -678,6 +694,11 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
+		if msg.Cmd == protocol.SteerLine {
+			// The machine re-sends the gating lines when the link is up.
+			n.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
+			return
+		}
 		if msg.Cmd == protocol.FaultNotice {
 			// Notices are not re-sent: a neighbour that is away learns of
 			// the fault from the notices of those that are not.

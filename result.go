@@ -172,7 +172,8 @@ type TraceEvent struct {
 	To     protocol.State
 	Status Status
 	Fault  FaultKind // TraceFault
-	Origin string    // TraceFault: the reporting node, for a fault another node found
+	Origin string    // TraceFault: the reporting node, for a fault another node found; TraceSteer: whose state
+	Steer  string    // TraceSteer: hold, approval, approved, pause, denied, cancel or none (steer.go)
 	Err    error
 	// Count, on a TraceViolation, is how many violations this event stands
 	// for when more than one: under a flood only a sample is traced one by

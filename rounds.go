@@ -46,8 +46,11 @@ type RoundStatus struct {
 	Ready bool           // this node was told it is locally ready
 	// WaitingFor is what the round waits for: a message from a neighbour
 	// (WaitingFor.Msg says which, and from which side), or this node
-	// itself (to become locally ready, or its task).
+	// itself (to become locally ready, or its task, or, its turn come, an
+	// approval or a release: WaitApproval, WaitHold).
 	WaitingFor protocol.Wait
+	// Gate names this node when WaitingFor is WaitApproval or WaitHold.
+	Gate string
 }
 
 // Doing says in words what the round is waiting for at this node.
@@ -67,6 +70,10 @@ func (r RoundStatus) Doing() string {
 		return "task done; " + waitsFor(w) + " (the exit wave)"
 	case protocol.WaitHandOver:
 		return "done here; handing its final COMPLETE to the predecessor once a link to it is up"
+	case protocol.WaitApproval:
+		return "waiting for approval at " + r.Gate + " (chainsync approve or deny)"
+	case protocol.WaitHold:
+		return "held at " + r.Gate + " (chainsync release)"
 	}
 	return max(r.State, protocol.StateSync).String()
 }

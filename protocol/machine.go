@@ -163,6 +163,8 @@ type Event struct {
 	// Resumed (EvTick): the driver itself was stopped or starved; the
 	// neighbours' silence counts from now.
 	Resumed bool
+	// Steer (EvSteer): this node's new steering state (steer.go).
+	Steer Steer
 }
 
 // RoundOf returns the round ev is about, and false for EvLinkUp, which
@@ -171,15 +173,15 @@ type Event struct {
 func (ev Event) RoundOf() (string, bool) {
 	switch ev.Kind {
 	case EvRecv:
-		if ev.Msg.Cmd == FaultNotice {
-			return "", false // a notice changes no round
+		if ev.Msg.Cmd == FaultNotice || ev.Msg.Cmd == SteerLine {
+			return "", false // a notice changes no round (a cancel's is saved as moved)
 		}
 		return ev.Msg.Round, true
 	case EvLinkUp:
 		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice {
 			return ev.Msg.Round, true // Promote
 		}
-	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered:
+	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny:
 		return ev.Round, true
 	}
 	return "", false
@@ -428,6 +430,9 @@ type Config struct {
 	ConnectTimeout  time.Duration // a neighbour's link down since it was last healthy
 	// Policy says what a fault does to the rounds in progress.
 	Policy Policy
+	// Approve: each of this node's tasks waits, once its turn has come,
+	// for EvApprove of its round (or ends at EvDeny); see steer.go.
+	Approve bool
 }
 
 // keepNotices is how many notices a Machine remembers, so that each is
@@ -454,6 +459,9 @@ type round struct {
 	// The round's deadlines (0: none): PhaseTimeout in its state, and
 	// ExitWaveTimeout while handing its final COMPLETE over.
 	deadline, exitBy time.Duration
+	// Steering (steer.go): the task may start (Config.Approve), and
+	// ActGate was reported.
+	approved, gateNoted bool
 }
 
 func (r *round) record() Record {
@@ -491,6 +499,8 @@ type Machine struct {
 	woke   time.Duration   // the driver resumed then: silence counts from here
 	sides  [3]sideClock    // per Side
 	armed  map[*round]bool // the rounds with a deadline
+
+	st steerState // steering (steer.go)
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -693,6 +703,7 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 	}
 	if err == nil && m.timing {
 		m.clockStep(ev, out[start:])
+		m.regate()
 	}
 	return out, err
 }
@@ -729,6 +740,8 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		return m.tick(ev, out), nil
 	case EvLinkDown:
 		return out, nil // the link clocks (clockStep)
+	case EvSteer, EvApprove, EvDeny:
+		return m.steerStep(ev, out)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -792,6 +805,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if msg.Cmd == FaultNotice {
 		return m.notice(from, msg, out)
+	}
+	if msg.Cmd == SteerLine {
+		return m.steerRecv(from, msg, out)
 	}
 	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
 		return violation(0, "malformed message")
@@ -954,6 +970,7 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 // this node learned the rounds, so that the READYs and STARTs keep their
 // order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
+	out = m.steerResends(side, out) // first: what holds the rounds below
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
 		if !r.state.Terminal() || side == Pred && m.handingOver(r) {
@@ -1008,12 +1025,20 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				if m.cfg.Ordered && !m.taskTurn(r) {
 					return out
 				}
+				var gated bool
+				if gated, out = m.gated(r, out); gated {
+					return out // held, paused or waiting for an approval (steer.go)
+				}
 				out = m.set(r, StateStart, out) // the Head starts phase 3
 				out = append(out, Action{Kind: ActRunTask, Round: r.id})
 			}
 		case StateWatch:
 			if !r.completeRecv || m.cfg.Ordered && !m.taskTurn(r) {
 				return out
+			}
+			var gated bool
+			if gated, out = m.gated(r, out); gated {
+				return out // held, paused or waiting for an approval (steer.go)
 			}
 			out = m.set(r, StateStart, out)
 			out = append(out, Action{Kind: ActRunTask, Round: r.id})

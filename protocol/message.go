@@ -26,6 +26,9 @@ func (c Command) String() string {
 	if c >= Ready && c <= FaultNotice {
 		return commandNames[c]
 	}
+	if c == SteerLine {
+		return "STEER"
+	}
 	return "Command(?)"
 }
 
@@ -39,6 +42,7 @@ type Message struct {
 	Cmd   Command
 	Round string
 	Note  *Notice // FaultNotice only
+	Steer *Steer  // SteerLine only
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
@@ -46,6 +50,9 @@ type Message struct {
 func (m Message) String() string {
 	if m.Cmd == FaultNotice && m.Note != nil {
 		return "FAULT " + m.Note.String()
+	}
+	if m.Cmd == SteerLine && m.Steer != nil {
+		return "STEER " + m.Steer.String()
 	}
 	if m.Round == "" {
 		return m.Cmd.String()

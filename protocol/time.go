@@ -132,7 +132,7 @@ func (m *Machine) arm(r *round) {
 	}
 	r.deadline, r.exitBy = 0, 0
 	role := m.cfg.Role
-	if d := m.cfg.PhaseTimeout; d > 0 && !r.over {
+	if d := m.cfg.PhaseTimeout; d > 0 && !r.over && !m.st.suspended {
 		if _, side := WaitIn(role, r.state, r.localReady).Msg(); side != 0 || r.state == StateSync && role.HasPred() {
 			r.deadline = m.now + d
 		}

@@ -17,6 +17,12 @@ const (
 	// WaitHandOver: done here; the final COMPLETE is to be handed to a
 	// live connection to the predecessor (EvDelivered).
 	WaitHandOver
+	// WaitApproval: the round's turn has come here, and its task waits
+	// for an approval (Config.Approve; Machine.Gate).
+	WaitApproval
+	// WaitHold: the round's turn has come here, and this node is held or
+	// the chain paused (Machine.Gate).
+	WaitHold
 )
 
 // WaitIn returns what a round in state st waits for at a node in role,
@@ -67,8 +73,11 @@ func (w Wait) Msg() (Command, Side) {
 	return 0, 0
 }
 
-// Self reports whether w waits for this node itself (WaitLocal, WaitTask).
-func (w Wait) Self() bool { return w == WaitLocal || w == WaitTask }
+// Self reports whether w waits for this node itself (WaitLocal, WaitTask,
+// WaitApproval, WaitHold).
+func (w Wait) Self() bool {
+	return w == WaitLocal || w == WaitTask || w == WaitApproval || w == WaitHold
+}
 
 // String returns the message's name ("READY", "START", "COMPLETE") for a
 // wait on a neighbour, "local-readiness" or "task" for a wait on this
@@ -82,6 +91,10 @@ func (w Wait) String() string {
 		return "task"
 	case WaitHandOver:
 		return "hand-over"
+	case WaitApproval:
+		return "approval"
+	case WaitHold:
+		return "hold"
 	case WaitNothing:
 		return ""
 	}
@@ -93,7 +106,7 @@ func (w Wait) String() string {
 // ("pred", "succ", or anything else for this node), as the status
 // endpoint writes them; WaitNothing if they name no wait.
 func ParseWait(what, from string) Wait {
-	for w := WaitLocal; w <= WaitHandOver; w++ {
+	for w := WaitLocal; w <= WaitHold; w++ {
 		if w.String() != what {
 			continue
 		}

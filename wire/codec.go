@@ -80,6 +80,14 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		}
 		return parseNotice(line, raw)
 	}
+	if bytes.HasPrefix(line, []byte("STEER ")) {
+		if !heartbeats {
+			pe := badLine("unknown command (STEER, a steering line, needs extensions: --heartbeat on both ends)", raw)
+			pe.Extension = true
+			return protocol.Message{}, pe
+		}
+		return parseSteer(line, raw)
+	}
 	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
 	var cmd protocol.Command
 	switch string(cmdPart) { // no allocation: the compiler switches on the bytes
@@ -216,6 +224,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	if m.Cmd == protocol.FaultNotice && m.Note != nil {
 		return appendNotice(dst, *m.Note)
 	}
+	if m.Cmd == protocol.SteerLine && m.Steer != nil {
+		return appendSteer(dst, *m.Steer)
+	}
 	dst = append(dst, m.Cmd.String()...)
 	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
@@ -229,6 +240,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 func Valid(m protocol.Message) bool {
 	if m.Cmd == protocol.FaultNotice {
 		return m.Note != nil && m.Note.Valid()
+	}
+	if m.Cmd == protocol.SteerLine {
+		return m.Steer != nil && m.Steer.Valid()
 	}
 	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
 }

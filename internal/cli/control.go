@@ -18,23 +18,33 @@ import (
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// The control protocol between chainsync open and a Head's --control: the
-// client sends one JSON request line; the Head answers with one JSON line
-// (the round id, or why not), and with wait a second one, the round's
-// outcome, when the round is over in the whole chain.
+// The control protocol between chainsync open (or a steering command,
+// steer.go) and a node's --control: the client sends one JSON request
+// line; the node answers with one JSON line (the round id, or why not),
+// and for open with wait a second one, the round's outcome, when the
+// round is over in the whole chain. Every node may have a control socket;
+// only the Head's opens rounds.
 
-// controlRequest asks the Head to open a round.
+// controlRequest asks the Head to open a round (Op "" or "open"), or a
+// node to take a steering request (Op hold, release, approve, deny, ...).
 type controlRequest struct {
+	Op     string `json:"op,omitempty"`
 	ID     string `json:"id,omitempty"` // "": a generated id
 	Wait   bool   `json:"wait"`         // answer again with the outcome
 	NoWait bool   `json:"no_wait"`      // fail rather than wait for a slot under --max-open
+	// Steering: the round (HasRound: given), why, and who asks.
+	Round    string `json:"round,omitempty"`
+	HasRound bool   `json:"has_round,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	By       string `json:"by,omitempty"`
 }
 
-// controlReply is the Head's answer: Round (opened) or Error (refused);
-// then, with Wait, Outcome.
+// controlReply is the node's answer: Round (opened) or Error (refused);
+// then, with Wait, Outcome. A steering request taken says so in Message.
 type controlReply struct {
 	Round   string   `json:"round,omitempty"`
 	Error   string   `json:"error,omitempty"`
+	Message string   `json:"message,omitempty"`
 	Outcome *outcome `json:"outcome,omitempty"`
 }
 
@@ -59,22 +69,25 @@ func controlNetwork(addr string) (network, address string, err error) {
 type controlServer struct {
 	ln    net.Listener
 	path  string // the unix socket, removed on close
-	op    *opener
+	node  *chainsync.Node
+	opMu  sync.Mutex
+	op    *opener // the Head's, once it serves (setOpener); nil elsewhere
 	log   *slog.Logger
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 	quit  chan struct{} // closed when the Head stops serving
+	once  sync.Once     // close runs once
 }
 
 // listenControl binds --control: a unix socket is created with mode 0600
 // (a stale socket left by a dead Head is replaced; a live one is not).
-func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, error) {
+func listenControl(addr string, node *chainsync.Node, log *slog.Logger) (*controlServer, error) {
 	network, address, err := controlNetwork(addr)
 	if err != nil {
 		return nil, err
 	}
-	cs := &controlServer{op: op, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{})}
+	cs := &controlServer{node: node, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{})}
 	if network == "unix" {
 		if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
 			c.Close()
@@ -102,7 +115,11 @@ func listenControl(addr string, op *opener, log *slog.Logger) (*controlServer, e
 		}
 		return nil, fmt.Errorf("--control %s: %v", addr, err)
 	}
-	log.Info("control endpoint up: open rounds with chainsync open --control "+addr, "control", addr)
+	if node.Role().HasPred() {
+		log.Info("control endpoint up: steer this node with chainsync hold, release, approve or deny --control "+addr, "control", addr)
+	} else {
+		log.Info("control endpoint up: open rounds with chainsync open --control "+addr+", steer with chainsync hold, pause, cancel, ...", "control", addr)
+	}
 	cs.wg.Add(1)
 	goSafe(cs.accept)
 	return cs, nil
@@ -151,11 +168,26 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
+	if req.Op != "" && req.Op != "open" {
+		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
+		return
+	}
+	cs.opMu.Lock()
+	op := cs.op
+	cs.opMu.Unlock()
+	if op == nil {
+		why := "this node is not a Head that opens rounds: chainsync open goes to the Head's --control"
+		if !cs.node.Role().HasPred() {
+			why = "this Head does not open rounds on demand (start it with --serve, --every or --rounds-from)"
+		}
+		_ = enc.Encode(controlReply{Error: why})
+		return
+	}
 	var notify chan outcome
 	if req.Wait {
 		notify = make(chan outcome, 1)
 	}
-	id, err := cs.op.openRound(req.ID, !req.NoWait, notify)
+	id, err := op.openRound(req.ID, !req.NoWait, notify)
 	if err != nil {
 		_ = enc.Encode(controlReply{Error: err.Error()})
 		return
@@ -170,7 +202,7 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, c)
 		close(gone)
 	}()
-	stopped := &outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: cs.op.o.name,
+	stopped := &outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: op.o.name,
 		Reason: "the Head stopped before the round was over"}
 	select {
 	case oc := <-notify:
@@ -188,7 +220,16 @@ func (cs *controlServer) serve(c net.Conn) {
 	}
 }
 
-func (cs *controlServer) close() {
+// setOpener makes the control socket open rounds with op (the Head).
+func (cs *controlServer) setOpener(op *opener) {
+	cs.opMu.Lock()
+	cs.op = op
+	cs.opMu.Unlock()
+}
+
+func (cs *controlServer) close() { cs.once.Do(cs.closeNow) }
+
+func (cs *controlServer) closeNow() {
 	close(cs.quit)
 	cs.ln.Close()
 	// Let the clients waiting for an outcome have their answer.

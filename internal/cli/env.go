@@ -27,6 +27,7 @@ const envPrefix = "CHAINSYNC_"
 var taskVars = map[string]bool{
 	"CHAINSYNC_ROUND": true, "CHAINSYNC_ROLE": true, "CHAINSYNC_NODE": true,
 	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true, "CHAINSYNC_ORIGIN": true,
+	"CHAINSYNC_HOLD": true, "CHAINSYNC_REASON": true, // --on-hold (steer.go)
 }
 
 // childEnv is the environment of a process the node starts (its task,

@@ -41,6 +41,9 @@ func init() {
 			main: func(args []string, _, stderr io.Writer) int { return runMain(args, stderr) }},
 		{name: "open", args: "--control ADDR [--id ID] [--wait]", summary: "open a round at a served Head (run --control)",
 			usage: openUsage, flags: func(fs *flag.FlagSet) { (&openOpts{}).flags(fs) }, main: openMain},
+	}
+	commands = append(commands, steerCommands()...)
+	commands = append(commands, []*command{
 		{name: "check", args: "[run flags]", summary: "preflight: check the configuration and both links, start nothing",
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
 		{name: "status", args: "ADDR[,ADDR...]", summary: "ask running nodes (--status-addr) where they stand",
@@ -61,7 +64,7 @@ func init() {
 		{name: "completion", args: "bash|zsh", summary: "print a shell completion script",
 			usage: completionUsage, main: completionMain},
 		{name: "version", summary: "print the version", usage: versionUsage, main: versionMain},
-	}
+	}...)
 }
 
 // visibleCommands are the commands a user sees in help and completions.

@@ -91,7 +91,11 @@ type runOpts struct {
 	roundsFrom, control             string
 	every                           time.Duration
 	maxOpen                         int
-	heartbeatGiven                  bool // --heartbeat was set (noteGiven)
+	heartbeatGiven                  bool   // --heartbeat was set (noteGiven)
+	approve                         bool   // steer.go
+	onHold                          string // steer.go
+	hasPred                         bool   // this node has a predecessor (set by config)
+	ctl                             *controlServer
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -127,7 +131,9 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s unless --heartbeat is given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
-	fs.StringVar(&o.control, "control", "", "Head: accept chainsync open on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can open rounds)")
+	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can steer the node); at the Head it makes a served Head")
+	fs.BoolVar(&o.approve, "approve", false, "each task of this node waits, once its turn has come, for chainsync approve (chainsync deny fails the round here, exit 3); needs --control")
+	fs.StringVar(&o.onHold, "on-hold", "", "run `CMD` with sh -c when a hold or an approval wait begins at this node (env: CHAINSYNC_HOLD=hold|approval, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_REASON)")
 	fs.IntVar(&o.maxOpen, "max-open", 64, "Head: at most `N` rounds in flight; beyond it chainsync open waits (or fails with --no-wait), --rounds-from stops reading and --every skips")
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
 	fs.StringVar(&o.statusPin, "status-pin", "", "with --tls-cert, --status-addr serves HTTPS to clients whose certificate is from --tls-ca or whose key has a `PIN` here (sha256//BASE64, several joined by ;; see chainsync pin)")
@@ -207,6 +213,10 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if prev == "" && listen != "" {
 		return cfg, nil, usagef("--listen needs --prev: a node that listens has a predecessor (the Head only dials)")
 	}
+	o.hasPred = prev != ""
+	if o.approve && o.control == "" {
+		return cfg, nil, usagef("--approve needs --control: chainsync approve and deny talk to this node's control socket")
+	}
 	if o.round != "" && o.rounds != 0 {
 		return cfg, nil, usagef("use --round or --rounds, not both")
 	}
@@ -282,7 +292,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		MaxPending:       o.maxPending, PendingTimeout: o.pendingTimeout,
 		ConnectTimeout: o.connectTimeout, PhaseTimeout: o.phaseTimeout,
 		StateDir: o.stateDir, ResumeTask: resume,
-		Heartbeat: o.heartbeat, TaskTimeout: o.taskTimeout, FaultPolicy: policy,
+		Heartbeat: o.heartbeat, TaskTimeout: o.taskTimeout, FaultPolicy: policy, Approve: o.approve,
 		// A node is done only once its final COMPLETE is handed to its
 		// predecessor; --linger bounds the wait for a link to hand it to.
 		ExitWaveTimeout: max(o.linger, time.Second),
@@ -396,6 +406,11 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.onFault != "" {
 		cfg.Trace = hooks.observe
 	}
+	holds := newHookRunner(o.onHold, o.onFaultTimeout, o.name, log) // --on-hold (steer.go)
+	defer holds.wait()
+	if o.onHold != "" {
+		cfg.OnHold = holds.holdHook
+	}
 	// SIGHUP and SIGQUIT stop the node like SIGTERM: a node is never left
 	// half-stopped by a closed terminal, nor dumps its goroutines.
 	sigs := make(chan os.Signal, 1)
@@ -428,7 +443,20 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 		return ExitError
 	}
-	obs.serve(node, log)                            // before READY=1, so the status endpoint is up by then
+	obs.serve(node, log) // before READY=1, so the status endpoint is up by then
+	if o.control != "" {
+		// Every node's control socket takes steering requests; the
+		// Head's opens rounds too, once it serves (serveRun).
+		cs, err := listenControl(o.control, node, log)
+		if err != nil {
+			log.Error("cannot start", "err", err.Error())
+			_ = sd.Stopping("cannot start: " + err.Error())
+			node.Close()
+			return ExitError
+		}
+		defer cs.close()
+		o.ctl = cs
+	}
 	defer startNotify(sd, node, rounds, log).stop() // READY=1 now: listening and dialing
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -455,6 +483,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 			tasks.setStopSignal(ss)
 		}
 		hooks.stop()
+		holds.stop()
 		cancel()
 		node.Close()
 		return ExitInterrupted

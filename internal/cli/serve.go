@@ -49,9 +49,10 @@ func (o *runOpts) serving() bool {
 	return o.serve || o.opens()
 }
 
-// opens reports whether the Head opens rounds on demand.
+// opens reports whether the Head opens rounds on demand (a --control at
+// another node only steers it).
 func (o *runOpts) opens() bool {
-	return o.roundsFrom != "" || o.every > 0 || o.control != ""
+	return o.roundsFrom != "" || o.every > 0 || o.control != "" && !o.hasPred
 }
 
 // outcome is how a round ended, as the Head reports it to chainsync open.
@@ -435,13 +436,9 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 		if o.every > 0 {
 			goSafe(func() { op.tick(ctx, o.every) })
 		}
-		if o.control != "" {
-			cs, err := listenControl(o.control, op, log)
-			if err != nil {
-				log.Error("cannot start", "err", err.Error())
-				return ExitError
-			}
-			defer cs.close()
+		if o.ctl != nil {
+			o.ctl.setOpener(op) // started by run: chainsync open now opens rounds
+			defer o.ctl.close()
 		}
 	}
 	// Without --serve the end of --rounds-from ends the Head once its
@@ -486,7 +483,7 @@ func (o *runOpts) checkServe(hasPred bool) error {
 		return usagef("--serve: this node is the Head, which opens the rounds: add --rounds-from FILE|-, --every D or --control ADDR")
 	}
 	if o.opens() && hasPred {
-		return usagef("--rounds-from, --every and --control open rounds, which only the Head does (this node has a predecessor): give them to the Head, and --serve to the other nodes")
+		return usagef("--rounds-from and --every open rounds, which only the Head does (this node has a predecessor): give them to the Head, and --serve to the other nodes")
 	}
 	if o.every < 0 {
 		return usagef("--every must not be negative")

@@ -230,6 +230,10 @@ func waitText(d *status.Doc, r status.Round) string {
 		return "its own task (running)"
 	case w == protocol.WaitLocal:
 		return "itself to become locally ready"
+	case w == protocol.WaitApproval:
+		return "approval at " + quoteName(d.Name) + " (chainsync approve or deny)"
+	case w == protocol.WaitHold:
+		return "release at " + quoteName(d.Name) + " (held: chainsync release)"
 	case side == 0:
 		return r.Doing
 	}
@@ -255,6 +259,9 @@ func printNode(w io.Writer, n status.Node) {
 	}
 	fmt.Fprintf(w, "%s (%s) at %s, chainsync %s\n", name, d.Role, n.Addr, d.Version)
 	fmt.Fprintf(w, "  links: pred %s, succ %s\n", linkText(d.Links.Pred), linkText(d.Links.Succ))
+	for _, s := range d.Steering {
+		fmt.Fprintf(w, "  %s\n", s.Text)
+	}
 	if len(d.Rounds) == 0 {
 		fmt.Fprintln(w, "  rounds: none in progress (all done here, or none started)")
 	} else {
@@ -329,6 +336,7 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 			fmt.Fprintf(w, "\n%s does not answer at %s: %v\n", n.Label(), n.Addr, n.Err)
 		}
 	}
+	printSteering(w, nodes)
 	for _, n := range nodes {
 		if n.Doc != nil && len(n.Doc.Faults) > 0 {
 			fmt.Fprintf(w, "\n%s:\n", n.Label())
@@ -377,6 +385,30 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 			since = fmt.Sprintf(" for %v", g.maxFor.Round(100*time.Millisecond))
 		}
 		fmt.Fprintf(w, "%s: stuck at %s%s: %s\n", what, quoteName(v.Node), since, v.Why)
+	}
+}
+
+// printSteering lists the holds, approval waits, pauses and denials the
+// nodes know of, each once (every node knows of every other's).
+func printSteering(w io.Writer, nodes []status.Node) {
+	seen := map[string]bool{}
+	first := true
+	for _, n := range nodes {
+		if n.Doc == nil {
+			continue
+		}
+		for _, s := range n.Doc.Steering {
+			key := s.Node + "\x00" + s.What + "\x00" + s.Since.String()
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if first {
+				fmt.Fprintln(w, "\nsteering:")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s\n", s.Text)
+		}
 	}
 }
 

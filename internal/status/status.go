@@ -19,6 +19,21 @@ type Doc struct {
 	// Finished are the last rounds that ended at this node (at most 32),
 	// oldest first.
 	Finished []Finished `json:"finished"`
+	// Steering: the nodes this node knows to be held, waiting for an
+	// approval or paused, and the denials it heard of (docs/STEERING.md).
+	Steering []Steer `json:"steering,omitempty"`
+}
+
+// Steer is one node's steering state, as a node knows it.
+type Steer struct {
+	Node   string    `json:"node"`            // the node it is about
+	Here   bool      `json:"here"`            // the node serving the document
+	What   string    `json:"what"`            // hold, approval, pause, denied
+	Round  *string   `json:"round,omitempty"` // the round (approval, denied)
+	Since  time.Time `json:"since"`
+	By     string    `json:"by,omitempty"`     // who asked
+	Reason string    `json:"reason,omitempty"` // why
+	Text   string    `json:"text"`             // the same in words: "held at C since 10:02 (reason), by ann"
 }
 
 // Finished is one round that ended at a node.
@@ -122,6 +137,14 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 			rd.From = FromSelf
 		}
 		d.Rounds = append(d.Rounds, rd)
+	}
+	for _, st := range s.Steering {
+		sd := Steer{Node: st.Node, Here: st.Here, What: st.What, Since: st.Since, By: st.By, Reason: st.Reason,
+			Text: st.Text(time.Local)}
+		if st.HasRound {
+			sd.Round = &st.Round
+		}
+		d.Steering = append(d.Steering, sd)
 	}
 	for _, f := range s.Faults {
 		ff := Fault{Kind: string(f.Kind), Peer: f.Peer, Round: f.Round, Time: f.Time, Error: f.Err}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// People steer the chain (docs/STEERING.md): hold, release, approve and
+// deny at any node's --control, end to end over real TCP. Every chain
+// here has heartbeats on and --phase-timeout 2s on every node, so a wait
+// for a person that looked like a fault would be reported.
+
+// steerFlags are every node's flags in these tests.
+var steerFlags = []string{"--heartbeat", "200ms", "--phase-timeout", "2s", "--linger", "1s", "--round", "r1"}
+
+// steerTask records the node's name in $DIR/ran when its task runs.
+const steerTask = `echo "$CHAINSYNC_NODE" >> "$DIR/ran"`
+
+// steerChain starts the nodes of names on loopback, the Tail first, with
+// steerFlags, extra(name)'s flags and the task; it returns them by name
+// and the chain string (to restart one).
+func steerChain(t *testing.T, dir string, names []string, extra func(name string) []string) (map[string]*proc, func(name string) *proc) {
+	t.Helper()
+	addrs := freeAddrs(t, len(names))
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	start := func(n string) *proc {
+		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n}, steerFlags...)
+		args = append(args, extra(n)...)
+		args = append(args, "--", "sh", "-c", steerTask)
+		return startProc(t, n, []string{"DIR=" + dir}, args...)
+	}
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		procs[names[i]] = start(names[i])
+	}
+	return procs, start
+}
+
+// ran returns the nodes whose task ran, in order.
+func ran(t *testing.T, dir string) []string {
+	t.Helper()
+	if !exists(filepath.Join(dir, "ran")) {
+		return nil
+	}
+	return readLines(t, filepath.Join(dir, "ran"))
+}
+
+// steerCmd runs chainsync with args to completion and returns its exit
+// status, stdout and stderr.
+func steerCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	p := startProc(t, args[0], nil, args...)
+	code := p.wait(t, 20*time.Second)
+	return code, p.out.String(), p.err.String()
+}
+
+// noFaultLogged fails if any node logged a fault (an ERROR line).
+func noFaultLogged(t *testing.T, procs map[string]*proc) {
+	t.Helper()
+	for n, p := range procs {
+		for _, l := range strings.Split(p.err.String(), "\n") {
+			if strings.Contains(l, "level=ERROR") || strings.Contains(l, "fault") && strings.Contains(l, "level=WARN") {
+				t.Errorf("%s logged %q while a person was being waited for", n, l)
+			}
+		}
+	}
+}
+
+// controlOf is node n's --control socket in dir.
+func controlOf(dir, n string) string { return "unix:" + filepath.Join(dir, n+".sock") }
+
+// A 4-node chain, C with --approve --on-hold: A and B run, C's hook runs
+// once with CHAINSYNC_HOLD=approval, C and D do not run for 5 s and no
+// fault fires anywhere; chainsync approve at C: C then D run, and every
+// node exits 0. Status at D says "waiting for approval at C".
+func TestApproveE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	status := freeAddrs(t, 1)[0]
+	procs, _ := steerChain(t, dir, []string{"A", "B", "C", "D"}, func(n string) []string {
+		switch n {
+		case "C":
+			return []string{"--approve", "--control", controlOf(dir, "C"),
+				"--on-hold", `echo "$CHAINSYNC_HOLD $CHAINSYNC_ROUND $CHAINSYNC_NODE" >> "$DIR/hook"`}
+		case "D":
+			return []string{"--status-addr", status}
+		}
+		return nil
+	})
+	waitFile(t, filepath.Join(dir, "hook"), 20*time.Second)
+	time.Sleep(5 * time.Second)
+	if got := ran(t, dir); !slices.Equal(got, []string{"A", "B"}) {
+		t.Fatalf("tasks run while C waits for its approval: %v, want [A B]", got)
+	}
+	if got := readLines(t, filepath.Join(dir, "hook")); !slices.Equal(got, []string{"approval r1 C"}) {
+		t.Fatalf("--on-hold ran %q, want once with approval r1 C", got)
+	}
+	noFaultLogged(t, procs)
+	code, out, _ := steerCmd(t, "status", status)
+	if code != 0 || !strings.Contains(out, "waiting for approval at C") {
+		t.Fatalf("status at D (exit %d) does not say C waits for an approval:\n%s", code, out)
+	}
+	code, _, errOut := steerCmd(t, "approve", "--control", controlOf(dir, "C"), "--round", "nope")
+	if code != 1 || !strings.Contains(errOut, "not waiting for an approval") {
+		t.Fatalf("approve of a round not waiting: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := steerCmd(t, "approve", "--control", controlOf(dir, "C")); code != 0 {
+		t.Fatalf("approve exited %d: %s", code, errOut)
+	}
+	for _, n := range []string{"A", "B", "C", "D"} {
+		if code := procs[n].wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", n, code)
+		}
+	}
+	if got := ran(t, dir); !slices.Equal(got, []string{"A", "B", "C", "D"}) {
+		t.Fatalf("tasks %v, want A B C D", got)
+	}
+}
+
+// The same with deny: C exits 3 (a task failure), D never runs, and A and
+// B report it with the reason.
+func TestDenyE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs, _ := steerChain(t, dir, []string{"A", "B", "C", "D"}, func(n string) []string {
+		if n == "C" {
+			return []string{"--approve", "--control", controlOf(dir, "C"),
+				"--on-hold", `echo "$CHAINSYNC_HOLD" >> "$DIR/hook"`}
+		}
+		return nil
+	})
+	waitFile(t, filepath.Join(dir, "hook"), 20*time.Second)
+	code, _, errOut := steerCmd(t, "deny", "--control", controlOf(dir, "C"), "--reason", "smoke test failed", "--by", "ann")
+	if code != 0 {
+		t.Fatalf("deny exited %d: %s", code, errOut)
+	}
+	if code := procs["C"].wait(t, 20*time.Second); code != 3 {
+		t.Fatalf("C exited %d, want 3 (denied: a task failure)", code)
+	}
+	for _, n := range []string{"A", "B", "D"} {
+		if code := procs[n].wait(t, 20*time.Second); code == 0 {
+			t.Errorf("%s exited 0 after a denial", n)
+		}
+	}
+	for _, n := range []string{"A", "B"} {
+		if !strings.Contains(procs[n].err.String(), "smoke test failed") {
+			t.Errorf("%s's log does not give the reason of the denial:\n%s", n, procs[n].err.String())
+		}
+	}
+	if got := ran(t, dir); !slices.Equal(got, []string{"A", "B"}) {
+		t.Fatalf("tasks %v, want only A B", got)
+	}
+}
+
+// hold at B before the round reaches it: A runs, B does not for 5 s and no
+// fault fires; B killed with kill -9 while held and restarted on its state
+// directory is still held; release: the chain completes.
+func TestHoldE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bFlags := []string{"--control", controlOf(dir, "B"), "--state-dir", filepath.Join(dir, "B.state")}
+	addrs := freeAddrs(t, 4)
+	names := []string{"A", "B", "C", "D"}
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	start := func(n string) *proc {
+		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n}, steerFlags...)
+		if n == "B" {
+			args = append(args, bFlags...)
+		}
+		args = append(args, "--", "sh", "-c", steerTask)
+		return startProc(t, n, []string{"DIR=" + dir}, args...)
+	}
+	procs := map[string]*proc{"B": start("B")}
+	sock := filepath.Join(dir, "B.sock")
+	waitFor(t, 10*time.Second, "B's control socket", func() bool { return exists(sock) })
+	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "B"), "--reason", "change window"); code != 0 {
+		t.Fatalf("hold exited %d: %s", code, errOut)
+	}
+	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "B")); code != 1 || !strings.Contains(errOut, "held already") {
+		t.Fatalf("a second hold: exit %d, %s", code, errOut)
+	}
+	for _, n := range []string{"D", "C", "A"} {
+		procs[n] = start(n)
+	}
+	waitFor(t, 20*time.Second, "A's task", func() bool { return len(ran(t, dir)) == 1 })
+	time.Sleep(5 * time.Second)
+	if got := ran(t, dir); !slices.Equal(got, []string{"A"}) {
+		t.Fatalf("tasks while B is held: %v, want [A]", got)
+	}
+	noFaultLogged(t, procs)
+	for _, n := range []string{"A", "C", "D"} {
+		if !strings.Contains(procs[n].err.String(), "held at B since") {
+			t.Errorf("%s was not told of B's hold:\n%s", n, procs[n].err.String())
+		}
+	}
+
+	// kill -9 while held; restarted on its state directory it is held.
+	procs["B"].signal(t, syscall.SIGKILL)
+	procs["B"].wait(t, 10*time.Second)
+	_ = os.Remove(sock)
+	procs["B"] = start("B")
+	procs["B"].waitLog(t, 10*time.Second, "B resumed held", containsAll("resumed held"))
+	waitFor(t, 10*time.Second, "B's control socket", func() bool { return exists(sock) })
+	time.Sleep(2 * time.Second)
+	if got := ran(t, dir); !slices.Equal(got, []string{"A"}) {
+		t.Fatalf("tasks after B's restart while held: %v, want [A]", got)
+	}
+	if code, _, errOut := steerCmd(t, "release", "--control", controlOf(dir, "B")); code != 0 {
+		t.Fatalf("release exited %d: %s", code, errOut)
+	}
+	for _, n := range names {
+		if code := procs[n].wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", n, code)
+		}
+	}
+	if got := ran(t, dir); !slices.Equal(got, names) {
+		t.Fatalf("tasks %v, want A B C D", got)
+	}
+}
+
+// Each steering command: 2 on a usage error, 1 when nothing answers.
+func TestSteerUsageE2E(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"hold"}, {"release", "extra"}, {"approve", "--control", "nonsense"}, {"deny", "--control", "unix:/x", "--round", "bad id"},
+	} {
+		if code, _, errOut := steerCmd(t, args...); code != 2 {
+			t.Errorf("%v exited %d, want 2: %s", args, code, errOut)
+		}
+	}
+	if code, _, _ := steerCmd(t, "hold", "--control", "unix:"+filepath.Join(t.TempDir(), "none.sock")); code != 1 {
+		t.Errorf("hold with no node: exit %d, want 1", code)
+	}
+}

@@ -1,0 +1,301 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Steering commands (docs/STEERING.md): chainsync hold, release, approve,
+// deny, pause, resume and cancel talk to one node's --control socket with
+// one request line each; the node answers once it has taken the request
+// (journalled with --state-dir) or with why it refused it.
+
+// steerCmd describes one steering command.
+type steerCmd struct {
+	name, summary, usage string
+	round                bool // --round ID
+	roundRequired        bool
+	reason               bool // --reason TEXT
+	headOnly             bool // pause, resume, cancel
+}
+
+const steerCommon = `
+Who asks is recorded with the request (--by, default the user's name),
+and shows in chainsync status, /status and the log of every node.
+
+Exit status: 0 the node took the request; 1 it refused it (the reason on
+stderr), or no node answers at ADDR; 2 usage error.
+
+Flags:
+`
+
+var steerCmds = []steerCmd{
+	{name: "hold", summary: "stop a node from starting tasks until release", reason: true,
+		usage: `Usage: chainsync hold --control ADDR [--reason TEXT]
+
+Holds the node whose --control is ADDR: it starts no task until chainsync
+release (a task running now finishes, and its COMPLETE goes on). The node
+keeps heartbeating and tells the chain, so no phase timeout, silence or
+connect fault fires anywhere because of the hold; every node's status
+says "held at NODE since HH:MM (TEXT)". --on-hold runs at the node. With
+--state-dir the hold is journalled: a node restarted while held stays held.
+
+Example:
+  chainsync hold --control unix:/run/chainsync/b.sock --reason "change window at 10:00"
+`},
+	{name: "release", summary: "undo hold: the node's tasks start again",
+		usage: `Usage: chainsync release --control ADDR
+
+Releases a node held with chainsync hold: the task whose turn has come
+starts at once.
+
+Example:
+  chainsync release --control unix:/run/chainsync/b.sock
+`},
+	{name: "approve", summary: "let the task waiting for an approval (run --approve) start", round: true,
+		usage: `Usage: chainsync approve --control ADDR [--round ID]
+
+At a node started with --approve, each task waits, once its turn has come
+(its predecessor's COMPLETE arrived), for an approval. approve lets the
+round waiting now (or round ID) start its task. A round that is not
+waiting is refused, with the reason. With --state-dir the approval is
+journalled before the task starts.
+
+Example:
+  chainsync approve --control unix:/run/chainsync/c.sock --round batch-0042
+`},
+	{name: "deny", summary: "fail the round waiting for an approval, as a failed task would", round: true, reason: true,
+		usage: `Usage: chainsync deny --control ADDR [--round ID] [--reason TEXT]
+
+Fails the round waiting for an approval at the node (or round ID, whose
+task has not started there) as a failed task would: that node exits 3
+(task-failed), the fault policy and the fault notice are those of a
+failed task, and the reason is in every node's log and --on-fault hook.
+
+Example:
+  chainsync deny --control unix:/run/chainsync/c.sock --reason "smoke test failed"
+`},
+}
+
+// steerFlags holds the flags of a steering command.
+type steerFlags struct {
+	control, round, reason, by string
+	timeout                    time.Duration
+	roundSet                   bool
+}
+
+func (sc steerCmd) flags(fs *flag.FlagSet, o *steerFlags) {
+	fs.StringVar(&o.control, "control", "", "the node's --control `ADDR`: unix:PATH or HOST:PORT (required)")
+	if sc.round {
+		what := "the round `ID` (absent: the round waiting now)"
+		if sc.roundRequired {
+			what = "the round `ID` (required)"
+		}
+		fs.StringVar(&o.round, "round", "", what)
+	}
+	if sc.reason {
+		fs.StringVar(&o.reason, "reason", "", "why, in `TEXT` (shown in status and the logs of every node)")
+	}
+	fs.StringVar(&o.by, "by", "", "who asks, a `NAME` for the record (default: the user's name)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to try to reach the node")
+}
+
+// steerCommands are the steering commands' entries in the command table.
+func steerCommands() []*command {
+	var out []*command
+	for _, sc := range steerCmds {
+		args := "--control ADDR"
+		if sc.round {
+			args += " [--round ID]"
+		}
+		if sc.reason {
+			args += " [--reason TEXT]"
+		}
+		out = append(out, &command{name: sc.name, args: args, summary: sc.summary, usage: sc.usage + steerCommon,
+			flags: func(fs *flag.FlagSet) { sc.flags(fs, &steerFlags{}) },
+			main:  func(args []string, stdout, stderr io.Writer) int { return steerMain(sc, args, stdout, stderr) }})
+	}
+	return out
+}
+
+// defaultBy names who asks: the user's name.
+func defaultBy() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if s := os.Getenv("USER"); s != "" {
+		return s
+	}
+	return fmt.Sprintf("uid-%d", os.Getuid())
+}
+
+func steerMain(sc steerCmd, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(sc.name, flag.ContinueOnError)
+	quietFlags(fs)
+	var o steerFlags
+	sc.flags(fs, &o)
+	if err := fs.Parse(args); err != nil {
+		return flagFailed(stdout, stderr, fs, sc.name, err)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "round" {
+			o.roundSet = true
+		}
+	})
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "chainsync %s: "+format+"\n(see chainsync %s --help)\n", append(append([]any{sc.name}, a...), sc.name)...)
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q", fs.Arg(0))
+	}
+	if o.control == "" {
+		return usage("--control is required: the node's --control address")
+	}
+	network, address, err := controlNetwork(o.control)
+	if err != nil {
+		return usage("%v", err)
+	}
+	if o.roundSet && !protocol.ValidRound(o.round) {
+		return usage("--round %q: use 1-128 of A-Z a-z 0-9 - _ .", o.round)
+	}
+	if sc.roundRequired && !o.roundSet {
+		return usage("--round is required")
+	}
+	if len(o.reason) > 1000 || strings.ContainsAny(o.reason, "\n\r") {
+		return usage("--reason: one line of at most 1000 bytes")
+	}
+	if o.by == "" {
+		o.by = defaultBy()
+	}
+	if len(o.by) > protocol.MaxNoticeName || protocol.NoticeName(o.by) != o.by {
+		return usage("--by %q: at most %d of A-Z a-z 0-9 - _ . : @ [ ]", o.by, protocol.MaxNoticeName)
+	}
+	req := controlRequest{Op: sc.name, Round: o.round, HasRound: o.roundSet, Reason: o.reason, By: o.by}
+	rep, code := ask(network, address, o.control, req, o.timeout, sc.name, stderr)
+	if code != ExitOK {
+		return code
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(stderr, "chainsync %s: refused: %s\n", sc.name, rep.Error)
+		return ExitError
+	}
+	if rep.Message != "" {
+		fmt.Fprintln(stdout, rep.Message)
+	}
+	return ExitOK
+}
+
+// ask sends req to the control socket and reads one answer.
+func ask(network, address, addr string, req controlRequest, timeout time.Duration, cmd string, stderr io.Writer) (controlReply, int) {
+	var rep controlReply
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "chainsync %s: cannot reach the node at --control %s: %v (is chainsync run --control %s running?)\n", cmd, addr, err, addr)
+		return rep, ExitError
+	}
+	defer c.Close()
+	line, _ := json.Marshal(req)
+	if _, err := c.Write(append(line, '\n')); err != nil {
+		fmt.Fprintf(stderr, "chainsync %s: %v\n", cmd, err)
+		return rep, ExitError
+	}
+	_ = c.SetReadDeadline(time.Now().Add(max(timeout, 30*time.Second)))
+	dec := json.NewDecoder(bufio.NewReader(c))
+	if err := dec.Decode(&rep); err != nil {
+		fmt.Fprintf(stderr, "chainsync %s: %s\n", cmd, notControl(addr, err, dec.Buffered()))
+		return rep, ExitError
+	}
+	return rep, ExitOK
+}
+
+// steer carries out a steering request at this node; the reply's Error
+// says why it was refused.
+func (cs *controlServer) steer(req controlRequest, client string) controlReply {
+	node := cs.node
+	r := chainsync.Request{Round: req.Round, HasRound: req.HasRound, By: req.By, Reason: req.Reason}
+	var err error
+	var msg string
+	switch req.Op {
+	case "hold":
+		if err = node.Hold(r); err == nil {
+			msg = "held: no task starts at this node until chainsync release"
+		}
+	case "release":
+		if err = node.Release(r); err == nil {
+			msg = "released"
+		}
+	case "approve":
+		var id string
+		if id, err = node.Approve(r); err == nil {
+			msg = "approved round " + roundLabel(id) + ": its task starts"
+		}
+	case "deny":
+		var id string
+		if id, err = node.Deny(r); err == nil {
+			msg = "denied round " + roundLabel(id) + ": it fails here as a failed task would"
+		}
+	default:
+		return controlReply{Error: fmt.Sprintf("unknown request %q", req.Op)}
+	}
+	if err != nil {
+		text := strings.TrimPrefix(err.Error(), chainsync.ErrRefused.Error()+": ")
+		if errors.Is(err, chainsync.ErrStopped) {
+			text = "the node is stopping"
+		}
+		return controlReply{Error: text}
+	}
+	cs.log.Info("steering request taken: "+req.Op, "by", req.By, "client", client, "round", req.Round, "reason", req.Reason)
+	return controlReply{Message: msg}
+}
+
+// holdHook runs --on-hold when a hold or an approval wait begins at this
+// node, with CHAINSYNC_HOLD (hold or approval), CHAINSYNC_ROUND,
+// CHAINSYNC_NODE and CHAINSYNC_REASON in its environment; like
+// --on-fault it runs in its own process group, bounded by
+// --on-fault-timeout, and never holds the node up.
+func (h *hookRunner) holdHook(ev chainsync.HoldEvent) {
+	if h.cmd == "" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	env := []string{"CHAINSYNC_HOLD=" + ev.Kind, "CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + h.node,
+		"CHAINSYNC_REASON=" + ev.Reason}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		timeout := h.timeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(h.ctx, timeout)
+		defer cancel()
+		err := runShell(ctx, h.cmd, env...)
+		switch {
+		case err == nil:
+		case h.ctx.Err() != nil:
+			h.log.Warn("--on-hold command killed: the node is stopping")
+		case ctx.Err() != nil:
+			h.log.Error("--on-hold command killed after --on-fault-timeout", "timeout", timeout)
+		default:
+			h.log.Error("--on-hold command failed", "err", err.Error())
+		}
+	}()
+}

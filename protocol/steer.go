@@ -1,0 +1,532 @@
+package protocol
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Steering (docs/STEERING.md): people hold a node, make its tasks wait
+// for an approval, deny one, pause the chain at the Head or cancel a
+// round. Each change is a request to one node, which tells the chain with
+// a steering line (an extension line, like the fault notice), so that
+// every node knows why the chain stands still.
+//
+// The machine's part is small and strict:
+//   - a gated node starts no task: the round whose turn has come stays in
+//     WATCH (at the Head, READY) with its COMPLETE (START) in hand until
+//     the gate opens (its state does not move, so nothing runs early and
+//     the order of the tasks is the order it always is);
+//   - while any node of the chain is gated, as this node knows from the
+//     steering lines, no phase timeout runs here: a round that waits on a
+//     held node waits for a person, not for a fault. Silence and connect
+//     timeouts run on: a held node keeps heartbeating.
+
+// SteerLine is the steering line's command: the project's extension line
+// "STEER" (docs/PROTOCOL.md, "Steering lines"). Like FaultNotice it is
+// spoken only with Config.Extensions, Valid reports false for it, and
+// Message.Steer carries its fields.
+const SteerLine Command = 32
+
+// SteerWhat is what a steering line says of its origin.
+type SteerWhat uint8
+
+// What a steering line can say.
+const (
+	// SteerNone: the origin starts its tasks as usual (a hold released,
+	// an approval given).
+	SteerNone SteerWhat = iota + 1
+	// SteerHold: the origin is held: it starts no task until released.
+	SteerHold
+	// SteerApproval: the origin's task for Round waits for an approval.
+	SteerApproval
+	// SteerPause: the Head paused the chain: it opens no round, and no
+	// node starts a task, until it resumes.
+	SteerPause
+	// SteerDenied: the origin's task for Round was denied: the round
+	// fails there as a failed task does (the fault notice follows). The
+	// line carries the reason to every node.
+	SteerDenied
+	// SteerCancel: the Head cancelled Round: every node ends it, and no
+	// task of it starts after the line arrives.
+	SteerCancel
+)
+
+var steerNames = [...]string{SteerNone: "none", SteerHold: "hold", SteerApproval: "approval",
+	SteerPause: "pause", SteerDenied: "denied", SteerCancel: "cancel"}
+
+// String returns the wire spelling: none, hold, approval, pause, denied
+// or cancel.
+func (w SteerWhat) String() string {
+	if w >= SteerNone && w <= SteerCancel {
+		return steerNames[w]
+	}
+	return "SteerWhat(?)"
+}
+
+// ParseSteerWhat reads a SteerWhat back from its String; 0 if s names
+// none.
+func ParseSteerWhat(s string) SteerWhat {
+	for w := SteerNone; w <= SteerCancel; w++ {
+		if steerNames[w] == s {
+			return w
+		}
+	}
+	return 0
+}
+
+// Gates reports whether a node in state w starts no task: hold, approval
+// and pause. A chain with a gated node runs no phase timeout.
+func (w SteerWhat) Gates() bool { return w == SteerHold || w == SteerApproval || w == SteerPause }
+
+// Steer is one steering line: node Origin's state changed at At to What
+// (about Round, for an approval, a denial or a cancel), asked for by By,
+// for Reason.
+type Steer struct {
+	Origin string // the node whose state it is (a NoticeName)
+	// At is when the change was made, in Unix milliseconds: it increases
+	// with every change at Origin, so the latest line of each origin wins
+	// and a line seen before is not passed on again.
+	At       int64
+	What     SteerWhat
+	HasRound bool   // Round is set (approval, denied, cancel)
+	Round    string // the round, if HasRound ("" is the unnamed round)
+	By       string // who asked (a NoticeName; "" unknown)
+	Reason   string // why, in words (printable ASCII; "" none)
+}
+
+// Bounds of a steering line: the whole line stays within the wire's 256
+// bytes (Reason is cut to fit by FitReason).
+const (
+	MaxSteerLine   = 256
+	MaxSteerReason = 120
+)
+
+// Len returns the length in bytes of s on the wire, without its LF:
+// "STEER ORIGIN AT WHAT ROUND BY[ REASON]".
+func (s Steer) Len() int {
+	n := len("STEER ") + len(s.Origin) + 1 + len(strconv.FormatInt(s.At, 10)) + 1 + len(s.What.String()) + 1
+	if s.HasRound {
+		n += 1 + len(s.Round)
+	} else {
+		n++
+	}
+	n++
+	if s.By == "" {
+		n++
+	} else {
+		n += len(s.By)
+	}
+	if s.Reason != "" {
+		n += 1 + len(s.Reason)
+	}
+	return n
+}
+
+// FitReason returns s with Reason made printable ASCII (other bytes
+// become "?"), at most MaxSteerReason bytes, and cut further so that the
+// line fits MaxSteerLine.
+func (s Steer) FitReason() Steer {
+	b := []byte(s.Reason)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	s.Reason = string(b[:min(len(b), MaxSteerReason)])
+	if over := s.Len() - MaxSteerLine; over > 0 {
+		s.Reason = s.Reason[:max(len(s.Reason)-over, 0)]
+	}
+	for len(s.Reason) > 0 && s.Reason[len(s.Reason)-1] == ' ' {
+		s.Reason = s.Reason[:len(s.Reason)-1]
+	}
+	return s
+}
+
+// Valid reports whether s can travel on the wire.
+func (s Steer) Valid() bool {
+	if s.Origin == "" || NoticeName(s.Origin) != s.Origin || NoticeName(s.By) != s.By || s.By == "-" || s.Origin == "-" {
+		return false
+	}
+	if s.At <= 0 || s.What < SteerNone || s.What > SteerCancel {
+		return false
+	}
+	if !ValidRound(s.Round) || !s.HasRound && s.Round != "" {
+		return false
+	}
+	switch s.What {
+	case SteerApproval, SteerDenied, SteerCancel:
+		if !s.HasRound {
+			return false
+		}
+	}
+	if len(s.Reason) > MaxSteerReason || s.Reason != "" && (s.Reason[0] == ' ' || s.Reason[len(s.Reason)-1] == ' ') {
+		return false
+	}
+	for i := 0; i < len(s.Reason); i++ {
+		if c := s.Reason[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return s.Len() <= MaxSteerLine
+}
+
+// String formats s for logs and golden traces: "hold at C by ann round r7:
+// reason".
+func (s Steer) String() string {
+	str := s.What.String() + " at " + s.Origin
+	if s.By != "" {
+		str += " by " + s.By
+	}
+	if s.HasRound {
+		str += " round " + roundText(s.Round)
+	}
+	if s.Reason != "" {
+		str += ": " + s.Reason
+	}
+	return str
+}
+
+func roundText(id string) string {
+	if id == "" {
+		return "(unnamed)"
+	}
+	return id
+}
+
+// The steering events (Steering, Approve, Deny) and actions (ActSteer,
+// ActGate). Their values are apart from the machine's others.
+const (
+	// EvSteer: this node's own steering state changes (Steering).
+	EvSteer EventKind = 64 + iota
+	// EvApprove: this node's task for Round may start once its turn has
+	// come (Config.Approve).
+	EvApprove
+	// EvDeny: this node's task for Round is denied: the round fails here
+	// as a failed task does (Outcome TaskFailed).
+	EvDeny
+)
+
+// The steering actions.
+const (
+	// ActSteer: a steering line (Msg.Steer) arrived from the neighbour on
+	// side To for the first time; the machine has passed it on (an
+	// ActSend before this action) and applied it (a cancel's round ends
+	// in the actions that follow).
+	ActSteer ActionKind = 64 + iota
+	// ActGate: Round's turn has come at this node, but its task waits
+	// for an approval (Wait is WaitApproval; once per round).
+	ActGate
+)
+
+// Steering is the event "this node's steering state is now s" (s.Origin
+// is this node): the machine sends the line to both neighbours (with
+// Config.Extensions) and, for hold and pause, starts no task until a
+// later Steering says otherwise. A cancel (at the Head) ends s.Round here
+// too; a denial or an approval wait only tells the chain (the machine
+// acts on Deny and Approve).
+func Steering(s Steer) Event { return Event{Kind: EvSteer, Steer: s} }
+
+// Approve is the event "this node's task for round may start".
+func Approve(round string) Event { return Event{Kind: EvApprove, Round: round} }
+
+// Deny is the event "this node's task for round is denied": the round
+// fails here, as a failed task does. Only a round whose task has not
+// started here can be denied.
+func Deny(round string) Event { return Event{Kind: EvDeny, Round: round} }
+
+// Errors of the steering events.
+var (
+	ErrBadSteer     = fmt.Errorf("chainsync: invalid steering line")
+	ErrNotGated     = fmt.Errorf("chainsync: the round does not wait for an approval here")
+	ErrTaskStarted  = fmt.Errorf("chainsync: the round's task has started or ended here")
+	ErrUnknownRound = fmt.Errorf("chainsync: no such round at this node")
+)
+
+// maxSteerOrigins bounds the steering origins a Machine remembers.
+const maxSteerOrigins = 1024
+
+// steerEntry is the latest steering line of one origin, and the side it
+// came from (0: this node's own).
+type steerEntry struct {
+	s    Steer
+	from Side
+}
+
+// steerState is the machine's steering table (a field of Machine).
+type steerState struct {
+	own    Steer                  // this node's last own line (What 0: none sent)
+	others map[string]*steerEntry // by origin: the latest line of every other node
+	order  []string               // the origins in others, oldest first
+	// suspended: phase timeouts are off (some node is gated), as of the
+	// end of the last step.
+	suspended bool
+}
+
+// held reports whether this node starts no task: it is held, or the
+// chain is paused.
+func (m *Machine) held() bool {
+	if m.st.own.What == SteerHold || m.st.own.What == SteerPause {
+		return true
+	}
+	for _, e := range m.st.others {
+		if e.s.What == SteerPause {
+			return true
+		}
+	}
+	return false
+}
+
+// gated reports whether round r, whose turn has come, may not start its
+// task now; the first time it waits for an approval, ActGate says so.
+func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
+	if m.cfg.Approve && !r.approved {
+		if !r.gateNoted {
+			r.gateNoted = true
+			out = append(out, Action{Kind: ActGate, Round: r.id, Wait: WaitApproval})
+		}
+		return true, out
+	}
+	return m.held(), out
+}
+
+// Gate returns what round waits for at this node beyond its messages:
+// WaitHold if its turn has come and this node is held or paused,
+// WaitApproval if it waits for an approval, WaitNothing otherwise.
+func (m *Machine) Gate(round string) Wait {
+	r := m.rounds[round]
+	if r == nil || !m.turnCame(r) {
+		return WaitNothing
+	}
+	if m.cfg.Approve && !r.approved {
+		if m.held() {
+			return WaitHold
+		}
+		return WaitApproval
+	}
+	if m.held() {
+		return WaitHold
+	}
+	return WaitNothing
+}
+
+// turnCame reports whether r has what it needs to start its task here
+// but has not: in WATCH with the predecessor's COMPLETE (at the Head, in
+// READY with the successor's START), and its turn in the order.
+func (m *Machine) turnCame(r *round) bool {
+	switch {
+	case r.state == StateWatch && r.completeRecv:
+	case r.state == StateReady && r.startRecv && !m.cfg.Role.HasPred():
+	default:
+		return false
+	}
+	return !m.cfg.Ordered || m.taskAt < len(m.order) && m.order[m.taskAt] == r
+}
+
+// Steers returns the latest steering line of every node this node knows
+// of, its own first, then by origin: for status reports.
+func (m *Machine) Steers() []Steer {
+	var out []Steer
+	if m.st.own.What != 0 {
+		out = append(out, m.st.own)
+	}
+	for _, o := range m.st.order {
+		out = append(out, m.st.others[o].s)
+	}
+	return out
+}
+
+// Approved reports whether round was approved here (Config.Approve).
+func (m *Machine) Approved(round string) bool {
+	r := m.rounds[round]
+	return r != nil && r.approved
+}
+
+// steerStep applies the steering events.
+func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
+	switch ev.Kind {
+	case EvSteer:
+		s := ev.Steer
+		if !s.Valid() || s.At <= m.st.own.At {
+			return out, ErrBadSteer
+		}
+		if !m.cfg.Extensions {
+			m.st.own = s
+		} else {
+			m.st.own = s
+			msg := Message{Cmd: SteerLine, Steer: &s}
+			for _, side := range [...]Side{Pred, Succ} {
+				if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
+					out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+				}
+			}
+		}
+		if s.What == SteerCancel {
+			out = m.cancelRound(s.Round, out)
+		}
+		return m.ungate(out), nil
+	case EvApprove:
+		r := m.rounds[ev.Round]
+		switch {
+		case r == nil:
+			return out, ErrUnknownRound
+		case r.state >= StateStart:
+			return out, ErrTaskStarted
+		}
+		r.approved = true
+		return m.ungate(out), nil
+	case EvDeny:
+		r := m.rounds[ev.Round]
+		switch {
+		case r == nil:
+			return out, ErrUnknownRound
+		case r.state >= StateStart:
+			return out, ErrTaskStarted
+		}
+		out = m.set(r, StateFailed, out)
+		return m.finish(r, TaskFailed, out), nil
+	}
+	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
+}
+
+// cancelRound ends round id here (a cancel), if it is unfinished.
+func (m *Machine) cancelRound(id string, out []Action) []Action {
+	if r := m.rounds[id]; r != nil && !r.state.Terminal() {
+		out = m.abortRound(r, out)
+	}
+	return out
+}
+
+// ungate moves every unfinished round as far as its facts allow: after a
+// gate opened (a release, an approval, a resume).
+func (m *Machine) ungate(out []Action) []Action {
+	for _, r := range m.unfinished() {
+		st := r.state
+		out = m.advance(r, out)
+		if r.state != st && m.cfg.Durable && !slices.Contains(m.moved, r) {
+			m.moved = append(m.moved, r)
+		}
+	}
+	return out
+}
+
+// steerRecv takes a steering line from the neighbour on side from: the
+// first time the origin's line is this new, it is passed on away from
+// from, remembered and applied.
+func (m *Machine) steerRecv(from Side, msg Message, out []Action) ([]Action, error) {
+	if !m.cfg.Extensions {
+		return out, &Violation{From: from, Msg: msg, Reason: "a steering line, an extension line, at a node without extensions", Mismatch: true}
+	}
+	if msg.Steer == nil || !msg.Steer.Valid() {
+		return out, &Violation{From: from, Msg: msg, Reason: "malformed steering line"}
+	}
+	s := *msg.Steer
+	if e := m.st.others[s.Origin]; e != nil && e.s.At >= s.At {
+		return out, nil // seen already, or older: passed on once
+	}
+	if s.Origin == m.st.own.Origin && m.st.own.What != 0 {
+		return out, nil // this node's own line, come back (a name used twice)
+	}
+	m.rememberSteer(s, from)
+	to := Succ
+	if from == Succ {
+		to = Pred
+	}
+	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
+		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
+	}
+	out = append(out, Action{Kind: ActSteer, To: from, Msg: msg})
+	if s.What == SteerCancel {
+		out = m.cancelRound(s.Round, out)
+	}
+	return m.ungate(out), nil
+}
+
+// rememberSteer makes s its origin's latest line.
+func (m *Machine) rememberSteer(s Steer, from Side) {
+	if m.st.others == nil {
+		m.st.others = make(map[string]*steerEntry)
+	}
+	if e := m.st.others[s.Origin]; e != nil {
+		e.s, e.from = s, from
+		return
+	}
+	if len(m.st.order) >= maxSteerOrigins {
+		// Forget the oldest origin that gates nothing; if all gate, the
+		// oldest.
+		k := slices.IndexFunc(m.st.order, func(o string) bool { return !m.st.others[o].s.What.Gates() })
+		k = max(k, 0)
+		delete(m.st.others, m.st.order[k])
+		m.st.order = slices.Delete(m.st.order, k, k+1)
+	}
+	m.st.others[s.Origin] = &steerEntry{s: s, from: from}
+	m.st.order = append(m.st.order, s.Origin)
+}
+
+// steerResends returns the steering lines a link to side that came up
+// must carry, before any round's re-sends: this node's own state if it
+// gates (or says why a round failed), and every other origin's latest
+// line that gates and came from the other side.
+func (m *Machine) steerResends(side Side, out []Action) []Action {
+	if !m.cfg.Extensions {
+		return out
+	}
+	if own := m.st.own; own.What.Gates() {
+		out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &own}, Resend: true})
+	}
+	for _, o := range m.st.order {
+		e := m.st.others[o]
+		if e.s.What.Gates() && e.from != side {
+			s := e.s
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
+		}
+	}
+	return out
+}
+
+// suspendedNow reports whether phase timeouts are off: this node or another
+// that it knows of is gated, or one of its rounds waits at its gate.
+func (m *Machine) suspendedNow() bool {
+	if m.st.own.What.Gates() {
+		return true
+	}
+	for _, e := range m.st.others {
+		if e.s.What.Gates() {
+			return true
+		}
+	}
+	if !m.cfg.Approve && !m.held() {
+		return false
+	}
+	if m.cfg.Ordered {
+		// Only the round at the task turn can stand at the gate.
+		m.taskTurn(nil)
+		return m.taskAt < len(m.order) && m.turnCame(m.order[m.taskAt])
+	}
+	for _, r := range m.rounds {
+		if !r.state.Terminal() && m.turnCame(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// regate turns phase timeouts off while some node is gated and, when the
+// last gate opens, re-arms every unfinished round's from now. Called at
+// the end of every step.
+func (m *Machine) regate() {
+	now := m.suspendedNow()
+	if now == m.st.suspended {
+		return
+	}
+	m.st.suspended = now
+	for _, r := range m.rounds {
+		if !r.over {
+			exitBy := r.exitBy
+			m.arm(r)
+			if exitBy != 0 && r.exitBy != 0 {
+				r.exitBy = exitBy // a gate does not move the exit wave's deadline
+			}
+		}
+	}
+}

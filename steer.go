@@ -1,0 +1,507 @@
+package chainsync
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Steering (docs/STEERING.md): people hold a node, gate its tasks on an
+// approval, or deny one. Each request is taken on the loop: it is written
+// to the state directory first (with Config.StateDir), then stepped into
+// the machine, which starts no task at a gated node and tells the chain
+// with a steering line; every node's Snapshot then shows who is gated,
+// since when, who asked and why.
+
+// Request is a person's steering request: which round (for Approve and
+// Deny; "" is the round waiting now), who asks (a name for the record, not
+// an authentication), and why.
+type Request struct {
+	Round    string
+	HasRound bool // Round is given (the unnamed round is "")
+	By       string
+	Reason   string
+}
+
+// SteerStatus is one node's steering state as a Snapshot shows it: held,
+// waiting for an approval, paused, or a task denied.
+type SteerStatus struct {
+	Node     string    // the node it is about (its name in the chain)
+	Here     bool      // this node
+	What     string    // hold, approval, pause, denied or cancel (protocol.SteerWhat)
+	Round    string    // the round (approval, denied, cancel)
+	HasRound bool      // Round is set
+	Since    time.Time // when it began
+	By       string    // who asked ("" unknown)
+	Reason   string    // why ("" not given)
+}
+
+// Text says the state in words, e.g. "held at C since 10:02 (change
+// window), by ann"; at is the time zone to show times in.
+func (s SteerStatus) Text(at *time.Location) string {
+	since := s.Since.In(at).Format("15:04")
+	var t string
+	switch s.What {
+	case "hold":
+		t = "held at " + s.Node + " since " + since
+	case "approval":
+		t = "waiting for approval at " + s.Node + " (round " + roundName(s.Round) + ") since " + since
+	case "pause":
+		t = "paused at the Head " + s.Node + " since " + since
+	case "denied":
+		t = "denied at " + s.Node + " (round " + roundName(s.Round) + ") at " + since
+	case "cancel":
+		t = "round " + roundName(s.Round) + " cancelled at the Head " + s.Node + " at " + since
+	case "none":
+		t = "released at " + s.Node + " at " + since
+	default:
+		t = s.What + " at " + s.Node + " since " + since
+	}
+	if s.Reason != "" {
+		t += " (" + s.Reason + ")"
+	}
+	if s.By != "" {
+		t += ", by " + s.By
+	}
+	return t
+}
+
+// HoldEvent is what Config.OnHold is told: a hold or an approval wait
+// began at this node.
+type HoldEvent struct {
+	Kind   string // "hold" or "approval"
+	Round  string // the round that waits (approval; for a hold, the one whose turn came, if any)
+	Reason string // the hold's reason
+	By     string // who asked for the hold
+	Since  time.Time
+}
+
+// ErrRefused is the error of a steering request the node refused; the
+// wrapping error says why.
+var ErrRefused = errors.New("chainsync: refused")
+
+func refused(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, a...))
+}
+
+// steerHold is a hold (or pause) as it is kept and journalled.
+type steerHold struct {
+	Since  int64  `json:"since"` // Unix milliseconds
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// steerFile is the state directory's steering file (internal/journal,
+// SaveSteer).
+type steerFile struct {
+	At       int64      `json:"at"`             // the last steering line's At
+	Hold     *steerHold `json:"hold,omitempty"` // this node is held
+	Approved []string   `json:"approved,omitempty"`
+}
+
+// keepApprovals bounds the approvals a node journals.
+const keepApprovals = 1024
+
+// steerDriver is the driver's steering state (Node.sd). Loop only.
+type steerDriver struct {
+	file    steerFile
+	waiting map[string]time.Time // rounds waiting for an approval here (ActGate), since
+	denied  map[string]string    // "origin round" -> the reason of a denial, from its line
+	sent    protocol.Steer       // the last own state stepped
+}
+
+// steerKey keys a denial by origin and round.
+func steerKey(origin, round string) string { return origin + " " + round }
+
+// nextAt returns the At of a new own steering line: now in Unix
+// milliseconds, later than every line before.
+func (n *Node) nextAt() int64 {
+	at := max(time.Now().UnixMilli(), n.sd.file.At+1)
+	n.sd.file.At = at
+	return at
+}
+
+// saveSteer writes the steering file (with a state directory) before the
+// change it records acts. Loop only.
+func (n *Node) saveSteer() error {
+	if n.j == nil {
+		return nil
+	}
+	if n.broken != nil {
+		return n.broken
+	}
+	data, err := json.Marshal(n.sd.file)
+	if err != nil {
+		return err
+	}
+	return n.j.SaveSteer(data)
+}
+
+// restoreSteer reinstates what the steering file says (Start, on the
+// loop, before the first tick): a node restarted while held is held, and
+// the approvals given stand.
+func (n *Node) restoreSteer() {
+	if n.j == nil {
+		return
+	}
+	data, err := n.j.LoadSteer()
+	if err == nil && len(data) > 0 {
+		err = json.Unmarshal(data, &n.sd.file)
+	}
+	if err != nil {
+		n.log.Error("cannot read the steering state; starting without holds or approvals", "dir", n.cfg.StateDir, "err", err.Error())
+		return
+	}
+	if h := n.sd.file.Hold; h != nil {
+		n.log.Warn("resumed held (chainsync hold before the restart): no task starts until chainsync release",
+			"since", time.UnixMilli(h.Since).Format(time.RFC3339), "by", h.By, "reason", h.Reason)
+	}
+	n.announceSteer() // the hold first: no approval below may start a task of a held node
+	for _, id := range n.sd.file.Approved {
+		_ = n.step(protocol.Approve(id)) // a round since ended, or forgotten: nothing to do
+	}
+}
+
+// ownSteer is the steering state this node tells the chain: held, else
+// waiting for an approval, else none (after a gate opened).
+func (n *Node) ownSteer() protocol.Steer {
+	s := protocol.Steer{Origin: n.selfName(), What: protocol.SteerNone}
+	switch {
+	case n.sd.file.Hold != nil:
+		h := n.sd.file.Hold
+		s.What, s.By, s.Reason = protocol.SteerHold, protocol.NoticeName(h.By), h.Reason
+	case len(n.sd.waiting) > 0:
+		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, n.firstWaiting()
+	}
+	return s
+}
+
+// firstWaiting returns the round that waits longest for an approval here.
+func (n *Node) firstWaiting() string {
+	var first string
+	var at time.Time
+	for id, t := range n.sd.waiting {
+		if at.IsZero() || t.Before(at) || t.Equal(at) && id < first {
+			first, at = id, t
+		}
+	}
+	return first
+}
+
+// announceSteer steps this node's steering state into the machine if it
+// changed since the last one (which the machine sends on). Loop only.
+func (n *Node) announceSteer() {
+	s := n.ownSteer()
+	last := n.sd.sent
+	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
+		return
+	}
+	if last.What == 0 && s.What == protocol.SteerNone {
+		return // nothing to say: never gated
+	}
+	n.stepSteer(s)
+}
+
+// stepSteer steps s, this node's new steering line. Loop only.
+func (n *Node) stepSteer(s protocol.Steer) {
+	s.At = n.nextAt()
+	s = s.FitReason()
+	if err := n.step(protocol.Steering(s)); err != nil {
+		if n.broken == nil {
+			n.log.Error("internal error: steering line", "err", err.Error())
+		}
+		return
+	}
+	n.sd.sent = s
+}
+
+// steerAct carries out the machine's steering actions. Loop only.
+func (n *Node) steerAct(a *protocol.Action) {
+	switch a.Kind {
+	case protocol.ActGate:
+		if slices.Contains(n.sd.file.Approved, a.Round) {
+			return // approved before a restart: restoreSteer approves it again now
+		}
+		if n.sd.waiting == nil {
+			n.sd.waiting = make(map[string]time.Time)
+		}
+		now := time.Now()
+		n.sd.waiting[a.Round] = now
+		n.log.Warn("waiting for approval: the round's turn has come; its task starts after chainsync approve (or fails at chainsync deny)", "round", a.Round)
+		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
+		if n.cfg.OnHold != nil {
+			n.cfg.OnHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now})
+		}
+		n.later(n.announceSteer)
+	case protocol.ActSteer:
+		s := *a.Msg.Steer
+		st := steerStatus(s, false)
+		switch s.What {
+		case protocol.SteerDenied:
+			if n.sd.denied == nil {
+				n.sd.denied = make(map[string]string)
+			}
+			if len(n.sd.denied) > keepApprovals {
+				clear(n.sd.denied)
+			}
+			n.sd.denied[steerKey(s.Origin, s.Round)] = s.Reason
+			n.log.Warn("steering: "+st.Text(time.Local), "origin", s.Origin, "round", s.Round)
+		case protocol.SteerNone:
+			n.log.Info("steering: "+s.Origin+" starts its tasks again", "origin", s.Origin)
+		default:
+			n.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
+		}
+		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String()})
+	}
+}
+
+// steerStatus is s as a Snapshot shows it.
+func steerStatus(s protocol.Steer, here bool) SteerStatus {
+	return SteerStatus{Node: s.Origin, Here: here, What: s.What.String(), Round: s.Round, HasRound: s.HasRound,
+		Since: time.UnixMilli(s.At), By: s.By, Reason: s.Reason}
+}
+
+// steerSnapshot fills st's steering: every node this node knows to be
+// gated (itself first), and the denials it heard of. Loop only.
+func (n *Node) steerSnapshot(st *Snapshot) {
+	for i, s := range n.steerView() {
+		own := i == 0 && s.Origin == n.sd.sent.Origin && n.sd.sent.What != 0
+		if !s.What.Gates() && s.What != protocol.SteerDenied {
+			continue
+		}
+		ss := steerStatus(s, own)
+		if own && s.What == protocol.SteerHold && n.sd.file.Hold != nil {
+			ss.Since = time.UnixMilli(n.sd.file.Hold.Since)
+			ss.By, ss.Reason = n.sd.file.Hold.By, n.sd.file.Hold.Reason
+		}
+		st.Steering = append(st.Steering, ss)
+	}
+	for i := range st.Rounds {
+		r := &st.Rounds[i]
+		if g := n.gateOf(r.Round); g != protocol.WaitNothing {
+			r.WaitingFor = g
+			r.Gate = n.selfName()
+		}
+	}
+}
+
+// deniedReason returns the reason of origin's denial of round, if a
+// steering line told it. Loop only.
+func (n *Node) deniedReason(origin, round string) (string, bool) {
+	r, ok := n.sd.denied[steerKey(origin, round)]
+	return r, ok
+}
+
+// Hold stops this node from starting any task until Release: a task
+// running now finishes, and its COMPLETE goes on. The node keeps
+// heartbeating and tells the chain, so that no phase timeout fires
+// anywhere while it is held. With Config.StateDir the hold is journalled:
+// a node restarted while held is held. Holding a held node is refused
+// (ErrRefused).
+func (n *Node) Hold(req Request) error {
+	return n.steerCall(func() error {
+		if h := n.sd.file.Hold; h != nil {
+			return refused("this node is held already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+		}
+		old := n.sd.file.Hold
+		n.sd.file.Hold = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+		if err := n.saveSteer(); err != nil {
+			n.sd.file.Hold = old
+			return err
+		}
+		n.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold"})
+		if n.cfg.OnHold != nil {
+			n.cfg.OnHold(HoldEvent{Kind: "hold", Round: n.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()})
+		}
+		n.announceSteer()
+		return nil
+	})
+}
+
+// turnRound returns the round whose task would start next here, if its
+// turn has come ("" if none). Loop only.
+func (n *Node) turnRound() string {
+	for _, v := range n.viewRounds() {
+		if n.gateOf(v.Round) != protocol.WaitNothing {
+			return v.Round
+		}
+	}
+	return ""
+}
+
+// Release undoes Hold: the tasks whose turn has come start. Releasing a
+// node that is not held is refused.
+func (n *Node) Release(req Request) error {
+	return n.steerCall(func() error {
+		h := n.sd.file.Hold
+		if h == nil {
+			return refused("this node is not held")
+		}
+		n.sd.file.Hold = nil
+		if err := n.saveSteer(); err != nil {
+			n.sd.file.Hold = h
+			return err
+		}
+		n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none"})
+		n.announceSteer()
+		return nil
+	})
+}
+
+// waitingRound picks the round an Approve or Deny is about: req's, or
+// the one waiting for an approval now.
+func (n *Node) waitingRound(req Request, what string) (string, error) {
+	if req.HasRound {
+		if _, ok := n.sd.waiting[req.Round]; ok {
+			return req.Round, nil
+		}
+		if what == "deny" {
+			if st := n.stateOf(req.Round); st != 0 && st < protocol.StateStart {
+				return req.Round, nil
+			}
+		}
+		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), n.waitingText())
+	}
+	switch len(n.sd.waiting) {
+	case 0:
+		if !n.cfg.Approve {
+			return "", refused("this node does not gate its tasks on an approval (start it with --approve)")
+		}
+		return "", refused("no round is waiting for an approval here (a round waits once its predecessor's COMPLETE has come)")
+	case 1:
+		return n.firstWaiting(), nil
+	}
+	return "", refused("several rounds wait for an approval here%s: give --round", n.waitingText())
+}
+
+// waitingText lists the rounds waiting for an approval, for a refusal.
+func (n *Node) waitingText() string {
+	ids := make([]string, 0, len(n.sd.waiting))
+	for id := range n.sd.waiting {
+		ids = append(ids, roundName(id))
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	slices.Sort(ids)
+	return " (waiting: " + strings.Join(ids, ", ") + ")"
+}
+
+// Approve lets the task of the round waiting for an approval here start
+// (Config.Approve): req.Round, or without HasRound the one waiting now.
+// It returns the round approved. With Config.StateDir the approval is
+// journalled before the task starts.
+func (n *Node) Approve(req Request) (string, error) {
+	var id string
+	err := n.steerCall(func() error {
+		var err error
+		if id, err = n.waitingRound(req, "approve"); err != nil {
+			return err
+		}
+		n.sd.file.Approved = append(n.sd.file.Approved, id)
+		if k := len(n.sd.file.Approved) - keepApprovals; k > 0 {
+			n.sd.file.Approved = slices.Delete(n.sd.file.Approved, 0, k)
+		}
+		if err := n.saveSteer(); err != nil {
+			n.sd.file.Approved = n.sd.file.Approved[:len(n.sd.file.Approved)-1]
+			return err
+		}
+		delete(n.sd.waiting, id)
+		n.log.Warn("approved: the task starts", "round", id, "by", req.By)
+		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved"})
+		if err := n.step(protocol.Approve(id)); err != nil {
+			return err
+		}
+		n.announceSteer()
+		return nil
+	})
+	return id, err
+}
+
+// Deny fails the round waiting for an approval here (req.Round, or the
+// one waiting now) as a failed task would: its Result is StatusTaskFailed
+// with a *DeniedError, the fault is task-failed, and the chain learns the
+// reason from a steering line before the fault notice.
+func (n *Node) Deny(req Request) (string, error) {
+	var id string
+	err := n.steerCall(func() error {
+		var err error
+		if id, err = n.waitingRound(req, "deny"); err != nil {
+			return err
+		}
+		delete(n.sd.waiting, id)
+		reason := req.Reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
+		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
+			By: protocol.NoticeName(req.By), Reason: reason})
+		ri := n.round(id)
+		ri.cause = de
+		te := &TaskError{Round: id, Err: de}
+		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + "; halting the chain here (no COMPLETE is sent on)"})
+		if err := n.step(protocol.Deny(id)); err != nil {
+			return err
+		}
+		n.announceSteer()
+		return nil
+	})
+	return id, err
+}
+
+// DeniedError is the task error of a round denied at a node (Deny).
+type DeniedError struct {
+	Node   string // where
+	By     string // who denied it ("" unknown)
+	Reason string
+}
+
+// Error says who denied the task and why.
+func (e *DeniedError) Error() string {
+	return "denied at " + e.Node + byText(e.By) + ": " + e.Reason
+}
+
+func byText(by string) string {
+	if by == "" {
+		return ""
+	}
+	return " by " + by
+}
+
+// steerCall runs f on the loop and waits until what it wrote is carried
+// out (its journal records on disk, its lines queued): a request is
+// answered only once it has been taken.
+func (n *Node) steerCall(f func() error) error {
+	err := ErrStopped
+	done := make(chan struct{})
+	ok := n.call(func() {
+		if n.closed {
+			close(done)
+			return
+		}
+		err = f()
+		// Released once the turn's records are on disk (an effect like a
+		// round's result).
+		n.queue(effect{kind: effDone, ri: &roundInfo{done: done}})
+	})
+	if !ok {
+		return ErrStopped
+	}
+	select {
+	case <-done:
+	case <-n.loopDone:
+	}
+	return err
+}
+
+// TraceSteer is the trace event of a steering change, here (Origin "")
+// or at another node (Origin): Steer says which.
+const TraceSteer TraceKind = 64

@@ -1,0 +1,225 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// steerChain is an n-node chain on loopback with heartbeats and a short
+// phase timeout on every node, whose tasks log their node's index.
+type steerChain struct {
+	mu    sync.Mutex
+	ran   []int
+	holds []HoldEvent
+}
+
+func (sc *steerChain) configs(t *testing.T, n int, phase time.Duration) []Config {
+	cfgs := chainConfigs(t, n)
+	for i := range cfgs {
+		cfgs[i].Heartbeat = 50 * time.Millisecond
+		cfgs[i].PhaseTimeout = phase
+		cfgs[i].Task = func(context.Context, string) error {
+			sc.mu.Lock()
+			sc.ran = append(sc.ran, i)
+			sc.mu.Unlock()
+			return nil
+		}
+		cfgs[i].OnHold = func(ev HoldEvent) {
+			sc.mu.Lock()
+			sc.holds = append(sc.holds, ev)
+			sc.mu.Unlock()
+		}
+	}
+	return cfgs
+}
+
+func (sc *steerChain) tasks() []int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return slices.Clone(sc.ran)
+}
+
+// eventually polls cond every 10ms for at most 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// gatedAt reports whether round r waits at nd's gate (w).
+func gatedAt(nd *Node, r string, w protocol.Wait) bool {
+	for _, rs := range nd.Snapshot().Rounds {
+		if rs.Round == r && rs.WaitingFor == w {
+			return true
+		}
+	}
+	return false
+}
+
+func noFaults(t *testing.T, nodes []*Node) {
+	t.Helper()
+	for i, nd := range nodes {
+		if fs := nd.Snapshot().Faults; len(fs) > 0 {
+			t.Fatalf("node %d reported a fault: %+v", i, fs)
+		}
+	}
+}
+
+// docs/STEERING.md, "Hold and release" and "Approval gates": a held node
+// and a node waiting for an approval run nothing early, no phase timeout
+// fires anywhere while they wait (heartbeats on), every node's Snapshot
+// names the gate, and once released and approved the chain completes in
+// order.
+func TestHoldThenApproveTCP(t *testing.T) {
+	var sc steerChain
+	cfgs := sc.configs(t, 4, 300*time.Millisecond)
+	cfgs[2].Approve = true
+	nodes := startAll(t, cfgs, []int{3, 2, 1, 0})
+	if err := nodes[1].Hold(Request{By: "ann", Reason: "change window"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[1].Hold(Request{By: "bob"}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a second hold: %v, want refused", err)
+	}
+	for _, nd := range nodes {
+		if err := nd.Ready("r"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the round at N1's gate", func() bool { return gatedAt(nodes[1], "r", protocol.WaitHold) })
+	eventually(t, "every node to know of the hold", func() bool {
+		for _, nd := range nodes {
+			st := nd.Snapshot().Steering
+			if !slices.ContainsFunc(st, func(s SteerStatus) bool { return s.Node == "N1" && s.What == "hold" && s.Reason == "change window" }) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(4 * 300 * time.Millisecond) // well past the phase timeout
+	if got := sc.tasks(); !slices.Equal(got, []int{0}) {
+		t.Fatalf("tasks run while N1 is held: %v, want [0]", got)
+	}
+	noFaults(t, nodes)
+	text := nodes[3].Snapshot().Steering[0].Text(time.UTC)
+	if !strings.HasPrefix(text, "held at N1 since ") || !strings.Contains(text, "(change window), by ann") {
+		t.Fatalf("status text %q", text)
+	}
+
+	if err := nodes[1].Release(Request{By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the round at N2's approval gate", func() bool { return gatedAt(nodes[2], "r", protocol.WaitApproval) })
+	time.Sleep(4 * 300 * time.Millisecond)
+	if got := sc.tasks(); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("tasks before the approval: %v, want [0 1]", got)
+	}
+	noFaults(t, nodes)
+	if _, err := nodes[2].Approve(Request{HasRound: true, Round: "other"}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("approve of a round not waiting: %v", err)
+	}
+	if id, err := nodes[2].Approve(Request{By: "ann"}); err != nil || id != "r" {
+		t.Fatalf("approve: %q, %v", id, err)
+	}
+	waitDone(t, nodes, "r", "")
+	if got := sc.tasks(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("tasks %v, want in chain order", got)
+	}
+	noFaults(t, nodes)
+	sc.mu.Lock()
+	holds := slices.Clone(sc.holds)
+	sc.mu.Unlock()
+	if len(holds) != 2 || holds[0].Kind != "hold" || holds[1].Kind != "approval" || holds[1].Round != "r" {
+		t.Fatalf("OnHold calls %+v, want a hold, then one approval wait for r", holds)
+	}
+}
+
+// docs/STEERING.md, "Approval gates": a denial fails the round there as
+// a failed task does (StatusTaskFailed with a *DeniedError), nothing after
+// it runs, and the nodes before it learn the reason.
+func TestDenyFailsAsATaskTCP(t *testing.T) {
+	var sc steerChain
+	cfgs := sc.configs(t, 3, 0)
+	cfgs[1].Approve = true
+	nodes := startAll(t, cfgs, []int{2, 1, 0})
+	for _, nd := range nodes {
+		if err := nd.Ready("r"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the round at N1's approval gate", func() bool { return gatedAt(nodes[1], "r", protocol.WaitApproval) })
+	if _, err := nodes[1].Deny(Request{By: "ann", Reason: "smoke test failed"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, _ := nodes[1].Wait(ctx, "r")
+	var de *DeniedError
+	if res.Status != StatusTaskFailed || !errors.As(res.Err, &de) || de.Reason != "smoke test failed" {
+		t.Fatalf("denied node: %+v", res)
+	}
+	res, _ = nodes[0].Wait(ctx, "r")
+	if res.Status != StatusFault || !strings.Contains(res.Err.Error(), "denied the task of round r: smoke test failed") {
+		t.Fatalf("the Head: %+v", res)
+	}
+	if res, _ := nodes[2].Wait(ctx, "r"); res.Status != StatusFault {
+		t.Fatalf("the Tail: %+v", res)
+	}
+	if got := sc.tasks(); !slices.Equal(got, []int{0}) {
+		t.Fatalf("tasks %v, want only the Head's", got)
+	}
+}
+
+// docs/STEERING.md: with a state directory a hold and an approval
+// survive a restart: the node comes back held, and the approved round
+// does not ask again.
+func TestHoldJournalled(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Name: "solo", StateDir: dir, Approve: true, Task: func(context.Context, string) error { return nil }}
+	nd, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Hold(Request{By: "ann", Reason: "wait"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Ready("r"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the round at the gate", func() bool { return gatedAt(nd, "r", protocol.WaitHold) })
+	if _, err := nd.Approve(Request{}); err != nil {
+		t.Fatal(err) // approved while held: it still waits for the release
+	}
+	nd.Close()
+
+	nd, err = Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	st := nd.Snapshot().Steering
+	if len(st) != 1 || st[0].What != "hold" || !st[0].Here || st[0].Reason != "wait" {
+		t.Fatalf("after the restart: %+v, want held", st)
+	}
+	if !gatedAt(nd, "r", protocol.WaitHold) {
+		t.Fatalf("round not at the gate after the restart: %+v", nd.Snapshot().Rounds)
+	}
+	if err := nd.Release(Request{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := nd.Wait(ctx, "r"); err != nil || res.Status != StatusDone {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
