@@ -38,17 +38,20 @@
 // The protocol logic itself is package protocol, which does no I/O; the
 // line codec is package wire, TCP plumbing is package transport and TLS is
 // package secure. The machine owns the protocol and its time: every
-// round's state, the exit wave's delivery, restarted peers, faults and
-// timeouts; the driver in this package moves bytes, keeps the journal and
-// runs tasks, acting on the machine's actions and never asking it back.
-// node.go holds the API and the step-and-act loop, lock.go how the node
-// lock is used (collect under it, then persist, then act), rounds.go what
-// the driver keeps per round beside the machine's table (waiters and
-// results, dropped when the machine forgets the round), task.go the task
-// runner, link.go a link with its outbox and writer, connect.go
-// accepting, dialing and reading, health.go the clock (heartbeat lines
-// and the machine's ticks) and neighbour faults, state.go the journal's
-// part. The timeouts themselves are the machine's: the driver stamps
-// every event with the time and acts on protocol.ActTimeout
-// (docs/DESIGN.md, "Time").
+// round's state, the exit wave's delivery, restarted peers, the fault
+// policy, faults and timeouts. One goroutine per node owns the machine
+// (loop.go): every input (the lines of a read, a link up or down, a
+// task's end, the clock's tick, an API call) is an event for it; it steps
+// the machine, persists the turn's journal records with one fsync, then
+// writes each link's lines once, answers waiters and starts tasks, acting
+// on the machine's actions and never asking it back. node.go holds the
+// API and the only references to the machine, rounds.go what the driver
+// keeps per round beside it (waiters and results, dropped when the
+// machine forgets the round), task.go the task runner, link.go a link
+// with its outbox and writer, connect.go and admission.go accepting,
+// dialing and reading, health.go the clock (heartbeat lines and the
+// machine's ticks) and neighbour faults, notice.go fault notices, state.go
+// the journal's part. Config.Listener and Config.Dial are the transport
+// seam: tests put nodes on an in-memory network through them
+// (docs/DESIGN.md, "The shape of the code"; docs/TESTING.md).
 package chainsync
