@@ -49,6 +49,7 @@ func (n *Node) acceptLoop() {
 		l := n.newLink(c, protocol.Pred)
 		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
 			n.post(func() {
+				n.stray(err) // identity.go
 				if adm.refused(l, err) {
 					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 				}
@@ -129,8 +130,9 @@ func (n *Node) dialLoop() {
 				"retry_in", next.Round(time.Millisecond), "err", err)
 		}
 	}
+	dial := n.dialFunc() // Config.Dial, or from this node's own address (identity.go)
 	for {
-		c, err := secure.Dial(n.ctx, n.cfg.Secure, n.cfg.Dial, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
+		c, err := secure.Dial(n.ctx, n.cfg.Secure, dial, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
 		if err != nil {
 			if n.ctx.Err() != nil {
 				return // closing
@@ -153,6 +155,7 @@ func (n *Node) dialLoop() {
 			}
 			n.succ = l
 			l.startWriter()
+			n.sendHello(l) // the identity line goes first (identity.go)
 			n.linkUp(l)
 			ok = true
 		})
@@ -189,7 +192,8 @@ func (n *Node) sleep(d time.Duration) bool {
 // one read go to the loop in one event, so that the lines they cause
 // leave in one write per link.
 func (n *Node) readLoop(l *link) {
-	l.r.Heartbeats = n.cfg.Heartbeat > 0
+	l.r.Heartbeats = n.extensions()
+	first := true // the next line is the first on l
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
@@ -197,15 +201,37 @@ func (n *Node) readLoop(l *link) {
 			return
 		}
 		l.heard()
+		if h, ok := l.r.Hello(); ok {
+			// The identity line (identity.go), read as a HEARTBEAT.
+			isFirst := first
+			first = false
+			if !n.post(func() { n.helloArrived(l, h, isFirst) }) {
+				return
+			}
+			continue
+		}
+		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
+			// A would-be predecessor that says only that it is alive may
+			// claim a live one's place (duplicate.go).
+			if !n.post(func() { n.aliveFirst(l) }) {
+				return
+			}
+		}
+		first = false
 		if msg.Cmd == protocol.Heartbeat {
 			continue // it only says the neighbour is alive
 		}
 		msgs := []protocol.Message{msg}
+		var hello *wire.Hello // one out of place, after msgs
 		for len(msgs) < maxBatch && l.r.HasLine() {
 			if msg, err = l.r.ReadMessage(); err != nil {
 				break
 			}
 			l.heard()
+			if h, ok := l.r.Hello(); ok {
+				hello = &h
+				break
+			}
 			if msg.Cmd != protocol.Heartbeat {
 				msgs = append(msgs, msg)
 			}
@@ -213,6 +239,9 @@ func (n *Node) readLoop(l *link) {
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
 		if !n.post(func() { n.handleAll(l, msgs) }) {
+			return
+		}
+		if hello != nil && !n.post(func() { n.helloArrived(l, *hello, false) }) {
 			return
 		}
 		if err != nil {
@@ -250,6 +279,10 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return false
 	}
 	if cur == l {
+		if n.refusedAsDuplicate(l, msg) { // duplicate.go
+			n.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
+			return false
+		}
 		n.received(l, msg)
 		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
 			n.violation(l, err)
@@ -257,12 +290,21 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		}
 		return true
 	}
-	// A pending predecessor connection: it replaces the current one only if
-	// its first line is one the machine accepts (protocol.Promote, which
-	// also re-sends what a new link needs).
-	// Until then it is logged and traced only as the (rate-limited) bad
-	// input it may turn out to be: a stranger's junk line must not cost a
-	// log line and a trace record each.
+	// A pending predecessor connection. With the extension lines on it is
+	// held while the current one is alive (duplicate.go).
+	if n.holdPred(l, msg) {
+		return true
+	}
+	return n.promotePred(l, msg)
+}
+
+// promotePred makes the pending predecessor connection l the current one
+// if msg, its first line, is one the machine accepts (protocol.Promote,
+// which also re-sends what a new link needs); false if it is not (then l
+// is closed). Until then it is logged and traced only as the
+// (rate-limited) bad input it may turn out to be: a stranger's junk line
+// must not cost a log line and a trace record each. Loop only.
+func (n *Node) promotePred(l *link, msg protocol.Message) bool {
 	acts, err := n.stepSaved(protocol.Promote(l.side, msg), n.acts[:0])
 	if err != nil {
 		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
@@ -270,17 +312,23 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	}
 	n.acts = acts
 	n.received(l, msg)
+	n.takePred(l)
+	n.perform(acts)
+	return true
+}
+
+// takePred makes the pending connection l the current predecessor
+// connection, closing the one it replaces. Loop only.
+func (n *Node) takePred(l *link) {
 	delete(n.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
-	if cur != nil {
-		n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
+	if cur := n.pred; cur != nil {
+		n.replaced(cur, l) // duplicate.go
 		cur.shut()
 	}
 	n.pred = l
 	l.startWriter()
 	n.announceUp(l)
-	n.perform(acts)
-	return true
 }
 
 // received logs and traces a line from l. Loop only.

@@ -84,6 +84,12 @@ type Node struct {
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
 	sd          steerDriver // steering: holds and approvals (steer.go)
+	// id is this node's identity line (identity.go), once idDone; dup the
+	// would-be predecessors that claim the current one's place
+	// (duplicate.go).
+	id     *identity
+	idDone bool
+	dup    dupState
 }
 
 // restore reinstates the journal's rounds in the machine (Start, before
@@ -155,7 +161,7 @@ func (n *Node) recordFault(f Fault) {
 		}
 	}
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err)})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode {
 		n.later(func() { n.announce(f, false) })
 	}
 }

@@ -15,6 +15,9 @@ import (
 // new address (a rescheduled pod) is found again.
 type prevHost struct {
 	host string // "" when the check is off
+	// names and hosts of the chain's other nodes (Config.Chain and
+	// ChainAddrs), to name the node a stray connection comes from
+	names, hosts []string
 
 	mu    sync.Mutex
 	ips   []net.IP
@@ -27,6 +30,13 @@ func newPrevHost(cfg *Config) *prevHost {
 	p := &prevHost{}
 	if cfg.PrevHostOnly {
 		p.host, _, _ = net.SplitHostPort(cfg.Prev)
+	}
+	if len(cfg.ChainAddrs) == len(cfg.Chain) {
+		for i, name := range cfg.Chain {
+			if h, _, err := net.SplitHostPort(cfg.ChainAddrs[i]); err == nil && name != cfg.Name {
+				p.names, p.hosts = append(p.names, name), append(p.hosts, h)
+			}
+		}
 	}
 	return p
 }
@@ -45,12 +55,21 @@ func (p *prevHost) check(ctx context.Context, remote net.Addr) error {
 	if err != nil {
 		return fmt.Errorf("the predecessor's host %s (--prev) does not resolve, so no connection can be checked against it: %v", p.host, err)
 	}
+	// Exactly its addresses: on one machine a chain may use 127.0.0.11,
+	// 127.0.0.12, ..., and a connection from a neighbour's address is the
+	// mis-wiring this check is for (the predecessor dials from its own
+	// address: Config.DialFrom).
 	for _, ip := range ips {
-		if ip.Equal(ta.IP) || ip.IsLoopback() && ta.IP.IsLoopback() {
+		if ip.Equal(ta.IP) {
 			return nil
 		}
 	}
-	return fmt.Errorf("connection from %s, which is not the predecessor's host %s (--prev; addresses %v)", ta.IP, p.host, ips)
+	for i, h := range p.hosts {
+		if ip := net.ParseIP(h); ip != nil && ip.Equal(ta.IP) {
+			return &strayError{node: p.names[i], from: ta.IP.String(), host: p.host}
+		}
+	}
+	return fmt.Errorf("connection from %s, which is not the predecessor's host %s (--prev, or its --chain entry; addresses %v): another node dials this one as its successor, or the predecessor dials from another address (give it its own address to dial from: --chain does)", ta.IP, p.host, ips)
 }
 
 func (p *prevHost) addrs(ctx context.Context) ([]net.IP, error) {
@@ -80,4 +99,14 @@ func (p *prevHost) addrs(ctx context.Context) ([]net.IP, error) {
 	}
 	p.ips, p.until = ips, time.Now().Add(prevHostTTL)
 	return ips, nil
+}
+
+// strayError is a predecessor connection from the address the chain gives
+// another node: that node dials this one as its successor, so its chain
+// differs from this node's.
+type strayError struct{ node, from, host string }
+
+func (e *strayError) Error() string {
+	return fmt.Sprintf("connection from %s, the address of %s in --chain, not the predecessor's host %s: %s dials this node as its successor, so its --chain differs from this node's (chainsync check on every node names the difference)",
+		e.from, e.node, e.host, e.node)
 }

@@ -1,8 +1,14 @@
 package chainsync
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/transport"
 
 	"github.com/chainsync-go/chainsync/protocol"
 
@@ -11,8 +17,9 @@ import (
 
 // Draft "Roles" (a node's predecessor is one fixed node): with
 // PrevHostOnly, a connection from a host other than Prev's is closed
-// before it can say anything, and a connection from Prev's host (any
-// loopback address for a loopback host) is served as the predecessor.
+// before it can say anything, and a connection from Prev's host is served
+// as the predecessor. The match is exact (docs/PROTOCOL.md, "The identity
+// line"): on one machine, 127.0.0.3 is not 127.0.0.2.
 func TestPrevHostOnly(t *testing.T) {
 	t.Run("other host refused", func(t *testing.T) {
 		// 192.0.2.1 is a documentation address: this test's loopback
@@ -39,7 +46,7 @@ func TestPrevHostOnly(t *testing.T) {
 		if err := w.Ready(""); err != nil {
 			t.Fatal(err)
 		}
-		s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+		s := dialFrom(t, "127.0.0.2", w.Addr().String())
 		s.Send(t, "READY\n")
 		s.Expect(t, "START\n")
 		w.waitState(t, "", protocol.StateWatch)
@@ -47,4 +54,39 @@ func TestPrevHostOnly(t *testing.T) {
 			t.Errorf("%d violations for the predecessor's own host", v)
 		}
 	})
+	t.Run("another loopback address refused", func(t *testing.T) {
+		w := startWatched(t, Config{Name: "B", Listen: "127.0.0.1:0", Prev: "127.0.0.2:7000", PrevHostOnly: true})
+		if err := w.Ready(""); err != nil {
+			t.Fatal(err)
+		}
+		s := dialFrom(t, "127.0.0.3", w.Addr().String())
+		_ = s.TrySend([]byte("READY\n"))
+		s.AwaitClosed(t, 5*time.Second)
+		waitCond(t, 5*time.Second, "the refusal to be traced", func() bool { return w.violations() > 0 })
+		if w.predUp() || w.state("") != protocol.StateSync {
+			t.Errorf("a connection from 127.0.0.3 became the predecessor 127.0.0.2's (state %v)", w.state(""))
+		}
+		if n := w.logs.count(func(e capturedLog) bool {
+			return e.Msg == "refused would-be predecessor" && strings.Contains(fmt.Sprint(e.Attrs["reason"]), "from 127.0.0.3")
+		}); n != 1 {
+			t.Errorf("%d refusals naming 127.0.0.3 logged, want 1:\n%s", n, w.logs.tail(10))
+		}
+	})
+}
+
+// dialFrom connects to addr from the local address from, as a node with
+// DialFrom does.
+func dialFrom(t *testing.T, from, addr string) *testnet.Peer {
+	t.Helper()
+	dial := transport.DialFrom(from, func(err error) { t.Fatalf("cannot dial from %s: %v", from, err) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.LocalAddr().(*net.TCPAddr).IP.String(); got != from {
+		t.Fatalf("dialed from %s, want %s", got, from)
+	}
+	return testnet.NewPeer(t, c)
 }

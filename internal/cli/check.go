@@ -259,11 +259,30 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending
 		_, _ = io.WriteString(sc, mine.line())
 		theirs, ok := readSettings(sc)
 		sc.Close()
+		// Never "ok" for a connection from another node's address, nor
+		// from one run would refuse (identity.go).
+		wrong := mine.wrongSource(c.RemoteAddr())
 		if ok {
-			if diff := compareSettings(theirs, mine); diff != "" {
-				return linkCheck{false, "configuration mismatch with the predecessor: " + diff}
+			diffs := []string{}
+			if wrong != "" {
+				diffs = append(diffs, wrong)
+			}
+			if d := mine.chainDiff(theirs.whoami); d != "" {
+				diffs = append(diffs, d)
+			}
+			if d := compareSettings(theirs, mine); d != "" {
+				diffs = append(diffs, d)
+			}
+			if len(diffs) > 0 {
+				return linkCheck{false, "configuration mismatch with the predecessor: " + strings.Join(diffs, "; ")}
 			}
 			detail += "; same round settings, --heartbeat and --serve"
+			if theirs.digest != "" {
+				detail += ", same --chain"
+			}
+		}
+		if wrong != "" {
+			return linkCheck{false, wrong}
 		}
 		return linkCheck{true, detail}
 	}
@@ -276,7 +295,8 @@ func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, t
 	addr := cfg.Next
 	b := transport.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax}
 	var lastErr error
-	sc, err := secure.Dial(ctx, sec, nil, addr, &b, cfg.PendingTimeout, func(err error, _ int, _ time.Duration) { lastErr = err })
+	// From this node's own address, as run dials (identity.go).
+	sc, err := secure.Dial(ctx, sec, transport.DialFrom(cfg.DialFrom, nil), addr, &b, cfg.PendingTimeout, func(err error, _ int, _ time.Duration) { lastErr = err })
 	if err != nil {
 		var re *secure.RefusedError
 		if errors.As(err, &re) || ctx.Err() == nil {
@@ -294,7 +314,13 @@ func checkSucc(ctx context.Context, sec *secure.Config, cfg *chainsync.Config, t
 		if ok {
 			_ = sc.SetWriteDeadline(time.Now().Add(confirmWait))
 			_, _ = io.WriteString(sc, mine.line())
-			if diff := compareSettings(mine, theirs); diff != "" {
+			diff := mine.chainDiff(theirs.whoami)
+			if d := compareSettings(mine, theirs); d != "" && diff != "" {
+				diff += "; " + d
+			} else if d != "" {
+				diff = d
+			}
+			if diff != "" {
 				return linkCheck{false, "configuration mismatch with the successor: " + diff}
 			}
 			what := "connected, plain TCP"
@@ -384,6 +410,7 @@ type settings struct {
 	rounds    string // "round=ID", "rounds=N" or "unnamed"
 	heartbeat bool
 	serve     bool
+	whoami    // who sends it, and its --chain (identity.go)
 }
 
 func (o *runOpts) settings() settings {
@@ -394,11 +421,12 @@ func (o *runOpts) settings() settings {
 	case o.round != "":
 		st.rounds = "round=" + o.round
 	}
+	st.whoami = o.whoami()
 	return st
 }
 
 func (st settings) line() string {
-	return fmt.Sprintf("%s%s heartbeat=%t serve=%t\n", settingsTag, st.rounds, st.heartbeat, st.serve)
+	return fmt.Sprintf("%s%s heartbeat=%t serve=%t%s\n", settingsTag, st.rounds, st.heartbeat, st.serve, st.whoami.fields())
 }
 
 // readSettings reads a neighbour's settings line, if it sends one.
@@ -412,10 +440,10 @@ func readSettings(r io.Reader) (settings, bool) {
 		return settings{}, false
 	}
 	f := strings.Fields(strings.TrimPrefix(line, settingsTag))
-	if len(f) != 3 {
+	if len(f) < 3 {
 		return settings{}, false
 	}
-	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true"}, true
+	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true", whoami: readWhoami(f[3:])}, true
 }
 
 // compareSettings says how a predecessor's settings differ from its

@@ -329,6 +329,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, err
 		}
 	}
+	o.identify(&cfg) // --chain: the identity line, or the predecessor's host (identity.go)
 	// The security log and warnings speak only of the links this node has.
 	o.tls.NoPred, o.tls.NoSucc = listen == "", next == ""
 	return cfg, rounds, nil

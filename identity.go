@@ -1,0 +1,224 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/transport"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// Identity on the link (docs/PROTOCOL.md, "The identity line"). A node
+// placed by a whole chain (Config.Chain and ChainAddrs) with the extension lines on sends
+// HELLO first on each link: its name, its place, and digests of its chain
+// and its round settings. The neighbour compares them with its own and
+// refuses a link to a node that is not the one its chain names there, or
+// whose chain or round settings differ: a config-mismatch fault that says
+// which ("C's --chain is A,C,B; this node's is A,B,C"), instead of a
+// chain that runs wired wrongly. The line catches mistakes only: it
+// authenticates nothing (TLS and pre-shared keys do).
+
+// identity is what this node says of itself in HELLO, computed once.
+type identity struct {
+	pos    int    // this node's index in Config.Chain
+	line   []byte // its HELLO line, with LF
+	chain  string // the digest of Config.Chain
+	rounds string // the digest of Config.RoundSettings
+	names  []string
+}
+
+// chainDigest is the digest of a chain: its names and addresses, in order.
+func chainDigest(names, addrs []string) string {
+	var b strings.Builder
+	for i, name := range names {
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(addrs[i])
+		b.WriteByte('\n')
+	}
+	return wire.Digest(b.String())
+}
+
+// ident returns this node's identity, nil if it sends none: without
+// Config.Chain or without the extension lines (the draft's wire is
+// unchanged). Loop only.
+func (n *Node) ident() *identity {
+	if n.idDone {
+		return n.id
+	}
+	n.idDone = true
+	cfg := &n.cfg
+	if len(cfg.Chain) == 0 || len(cfg.ChainAddrs) != len(cfg.Chain) || !n.extensions() {
+		return nil
+	}
+	pos := slices.Index(cfg.Chain, cfg.Name)
+	if pos < 0 {
+		return nil // Validate refuses it
+	}
+	id := &identity{pos: pos, chain: chainDigest(cfg.Chain, cfg.ChainAddrs), rounds: wire.Digest(cfg.RoundSettings)}
+	for _, name := range cfg.Chain {
+		id.names = append(id.names, protocol.NoticeName(name))
+	}
+	h := wire.Hello{Name: id.names[pos], Pos: pos + 1, Size: len(cfg.Chain), Chain: id.chain, Rounds: id.rounds, Names: id.names}
+	if len(cfg.Chain) > wire.MaxChainSize {
+		return nil
+	}
+	id.line = wire.AppendHello(nil, h)
+	n.id = id
+	return id
+}
+
+// sendHello queues this node's identity line on l, first. Loop only.
+func (n *Node) sendHello(l *link) {
+	id := n.ident()
+	if id == nil || l.helloSent {
+		return
+	}
+	l.helloSent = true
+	n.queueLine(l, id.line, false, "")
+}
+
+// errMismatch closes a link whose identity line showed a neighbour
+// configured differently (the fault says how).
+var errMismatch = errors.New("chainsync: configuration mismatch (identity line)")
+
+// helloArrived acts on the identity line h from l; first says it was the
+// first line on l. A predecessor connection that passes is answered with
+// this node's own line and is then admitted as the predecessor (or held,
+// if the current one is alive: duplicate.go). Loop only.
+func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
+	if n.closed || l != n.pred && l != n.succ && !n.adm.pending[l] {
+		return
+	}
+	if !first {
+		n.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
+		return
+	}
+	id := n.ident()
+	if id == nil {
+		return // nothing to compare it with: the line only says the peer is alive
+	}
+	if reason := n.compareHello(l.side, h); reason != "" {
+		n.helloMismatch(l, h.Name, reason)
+		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
+		n.drop(l, errMismatch)
+		return
+	}
+	if l.side != protocol.Pred || l == n.pred {
+		return
+	}
+	n.sendHello(l)
+	n.admitPred(l)
+}
+
+// compareHello says how the neighbour on side that sent h differs from the
+// one this node's chain names there, or "" if it is that one. Loop only.
+func (n *Node) compareHello(side protocol.Side, h wire.Hello) string {
+	id := n.id
+	want := id.pos - 1
+	what := "predecessor"
+	if side == protocol.Succ {
+		want, what = id.pos+1, "successor"
+	}
+	if want < 0 || want >= len(id.names) {
+		return fmt.Sprintf("%s connected as this node's %s, but this node has none in its --chain (%s)", h.Name, what, strings.Join(id.names, ","))
+	}
+	exp := id.names[want]
+	switch {
+	case h.Chain != id.chain:
+		return n.chainDiff(h)
+	case h.Name != exp || h.Pos != want+1 || h.Size != len(id.names):
+		return fmt.Sprintf("this node's %s is %s (node %d of %d in --chain), but %s answered there, saying it is node %d of %d: check that node's --name, and the addresses it dials and listens on",
+			what, exp, want+1, len(id.names), h.Name, h.Pos, h.Size)
+	case h.Rounds != id.rounds:
+		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve on every node or none",
+			h.Name, n.settingsWord())
+	}
+	return ""
+}
+
+// chainDiff says how h's chain differs from this node's. Loop only.
+func (n *Node) chainDiff(h wire.Hello) string {
+	id := n.id
+	mine := strings.Join(id.names, ",")
+	switch {
+	case h.Names != nil && !slices.Equal(h.Names, id.names):
+		return fmt.Sprintf("%s's --chain is %s; this node's is %s", h.Name, strings.Join(h.Names, ","), mine)
+	case h.Names != nil:
+		return fmt.Sprintf("%s's --chain has the same names in the same order as this node's (%s), with other addresses: give every node the same --chain", h.Name, mine)
+	}
+	here := "is not in it"
+	if i := slices.Index(id.names, h.Name); i >= 0 {
+		here = fmt.Sprintf("is node %d of %d", i+1, len(id.names))
+	}
+	return fmt.Sprintf("%s's --chain differs from this node's: there %s is node %d of %d; in this node's (%d nodes) it %s: give every node the same --chain",
+		h.Name, h.Name, h.Pos, h.Size, len(id.names), here)
+}
+
+// settingsWord names this node's round settings for a message.
+func (n *Node) settingsWord() string {
+	if s := n.cfg.RoundSettings; s != "" {
+		return "this node runs " + s
+	}
+	return "this node runs " + n.runs()
+}
+
+// dialFunc is how this node reaches its successor: Config.Dial, or TCP
+// from Config.DialFrom if set and bindable, else from the address the
+// system picks (nil).
+func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, error) {
+	if n.cfg.Dial != nil || n.cfg.DialFrom == "" {
+		return n.cfg.Dial
+	}
+	return transport.DialFrom(n.cfg.DialFrom, func(err error) {
+		n.log.Warn("cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host may refuse this node)",
+			"from", n.cfg.DialFrom, "err", err.Error())
+	})
+}
+
+// helloMismatch reports, once per side, that the node that sent its
+// identity line on l (who) is not the neighbour this node's chain names
+// there, or is configured differently: a config-mismatch fault blaming
+// who, the node that really answered; a notice tells it where l is still
+// pending (the only way to reach it); under FaultHalt every unfinished
+// round ends. The caller closes l. Loop only.
+func (n *Node) helloMismatch(l *link, who, reason string) {
+	key := mismatchKey{l.side, "chain", ""}
+	if n.mismatched[key] {
+		return
+	}
+	if n.mismatched == nil {
+		n.mismatched = make(map[mismatchKey]bool)
+	}
+	n.mismatched[key] = true
+	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
+		Reason: reason + "; compare the nodes' flags (chainsync check compares them)"}
+	f := fe.fault()
+	n.recordFault(f)
+	if l != n.pred && l != n.succ {
+		note := n.noticeOf(f)
+		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		l.enqueue(n.wbuf, false, "")
+	}
+	n.later(func() { n.announce(f, true, fe) })
+}
+
+// stray logs at ERROR, once per node, a predecessor connection refused
+// because it came from the address the chain gives another node: on the
+// draft's wire that is how a mis-ordered --chain shows. Loop only.
+func (n *Node) stray(err error) {
+	var se *strayError
+	if !errors.As(err, &se) || n.dup.strays[se.node] {
+		return
+	}
+	if n.dup.strays == nil {
+		n.dup.strays = make(map[string]bool)
+	}
+	n.dup.strays[se.node] = true
+	n.log.Error(se.Error(), "peer", se.from)
+}
