@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -32,9 +31,8 @@ type Config struct {
 	// dials this node; this node never dials it, so its port is not used.
 	Prev string
 	// PrevHostOnly, with Prev set to "host:port", accepts a predecessor
-	// connection only from an address Prev's host resolves to, exactly
-	// (127.0.0.12 is not 127.0.0.11: the predecessor should dial from its
-	// own address, DialFrom). It is a weak check
+	// connection only from an address Prev's host resolves to (any
+	// loopback address counts for a loopback host). It is a weak check
 	// against a chain wired to the wrong node, not security: a source
 	// address proves nothing. Use Secure to authenticate the predecessor.
 	PrevHostOnly bool
@@ -46,26 +44,6 @@ type Config struct {
 	// does), this one among them: an undelivered round's report names the
 	// nodes after the one past which no word came.
 	Chain []string
-	// ChainAddrs, with Chain, gives the addresses of its nodes in the same
-	// order (as --chain does). With both and Heartbeat, the node sends an
-	// identity line first on each link: its name, its place in Chain and
-	// digests of Chain (names and addresses) and RoundSettings; it refuses
-	// a neighbour whose line says it is not the node Chain names there, or
-	// that its chain or round settings differ, with a FaultConfigMismatch
-	// that says how (docs/PROTOCOL.md, "The identity line"). Name must be
-	// in Chain.
-	ChainAddrs []string
-	// RoundSettings, with ChainAddrs, sums up the settings that must be
-	// the same on every node for rounds to run (the command's "--rounds
-	// 3", "--serve"); the identity line carries its digest.
-	RoundSettings string
-	// DialFrom, if set, is the local host (an IP address or a name, no
-	// port) to dial the successor from, so that a successor that checks
-	// its predecessor's host (PrevHostOnly) sees this node's own address
-	// on a machine with several (the command sets it to this node's host
-	// in --chain). If it cannot be bound, the node dials from the address
-	// the system picks and says so. Ignored with Dial.
-	DialFrom string
 	// Next is the successor's address, which this node dials. Empty means
 	// the node has no successor: it is the Tail.
 	Next string
@@ -140,6 +118,14 @@ type Config struct {
 	// FaultPeerSilent fault that blames it. Both ends must turn it on: a
 	// draft-only peer treats HEARTBEAT as bad input. Zero: off.
 	Heartbeat time.Duration
+	// RestartGrace, if positive (it needs Heartbeat), says that this
+	// node's task may restart the node: just before each task the node
+	// announces to the chain that it may be gone for up to RestartGrace,
+	// and no node reports its silence, its down link or a phase timeout
+	// that waits on it until it is back or the grace has passed; then
+	// every node reports a FaultPeerUnreachable fault blaming it
+	// (docs/DESIGN.md, "Liveness: a restart is not a death").
+	RestartGrace time.Duration
 	// TaskTimeout, if positive, bounds this node's task (and Verify): on
 	// expiry the task's context is cancelled and the round ends
 	// task-failed, with a FaultTaskTimeout fault. Zero: no bound.
@@ -353,14 +339,6 @@ func (c *Config) Validate() error {
 			return bad("Listen", c.Listen, "Listen %q is not host:port: %v", c.Listen, err)
 		}
 	}
-	if c.ChainAddrs != nil {
-		if len(c.ChainAddrs) != len(c.Chain) {
-			return bad("ChainAddrs", fmt.Sprint(len(c.ChainAddrs)), "ChainAddrs has %d addresses for the %d nodes of Chain: give one per node, in the same order", len(c.ChainAddrs), len(c.Chain))
-		}
-		if !slices.Contains(c.Chain, c.Name) {
-			return bad("Name", c.Name, "Name %q is not in Chain %v", c.Name, c.Chain)
-		}
-	}
 	for _, r := range c.Rounds {
 		if !protocol.ValidRound(r) {
 			return bad("Rounds", r, "round id %q: use 1-128 of A-Z a-z 0-9 - _ . (or empty for the unnamed round)", r)
@@ -374,11 +352,17 @@ func (c *Config) Validate() error {
 		v     time.Duration
 	}{
 		{"Heartbeat", c.Heartbeat}, {"TaskTimeout", c.TaskTimeout},
-		{"ConnectTimeout", c.ConnectTimeout}, {"PhaseTimeout", c.PhaseTimeout},
+		{"ConnectTimeout", c.ConnectTimeout}, {"PhaseTimeout", c.PhaseTimeout}, {"RestartGrace", c.RestartGrace},
 	} {
 		if d.v < 0 {
 			return bad(d.field, d.v.String(), "%s must not be negative", d.field)
 		}
+	}
+	if c.RestartGrace > 0 && c.Heartbeat <= 0 {
+		return bad("RestartGrace", c.RestartGrace.String(), "RestartGrace needs Heartbeat: the grace is announced on the extension lines, which heartbeats turn on (set Heartbeat on every node)")
+	}
+	if c.RestartGrace > protocol.MaxGrace {
+		return bad("RestartGrace", c.RestartGrace.String(), "RestartGrace %v is longer than the longest the wire carries (%v)", c.RestartGrace, protocol.MaxGrace)
 	}
 	if c.ResumeTask > ResumeRerun {
 		return bad("ResumeTask", c.ResumeTask.String(), "ResumeTask %d: use ResumeFail, ResumeDone or ResumeRerun", c.ResumeTask)

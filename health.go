@@ -136,11 +136,18 @@ func (n *Node) timedOut(a *protocol.Action) {
 		fe.Kind = FaultPeerSilent
 		fe.Reason = fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
 			sideWord(a.To), n.peerName(a.To), after)
+	case protocol.TimeoutGrace:
+		n.graceTimedOut(a, fe) // liveness.go
 	case protocol.TimeoutUnreachable:
 		fe.Kind = FaultPeerUnreachable
 		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
 		if a.To == protocol.Pred {
 			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+		}
+		if n.cfg.Heartbeat > 0 {
+			// The machine counts from when the neighbour was last heard
+			// from, not from when the connection noticed it was gone.
+			fe.Reason += fmt.Sprintf(" since it was last heard from, %s ago", fmtSecs(a.After))
 		}
 	default:
 		return

@@ -84,12 +84,7 @@ type Node struct {
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
 	sd          steerDriver // steering: holds and approvals (steer.go)
-	// id is this node's identity line (identity.go), once idDone; dup the
-	// would-be predecessors that claim the current one's place
-	// (duplicate.go).
-	id     *identity
-	idDone bool
-	dup    dupState
+	live        liveFaults  // liveness faults in force and cleared (liveness.go)
 }
 
 // restore reinstates the journal's rounds in the machine (Start, before
@@ -160,8 +155,9 @@ func (n *Node) recordFault(f Fault) {
 			ri.reported = true
 		}
 	}
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err)})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode {
+	again := n.pageOnce(f) // liveness.go: one page per blamed node until it clears
+	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
+	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
 		n.later(func() { n.announce(f, false) })
 	}
 }
@@ -223,6 +219,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0
+	pc.Self, pc.RestartGrace = selfLabel(&cfg, n.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
 	if cfg.FaultPolicy == FaultWait {
 		pc.Policy = protocol.PolicyWait
@@ -420,6 +417,12 @@ type Snapshot struct {
 	// Steering: the nodes known to be held, waiting for an approval or
 	// paused (this node first), and the denials heard of (steer.go).
 	Steering []SteerStatus
+	// Restarting: the restart graces in force here (liveness.go).
+	Restarting []GraceStatus
+	// PredSilent and SuccSilent: with heartbeats, the link is up but the
+	// neighbour has not been heard from for two heartbeat intervals: it
+	// may be stopped, hung or gone without closing the connection.
+	PredSilent, SuccSilent bool
 	// JournalSyncs is how many fsyncs the state journal made since Start
 	// (0 without Config.StateDir). A node syncs once for everything a
 	// batch of events produced, so this grows slower than the records.
@@ -464,6 +467,7 @@ func (n *Node) snapshot() Snapshot {
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	n.steerSnapshot(&st)
+	n.graceSnapshot(&st)
 	for _, id := range n.recent {
 		ri := n.rounds[id]
 		if ri == nil || !ri.finished() {
@@ -650,7 +654,13 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActNotice:
-		n.noticeArrived(*a.Msg.Note)
+		if !n.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
+			n.noticeArrived(*a.Msg.Note)
+		}
+	case protocol.ActGrace:
+		n.graceAct(a)
+	case protocol.ActBack:
+		n.back(a)
 	case protocol.ActSteer, protocol.ActGate:
 		n.steerAct(a)
 	case protocol.ActDone:
@@ -703,6 +713,10 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		if msg.Cmd == protocol.SteerLine {
 			// The machine re-sends the gating lines when the link is up.
 			n.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
+			return
+		}
+		if msg.Cmd == protocol.Grace {
+			n.log.Info("link down; restart grace line not sent that way", "to", side.String(), "grace", msg.Grace.String())
 			return
 		}
 		if msg.Cmd == protocol.FaultNotice {

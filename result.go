@@ -174,7 +174,11 @@ type TraceEvent struct {
 	Fault  FaultKind // TraceFault
 	Origin string    // TraceFault: the reporting node, for a fault another node found; TraceSteer: whose state
 	Steer  string    // TraceSteer: hold, approval, approved, pause, denied, cancel or none (steer.go)
-	Err    error
+	// Again, on a TraceFault: a further report of a liveness fault (a
+	// neighbour silent or unreachable) whose blamed node has a fault in
+	// force here already; it pages nobody (liveness.go).
+	Again bool
+	Err   error
 	// Count, on a TraceViolation, is how many violations this event stands
 	// for when more than one: under a flood only a sample is traced one by
 	// one, and one event per interval counts the rest (Err says so).
@@ -199,8 +203,7 @@ const (
 	FaultPeerRestarted       FaultKind = "peer-restarted"        // a neighbour came back without its state
 	FaultExitWaveUndelivered FaultKind = "exit-wave-undelivered" // the final COMPLETE could not be handed to the predecessor
 	FaultPhaseTimeout        FaultKind = "phase-timeout"         // a round waited too long in one state
-	FaultConfigMismatch      FaultKind = "config-mismatch"       // a neighbour runs other rounds, or other extensions, or has another place or chain
-	FaultDuplicateNode       FaultKind = "duplicate-node"        // two live processes claim one place in the chain
+	FaultConfigMismatch      FaultKind = "config-mismatch"       // a neighbour runs other rounds, or other extensions
 	FaultAborted             FaultKind = "aborted"               // a round found aborted on resume, with no fault recorded (an older journal)
 	// FaultChainHalted: another node reported a fault (Fault.Origin, its
 	// kind Fault.Cause) and, under FaultHalt, the chain halts here too.

@@ -521,6 +521,14 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 				peer = i - 1
 			}
 			g.printf("  %s: %v timeout: %s for %v", name, a.Timeout, g.name(peer), a.After)
+		case protocol.ActBack:
+			peer := i + 1
+			if a.To == protocol.Pred {
+				peer = i - 1
+			}
+			g.printf("  %s: %s back after %v", name, g.name(peer), a.After)
+		case protocol.ActGrace:
+			g.printf("  %s: grace %v", name, a.Msg.Grace)
 		default:
 			g.printf("  %s: unknown action %+v", name, a)
 		}

@@ -173,12 +173,12 @@ type Event struct {
 func (ev Event) RoundOf() (string, bool) {
 	switch ev.Kind {
 	case EvRecv:
-		if ev.Msg.Cmd == FaultNotice || ev.Msg.Cmd == SteerLine {
+		if ev.Msg.Cmd == FaultNotice || ev.Msg.Cmd == SteerLine || ev.Msg.Cmd == Grace {
 			return "", false // a notice changes no round (a cancel's is saved as moved)
 		}
 		return ev.Msg.Round, true
 	case EvLinkUp:
-		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice {
+		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice && ev.Msg.Cmd != Grace {
 			return ev.Msg.Round, true // Promote
 		}
 	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny:
@@ -430,6 +430,12 @@ type Config struct {
 	ConnectTimeout  time.Duration // a neighbour's link down since it was last healthy
 	// Policy says what a fault does to the rounds in progress.
 	Policy Policy
+	// Self is this node's name in the GRACE lines it sends (a
+	// NoticeName); RestartGrace, with Extensions, makes it announce
+	// before each task that it may be gone for up to that long
+	// (liveness.go). Zero: no grace.
+	Self         string
+	RestartGrace time.Duration
 	// Approve: each of this node's tasks waits, once its turn has come,
 	// for EvApprove of its round (or ends at EvDeny); see steer.go.
 	Approve bool
@@ -499,6 +505,7 @@ type Machine struct {
 	woke   time.Duration   // the driver resumed then: silence counts from here
 	sides  [3]sideClock    // per Side
 	armed  map[*round]bool // the rounds with a deadline
+	live   liveState       // restart graces, neighbours back (liveness.go)
 
 	st steerState // steering (steer.go)
 }
@@ -701,6 +708,9 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 	if err == nil && m.cfg.Ordered {
 		out = m.pump(out)
 	}
+	if err == nil {
+		out = m.liveStep(ev, out[start:], out)
+	}
 	if err == nil && m.timing {
 		m.clockStep(ev, out[start:])
 		m.regate()
@@ -805,6 +815,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if msg.Cmd == FaultNotice {
 		return m.notice(from, msg, out)
+	}
+	if msg.Cmd == Grace {
+		return m.graceRecv(from, msg, out)
 	}
 	if msg.Cmd == SteerLine {
 		return m.steerRecv(from, msg, out)
@@ -939,6 +952,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	if r == nil || r.state != StateStart {
 		return out, ErrNotRunning
 	}
+	out = m.announce(r, 0, out) // this node is here: its grace is over
 	if failed {
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
@@ -1030,7 +1044,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 					return out // held, paused or waiting for an approval (steer.go)
 				}
 				out = m.set(r, StateStart, out) // the Head starts phase 3
-				out = append(out, Action{Kind: ActRunTask, Round: r.id})
+				out = m.runTask(r, out)
 			}
 		case StateWatch:
 			if !r.completeRecv || m.cfg.Ordered && !m.taskTurn(r) {
@@ -1041,7 +1055,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				return out // held, paused or waiting for an approval (steer.go)
 			}
 			out = m.set(r, StateStart, out)
-			out = append(out, Action{Kind: ActRunTask, Round: r.id})
+			out = m.runTask(r, out)
 		case StateComplete:
 			if !r.exitRecv {
 				return out
@@ -1189,6 +1203,10 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 			}
 		}
 	}
+	if n.Kind == KindCleared {
+		m.forgetBlaming(n.Blamed) // a later fault of that node is news again
+		return out, nil
+	}
 	if halt && m.cfg.Policy == PolicyHalt {
 		out = m.abortAll(out)
 	}
@@ -1214,11 +1232,14 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
 		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
 	}
+	out = m.graceNoticed(msg.Note, out) // liveness.go
 	out = append(out, Action{Kind: ActNotice, To: from, Msg: msg})
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
 	switch {
+	case n.Kind == KindCleared:
+		m.forgetBlaming(n.Blamed) // a fault that is over ends nothing
 	case m.cfg.Policy == PolicyHalt:
 		out = m.abortAll(out)
 	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
@@ -1245,4 +1266,19 @@ func (m *Machine) remember(n Notice) bool {
 		m.noticeQ = m.noticeQ[1:]
 	}
 	return true
+}
+
+// forgetBlaming forgets the notices remembered that blame node: its
+// fault cleared, so a later one is passed on again (liveness.go).
+func (m *Machine) forgetBlaming(node string) {
+	if node == "" {
+		return
+	}
+	m.noticeQ = slices.DeleteFunc(m.noticeQ, func(n Notice) bool {
+		if n.Blamed == node {
+			delete(m.notices, n)
+			return true
+		}
+		return false
+	})
 }

@@ -29,6 +29,9 @@ func (c Command) String() string {
 	if c == SteerLine {
 		return "STEER"
 	}
+	if c == Grace {
+		return "GRACE"
+	}
 	return "Command(?)"
 }
 
@@ -41,8 +44,9 @@ func (c Command) Valid() bool { return c >= Ready && c <= Complete }
 type Message struct {
 	Cmd   Command
 	Round string
-	Note  *Notice // FaultNotice only
-	Steer *Steer  // SteerLine only
+	Note  *Notice    // FaultNotice only
+	Steer *Steer     // SteerLine only
+	Grace *GraceNote // Grace only
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
@@ -50,6 +54,9 @@ type Message struct {
 func (m Message) String() string {
 	if m.Cmd == FaultNotice && m.Note != nil {
 		return "FAULT " + m.Note.String()
+	}
+	if m.Cmd == Grace && m.Grace != nil {
+		return "GRACE " + m.Grace.String()
 	}
 	if m.Cmd == SteerLine && m.Steer != nil {
 		return "STEER " + m.Steer.String()

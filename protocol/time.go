@@ -59,6 +59,8 @@ func (k TimeoutKind) String() string {
 		return "silence"
 	case TimeoutUnreachable:
 		return "unreachable"
+	case TimeoutGrace:
+		return "grace"
 	}
 	return "TimeoutKind(?)"
 }
@@ -97,7 +99,7 @@ type sideClock struct {
 // timed reports whether any timeout is configured.
 func (m *Machine) timed() bool {
 	c := &m.cfg
-	return c.PhaseTimeout > 0 || c.ExitWaveTimeout > 0 || c.Silence > 0 || c.ConnectTimeout > 0
+	return c.PhaseTimeout > 0 || c.ExitWaveTimeout > 0 || c.Silence > 0 || c.ConnectTimeout > 0 || c.Extensions
 }
 
 // setNow moves the machine's clock to at (never back). The first time
@@ -180,6 +182,12 @@ func (m *Machine) clockStep(ev Event, acts []Action) {
 		c := &m.sides[s]
 		if c.up && (c.heard != 0 || ev.Heard[s] != 0 || m.now-c.upAt >= flapTime) {
 			c.healthy = m.now
+			if h := max(c.heard, ev.Heard[s]); m.cfg.Silence > 0 && h > 0 {
+				// With heartbeats a neighbour is heard from every interval:
+				// its link has been down since it was last heard from, not
+				// since the connection noticed (docs/DESIGN.md, "Liveness").
+				c.healthy = min(h, m.now)
+			}
 		}
 		*c = sideClock{healthy: c.healthy}
 	}
@@ -221,6 +229,7 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 	if ev.Resumed {
 		m.woke = m.now
 	}
+	out = m.graceTick(out)
 	role := m.cfg.Role
 	for _, s := range [...]Side{Pred, Succ} {
 		if s == Pred && !role.HasPred() || s == Succ && !role.HasSucc() {
@@ -230,6 +239,12 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 		if c.up && ev.Heard[s] > c.heard {
 			c.heard = ev.Heard[s]
 			c.silent = false
+		}
+		if m.graced(s) {
+			// In its restart grace: neither its silence nor its down
+			// link is a fault (liveness.go); both count from its end.
+			c.healthy, c.silent = m.now, false
+			continue
 		}
 		switch {
 		case c.up && m.cfg.Silence > 0:
@@ -276,9 +291,14 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 			continue
 		}
 		if r.deadline != 0 && m.now >= r.deadline {
-			r.deadline = 0 // once per state
 			w := WaitIn(role, r.state, r.localReady)
 			_, side := w.Msg()
+			if side != 0 && m.graceOn(side) {
+				// It waits on a node in its restart grace: counted again.
+				r.deadline = m.now + m.cfg.PhaseTimeout
+				continue
+			}
+			r.deadline = 0 // once per state
 			out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutPhase, Round: r.id, From: r.state, Wait: w, To: side, After: m.cfg.PhaseTimeout})
 			// A round this node never claimed must not hold a slot for
 			// ever, whatever the policy.

@@ -80,6 +80,14 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		}
 		return parseNotice(line, raw)
 	}
+	if bytes.HasPrefix(line, []byte("GRACE ")) {
+		if !heartbeats {
+			pe := badLine("unknown command (GRACE, a restart grace, needs extensions: --heartbeat on both ends)", raw)
+			pe.Extension = true
+			return protocol.Message{}, pe
+		}
+		return parseGrace(line, raw)
+	}
 	if bytes.HasPrefix(line, []byte("STEER ")) {
 		if !heartbeats {
 			pe := badLine("unknown command (STEER, a steering line, needs extensions: --heartbeat on both ends)", raw)
@@ -87,16 +95,6 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 			return protocol.Message{}, pe
 		}
 		return parseSteer(line, raw)
-	}
-	if IsHello(line) {
-		// The identity line: ParseHello reads it (a Reader with Heartbeats
-		// on does), never as a protocol.Message.
-		pe := badLine("unknown command (HELLO, the identity line, needs extensions: --heartbeat on both ends)", raw)
-		pe.Extension = !heartbeats
-		if heartbeats {
-			pe.Reason = "HELLO, the identity line, is not a message (ParseHello reads it)"
-		}
-		return protocol.Message{}, pe
 	}
 	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
 	var cmd protocol.Command
@@ -169,11 +167,8 @@ type Reader struct {
 	// lines"): HEARTBEAT as a Message with Cmd protocol.Heartbeat, and the
 	// fault notice as one with Cmd protocol.FaultNotice. Off, both are
 	// unknown commands, as they are to a draft-only peer (ProtocolError
-	// with Extension set). The identity line, HELLO, is read as a
-	// HEARTBEAT (it too says the peer is alive, and belongs to no round),
-	// and Hello returns it.
+	// with Extension set).
 	Heartbeats bool
-	hello      *Hello // the identity line just read, until Hello takes it
 }
 
 // NewReader returns a Reader that buffers at most MaxLine+1 bytes of r.
@@ -203,9 +198,6 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 	line, err := r.br.ReadSlice('\n')
 	switch {
 	case err == nil:
-		if r.Heartbeats && IsHello(line) {
-			return r.readHello(line[:len(line)-1])
-		}
 		return parse(line[:len(line)-1], r.internRound, r.Heartbeats)
 	case errors.Is(err, bufio.ErrBufferFull):
 		pe := badLine("line longer than 256 bytes", line)
@@ -243,6 +235,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	if m.Cmd == protocol.SteerLine && m.Steer != nil {
 		return appendSteer(dst, *m.Steer)
 	}
+	if m.Cmd == protocol.Grace && m.Grace != nil {
+		return appendGrace(dst, *m.Grace)
+	}
 	dst = append(dst, m.Cmd.String()...)
 	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
@@ -259,6 +254,9 @@ func Valid(m protocol.Message) bool {
 	}
 	if m.Cmd == protocol.SteerLine {
 		return m.Steer != nil && m.Steer.Valid()
+	}
+	if m.Cmd == protocol.Grace {
+		return m.Grace != nil && m.Grace.Valid()
 	}
 	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
 }

@@ -23,6 +23,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, sys
 // node's exit.
 type hookRunner struct {
 	cmd     string
+	recover string // --on-recover (liveness.go)
 	timeout time.Duration
 	node    string
 	log     *slog.Logger
@@ -60,8 +61,13 @@ func faultEnv(ev chainsync.TraceEvent, node string) []string {
 
 // observe is a Config.Trace hook: it starts the hook for every fault.
 func (h *hookRunner) observe(ev chainsync.TraceEvent) {
-	if ev.Kind == chainsync.TraceFault {
+	switch {
+	case ev.Kind == chainsync.TraceFault && !ev.Again:
+		// A further report of a node's fault in force pages nobody: one
+		// page per blamed node until its fault clears.
 		h.start(ev)
+	case ev.Kind == chainsync.TraceFaultCleared && h.recover != "":
+		h.run(h.recover, "--on-recover", recoverEnv(ev, h.node))
 	}
 }
 
@@ -71,6 +77,11 @@ func (h *hookRunner) start(ev chainsync.TraceEvent) {
 	if h.cmd == "" {
 		return
 	}
+	h.run(h.cmd, "--on-fault", faultEnv(ev, h.node))
+}
+
+// run runs cmd, the hook of flag, with env in the background.
+func (h *hookRunner) run(cmd, flag string, env []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
@@ -85,15 +96,15 @@ func (h *hookRunner) start(ev chainsync.TraceEvent) {
 		}
 		ctx, cancel := context.WithTimeout(h.ctx, timeout)
 		defer cancel()
-		err := runShell(ctx, h.cmd, faultEnv(ev, h.node)...)
+		err := runShell(ctx, cmd, env...)
 		switch {
 		case err == nil:
 		case h.ctx.Err() != nil:
-			h.log.Warn("--on-fault command killed: the node is stopping")
+			h.log.Warn(flag + " command killed: the node is stopping")
 		case ctx.Err() != nil:
-			h.log.Error("--on-fault command killed after --on-fault-timeout", "timeout", timeout)
+			h.log.Error(flag+" command killed after --on-fault-timeout", "timeout", timeout)
 		default:
-			h.log.Error("--on-fault command failed", "err", err.Error())
+			h.log.Error(flag+" command failed", "err", err.Error())
 		}
 	}()
 }

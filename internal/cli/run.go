@@ -96,6 +96,7 @@ type runOpts struct {
 	onHold                          string // steer.go
 	hasPred                         bool   // this node has a predecessor (set by config)
 	ctl                             *controlServer
+	live                            liveOpts // liveness.go
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -114,7 +115,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT` on stderr: text (for people) or json (for machines)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&o.quiet, "quiet", false, "log only warnings and errors (at least --log-level warn)")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "peer-unreachable fault if a neighbour has not been healthy for this long while a round is in progress, counted from when it last was (refused or flapping connections do not restart it) (0: wait forever)")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 0, "peer-unreachable fault if a neighbour has not been healthy for this long while a round is in progress, counted from when it last was (with --heartbeat: last heard from; refused or flapping connections do not restart it) (0: wait forever; 30s with --serve)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "fault if a round waits this long in one state for READY, START or COMPLETE; the wait includes every earlier task, and it blames no node: prefer --heartbeat with --task-timeout (0: wait forever)")
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR, CHAINSYNC_ORIGIN)")
@@ -128,7 +129,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
-	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s unless --heartbeat is given")
+	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
 	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can steer the node); at the Head it makes a served Head")
@@ -138,6 +139,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve GET /status (JSON), /healthz and /metrics (Prometheus) on `HOST:PORT`, e.g. 127.0.0.1:9000 (default: off)")
 	fs.StringVar(&o.statusPin, "status-pin", "", "with --tls-cert, --status-addr serves HTTPS to clients whose certificate is from --tls-ca or whose key has a `PIN` here (sha256//BASE64, several joined by ;; see chainsync pin)")
 	fs.StringVar(&o.traceFile, "trace", "", "append every message, state change, task and fault to `FILE`, one JSON object a line (see chainsync trace render)")
+	o.live.flags(fs) // --restart-grace, --on-recover (liveness.go)
 	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "this node's certificate (PEM `FILE`); enables TLS 1.3 on both links")
 	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "this node's private key (PEM `FILE`)")
 	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "trust roots (PEM `FILE`) for verifying both neighbours (mutual TLS)")
@@ -329,8 +331,10 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, err
 		}
 	}
-	o.identify(&cfg) // --chain: the identity line, or the predecessor's host (identity.go)
 	// The security log and warnings speak only of the links this node has.
+	if err := o.liveConfig(&cfg); err != nil {
+		return cfg, nil, err
+	}
 	o.tls.NoPred, o.tls.NoSucc = listen == "", next == ""
 	return cfg, rounds, nil
 }
@@ -403,8 +407,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	// The fault hook runs for every fault the node reports, also those
 	// that, with --fault-policy wait, end no round.
 	hooks := newHookRunner(o.onFault, o.onFaultTimeout, o.name, log)
-	defer hooks.wait() // each hook is bounded by --on-fault-timeout
-	if o.onFault != "" {
+	defer hooks.wait()               // each hook is bounded by --on-fault-timeout
+	hooks.recover = o.live.onRecover // liveness.go
+	if o.onFault != "" || o.live.onRecover != "" {
 		cfg.Trace = hooks.observe
 	}
 	holds := newHookRunner(o.onHold, o.onFaultTimeout, o.name, log) // --on-hold (steer.go)
@@ -579,13 +584,7 @@ func reportStatus(ctx context.Context, node *chainsync.Node, every time.Duration
 		case <-t.C:
 		}
 		snap := node.Snapshot()
-		links := []any{}
-		if node.Role().HasPred() {
-			links = append(links, "pred_link", upDown(snap.PredUp))
-		}
-		if node.Role().HasSucc() {
-			links = append(links, "succ_link", upDown(snap.SuccUp))
-		}
+		links := append(statusLinks(node, snap), reportGraces(snap, log)...) // liveness.go
 		for _, r := range snap.Rounds {
 			args := append([]any{"round", r.Round, "for", time.Since(r.Since).Round(time.Second)}, links...)
 			log.Info("still "+r.Doing(), args...)

@@ -41,6 +41,7 @@ func (o *runOpts) noteGiven(fs *flag.FlagSet) {
 		if f.Name == "heartbeat" {
 			o.heartbeatGiven = true
 		}
+		o.live.noteGiven(f)
 	})
 }
 

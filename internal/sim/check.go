@@ -58,6 +58,7 @@ type Checker struct {
 	// which it must have aborted by the end of the step.
 	abortAll, mustAll bool
 	abortOK, must     []string
+	grace             graceRef // restart graces (check_grace.go)
 }
 
 // RoundRef is the reference record of one round.
@@ -268,7 +269,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		nd.Started = true
 		r.Order = append(r.Order, i)
 
+	case protocol.ActGrace, protocol.ActBack:
+		return c.graceAction(i, a) // check_grace.go
 	case protocol.ActSend:
+		if a.Msg.Cmd == protocol.Grace || a.Msg.Cmd == protocol.FaultNotice {
+			return c.graceSend(i, a) // check_grace.go
+		}
 		r := c.Round(a.Msg.Round)
 		nd := &r.Nodes[i]
 		if a.To == protocol.Pred && !role.HasPred() || a.To == protocol.Succ && !role.HasSucc() {
@@ -445,6 +451,9 @@ func (c *Checker) policyDone(i int) error {
 
 // timeout checks that a timeout node i reported blames no healthy node.
 func (c *Checker) timeout(i int, a protocol.Action) error {
+	if a.Timeout == protocol.TimeoutGrace {
+		return c.graceTimeout(i, a) // check_grace.go: on a tick, or on another node's notice of it
+	}
 	if c.ev.Kind != protocol.EvTick {
 		return fmt.Errorf("timeout reported on an event other than a tick")
 	}
@@ -455,6 +464,9 @@ func (c *Checker) timeout(i int, a protocol.Action) error {
 	}
 	switch a.Timeout {
 	case protocol.TimeoutSilence:
+		if err := c.notInGrace(i, a); err != nil {
+			return err
+		}
 		switch {
 		case cfg.Silence <= 0 || a.After < cfg.Silence:
 			return fmt.Errorf("silence after %v, Silence %v", a.After, cfg.Silence)
@@ -464,6 +476,9 @@ func (c *Checker) timeout(i int, a protocol.Action) error {
 			return fmt.Errorf("a live neighbour blamed for silence")
 		}
 	case protocol.TimeoutUnreachable:
+		if err := c.notInGrace(i, a); err != nil {
+			return err
+		}
 		switch {
 		case cfg.ConnectTimeout <= 0 || a.After < cfg.ConnectTimeout:
 			return fmt.Errorf("unreachable after %v, ConnectTimeout %v", a.After, cfg.ConnectTimeout)

@@ -22,6 +22,9 @@ type Doc struct {
 	// Steering: the nodes this node knows to be held, waiting for an
 	// approval or paused, and the denials it heard of (docs/STEERING.md).
 	Steering []Steer `json:"steering,omitempty"`
+	// Restarting: the nodes in a restart grace, as this node knows
+	// (liveness.go).
+	Restarting []Restarting `json:"restarting,omitempty"`
 }
 
 // Steer is one node's steering state, as a node knows it.
@@ -58,6 +61,9 @@ type Link struct {
 	Exists bool   `json:"exists"` // this node has a neighbour on this side
 	Up     bool   `json:"up"`     // connected now
 	Peer   string `json:"peer"`   // the neighbour's name, or its address if it has none
+	// Silent: with heartbeats, the link is up but the neighbour has sent
+	// nothing for two heartbeat intervals.
+	Silent bool `json:"silent,omitempty"`
 	// LastHeard is when the neighbour last sent a line on this link
 	// (a protocol message or a heartbeat); absent if it has sent none
 	// since the link came up.
@@ -146,6 +152,7 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		}
 		d.Steering = append(d.Steering, sd)
 	}
+	addLiveness(&d, s) // liveness.go
 	for _, f := range s.Faults {
 		ff := Fault{Kind: string(f.Kind), Peer: f.Peer, Round: f.Round, Time: f.Time, Error: f.Err}
 		if f.Side != 0 {

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// End-to-end tests of liveness (docs/DESIGN.md, "Liveness: a restart is not
+// a death"; docs/FAULTS.md, "Liveness: which settings for which
+// scenario"): the restart grace of the switch stack, a dead node found in
+// bounded time in a served chain, and a fault that clears and is paged
+// once.
+
+// hookFlags are --on-fault and --on-recover, appending "NODE fault KIND
+// PEER" and "NODE recover KIND PEER" lines to $DIR/hooks.
+var hookFlags = []string{
+	"--on-fault", `echo "$CHAINSYNC_NODE fault $CHAINSYNC_FAULT $CHAINSYNC_PEER" >> "$DIR/hooks"`,
+	"--on-recover", `echo "$CHAINSYNC_NODE recover $CHAINSYNC_FAULT $CHAINSYNC_PEER $CHAINSYNC_ROUND" >> "$DIR/hooks"`,
+}
+
+// graceTask records each task's start and end; B's kills its own node
+// (as a switch's upgrade reboots the switch) and waits to die with it.
+const graceTask = `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
+if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
+date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
+
+// graceChain starts A-B-C-D with --heartbeat 300ms, B with --restart-grace
+// 10s, --state-dir and --resume-task done, every node with an --on-fault
+// hook; it returns the procs and B's command line.
+func graceChain(t *testing.T, dir string) ([]*proc, []string) {
+	t.Helper()
+	names, addrs := nodeNames(4), freeAddrs(t, 4)
+	procs := make([]*proc, 4)
+	var argsB []string
+	for i := 3; i >= 0; i-- {
+		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
+		args = append(args, "--heartbeat", "300ms", "--on-fault", hookFlags[1])
+		if names[i] == "B" {
+			args = append(args, "--restart-grace", "10s", "--state-dir", filepath.Join(dir, "state.B"), "--resume-task", "done")
+		}
+		args = append(args, "--", "sh", "-c", graceTask)
+		if names[i] == "B" {
+			argsB = args
+		}
+		procs[i] = startProc(t, names[i], []string{"DIR=" + dir}, args...)
+	}
+	return procs, argsB
+}
+
+// TestRestartGraceComesBackE2E: B's task restarts B's node (kill -9 of
+// its own node, inside the task); a supervisor starts B again 3 s later on
+// its state directory, and B takes the interrupted task as done. With
+// --heartbeat 300ms, B's silence and its down links would be faults within
+// a second; within its --restart-grace 10s nothing is reported anywhere:
+// no fault, no hook; every task ran once and in order; every node exits 0.
+func TestRestartGraceComesBackE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs, argsB := graceChain(t, dir)
+	if code := procs[1].wait(t, 20*time.Second); code == 0 {
+		t.Fatalf("B exited 0; its task should have killed it")
+	}
+	time.Sleep(3 * time.Second) // the supervisor's delay: B is away for 3 s
+	procs[1] = startProc(t, "B (restarted)", []string{"DIR=" + dir}, argsB...)
+	for i, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", nodeNames(4)[i], code)
+		}
+	}
+	if hooks := readLines(t, filepath.Join(dir, "hooks")); len(hooks) != 0 {
+		t.Errorf("hooks ran: %q, want none", hooks)
+	}
+	for i, p := range procs {
+		if n := p.logCount("ERROR"); n != 0 {
+			t.Errorf("%s logged %d ERROR lines, want none:\n%s", nodeNames(4)[i], n, p.err.String())
+		}
+	}
+	procs[0].waitLog(t, time.Second, "A learning B's grace", containsAll("B may restart", "10s"))
+	procs[3].waitLog(t, time.Second, "D learning B is back", containsAll("B is back"))
+	var prevEnd int64
+	for _, n := range []string{"A", "B", "C", "D"} {
+		st, en := nanos(t, filepath.Join(dir, n+".start")), nanos(t, filepath.Join(dir, n+".end"))
+		switch {
+		case len(st) != 1:
+			t.Fatalf("%s's task started %d times, want once", n, len(st))
+		case st[0] < prevEnd:
+			t.Fatalf("%s's task started before its predecessor's ended", n)
+		}
+		if n == "B" {
+			if len(en) != 0 {
+				t.Fatalf("B's task ended %d times; its own restart ended it", len(en))
+			}
+			continue
+		}
+		if len(en) != 1 {
+			t.Fatalf("%s's task ended %d times, want once", n, len(en))
+		}
+		prevEnd = en[0]
+	}
+}
+
+// TestRestartGraceRunsOutE2E: the same, but B never comes back. A, C and D
+// each report peer-unreachable blaming B, "B did not come back within the
+// restart grace (10s)", within 10 s + 2 s of B's announcement (just
+// before its task) and not before 10 s; each runs its hook once and exits
+// 4; C and D never run their tasks.
+func TestRestartGraceRunsOutE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs, _ := graceChain(t, dir)
+	if code := procs[1].wait(t, 20*time.Second); code == 0 {
+		t.Fatalf("B exited 0; its task should have killed it")
+	}
+	announced := logTime(t, procs[1], "task started")
+	for _, i := range []int{0, 2, 3} {
+		p := procs[i]
+		if code := p.wait(t, 20*time.Second); code != 4 {
+			t.Errorf("%s exited %d, want 4", p.name, code)
+		}
+		line := p.waitLog(t, time.Second, "the grace fault", containsAll("peer-unreachable", "B did not come back within the restart grace (10s)", "peer=B"))
+		at := logTime(t, p, "did not come back within the restart grace")
+		if d := at.Sub(announced); d < 10*time.Second || d > 12*time.Second {
+			t.Errorf("%s reported B %v after its announcement, want 10-12s: %s", p.name, d, line)
+		}
+	}
+	hooks := readLines(t, filepath.Join(dir, "hooks"))
+	for _, n := range []string{"A", "C", "D"} {
+		if k := countPrefix(hooks, n+" fault peer-unreachable B"); k != 1 {
+			t.Errorf("%s's hook ran %d times for B, want once: %q", n, k, hooks)
+		}
+	}
+	for _, n := range []string{"C", "D"} {
+		if exists(filepath.Join(dir, n+".start")) {
+			t.Errorf("%s ran its task after B was lost", n)
+		}
+	}
+}
+
+func countPrefix(lines []string, prefix string) int {
+	k := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			k++
+		}
+	}
+	return k
+}
+
+// TestServedDeadNodeReportedE2E: a served four-node chain started as
+// docs/SERVE.md says (--serve on every node, which implies --heartbeat 2s
+// and --connect-timeout 30s); kill -9 of B with rounds in flight, and no
+// restart. Within 40 s the Head A logs a fault naming B, and every
+// chainsync open --wait on a round in flight exits 4 naming B.
+func TestServedDeadNodeReportedE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names, addrs := nodeNames(4), freeAddrs(t, 4)
+	procs := make([]*proc, 4)
+	task := `echo "start $CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/tasks"; if [ "$CHAINSYNC_NODE" = B ]; then : > "$DIR/B.busy"; sleep 5; fi`
+	sock := filepath.Join(dir, "control.sock")
+	for i := 3; i >= 0; i-- {
+		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
+		args = append(args, "--serve")
+		if i == 0 {
+			args = append(args, "--control", "unix:"+sock)
+		}
+		procs[i] = startProc(t, names[i], []string{"DIR=" + dir}, append(args, "--", "sh", "-c", task)...)
+	}
+	waitFor(t, 10*time.Second, "the control socket", func() bool { return exists(sock) })
+	type result struct {
+		code     int
+		out, err string
+	}
+	results := make([]result, 3)
+	var wg sync.WaitGroup
+	for k := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := startProc(t, "open", nil, "open", "--control", "unix:"+sock, "--id", "r"+string(rune('1'+k)), "--wait")
+			<-p.done
+			results[k] = result{p.code, p.out.String(), p.err.String()}
+		}()
+	}
+	waitFile(t, filepath.Join(dir, "B.busy"), 10*time.Second)
+	killed := time.Now()
+	if err := procs[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	line := procs[0].waitLog(t, 40*time.Second, "the Head's fault naming B", containsAll("fault", "peer=B"))
+	t.Logf("A reported B %v after kill -9: %s", time.Since(killed).Round(100*time.Millisecond), line)
+	wg.Wait()
+	for k, r := range results {
+		if r.code != 4 || !strings.Contains(r.err, "B") {
+			t.Errorf("open --wait r%d: exit %d, %q, want 4 naming B", k+1, r.code, r.err)
+		}
+	}
+	for _, i := range []int{0, 2, 3} {
+		_ = procs[i].cmd.Process.Signal(os.Interrupt)
+	}
+}
+
+// TestFaultClearsPagedOnceE2E: under --fault-policy wait, B is stopped
+// (SIGSTOP) for 3 s inside its task and continued. A and C find it silent,
+// D hears of it from C's notice, B learns of it from its neighbours' late
+// notices once it runs again: on A, C and D --on-fault ran exactly once
+// and --on-recover exactly once, with the kind that cleared and B; on B at
+// most once each; each of A, C and D logs "fault cleared: B is back after
+// ..." and the chain completes.
+func TestFaultClearsPagedOnceE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names, addrs := nodeNames(4), freeAddrs(t, 4)
+	procs := make([]*proc, 4)
+	task := `echo "$CHAINSYNC_NODE" >> "$DIR/ran"; if [ "$CHAINSYNC_NODE" = B ]; then : > "$DIR/B.busy"; sleep 5; fi`
+	for i := 3; i >= 0; i-- {
+		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
+		args = append(args, "--heartbeat", "300ms", "--fault-policy", "wait")
+		args = append(append(args, hookFlags...), "--", "sh", "-c", task)
+		procs[i] = startProc(t, names[i], []string{"DIR=" + dir}, args...)
+	}
+	waitFile(t, filepath.Join(dir, "B.busy"), 10*time.Second)
+	procs[1].signal(t, syscall.SIGSTOP)
+	procs[0].waitLog(t, 5*time.Second, "A finding B silent", containsAll("peer-silent", "peer=B"))
+	time.Sleep(3 * time.Second)
+	procs[1].signal(t, syscall.SIGCONT)
+	for i, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", names[i], code)
+		}
+	}
+	if ran := readLines(t, filepath.Join(dir, "ran")); strings.Join(ran, "") != "ABCD" {
+		t.Errorf("tasks ran %q, want A B C D once each", ran)
+	}
+	hooks := readLines(t, filepath.Join(dir, "hooks"))
+	for _, n := range []string{"A", "C", "D"} {
+		if f, r := countPrefix(hooks, n+" fault "), countPrefix(hooks, n+" recover peer-silent B"); f != 1 || r != 1 {
+			t.Errorf("%s: --on-fault ran %d times, --on-recover %d times, want once each: %q", n, f, r, hooks)
+		}
+		procs[strings.Index("ABCD", n)].waitLog(t, time.Second, n+" clearing the fault", containsAll("WARN", "fault cleared: B is back after"))
+	}
+	if f, r := countPrefix(hooks, "B fault "), countPrefix(hooks, "B recover "); f > 1 || r > 1 {
+		t.Errorf("B: --on-fault ran %d times, --on-recover %d times, want at most once each: %q", f, r, hooks)
+	}
+}

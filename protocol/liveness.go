@@ -1,0 +1,432 @@
+package protocol
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Liveness (docs/DESIGN.md, "Liveness: a restart is not a death"): restart
+// graces, and a neighbour heard from again after a fault.
+//
+// A node whose task may restart it (Config.RestartGrace) announces, just
+// before each task, that it may be gone for up to the grace: a GRACE line
+// to both neighbours, which every node passes on away from where it came.
+// While a grace holds, no node reports that node's silence, its down
+// link, or a phase timeout of a round that waits on the side where it
+// lies. The grace ends when the node is back: its task ended (it says so
+// with a GRACE line of grace 0), or, after a restart, a neighbour heard a
+// line from it on a new connection (that neighbour then passes a GRACE
+// line of grace 0 on). When the grace passes first, every node reports a
+// TimeoutGrace blaming it, and the policy applies as for an unreachable
+// neighbour.
+//
+// A neighbour this machine reported silent or unreachable (or whose
+// grace ran out) that is heard from again is reported with ActBack, so
+// that the driver can clear the fault. A KindCleared notice says the
+// same to the rest of the chain; it ends nothing, and every node forgets
+// the notices it remembers that blame that node, so that a later fault of
+// the same node is passed on again.
+
+// KindCleared is the kind of the notice a node sends when the node its
+// earlier notice blamed is heard from again (under PolicyWait): the fault
+// is over. It ends no round, under either policy.
+const KindCleared = "fault-cleared"
+
+// Bounds of a GRACE line.
+const (
+	// MaxGrace is the longest restart grace a GRACE line may carry.
+	MaxGrace = 7 * 24 * time.Hour
+	// MaxGraceHops bounds a GRACE line's hop count; a line passed on
+	// beyond it keeps it.
+	MaxGraceHops = 65535
+)
+
+// Grace is the GRACE line's command, the project's extension line for
+// restart graces (docs/PROTOCOL.md, "Restart graces"). Like FaultNotice it
+// is spoken only with Config.Extensions, Valid reports false for it, and
+// Message.Grace carries its fields. Its value, like those of the kinds
+// below, is apart from the machine's others.
+const Grace Command = 40
+
+// TimeoutGrace: the node Msg.Grace names, which announced a restart
+// grace, did not come back within it (After is the grace). To is the side
+// where it lies.
+const TimeoutGrace TimeoutKind = 16
+
+// The liveness actions.
+const (
+	// ActGrace reports a restart grace that began (Msg.Grace.For > 0)
+	// or ended because the node is back (For 0) at this node; To is the
+	// side where the node lies. The machine has passed the line on.
+	ActGrace ActionKind = 96 + iota
+	// ActBack reports that the neighbour on side To, which this machine
+	// reported silent or unreachable (or whose grace ran out), is heard
+	// from again; After is how long it had not been heard from.
+	ActBack
+)
+
+// GraceNote is a GRACE line's content (docs/PROTOCOL.md, "Restart
+// graces"): the node Node may be gone for up to For, from the start of
+// its task in a round (or in none); For 0 says it is back. Hops is 1 on
+// the line the node itself sends, one more at each node that passes it
+// on, so a node knows whether the grace is its neighbour's.
+type GraceNote struct {
+	HasRound bool
+	Round    string
+	Node     string        // a NoticeName
+	For      time.Duration // whole milliseconds, 0..MaxGrace; 0: back
+	Hops     int           // 1..MaxGraceHops
+}
+
+// Valid reports whether g can travel on the wire.
+func (g GraceNote) Valid() bool {
+	if !ValidRound(g.Round) || !g.HasRound && g.Round != "" {
+		return false
+	}
+	if g.Node == "" || g.Node == "-" || NoticeName(g.Node) != g.Node {
+		return false
+	}
+	return g.For >= 0 && g.For <= MaxGrace && g.For%time.Millisecond == 0 && g.Hops >= 1 && g.Hops <= MaxGraceHops
+}
+
+// String formats g as "B for 10m0s round r7 hops 1" (or "B back ..."),
+// for logs and traces.
+func (g GraceNote) String() string {
+	s := g.Node + " for " + g.For.String()
+	if g.For == 0 {
+		s = g.Node + " back"
+	}
+	if g.HasRound {
+		if g.Round == "" {
+			s += " round (unnamed)"
+		} else {
+			s += " round " + g.Round
+		}
+	}
+	return s + " hops " + itoa(g.Hops)
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// GraceView is one restart grace in force at this node (Machine.Graces).
+type GraceView struct {
+	Node     string
+	HasRound bool
+	Round    string
+	Side     Side          // where the node lies
+	Neighbor bool          // the node is this node's neighbour on Side
+	For      time.Duration // the grace it announced
+	Left     time.Duration // what is left of it
+}
+
+// grace is one restart grace in force.
+type grace struct {
+	note  GraceNote // as it arrived
+	side  Side
+	until time.Duration
+	gen   uint64 // a neighbour's: the connection the announcement came on
+}
+
+// reported is a neighbour this machine reported silent or unreachable.
+type reported struct {
+	at   time.Duration // when
+	last time.Duration // when it was last heard from (or healthy) then
+}
+
+// liveState is the machine's liveness state (Machine.live).
+type liveState struct {
+	graces map[string]*grace // by node
+	gen    [3]uint64         // per Side: connections so far
+	rep    [3]*reported      // per Side: reported and not heard from since
+	// ann: this node's own graces in force, by round: when each was
+	// announced, so that a link that comes back hears what is left.
+	ann map[string]time.Duration
+}
+
+// Graces returns the restart graces in force, by node name.
+func (m *Machine) Graces() []GraceView {
+	vs := make([]GraceView, 0, len(m.live.graces))
+	for _, g := range m.live.graces {
+		vs = append(vs, GraceView{Node: g.note.Node, HasRound: g.note.HasRound, Round: g.note.Round, Side: g.side,
+			Neighbor: g.note.Hops == 1, For: g.note.For, Left: max(g.until-m.now, 0)})
+	}
+	slices.SortFunc(vs, func(a, b GraceView) int { return strings.Compare(a.Node, b.Node) })
+	return vs
+}
+
+// hasSide reports whether this node has a neighbour on side s.
+func (m *Machine) hasSide(s Side) bool {
+	return s == Pred && m.cfg.Role.HasPred() || s == Succ && m.cfg.Role.HasSucc()
+}
+
+// other is the side opposite s.
+func other(s Side) Side {
+	if s == Pred {
+		return Succ
+	}
+	return Pred
+}
+
+// announce appends this node's GRACE line for round r (grace d, 0: back)
+// to both neighbours (Config.RestartGrace with extensions only).
+func (m *Machine) announce(r *round, d time.Duration, out []Action) []Action {
+	if m.cfg.RestartGrace <= 0 || !m.cfg.Extensions || m.cfg.Self == "" {
+		return out
+	}
+	g := &GraceNote{HasRound: true, Round: r.id, Node: NoticeName(m.cfg.Self), For: d, Hops: 1}
+	if d > 0 {
+		if m.live.ann == nil {
+			m.live.ann = make(map[string]time.Duration)
+		}
+		m.live.ann[r.id] = m.now
+	} else if _, ok := m.live.ann[r.id]; !ok {
+		return out // no grace of this process to end (a task resumed after a restart)
+	} else {
+		delete(m.live.ann, r.id)
+	}
+	for _, s := range [...]Side{Pred, Succ} {
+		if m.hasSide(s) {
+			out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: g}})
+		}
+	}
+	return out
+}
+
+// runTask appends r's ActRunTask, after this node's restart grace.
+func (m *Machine) runTask(r *round, out []Action) []Action {
+	out = m.announce(r, m.cfg.RestartGrace.Truncate(time.Millisecond), out)
+	return append(out, Action{Kind: ActRunTask, Round: r.id})
+}
+
+// graceRecv takes a GRACE line from side from: it begins, renews or ends
+// a grace and is passed on away from where it came.
+func (m *Machine) graceRecv(from Side, msg Message, out []Action) ([]Action, error) {
+	if !m.cfg.Extensions {
+		return out, &Violation{From: from, Msg: msg, Reason: "a GRACE line, an extension line, at a node without extensions", Mismatch: true}
+	}
+	if msg.Grace == nil || !msg.Grace.Valid() {
+		return out, &Violation{From: from, Msg: msg, Reason: "malformed GRACE line"}
+	}
+	g := *msg.Grace
+	if g.Node == NoticeName(m.cfg.Self) && m.cfg.Self != "" {
+		return out, nil // its own, back again: nothing to do
+	}
+	if m.live.graces == nil {
+		m.live.graces = make(map[string]*grace)
+	}
+	cur := m.live.graces[g.Node]
+	if g.For == 0 {
+		if cur == nil {
+			return out, nil // over here already (or never known): passed on then
+		}
+		delete(m.live.graces, g.Node)
+	} else {
+		gr := &grace{note: g, side: from, until: m.now + g.For}
+		if g.Hops == 1 {
+			gr.gen = m.live.gen[from]
+		}
+		m.live.graces[g.Node] = gr
+	}
+	return m.passGrace(from, g, out), nil
+}
+
+// passGrace passes g, which arrived from side from (or was found there),
+// on to the other side and reports it (ActGrace).
+func (m *Machine) passGrace(from Side, g GraceNote, out []Action) []Action {
+	if to := other(from); m.hasSide(to) {
+		fwd := g
+		fwd.Hops = min(g.Hops+1, MaxGraceHops)
+		out = append(out, Action{Kind: ActSend, To: to, Msg: Message{Cmd: Grace, Grace: &fwd}})
+	}
+	return append(out, Action{Kind: ActGrace, To: from, Msg: Message{Cmd: Grace, Grace: &g}})
+}
+
+// graced reports whether the neighbour on side s is in a restart grace.
+func (m *Machine) graced(s Side) bool {
+	for _, g := range m.live.graces {
+		if g.side == s && g.note.Hops == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// graceOn reports whether some node on side s is in a restart grace.
+func (m *Machine) graceOn(s Side) bool {
+	for _, g := range m.live.graces {
+		if g.side == s {
+			return true
+		}
+	}
+	return false
+}
+
+// heardNew notes a line heard at time at from the neighbour on side s: a
+// grace of that neighbour announced on an earlier connection is over (it
+// restarted and is back), and a neighbour reported before is back
+// (ActBack).
+func (m *Machine) heardNew(s Side, at time.Duration, out []Action) []Action {
+	if s != Pred && s != Succ {
+		return out
+	}
+	var back []*grace
+	for _, g := range m.live.graces {
+		if g.side == s && g.note.Hops == 1 && m.live.gen[s] > g.gen {
+			back = append(back, g)
+		}
+	}
+	slices.SortFunc(back, func(a, b *grace) int { return strings.Compare(a.note.Node, b.note.Node) })
+	for _, g := range back {
+		delete(m.live.graces, g.note.Node)
+		over := g.note
+		over.For = 0
+		out = m.passGrace(s, over, out)
+	}
+	if rep := m.live.rep[s]; rep != nil && at > rep.at {
+		m.live.rep[s] = nil
+		out = append(out, Action{Kind: ActBack, To: s, After: m.now - rep.last})
+	}
+	return out
+}
+
+// liveStep keeps the liveness state after a successful step of ev with
+// the given actions, and appends what follows from it.
+func (m *Machine) liveStep(ev Event, acts []Action, out []Action) []Action {
+	s := ev.From
+	switch ev.Kind {
+	case EvLinkUp:
+		if s == Pred || s == Succ {
+			m.live.gen[s]++
+			out = m.reannounce(s, out)
+			if ev.Msg.Cmd != 0 {
+				out = m.heardNew(s, m.now, out) // Promote: its first line
+			}
+		}
+	case EvRecv:
+		out = m.heardNew(s, m.now, out)
+	case EvTick:
+		for _, s := range [...]Side{Pred, Succ} {
+			if h := ev.Heard[s]; h > 0 && m.hasSide(s) {
+				if rep := m.live.rep[s]; rep != nil && h > rep.at || m.graceBack(s) {
+					out = m.heardNew(s, h, out)
+				}
+			}
+		}
+	}
+	for i := range acts {
+		if a := &acts[i]; a.Kind == ActTimeout && a.Timeout != TimeoutPhase && (a.To == Pred || a.To == Succ) {
+			if a.Timeout == TimeoutGrace && (a.Msg.Grace == nil || a.Msg.Grace.Hops != 1) {
+				continue // not the neighbour's
+			}
+			if m.live.rep[a.To] == nil {
+				m.live.rep[a.To] = &reported{at: m.now, last: m.now - a.After}
+			}
+		}
+	}
+	return out
+}
+
+// graceBack reports whether a line heard on the current connection on
+// side s ends a grace of the neighbour there: the connection is newer
+// than the announcement's.
+func (m *Machine) graceBack(s Side) bool {
+	for _, g := range m.live.graces {
+		if g.side == s && g.note.Hops == 1 && m.live.gen[s] > g.gen {
+			return true
+		}
+	}
+	return false
+}
+
+// graceTick reports the graces that ran out (TimeoutGrace), in node
+// order.
+func (m *Machine) graceTick(out []Action) []Action {
+	var due []*grace
+	for _, g := range m.live.graces {
+		if m.now >= g.until {
+			due = append(due, g)
+		}
+	}
+	slices.SortFunc(due, func(a, b *grace) int { return strings.Compare(a.note.Node, b.note.Node) })
+	for _, g := range due {
+		out = m.expire(g, out)
+	}
+	return out
+}
+
+// KindUnreachable is the kind of the notice of a node that did not come
+// back within its grace (as of an unreachable neighbour).
+const KindUnreachable = "peer-unreachable"
+
+// graceNoticed: another node's notice says a node in a restart grace here
+// is unreachable, which it can only say once that grace ran out there:
+// the grace runs out here too, now, so that this node reports it as its
+// own (its grace was the same, announced moments apart).
+func (m *Machine) graceNoticed(n *Notice, out []Action) []Action {
+	if g := m.live.graces[n.Blamed]; g != nil && n.Kind == KindUnreachable {
+		out = m.expire(g, out)
+	}
+	return out
+}
+
+// expire reports g, a grace that ran out (TimeoutGrace); for a
+// neighbour's, its silence or down link is then reported already. Under
+// PolicyHalt it ends every unfinished round.
+func (m *Machine) expire(g *grace, out []Action) []Action {
+	delete(m.live.graces, g.note.Node)
+	note := g.note
+	if note.Hops == 1 {
+		c := &m.sides[g.side]
+		c.silent, c.unreach = c.up, !c.up
+	}
+	a := Action{Kind: ActTimeout, Timeout: TimeoutGrace, To: g.side, After: note.For, Msg: Message{Cmd: Grace, Grace: &note}}
+	if r := m.rounds[note.Round]; note.HasRound && r != nil && !r.state.Terminal() {
+		a.Round, a.From = r.id, r.state // the round it restarted in
+		out = append(out, a)
+		if m.cfg.Policy == PolicyHalt {
+			out = m.abortAll(out)
+		}
+		return out
+	}
+	return m.linkTimeout(a, out)
+}
+
+// reannounce sends on the new connection on side s what is left of this
+// node's own graces in force: a neighbour that lost the link meanwhile
+// would otherwise take the grace for over.
+func (m *Machine) reannounce(s Side, out []Action) []Action {
+	ids := make([]string, 0, len(m.live.ann))
+	for id := range m.live.ann {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		left := (m.cfg.RestartGrace - (m.now - m.live.ann[id])).Truncate(time.Millisecond)
+		if left <= 0 {
+			continue
+		}
+		g := &GraceNote{HasRound: true, Round: id, Node: NoticeName(m.cfg.Self), For: left, Hops: 1}
+		out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: g}, Resend: true})
+	}
+	return out
+}
