@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -31,8 +32,9 @@ type Config struct {
 	// dials this node; this node never dials it, so its port is not used.
 	Prev string
 	// PrevHostOnly, with Prev set to "host:port", accepts a predecessor
-	// connection only from an address Prev's host resolves to (any
-	// loopback address counts for a loopback host). It is a weak check
+	// connection only from an address Prev's host resolves to, exactly
+	// (127.0.0.12 is not 127.0.0.11: the predecessor should dial from its
+	// own address, DialFrom). It is a weak check
 	// against a chain wired to the wrong node, not security: a source
 	// address proves nothing. Use Secure to authenticate the predecessor.
 	PrevHostOnly bool
@@ -44,6 +46,26 @@ type Config struct {
 	// does), this one among them: an undelivered round's report names the
 	// nodes after the one past which no word came.
 	Chain []string
+	// ChainAddrs, with Chain, gives the addresses of its nodes in the same
+	// order (as --chain does). With both and Heartbeat, the node sends an
+	// identity line first on each link: its name, its place in Chain and
+	// digests of Chain (names and addresses) and RoundSettings; it refuses
+	// a neighbour whose line says it is not the node Chain names there, or
+	// that its chain or round settings differ, with a FaultConfigMismatch
+	// that says how (docs/PROTOCOL.md, "The identity line"). Name must be
+	// in Chain.
+	ChainAddrs []string
+	// RoundSettings, with ChainAddrs, sums up the settings that must be
+	// the same on every node for rounds to run (the command's "--rounds
+	// 3", "--serve"); the identity line carries its digest.
+	RoundSettings string
+	// DialFrom, if set, is the local host (an IP address or a name, no
+	// port) to dial the successor from, so that a successor that checks
+	// its predecessor's host (PrevHostOnly) sees this node's own address
+	// on a machine with several (the command sets it to this node's host
+	// in --chain). If it cannot be bound, the node dials from the address
+	// the system picks and says so. Ignored with Dial.
+	DialFrom string
 	// Next is the successor's address, which this node dials. Empty means
 	// the node has no successor: it is the Tail.
 	Next string
@@ -337,6 +359,14 @@ func (c *Config) Validate() error {
 	if c.Listen != "" && c.Listener == nil {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			return bad("Listen", c.Listen, "Listen %q is not host:port: %v", c.Listen, err)
+		}
+	}
+	if c.ChainAddrs != nil {
+		if len(c.ChainAddrs) != len(c.Chain) {
+			return bad("ChainAddrs", fmt.Sprint(len(c.ChainAddrs)), "ChainAddrs has %d addresses for the %d nodes of Chain: give one per node, in the same order", len(c.ChainAddrs), len(c.Chain))
+		}
+		if !slices.Contains(c.Chain, c.Name) {
+			return bad("Name", c.Name, "Name %q is not in Chain %v", c.Name, c.Chain)
 		}
 	}
 	for _, r := range c.Rounds {

@@ -84,7 +84,13 @@ type Node struct {
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
 	sd          steerDriver // steering: holds and approvals (steer.go)
-	live        liveFaults  // liveness faults in force and cleared (liveness.go)
+	// id is this node's identity line (identity.go), once idDone; dup the
+	// would-be predecessors that claim the current one's place
+	// (duplicate.go).
+	id     *identity
+	idDone bool
+	dup    dupState
+	live   liveFaults // liveness faults in force and cleared (liveness.go)
 }
 
 // restore reinstates the journal's rounds in the machine (Start, before
@@ -157,7 +163,7 @@ func (n *Node) recordFault(f Fault) {
 	}
 	again := n.pageOnce(f) // liveness.go: one page per blamed node until it clears
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode {
 		n.later(func() { n.announce(f, false) })
 	}
 }

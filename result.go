@@ -203,7 +203,8 @@ const (
 	FaultPeerRestarted       FaultKind = "peer-restarted"        // a neighbour came back without its state
 	FaultExitWaveUndelivered FaultKind = "exit-wave-undelivered" // the final COMPLETE could not be handed to the predecessor
 	FaultPhaseTimeout        FaultKind = "phase-timeout"         // a round waited too long in one state
-	FaultConfigMismatch      FaultKind = "config-mismatch"       // a neighbour runs other rounds, or other extensions
+	FaultConfigMismatch      FaultKind = "config-mismatch"       // a neighbour runs other rounds, or other extensions, or has another place or chain
+	FaultDuplicateNode       FaultKind = "duplicate-node"        // two live processes claim one place in the chain
 	FaultAborted             FaultKind = "aborted"               // a round found aborted on resume, with no fault recorded (an older journal)
 	// FaultChainHalted: another node reported a fault (Fault.Origin, its
 	// kind Fault.Cause) and, under FaultHalt, the chain halts here too.

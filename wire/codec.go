@@ -96,6 +96,16 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		}
 		return parseSteer(line, raw)
 	}
+	if IsHello(line) {
+		// The identity line: ParseHello reads it (a Reader with Heartbeats
+		// on does), never as a protocol.Message.
+		pe := badLine("unknown command (HELLO, the identity line, needs extensions: --heartbeat on both ends)", raw)
+		pe.Extension = !heartbeats
+		if heartbeats {
+			pe.Reason = "HELLO, the identity line, is not a message (ParseHello reads it)"
+		}
+		return protocol.Message{}, pe
+	}
 	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
 	var cmd protocol.Command
 	switch string(cmdPart) { // no allocation: the compiler switches on the bytes
@@ -167,8 +177,11 @@ type Reader struct {
 	// lines"): HEARTBEAT as a Message with Cmd protocol.Heartbeat, and the
 	// fault notice as one with Cmd protocol.FaultNotice. Off, both are
 	// unknown commands, as they are to a draft-only peer (ProtocolError
-	// with Extension set).
+	// with Extension set). The identity line, HELLO, is read as a
+	// HEARTBEAT (it too says the peer is alive, and belongs to no round),
+	// and Hello returns it.
 	Heartbeats bool
+	hello      *Hello // the identity line just read, until Hello takes it
 }
 
 // NewReader returns a Reader that buffers at most MaxLine+1 bytes of r.
@@ -198,6 +211,9 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 	line, err := r.br.ReadSlice('\n')
 	switch {
 	case err == nil:
+		if r.Heartbeats && IsHello(line) {
+			return r.readHello(line[:len(line)-1])
+		}
 		return parse(line[:len(line)-1], r.internRound, r.Heartbeats)
 	case errors.Is(err, bufio.ErrBufferFull):
 		pe := badLine("line longer than 256 bytes", line)

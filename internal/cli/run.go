@@ -331,6 +331,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 			return cfg, nil, err
 		}
 	}
+	o.identify(&cfg) // --chain: the identity line, or the predecessor's host (identity.go)
 	// The security log and warnings speak only of the links this node has.
 	if err := o.liveConfig(&cfg); err != nil {
 		return cfg, nil, err
