@@ -397,6 +397,8 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	defer rp.close()
 	tasks := newTaskRunner(cmd, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
+	tasks.cg = openTaskCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
+	defer tasks.cg.close()
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
 	}
@@ -450,6 +452,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 		return ExitError
 	}
+	// The state directory is ours now: kill what an earlier process's
+	// task left in its cgroup (cgroup_linux.go).
+	tasks.cg.reapEarlier()
 	obs.serve(node, log) // before READY=1, so the status endpoint is up by then
 	if o.control != "" {
 		// Every node's control socket takes steering requests; the

@@ -40,6 +40,10 @@ import (
 //     that, in that moment, cleared its environment or became one the
 //     reaper may not read (a setuid program, for a node that is not root),
 //     when nothing else in its process group still carries the token.
+//   - A process that leaves the group (setsid) is not in it: on Linux,
+//     where the node may create cgroups, each run also starts in a cgroup
+//     of its own, killed whole at the task's end, by the reaper and by a
+//     node restarted on the same --state-dir (cgroup_linux.go).
 //
 // The task stays the node's direct child, so a task can find its node as
 // $PPID (the draft's switch whose upgrade restarts the node).
@@ -84,7 +88,8 @@ func startReaper() (*reaper, error) {
 
 // tell sends the reaper one line: "?TOKEN" (a task with this token is
 // starting), "+PGID TOKEN" (it started as group PGID), "!TOKEN" (it did
-// not start) or "-PGID" (its group is gone).
+// not start), "-PGID" (its group is gone), "cPATH" (it starts in the
+// cgroup PATH) or "dPATH" (that cgroup is gone).
 func (r *reaper) tell(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -115,6 +120,7 @@ func reaperMain() int {
 	spare := spareGroups()
 	groups := map[int]bool{}
 	starting := map[string]bool{}
+	cgroups := map[string]bool{} // cgroup_linux.go
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -139,7 +145,16 @@ func reaperMain() int {
 				delete(groups, pgid)
 				releaseGroup(pgid)
 			}
+		case 'c':
+			cgroups[arg] = true
+		case 'd':
+			delete(cgroups, arg)
 		}
+	}
+	// A task's cgroup holds every process it started, those that left its
+	// process group too: killed first, whole.
+	for path := range cgroups {
+		reapCgroup(path)
 	}
 	for pgid := range groups {
 		_ = killGroup(pgid, syscall.SIGKILL)
@@ -172,6 +187,7 @@ type taskRunner struct {
 	env    []string // added to the environment of every run
 	reaper *reaper
 	log    *slog.Logger // nil: silent
+	cg     *taskCgroups // a cgroup per run (cgroup_linux.go); nil: none
 
 	// Descriptors held for starting tasks (newTaskRunner): null is the
 	// task's standard input, opened once so a start needs no open of
@@ -285,6 +301,7 @@ func (t *taskRunner) setStopSignal(s syscall.Signal) {
 // group gets the stop signal, then SIGKILL after grace.
 func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
 	token := strconv.FormatUint(rand.Uint64(), 36)
+	cgPath, cgFD := "", -1 // the run's cgroup, if any (cgroup_linux.go)
 	newCmd := func() *exec.Cmd {
 		c := exec.Command(t.cmd[0], t.cmd[1:]...)
 		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
@@ -293,6 +310,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		}
 		c.Env = childEnv(append(append(t.env[:len(t.env):len(t.env)], env...), taskTokenVar+"="+token)...)
 		c.SysProcAttr = taskAttr()
+		cgroupAttr(c.SysProcAttr, cgFD)
 		return c
 	}
 	t.reaper.tell("?" + token) // before the start: see the top of this file
@@ -300,7 +318,12 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	// task: keep this goroutine on it until the task is gone.
 	lockThread()
 	defer unlockThread()
-	c, err := t.start(ctx, newCmd)
+	t.cg.reapEarlier() // an earlier process's task never runs beside this one
+	cgPath, cgFD = t.cg.create(token)
+	if cgPath != "" {
+		t.reaper.tell("c" + cgPath) // before the start, like the token
+	}
+	c, err := t.startIn(ctx, newCmd, &cgPath, &cgFD)
 	if err != nil {
 		t.reaper.tell("!" + token)
 		return fmt.Errorf("cannot start %s: %w", t.cmd[0], err)
@@ -343,6 +366,13 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	if !gone {
 		return fmt.Errorf("%s left processes in its process group %d that were still alive %v after SIGKILL; not carrying on while they run", t.cmd[0], pgid, groupGoneWait)
 	}
+	if cgPath != "" {
+		// Its cgroup holds what left the group too (setsid).
+		if !killCgroup(cgPath, groupGoneWait) {
+			return fmt.Errorf("%s left processes in its cgroup %s that were still alive %v after SIGKILL; not carrying on while they run", t.cmd[0], cgPath, groupGoneWait)
+		}
+		t.reaper.tell("d" + cgPath)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -354,6 +384,31 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		return fmt.Errorf("%s was stopped: %w", t.cmd[0], ctx.Err())
 	}
 	return err
+}
+
+// startIn is start for a run in the cgroup *path (open as *fd), if any;
+// it closes *fd once started. A start in a cgroup that fails where the
+// same start without one works turns cgroups off for the runner (the
+// kernel or the delegation does not allow them); either way the cgroup
+// of a run that is not in one is removed and *path cleared.
+func (t *taskRunner) startIn(ctx context.Context, newCmd func() *exec.Cmd, path *string, fd *int) (*exec.Cmd, error) {
+	c, err := t.start(ctx, newCmd)
+	if *fd < 0 {
+		return c, err
+	}
+	closeCgroupFD(*fd)
+	*fd = -1
+	if err == nil {
+		return c, nil
+	}
+	cerr := err
+	if c, err = t.start(ctx, newCmd); err == nil {
+		t.cg.disable(cerr)
+	}
+	t.reaper.tell("d" + *path)
+	_ = killCgroup(*path, 0)
+	*path = ""
+	return c, err
 }
 
 // testHookStarted, if set (tests only), is called with the task's pid
