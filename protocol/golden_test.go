@@ -27,12 +27,16 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata
 //
 // The script language (one command per block, "----", then its output):
 //
-//	chain A B C D [colon] [ordered] [phase=D] [exit=D] [silence=D] [connect=D]
+//	chain A B C D [colon] [ordered] [phase=D] [exit=D] [silence=D] [connect=D] [policy=P] [ext=on]
 //	                        new chain, Head first; colon: send "COMMAND:" for the
 //	                        unnamed round; ordered: protocol.Config.Ordered; the
 //	                        durations set the Machines' timeouts (PhaseTimeout,
-//	                        ExitWaveTimeout, Silence, ConnectTimeout) and the
-//	                        network applies the halt policy to them
+//	                        ExitWaveTimeout, Silence, ConnectTimeout);
+//	                        policy=halt|wait is the Machines' fault policy
+//	                        (protocol.Config.Policy, halt if not given); ext=on
+//	                        turns the extension lines on (Config.Extensions): each
+//	                        timeout is then reported as a fault notice that
+//	                        crosses the chain
 //	advance D               the clock moves by D; every node not hung ticks (prints
 //	                        the ticks that did something)
 //	hang C.. / unhang C..   C stops (a hung process: no ticks, no heartbeats, nothing
@@ -194,9 +198,18 @@ func (g *golden) run(cmd string) []string {
 			}
 			return d
 		}
+		var policy protocol.Policy
+		switch kv["policy"] {
+		case "", "halt":
+		case "wait":
+			policy = protocol.PolicyWait
+		default:
+			g.t.Fatalf("%q: policy=%s: use halt or wait", cmd, kv["policy"])
+		}
 		g.net = sim.New(sim.Config{Names: args, Machine: func(_ int, pc *protocol.Config) {
 			pc.Ordered = ordered
 			pc.PhaseTimeout, pc.ExitWaveTimeout, pc.Silence, pc.ConnectTimeout = dur("phase"), dur("exit"), dur("silence"), dur("connect")
+			pc.Policy, pc.Extensions = policy, kv["ext"] == "on"
 		}})
 		g.net.Colon = colon
 		g.chk = sim.NewChecker(g.net)
@@ -505,6 +518,8 @@ func (g *golden) actions(i int, acts []protocol.Action, err error) {
 			g.printf("  %s%s: save %v", name, roundSuffix(a.Round), a.Record.State)
 		case protocol.ActForget:
 			g.printf("  %s%s: forgotten", name, roundSuffix(a.Round))
+		case protocol.ActNotice:
+			g.printf("  %s: notice: %v", name, a.Msg)
 		case protocol.ActTimeout:
 			if a.Timeout == protocol.TimeoutPhase {
 				what := a.Wait.String()
