@@ -703,7 +703,7 @@ func (n *Node) act(a *protocol.Action) {
 			n.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		n.resolve(a.Round, ri, res)
+		n.resolve(a.Round, ri, n.steerResult(ri, res)) // steer.go: a cancelled round
 	}
 }
 

@@ -31,10 +31,14 @@ const (
 	// this node's part; an operator asks those nodes (or reads their
 	// journals) before doing anything again.
 	StatusUndelivered
+	// StatusCancelled: the round was cancelled at the Head (Node.Cancel;
+	// Err is a *CancelledError): no task of it started here after the
+	// cancel arrived.
+	StatusCancelled
 )
 
-// String returns "done", "task failed", "fault", "stopped" or
-// "undelivered".
+// String returns "done", "task failed", "fault", "stopped",
+// "undelivered" or "cancelled".
 func (s Status) String() string {
 	switch s {
 	case StatusDone:
@@ -47,6 +51,8 @@ func (s Status) String() string {
 		return "stopped"
 	case StatusUndelivered:
 		return "undelivered"
+	case StatusCancelled:
+		return "cancelled"
 	}
 	return "Status(?)"
 }

@@ -99,9 +99,14 @@ type steerHold struct {
 // steerFile is the state directory's steering file (internal/journal,
 // SaveSteer).
 type steerFile struct {
-	At       int64      `json:"at"`             // the last steering line's At
-	Hold     *steerHold `json:"hold,omitempty"` // this node is held
+	At       int64      `json:"at"`              // the last steering line's At
+	Hold     *steerHold `json:"hold,omitempty"`  // this node is held
+	Pause    *steerHold `json:"pause,omitempty"` // this node, the Head, paused the chain
 	Approved []string   `json:"approved,omitempty"`
+	// ChainPause is the Head's pause line as this node last heard it (a
+	// node restarted while the chain is paused starts no task before its
+	// link to the Head's side is up again to say otherwise).
+	ChainPause *protocol.Steer `json:"chain_pause,omitempty"`
 }
 
 // keepApprovals bounds the approvals a node journals.
@@ -113,6 +118,8 @@ type steerDriver struct {
 	waiting map[string]time.Time // rounds waiting for an approval here (ActGate), since
 	denied  map[string]string    // "origin round" -> the reason of a denial, from its line
 	sent    protocol.Steer       // the last own state stepped
+	resumed chan struct{}        // closed when a pause at this Head ends (Paused)
+	events  []SteerStatus        // the latest denials and cancels, here and heard of
 }
 
 // steerKey keys a denial by origin and round.
@@ -161,6 +168,16 @@ func (n *Node) restoreSteer() {
 		n.log.Warn("resumed held (chainsync hold before the restart): no task starts until chainsync release",
 			"since", time.UnixMilli(h.Since).Format(time.RFC3339), "by", h.By, "reason", h.Reason)
 	}
+	if h := n.sd.file.Pause; h != nil {
+		n.log.Warn("resumed paused (chainsync pause before the restart): no round opens and no task starts until chainsync resume",
+			"since", time.UnixMilli(h.Since).Format(time.RFC3339), "by", h.By, "reason", h.Reason)
+		n.sd.resumed = make(chan struct{})
+	}
+	if cp := n.sd.file.ChainPause; cp != nil && n.role.HasPred() && n.extensions() && cp.Valid() {
+		// As heard before the restart; the link to the predecessor
+		// re-sends the Head's latest line when it is up.
+		_ = n.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}))
+	}
 	n.announceSteer() // the hold first: no approval below may start a task of a held node
 	for _, id := range n.sd.file.Approved {
 		_ = n.step(protocol.Approve(id)) // a round since ended, or forgotten: nothing to do
@@ -172,6 +189,11 @@ func (n *Node) restoreSteer() {
 func (n *Node) ownSteer() protocol.Steer {
 	s := protocol.Steer{Origin: n.selfName(), What: protocol.SteerNone}
 	switch {
+	case n.sd.file.Pause != nil:
+		// A pause gates every node, this one included: it says more
+		// than a hold of the Head.
+		h := n.sd.file.Pause
+		s.What, s.By, s.Reason = protocol.SteerPause, protocol.NoticeName(h.By), h.Reason
 	case n.sd.file.Hold != nil:
 		h := n.sd.file.Hold
 		s.What, s.By, s.Reason = protocol.SteerHold, protocol.NoticeName(h.By), h.Reason
@@ -201,8 +223,8 @@ func (n *Node) announceSteer() {
 	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
 		return
 	}
-	if last.What == 0 && s.What == protocol.SteerNone {
-		return // nothing to say: never gated
+	if !last.What.Gates() && s.What == protocol.SteerNone {
+		return // nothing to say: not gated before either
 	}
 	n.stepSteer(s)
 }
@@ -217,7 +239,22 @@ func (n *Node) stepSteer(s protocol.Steer) {
 		}
 		return
 	}
-	n.sd.sent = s
+	if s.What.Event() {
+		n.noteEvent(steerStatus(s, true))
+	} else {
+		n.sd.sent = s
+	}
+}
+
+// keepEvents is how many recent denials and cancels Snapshot shows.
+const keepEvents = 16
+
+// noteEvent keeps a denial or a cancel for Snapshot. Loop only.
+func (n *Node) noteEvent(st SteerStatus) {
+	if len(n.sd.events) == keepEvents {
+		n.sd.events = slices.Delete(n.sd.events, 0, 1)
+	}
+	n.sd.events = append(n.sd.events, st)
 }
 
 // steerAct carries out the machine's steering actions. Loop only.
@@ -241,6 +278,9 @@ func (n *Node) steerAct(a *protocol.Action) {
 	case protocol.ActSteer:
 		s := *a.Msg.Steer
 		st := steerStatus(s, false)
+		if s.What.Event() {
+			n.noteEvent(st)
+		}
 		switch s.What {
 		case protocol.SteerDenied:
 			if n.sd.denied == nil {
@@ -253,6 +293,13 @@ func (n *Node) steerAct(a *protocol.Action) {
 			n.log.Warn("steering: "+st.Text(time.Local), "origin", s.Origin, "round", s.Round)
 		case protocol.SteerNone:
 			n.log.Info("steering: "+s.Origin+" starts its tasks again", "origin", s.Origin)
+			n.chainPause(s)
+		case protocol.SteerPause:
+			n.log.Warn("steering: "+st.Text(time.Local)+"; no task starts here until the Head resumes", "origin", s.Origin)
+			n.chainPause(s)
+		case protocol.SteerCancel:
+			n.cancelled(s.Round, &CancelledError{By: s.By, Reason: s.Reason})
+			n.log.Warn("steering: "+st.Text(time.Local)+"; no task of it starts here", "origin", s.Origin, "round", s.Round)
 		default:
 			n.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
 		}
@@ -271,7 +318,7 @@ func steerStatus(s protocol.Steer, here bool) SteerStatus {
 func (n *Node) steerSnapshot(st *Snapshot) {
 	for i, s := range n.steerView() {
 		own := i == 0 && s.Origin == n.sd.sent.Origin && n.sd.sent.What != 0
-		if !s.What.Gates() && s.What != protocol.SteerDenied {
+		if !s.What.Gates() {
 			continue
 		}
 		ss := steerStatus(s, own)
@@ -281,6 +328,7 @@ func (n *Node) steerSnapshot(st *Snapshot) {
 		}
 		st.Steering = append(st.Steering, ss)
 	}
+	st.Steering = append(st.Steering, n.sd.events...)
 	for i := range st.Rounds {
 		r := &st.Rounds[i]
 		if g := n.gateOf(r.Round); g != protocol.WaitNothing {
@@ -505,3 +553,166 @@ func (n *Node) steerCall(f func() error) error {
 // TraceSteer is the trace event of a steering change, here (Origin "")
 // or at another node (Origin): Steer says which.
 const TraceSteer TraceKind = 64
+
+// chainPause journals the Head's pause line s (pause, or none ending
+// one), so that a node restarted while the chain is paused stays paused.
+// Loop only.
+func (n *Node) chainPause(s protocol.Steer) {
+	cp := n.sd.file.ChainPause
+	switch {
+	case s.What == protocol.SteerPause:
+	case cp != nil && cp.Origin == s.Origin:
+		// The Head that paused has resumed.
+	default:
+		return
+	}
+	old := cp
+	if s.What == protocol.SteerPause {
+		n.sd.file.ChainPause = &s
+	} else {
+		n.sd.file.ChainPause = nil
+	}
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.ChainPause = old
+		n.log.Error("cannot journal the chain's pause", "err", err.Error())
+	}
+}
+
+// CancelledError is the error of a round cancelled at the Head
+// (Node.Cancel): StatusCancelled.
+type CancelledError struct {
+	By     string // who cancelled it ("" unknown)
+	Reason string
+}
+
+// Error says "cancelled at the Head: REASON (by ann)".
+func (e *CancelledError) Error() string {
+	s := "cancelled at the Head"
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	if e.By != "" {
+		s += " (by " + e.By + ")"
+	}
+	return s
+}
+
+// cancelled notes that round is being cancelled (its abort follows in the
+// same step's actions): it is no longer waiting for an approval here, and
+// its result is StatusCancelled. Loop only.
+func (n *Node) cancelled(round string, ce *CancelledError) {
+	if n.stateOf(round) == 0 {
+		return // not a round of this node's
+	}
+	ri := n.round(round)
+	if ri.finished() {
+		return // it ended before the cancel came
+	}
+	if ri.cause == nil {
+		ri.cause, ri.reported = ce, true
+	}
+	if _, ok := n.sd.waiting[round]; ok {
+		delete(n.sd.waiting, round)
+		n.later(n.announceSteer)
+	}
+}
+
+// steerResult is res, round's result, as steering made it: a round
+// cancelled at the Head ended StatusCancelled, whatever the machine's
+// outcome (aborted, or undelivered after this node's task). Loop only.
+func (n *Node) steerResult(ri *roundInfo, res Result) Result {
+	var ce *CancelledError
+	if errors.As(ri.cause, &ce) && res.Status != StatusDone {
+		res.Status, res.Err = StatusCancelled, ce
+	}
+	return res
+}
+
+// Pause, at the Head, opens no new round and holds every node of the
+// chain before its next task (a running task finishes) until Resume.
+// The chain learns it from a steering line; with Config.StateDir it is
+// journalled. Pausing a paused chain, or pausing at another node, is
+// refused.
+func (n *Node) Pause(req Request) error {
+	return n.steerCall(func() error {
+		if n.role.HasPred() {
+			return refused("pause is the Head's: this node has a predecessor")
+		}
+		if h := n.sd.file.Pause; h != nil {
+			return refused("the chain is paused already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+		}
+		n.sd.file.Pause = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+		if err := n.saveSteer(); err != nil {
+			n.sd.file.Pause = nil
+			return err
+		}
+		n.sd.resumed = make(chan struct{})
+		n.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause"})
+		n.announceSteer()
+		return nil
+	})
+}
+
+// Resume undoes Pause: rounds open again and every node's tasks start.
+func (n *Node) Resume(req Request) error {
+	return n.steerCall(func() error {
+		h := n.sd.file.Pause
+		if h == nil {
+			return refused("the chain is not paused")
+		}
+		n.sd.file.Pause = nil
+		if err := n.saveSteer(); err != nil {
+			n.sd.file.Pause = h
+			return err
+		}
+		if n.sd.resumed != nil {
+			close(n.sd.resumed)
+			n.sd.resumed = nil
+		}
+		n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume"})
+		n.announceSteer()
+		return nil
+	})
+}
+
+// Paused reports whether this node (the Head) paused the chain, and if so
+// a channel closed when it resumes.
+func (n *Node) Paused() (bool, <-chan struct{}) {
+	var ch chan struct{}
+	paused := false
+	n.call(func() {
+		if n.sd.file.Pause != nil {
+			paused, ch = true, n.sd.resumed
+		}
+	})
+	return paused, ch
+}
+
+// Cancel, at the Head, ends round req.Round everywhere: no task of it
+// starts at a node after the cancel reaches it (the tasks that ran keep
+// their results), and it ends StatusCancelled with a *CancelledError. A
+// round that is not in flight at the Head is refused.
+func (n *Node) Cancel(req Request) error {
+	return n.steerCall(func() error {
+		if n.role.HasPred() {
+			return refused("cancel is the Head's: this node has a predecessor")
+		}
+		if !req.HasRound {
+			return refused("give the round to cancel (--round)")
+		}
+		switch st := n.stateOf(req.Round); {
+		case st == 0:
+			return refused("round %s is not in flight here", roundName(req.Round))
+		case st.Terminal():
+			return refused("round %s is over already (%s)", roundName(req.Round), strings.ToLower(st.String()))
+		}
+		n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
+		n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
+		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+			By: protocol.NoticeName(req.By), Reason: req.Reason})
+		n.announceSteer()
+		return nil
+	})
+}

@@ -79,6 +79,11 @@ func ParseSteerWhat(s string) SteerWhat {
 // and pause. A chain with a gated node runs no phase timeout.
 func (w SteerWhat) Gates() bool { return w == SteerHold || w == SteerApproval || w == SteerPause }
 
+// Event reports whether w is an event (denied, cancel) rather than its
+// origin's state: an event line does not replace the origin's state line
+// (a paused Head that cancels a round stays paused).
+func (w SteerWhat) Event() bool { return w == SteerDenied || w == SteerCancel }
+
 // Steer is one steering line: node Origin's state changed at At to What
 // (about Round, for an approval, a denial or a cancel), asked for by By,
 // for Reason.
@@ -255,7 +260,9 @@ type steerEntry struct {
 
 // steerState is the machine's steering table (a field of Machine).
 type steerState struct {
-	own    Steer                  // this node's last own line (What 0: none sent)
+	own    Steer                  // this node's last own state line (What 0: none sent)
+	lastAt int64                  // the At of this node's last own line, state or event
+	events map[string]int64       // by origin: the At of its latest event line
 	others map[string]*steerEntry // by origin: the latest line of every other node
 	order  []string               // the origins in others, oldest first
 	// suspended: phase timeouts are off (some node is gated), as of the
@@ -347,13 +354,14 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvSteer:
 		s := ev.Steer
-		if !s.Valid() || s.At <= m.st.own.At {
+		if !s.Valid() || s.At <= m.st.lastAt {
 			return out, ErrBadSteer
 		}
-		if !m.cfg.Extensions {
+		m.st.lastAt = s.At
+		if !s.What.Event() {
 			m.st.own = s
-		} else {
-			m.st.own = s
+		}
+		if m.cfg.Extensions {
 			msg := Message{Cmd: SteerLine, Steer: &s}
 			for _, side := range [...]Side{Pred, Succ} {
 				if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
@@ -421,13 +429,23 @@ func (m *Machine) steerRecv(from Side, msg Message, out []Action) ([]Action, err
 		return out, &Violation{From: from, Msg: msg, Reason: "malformed steering line"}
 	}
 	s := *msg.Steer
-	if e := m.st.others[s.Origin]; e != nil && e.s.At >= s.At {
-		return out, nil // seen already, or older: passed on once
-	}
-	if s.Origin == m.st.own.Origin && m.st.own.What != 0 {
+	if s.Origin == m.st.own.Origin && m.st.lastAt != 0 {
 		return out, nil // this node's own line, come back (a name used twice)
 	}
-	m.rememberSteer(s, from)
+	if s.What.Event() {
+		if m.st.events[s.Origin] >= s.At {
+			return out, nil // seen already: passed on once
+		}
+		if m.st.events == nil || len(m.st.events) >= maxSteerOrigins {
+			m.st.events = make(map[string]int64)
+		}
+		m.st.events[s.Origin] = s.At
+	} else {
+		if e := m.st.others[s.Origin]; e != nil && e.s.At >= s.At {
+			return out, nil // seen already, or older: passed on once
+		}
+		m.rememberSteer(s, from)
+	}
 	to := Succ
 	if from == Succ {
 		to = Pred
@@ -464,19 +482,20 @@ func (m *Machine) rememberSteer(s Steer, from Side) {
 }
 
 // steerResends returns the steering lines a link to side that came up
-// must carry, before any round's re-sends: this node's own state if it
-// gates (or says why a round failed), and every other origin's latest
-// line that gates and came from the other side.
+// must carry, before any round's re-sends: this node's own state line,
+// and every other origin's latest state line that came from the other
+// side (a neighbour that restarted learns what gates the chain now, and
+// one that missed a release learns of it).
 func (m *Machine) steerResends(side Side, out []Action) []Action {
 	if !m.cfg.Extensions {
 		return out
 	}
-	if own := m.st.own; own.What.Gates() {
+	if own := m.st.own; own.What != 0 {
 		out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &own}, Resend: true})
 	}
 	for _, o := range m.st.order {
 		e := m.st.others[o]
-		if e.s.What.Gates() && e.from != side {
+		if e.from != side {
 			s := e.s
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
 		}

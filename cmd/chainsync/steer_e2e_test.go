@@ -243,3 +243,149 @@ func TestSteerUsageE2E(t *testing.T) {
 		t.Errorf("hold with no node: exit %d, want 1", code)
 	}
 }
+
+// servedChain starts a served chain of names on loopback (the Tail
+// first), every node with --serve, --heartbeat 200ms and --phase-timeout
+// 2s, the Head with --control, extra(name)'s flags, and a task that
+// records "NODE ROUND" in $DIR/NODE.ran.
+func servedChain(t *testing.T, dir string, names []string, extra func(name string) []string) map[string]*proc {
+	t.Helper()
+	addrs := freeAddrs(t, len(names))
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		n := names[i]
+		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--serve", "--heartbeat", "200ms", "--phase-timeout", "2s"}
+		if i == 0 {
+			args = append(args, "--control", controlOf(dir, n))
+		}
+		args = append(args, extra(n)...)
+		args = append(args, "--", "sh", "-c", `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`)
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, args...)
+	}
+	return procs
+}
+
+// ranRounds returns the rounds node n ran, in order.
+func ranRounds(t *testing.T, dir, n string) []string {
+	t.Helper()
+	path := filepath.Join(dir, n+".ran")
+	if !exists(path) {
+		return nil
+	}
+	var ids []string
+	for _, l := range readLines(t, path) {
+		if f := strings.Fields(l); len(f) == 2 {
+			ids = append(ids, f[1])
+		}
+	}
+	return ids
+}
+
+// A served chain with --every 200ms: pause at the Head: no new round
+// opens and no task starts for 3 s, no fault; resume: rounds open again,
+// and every node runs them in the same order.
+func TestPauseE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := []string{"A", "B", "C"}
+	procs := servedChain(t, dir, names, func(n string) []string {
+		if n == "A" {
+			return []string{"--every", "200ms"}
+		}
+		return nil
+	})
+	waitFor(t, 20*time.Second, "two rounds at C", func() bool { return len(ranRounds(t, dir, "C")) >= 2 })
+	if code, _, errOut := steerCmd(t, "pause", "--control", controlOf(dir, "A"), "--reason", "incident 4711"); code != 0 {
+		t.Fatalf("pause exited %d: %s", code, errOut)
+	}
+	for _, n := range []string{"B", "C"} {
+		procs[n].waitLog(t, 10*time.Second, n+" told of the pause", containsAll("paused at the Head A"))
+	}
+	procs["A"].waitLog(t, 10*time.Second, "a skipped tick", containsAll("tick skipped, the chain is paused"))
+	// Rounds in flight may pass the nodes the pause had not reached yet;
+	// once it has reached them all (above), nothing starts.
+	before := map[string]int{}
+	for _, n := range names {
+		before[n] = len(ranRounds(t, dir, n))
+	}
+	opened := procs["A"].logCount("round opened")
+	time.Sleep(3 * time.Second)
+	for _, n := range names {
+		if got := len(ranRounds(t, dir, n)); got != before[n] {
+			t.Errorf("%s ran %d task(s) while the chain was paused", n, got-before[n])
+		}
+	}
+	if got := procs["A"].logCount("round opened"); got != opened {
+		t.Errorf("the Head opened %d round(s) while paused", got-opened)
+	}
+	noFaultLogged(t, procs)
+	if code, _, errOut := steerCmd(t, "pause", "--control", controlOf(dir, "A")); code != 1 || !strings.Contains(errOut, "paused already") {
+		t.Fatalf("a second pause: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := steerCmd(t, "resume", "--control", controlOf(dir, "A")); code != 0 {
+		t.Fatalf("resume exited %d: %s", code, errOut)
+	}
+	waitFor(t, 20*time.Second, "two more rounds at C", func() bool { return len(ranRounds(t, dir, "C")) >= before["C"]+2 })
+	head := ranRounds(t, dir, "A")
+	for _, n := range []string{"B", "C"} {
+		got := ranRounds(t, dir, n)
+		if len(got) > len(head) || !slices.Equal(got, head[:len(got)]) {
+			t.Fatalf("%s ran %v, not in the Head's order %v", n, got, head)
+		}
+	}
+	if code, _, errOut := steerCmd(t, "pause", "--control", controlOf(dir, "B")); code != 1 {
+		t.Fatalf("pause at a node that is not the Head (B has no --control): exit %d, %s", code, errOut)
+	}
+}
+
+// cancel of a round held at C: C and D never run it, open --wait exits 5
+// ("cancelled at the Head: REASON"); the next round runs everywhere.
+func TestCancelE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs := servedChain(t, dir, []string{"A", "B", "C", "D"}, func(n string) []string {
+		if n == "C" {
+			return []string{"--control", controlOf(dir, "C")}
+		}
+		return nil
+	})
+	waitFor(t, 10*time.Second, "C's control socket", func() bool { return exists(filepath.Join(dir, "C.sock")) })
+	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
+		t.Fatalf("hold exited %d: %s", code, errOut)
+	}
+	open := startProc(t, "open r1", nil, "open", "--control", controlOf(dir, "A"), "--id", "r1", "--wait")
+	waitFor(t, 20*time.Second, "B's task for r1", func() bool { return slices.Contains(ranRounds(t, dir, "B"), "r1") })
+	procs["C"].waitLog(t, 10*time.Second, "r1 at C's gate", containsAll("round", "r1"))
+	if code, _, errOut := steerCmd(t, "cancel", "--control", controlOf(dir, "A"), "--round", "r1", "--reason", "stale input"); code != 0 {
+		t.Fatalf("cancel exited %d: %s", code, errOut)
+	}
+	if code := open.wait(t, 20*time.Second); code != 5 || !strings.Contains(open.err.String(), "cancelled at the Head: stale input") {
+		t.Fatalf("open --wait exited %d, want 5 with the reason: %s", code, open.err.String())
+	}
+	if code, _, errOut := steerCmd(t, "cancel", "--control", controlOf(dir, "A"), "--round", "r1"); code != 1 {
+		t.Fatalf("cancel of a round over: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := steerCmd(t, "release", "--control", controlOf(dir, "C")); code != 0 {
+		t.Fatalf("release exited %d: %s", code, errOut)
+	}
+	if code, out, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--id", "r2", "--wait"); code != 0 {
+		t.Fatalf("open r2 --wait exited %d: %s %s", code, out, errOut)
+	}
+	for _, n := range []string{"C", "D"} {
+		if got := ranRounds(t, dir, n); !slices.Equal(got, []string{"r2"}) {
+			t.Errorf("%s ran %v, want only r2", n, got)
+		}
+	}
+	for _, n := range []string{"A", "B"} {
+		if got := ranRounds(t, dir, n); !slices.Equal(got, []string{"r1", "r2"}) {
+			t.Errorf("%s ran %v, want r1 r2", n, got)
+		}
+		if !procs[n].running() {
+			t.Errorf("%s stopped after a cancel", n)
+		}
+	}
+}

@@ -279,7 +279,8 @@ Examples:
 
 Exit status: 0 opened (with --wait: done); 1 refused (id used already,
 --max-open reached with --no-wait, no Head at ADDR); 2 usage error;
-3 a task failed (--wait); 4 fault (--wait); 130 the Head stopped first.
+3 a task failed (--wait); 4 fault (--wait); 5 cancelled at the Head
+(chainsync cancel, --wait); 130 the Head stopped first.
 
 Flags:
 `
@@ -367,6 +368,9 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 		// Not known to have failed: whom to ask before doing it again.
 		fmt.Fprintf(stderr, "chainsync open: round %s: undelivered: %s\n", oc.Round, oc.Reason)
 		return ExitFault
+	case chainsync.StatusCancelled.String():
+		fmt.Fprintf(stderr, "chainsync open: round %s: %s\n", oc.Round, oc.Reason) // "cancelled at the Head: REASON"
+		return ExitCancelled
 	}
 	fmt.Fprintf(stderr, "chainsync open: round %s: %s: %s\n", oc.Round, oc.Status, oc.Reason)
 	return ExitInterrupted

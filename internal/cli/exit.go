@@ -7,5 +7,6 @@ const (
 	ExitUsage       = 2   // bad flags or arguments; nothing was started
 	ExitTaskFailed  = 3   // this node's task failed: the chain halts here (no COMPLETE sent on)
 	ExitFault       = 4   // a configured timeout fired (a neighbour or the chain did not come back)
+	ExitCancelled   = 5   // the round was cancelled at the Head (chainsync cancel)
 	ExitInterrupted = 130 // stopped by SIGINT or SIGTERM
 )

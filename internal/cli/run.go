@@ -58,7 +58,8 @@ each task runs in the order the Head opened the rounds, e.g.
 ` + envHelp + `
 Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
 failed or ran past --task-timeout (the chain halts here); 4 fault (a
-neighbour silent or unreachable, or a timeout fired); 130 interrupted.
+neighbour silent or unreachable, or a timeout fired); 5 the round was
+cancelled at the Head (chainsync cancel); 130 interrupted.
 
 Flags:
 `
@@ -558,6 +559,8 @@ func resultCode(res chainsync.Result) int {
 		return ExitTaskFailed
 	case chainsync.StatusFault, chainsync.StatusUndelivered:
 		return ExitFault
+	case chainsync.StatusCancelled:
+		return ExitCancelled
 	}
 	return ExitInterrupted
 }

@@ -141,6 +141,9 @@ func (op *opener) inFlight() int {
 // an id in flight or already finished here. notify, if not nil, receives
 // the round's outcome. It returns the id.
 func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, error) {
+	if err := op.waitUnpaused(wait); err != nil { // chainsync pause (steer.go)
+		return "", err
+	}
 	op.mu.Lock()
 	for len(op.open) >= op.max && !op.closed {
 		if !wait {
@@ -309,6 +312,8 @@ func (op *opener) tick(ctx context.Context, d time.Duration) {
 		if _, err := op.openRound("", false, nil); err != nil {
 			if errors.Is(err, errFull) {
 				op.log.Warn("--every: tick skipped, --max-open rounds are in flight", "max_open", op.max)
+			} else if errors.Is(err, errPaused) {
+				op.log.Info("--every: tick skipped, the chain is paused (chainsync resume)")
 			} else if ctx.Err() == nil && !errors.Is(err, chainsync.ErrStopped) {
 				op.log.Error("--every: cannot open a round", "err", err.Error())
 			}
@@ -520,6 +525,9 @@ func served(oc outcome, head, halt bool, log *slog.Logger) int {
 		}
 		return ExitOK
 	case chainsync.StatusStopped:
+		return ExitOK
+	case chainsync.StatusCancelled:
+		log.Warn("round cancelled at the Head; serving on", "round", oc.Round, "reason", oc.Reason)
 		return ExitOK
 	}
 	c := ExitFault

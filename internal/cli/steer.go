@@ -88,6 +88,38 @@ failed task, and the reason is in every node's log and --on-fault hook.
 Example:
   chainsync deny --control unix:/run/chainsync/c.sock --reason "smoke test failed"
 `},
+	{name: "pause", summary: "at the Head: open no new round, hold every node before its next task", reason: true, headOnly: true,
+		usage: `Usage: chainsync pause --control ADDR [--reason TEXT]
+
+At the Head (its --control): opens no new round until chainsync resume
+(--every skips its ticks and logs it, --rounds-from stops reading,
+chainsync open waits, or fails with --no-wait), and holds every node of
+the chain before its next task; running tasks finish. No fault fires
+anywhere because of the pause. With --state-dir it is journalled.
+
+Example:
+  chainsync pause --control unix:/run/chainsync/head.sock --reason "incident 4711"
+`},
+	{name: "resume", summary: "at the Head: undo pause", headOnly: true,
+		usage: `Usage: chainsync resume --control ADDR
+
+Undoes chainsync pause at the Head: rounds open again and every node's
+tasks start, in the order they always run.
+
+Example:
+  chainsync resume --control unix:/run/chainsync/head.sock
+`},
+	{name: "cancel", summary: "at the Head: end a round everywhere", round: true, roundRequired: true, reason: true, headOnly: true,
+		usage: `Usage: chainsync cancel --control ADDR --round ID [--reason TEXT]
+
+At the Head: ends round ID in the whole chain. No task of it starts at a
+node after the cancel reaches it; the nodes that ran theirs keep their
+result. chainsync open --wait on the round exits 5 ("cancelled at the
+Head: TEXT"); a served chain goes on with its next round.
+
+Example:
+  chainsync cancel --control unix:/run/chainsync/head.sock --round batch-0042 --reason "bad input file"
+`},
 }
 
 // steerFlags holds the flags of a steering command.
@@ -248,6 +280,18 @@ func (cs *controlServer) steer(req controlRequest, client string) controlReply {
 		if id, err = node.Deny(r); err == nil {
 			msg = "denied round " + roundLabel(id) + ": it fails here as a failed task would"
 		}
+	case "pause":
+		if err = node.Pause(r); err == nil {
+			msg = "paused: no round opens and no node starts a task until chainsync resume"
+		}
+	case "resume":
+		if err = node.Resume(r); err == nil {
+			msg = "resumed"
+		}
+	case "cancel":
+		if err = node.Cancel(r); err == nil {
+			msg = "cancelled round " + roundLabel(req.Round) + " in the whole chain"
+		}
 	default:
 		return controlReply{Error: fmt.Sprintf("unknown request %q", req.Op)}
 	}
@@ -298,4 +342,27 @@ func (h *hookRunner) holdHook(ev chainsync.HoldEvent) {
 			h.log.Error("--on-hold command failed", "err", err.Error())
 		}
 	}()
+}
+
+// errPaused is opening a round while the chain is paused, without
+// waiting.
+var errPaused = errors.New("the chain is paused at the Head (chainsync resume)")
+
+// waitUnpaused waits while the Head has paused the chain (chainsync
+// pause), or fails with errPaused if !wait.
+func (op *opener) waitUnpaused(wait bool) error {
+	for {
+		paused, resumed := op.node.Paused()
+		if !paused {
+			return nil
+		}
+		if !wait {
+			return errPaused
+		}
+		select {
+		case <-resumed:
+		case <-op.ctx.Done():
+			return chainsync.ErrStopped
+		}
+	}
 }

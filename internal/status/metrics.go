@@ -42,7 +42,7 @@ type Metrics struct {
 	goversion  string
 	msgs       [2][4]uint64 // [sent, received][command]
 	resent     [4]uint64    // [command]: re-sends after a reconnect
-	outcomes   [6]uint64    // [chainsync.Status]
+	outcomes   [8]uint64    // [chainsync.Status]
 	opened     uint64       // rounds this node heard of (TraceRoundOpened)
 	open       map[string]time.Time
 	tasks      map[string]time.Time
@@ -144,7 +144,7 @@ var outcomeLabels = []struct {
 }{
 	{chainsync.StatusDone, "done"}, {chainsync.StatusTaskFailed, "task_failed"},
 	{chainsync.StatusFault, "fault"}, {chainsync.StatusStopped, "stopped"},
-	{chainsync.StatusUndelivered, "undelivered"},
+	{chainsync.StatusUndelivered, "undelivered"}, {chainsync.StatusCancelled, "cancelled"},
 }
 
 // WriteTo writes every metric in the Prometheus text exposition format.
