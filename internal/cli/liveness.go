@@ -2,10 +2,13 @@ package cli
 
 import (
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/status"
 )
 
 // Liveness flags (docs/FAULTS.md, "Liveness: which settings for which
@@ -100,4 +103,33 @@ func reportGraces(snap chainsync.Snapshot, log *slog.Logger) []any {
 		args = append(args, "restarting", g.String())
 	}
 	return args
+}
+
+// printRestarting lists the restart graces the nodes know of, each node's
+// once (every node knows of every other's): "B is restarting (grace 10m,
+// 2m left)", as the node that knows the least time left says it.
+func printRestarting(w io.Writer, nodes []status.Node) {
+	least := map[string]status.Restarting{}
+	var order []string
+	for _, n := range nodes {
+		if n.Doc == nil {
+			continue
+		}
+		for _, g := range n.Doc.Restarting {
+			cur, ok := least[g.Node]
+			if !ok {
+				order = append(order, g.Node)
+			}
+			if !ok || g.Left < cur.Left {
+				least[g.Node] = g
+			}
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, node := range order {
+		fmt.Fprintln(w, least[node].Text)
+	}
 }

@@ -212,8 +212,11 @@ func linkText(l status.Link) string {
 		return "-"
 	}
 	s := "up"
-	if !l.Up {
+	switch {
+	case !l.Up:
 		s = "DOWN"
+	case l.Silent:
+		s = "SILENT" // up, but nothing heard for two heartbeat intervals
 	}
 	if l.Peer != "" {
 		s += " (" + l.Peer + ")"
@@ -261,6 +264,9 @@ func printNode(w io.Writer, n status.Node) {
 	fmt.Fprintf(w, "  links: pred %s, succ %s\n", linkText(d.Links.Pred), linkText(d.Links.Succ))
 	for _, s := range d.Steering {
 		fmt.Fprintf(w, "  %s\n", s.Text)
+	}
+	for _, g := range d.Restarting {
+		fmt.Fprintf(w, "  %s\n", g.Text) // liveness.go
 	}
 	if len(d.Rounds) == 0 {
 		fmt.Fprintln(w, "  rounds: none in progress (all done here, or none started)")
@@ -337,6 +343,7 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 		}
 	}
 	printSteering(w, nodes)
+	printRestarting(w, nodes) // liveness.go
 	for _, n := range nodes {
 		if n.Doc != nil && len(n.Doc.Faults) > 0 {
 			fmt.Fprintf(w, "\n%s:\n", n.Label())
