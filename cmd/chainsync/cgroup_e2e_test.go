@@ -73,10 +73,12 @@ func childWithArg(parent int, arg string) int {
 // the node runs its tasks in cgroups (its log says so; else the test skips
 // with the log's reason):
 //   - task end: the task exits at once; once the round is over, the sleep
-//     is gone (the task's cgroup was killed);
+//     is gone (the task's cgroup was killed), and once the node exited,
+//     its cgroup too;
 //   - node killed: the task waits; the node is killed with SIGKILL; its
-//     reaper kills the task's cgroup, so the sleep is gone, and a node
-//     restarted on the same --state-dir does not run beside it;
+//     reaper kills the task's cgroup, so the sleep is gone, and removes
+//     the node's; a node restarted on the same --state-dir does not run
+//     beside the old task;
 //   - node and reaper killed: both are killed with SIGKILL, so nothing
 //     kills the cgroup and the sleep survives them; the node restarted on
 //     the same --state-dir finds the old task's cgroup, kills it (and says
@@ -93,13 +95,21 @@ func TestTaskCgroupTakesSetsidChildE2E(t *testing.T) {
 		return startProc(t, "A", []string{"DIR=" + dir}, "run", "--name", "A", "--round", "r1",
 			"--state-dir", filepath.Join(dir, "state"), "--", "sh", "-c", script)
 	}
-	// inCgroups waits for p to say how it runs its tasks; it skips the
-	// test where that is not in cgroups.
-	inCgroups := func(t *testing.T, p *proc) {
+	// inCgroups waits for p to say how it runs its tasks, and returns
+	// the node's cgroup; it skips the test where that is not in cgroups.
+	inCgroups := func(t *testing.T, p *proc) string {
 		line := p.waitLog(t, 10*time.Second, "how tasks run", containsAll("tasks run"))
 		if !strings.Contains(line, "in a cgroup of their own") {
 			t.Skipf("this node cannot run tasks in cgroups here: %s", line)
 		}
+		_, cg, _ := strings.Cut(line, "cgroup=")
+		return strings.Fields(cg)[0]
+	}
+	// removed waits until the node's cgroup is gone: nothing is left
+	// behind in the cgroup tree.
+	removed := func(t *testing.T, cg, when string) {
+		t.Helper()
+		waitFor(t, 5*time.Second, "the node's cgroup removed "+when, func() bool { return !exists(cg) })
 	}
 	gone := func(t *testing.T, marker, when string) {
 		t.Helper()
@@ -115,21 +125,23 @@ func TestTaskCgroupTakesSetsidChildE2E(t *testing.T) {
 		dir, marker := t.TempDir(), fmt.Sprintf("1001.%d", rng.IntN(1e9))
 		t.Cleanup(func() { killAll(procsWithArgs("sleep", marker)) })
 		p := run(t, dir, marker, "exit 0")
-		inCgroups(t, p)
+		cg := inCgroups(t, p)
 		if code := p.wait(t, 20*time.Second); code != 0 {
 			t.Fatalf("node exited %d", code)
 		}
 		gone(t, marker, "after the task ended")
+		removed(t, cg, "after the node exited")
 	})
 	t.Run("node killed", func(t *testing.T) {
 		dir, marker := t.TempDir(), fmt.Sprintf("1001.%d", rng.IntN(1e9))
 		t.Cleanup(func() { killAll(procsWithArgs("sleep", marker)) })
 		p := run(t, dir, marker, "sleep 60")
-		inCgroups(t, p)
+		cg := inCgroups(t, p)
 		started(t, dir, marker)
 		p.signal(t, syscall.SIGKILL)
 		p.wait(t, 5*time.Second)
 		gone(t, marker, "after its node's kill -9")
+		removed(t, cg, "by the reaper after its node's kill -9")
 		p = run(t, dir, marker, "sleep 60")
 		p.waitLog(t, 10*time.Second, "the restarted node resumed", containsAll("resumed"))
 		if n := len(procsWithArgs("sleep", marker)); n != 0 {

@@ -314,3 +314,12 @@ func cgroupPIDs(path string) []int {
 
 // closeCgroupFD closes the cgroup descriptor create returned.
 func closeCgroupFD(fd int) { _ = syscall.Close(fd) }
+
+// reaperLine is the reaper's line naming the node's cgroup, which it
+// removes when its node is gone; "" (nothing to say) without one.
+func (g *taskCgroups) reaperLine() string {
+	if g == nil {
+		return ""
+	}
+	return "p" + g.dir
+}

@@ -30,3 +30,5 @@ func reapCgroup(string) {}
 func killCgroup(string, time.Duration) bool { return true }
 
 func closeCgroupFD(int) {}
+
+func (*taskCgroups) reaperLine() string { return "" }

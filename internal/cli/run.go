@@ -400,6 +400,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	tasks := newTaskRunner(cmd, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
 	tasks.cg = openTaskCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
 	defer tasks.cg.close()
+	rp.tell(tasks.cg.reaperLine()) // it removes the node's cgroup if the node dies
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
 	}

@@ -89,7 +89,8 @@ func startReaper() (*reaper, error) {
 // tell sends the reaper one line: "?TOKEN" (a task with this token is
 // starting), "+PGID TOKEN" (it started as group PGID), "!TOKEN" (it did
 // not start), "-PGID" (its group is gone), "cPATH" (it starts in the
-// cgroup PATH) or "dPATH" (that cgroup is gone).
+// cgroup PATH), "dPATH" (that cgroup is gone) or "pPATH" (the node's
+// cgroup, the parent of its tasks', removed at the end).
 func (r *reaper) tell(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -121,6 +122,7 @@ func reaperMain() int {
 	groups := map[int]bool{}
 	starting := map[string]bool{}
 	cgroups := map[string]bool{} // cgroup_linux.go
+	nodeCgroup := ""             // the node's, parent of its tasks' cgroups
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -149,12 +151,17 @@ func reaperMain() int {
 			cgroups[arg] = true
 		case 'd':
 			delete(cgroups, arg)
+		case 'p':
+			nodeCgroup = arg
 		}
 	}
 	// A task's cgroup holds every process it started, those that left its
 	// process group too: killed first, whole.
 	for path := range cgroups {
 		reapCgroup(path)
+	}
+	if nodeCgroup != "" {
+		_ = os.Remove(nodeCgroup) // empty now, unless a restarted node uses it
 	}
 	for pgid := range groups {
 		_ = killGroup(pgid, syscall.SIGKILL)
