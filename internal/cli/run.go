@@ -46,7 +46,12 @@ recommended pair: the same --heartbeat on every node (finds a hung or cut-off
 neighbour and names it) and each node's own --task-timeout, e.g.
   chainsync run --chain $CHAIN --name B --heartbeat 1s --task-timeout 30m \
     --connect-timeout 5m --on-fault 'notify-oncall "$CHAINSYNC_FAULT" "$CHAINSYNC_PEER"' -- ./upgrade.sh
---fault-policy wait keeps the round when a neighbour faults, until it is back.
+--fault-policy wait keeps the round when a neighbour faults, until it is back
+(--on-recover then runs once). A node whose task restarts it (a switch that
+reboots) says so with --restart-grace 10m: nobody reports it until it is back
+or the grace has passed, e.g.
+  chainsync run --chain $CHAIN --name B --heartbeat 1s --restart-grace 10m \
+    --state-dir /var/lib/chainsync/B --resume-task done -- ./upgrade-and-reboot.sh
 
 A chain that stays up: --serve on every node, and the Head opens rounds
 (--rounds-from FILE|-, --every D, or --control ADDR with chainsync open);
