@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -176,7 +177,11 @@ func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, erro
 		return n.cfg.Dial
 	}
 	return transport.DialFrom(n.cfg.DialFrom, func(err error) {
-		n.log.Warn("cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host may refuse this node)",
+		level := slog.LevelInfo
+		if !n.extensions() && n.cfg.Secure == nil {
+			level = slog.LevelWarn // the successor checks this node's host
+		}
+		n.log.Log(context.Background(), level, "cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host, on plain TCP without --heartbeat, refuses a connection from another)",
 			"from", n.cfg.DialFrom, "err", err.Error())
 	})
 }

@@ -18,8 +18,8 @@ import (
 // checks of its neighbours (docs/PROTOCOL.md, "The identity line"): with
 // --heartbeat its first line on each link names it, its place and
 // digests of its --chain and round settings; on the draft's wire (no
-// --heartbeat) it accepts its predecessor only from the host --chain
-// gives it, as --prev does. Either way it dials its successor from its
+// --heartbeat) over plain TCP it accepts its predecessor only from the
+// host --chain gives it, as --prev does. Either way it dials its successor from its
 // own --chain host, so that the successor sees that address even where
 // the machine has several (127.0.0.11, 127.0.0.12, ... on one host).
 func (o *runOpts) identify(cfg *chainsync.Config) {
@@ -42,7 +42,9 @@ func (o *runOpts) identify(cfg *chainsync.Config) {
 		}
 	}
 	cfg.RoundSettings = o.roundSettings()
-	if cfg.Heartbeat == 0 && cfg.Prev != "" {
+	if cfg.Heartbeat == 0 && cfg.Prev != "" && !o.tls.Enabled() {
+		// Plain TCP on the draft's wire: the source address is the only
+		// hint (TLS and pre-shared keys prove the place themselves).
 		cfg.PrevHostOnly = true
 	}
 }
