@@ -53,6 +53,7 @@ type Checker struct {
 	rounds map[string]*RoundRef
 	cached *RoundRef
 	ev     protocol.Event // the event being observed
+	steer  steerRef       // steering (check_steer.go)
 	// The fault policy within the step being observed: which rounds it
 	// lets the Machine abort (every unfinished one, or those named), and
 	// which it must have aborted by the end of the step.
@@ -193,6 +194,7 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 	if ev.Kind == protocol.EvReport && ev.Halt && halt {
 		c.abortAll, c.mustAll = true, true
 	}
+	c.steerEvent(i, ev) // check_steer.go
 	for _, a := range acts {
 		if e := c.action(i, a); e != nil {
 			return fmt.Errorf("node %d, event %s, action %s: %w", i, DescribeEvent(ev), DescribeAction(a), e)
@@ -250,6 +252,9 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		nd.Since, nd.TimedOut = c.net.Now, false
 
 	case protocol.ActRunTask:
+		if e := c.steerRunTask(i, a.Round); e != nil { // check_steer.go
+			return e
+		}
 		r := c.Round(a.Round)
 		nd := &r.Nodes[i]
 		switch {
@@ -269,9 +274,14 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		nd.Started = true
 		r.Order = append(r.Order, i)
 
+	case protocol.ActGate, protocol.ActSteer:
+		return c.steerAction(i, a) // check_steer.go
 	case protocol.ActGrace, protocol.ActBack:
 		return c.graceAction(i, a) // check_grace.go
 	case protocol.ActSend:
+		if a.Msg.Cmd == protocol.SteerLine {
+			return c.steerAction(i, a) // check_steer.go
+		}
 		if a.Msg.Cmd == protocol.Grace || a.Msg.Cmd == protocol.FaultNotice {
 			return c.graceSend(i, a) // check_grace.go
 		}

@@ -450,6 +450,8 @@ func sameMsg(a, b protocol.Message) bool {
 	switch {
 	case a.Note != nil || b.Note != nil:
 		return a.Note != nil && b.Note != nil && *a.Note == *b.Note
+	case a.Steer != nil || b.Steer != nil:
+		return a.Steer != nil && b.Steer != nil && *a.Steer == *b.Steer
 	case a.Grace != nil || b.Grace != nil:
 		return a.Grace != nil && b.Grace != nil && *a.Grace == *b.Grace
 	}
