@@ -148,6 +148,14 @@ type Config struct {
 	// every node reports a FaultPeerUnreachable fault blaming it
 	// (docs/DESIGN.md, "Liveness: a restart is not a death").
 	RestartGrace time.Duration
+	// Undo, if set, is this node's compensation for a round in which its
+	// task succeeded and that then failed further on: the nodes whose
+	// task had succeeded run their undo in reverse chain order, each
+	// after its successor's undo ended (docs/UNDO.md). It is a chain
+	// setting: every node has one, or none. It turns the extension lines
+	// on, is bounded by TaskTimeout, and must be idempotent: a node
+	// restarted during its undo runs it again.
+	Undo func(ctx context.Context, round string, u UndoInfo) error
 	// TaskTimeout, if positive, bounds this node's task (and Verify): on
 	// expiry the task's context is cancelled and the round ends
 	// task-failed, with a FaultTaskTimeout fault. Zero: no bound.

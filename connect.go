@@ -445,6 +445,9 @@ func (n *Node) configMismatch(l *link, err error) bool {
 		// is bad input, never a reason to halt the chain.
 		return false
 	}
+	if n.undoMismatch(l, err) {
+		return true // undo.go
+	}
 	peer := n.peerName(l.side)
 	var pe *wire.ProtocolError
 	if errors.As(err, &pe) && pe.Extension {

@@ -22,6 +22,7 @@ import (
 // methods are safe for concurrent use.
 type Node struct {
 	cfg  Config
+	undo undoState // the undo wave's outcomes (undo.go); the loop's
 	log  *slog.Logger
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
@@ -224,7 +225,8 @@ func Start(cfg Config) (*Node, error) {
 		pc.AcceptRound = func(r string) bool { return set[r] }
 	}
 	pc.Durable = cfg.StateDir != ""
-	pc.Extensions = cfg.Heartbeat > 0
+	pc.Extensions = cfg.Heartbeat > 0 || cfg.Undo != nil
+	pc.Undo, pc.Name = cfg.Undo != nil, cfg.Name                         // the undo wave (undo.go)
 	pc.Self, pc.RestartGrace = selfLabel(&cfg, n.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
 	if cfg.FaultPolicy == FaultWait {
@@ -659,6 +661,8 @@ func (n *Node) act(a *protocol.Action) {
 		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
+	case protocol.ActRunUndo, protocol.ActUndone:
+		n.undoAct(a)
 	case protocol.ActNotice:
 		if !n.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
 			n.noticeArrived(*a.Msg.Note)
@@ -671,7 +675,7 @@ func (n *Node) act(a *protocol.Action) {
 		n.steerAct(a)
 	case protocol.ActDone:
 		ri := n.round(a.Round)
-		res := Result{Round: a.Round, Status: StatusDone}
+		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undoOutcome(a.Round)}
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}

@@ -29,7 +29,7 @@ func (n *Node) selfName() string {
 
 // extensions reports whether this node speaks the extension lines
 // (HEARTBEAT and the fault notice): exactly when heartbeats are on.
-func (n *Node) extensions() bool { return n.cfg.Heartbeat > 0 }
+func (n *Node) extensions() bool { return n.cfg.Heartbeat > 0 || n.cfg.Undo != nil }
 
 // reports says whether a fault of kind is announced to the chain: every
 // fault this node finds itself, but not a restarted neighbour (nothing is

@@ -65,6 +65,10 @@ type Result struct {
 	// (wrapped in *TaskError), the fault (*FaultError), what is not known
 	// (*UndeliveredError, which wraps the fault) or ErrStopped.
 	Err error
+	// Undo, for a round that failed with Config.Undo, says how its undo
+	// wave ended, e.g. "failed at C (task exited 1); undone by B, A"
+	// (docs/UNDO.md).
+	Undo string
 }
 
 // ErrStopped is the error of rounds unfinished when the node was closed.

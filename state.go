@@ -54,6 +54,9 @@ func (n *Node) resume(st *journal.State) {
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
 		ri := n.round(rec.Round)
+		if n.resumeUndo(rec) {
+			continue // its undo wave is under way (undo.go)
+		}
 		if rec.State.Terminal() {
 			ended++
 		}

@@ -17,6 +17,8 @@ type taskStart struct {
 	round      string
 	slot       bool
 	verifyOnly bool // the task was taken as done on resume: only Verify runs
+	// undo: not the task but the undo of round (undo.go)
+	undo *UndoInfo
 }
 
 // startTask arranges for round's task to run. Loop only.
@@ -54,6 +56,10 @@ func (n *Node) taskStarted(round string) {
 // runTask runs round's task; slot says it already holds a task slot. It
 // runs on a task worker (taskWorkers).
 func (n *Node) runTask(t taskStart) {
+	if t.undo != nil {
+		n.runUndo(t.round, *t.undo)
+		return
+	}
 	defer n.wg.Done()
 	round := t.round
 	if t.slot && n.ctx.Err() != nil { // closed before the task could start
@@ -111,7 +117,11 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		n.log.Info("task finished", "round", round)
 	}
 	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
-	if err := n.step(protocol.TaskDone(round, err != nil)); err != nil {
+	ev := protocol.TaskDone(round, err != nil)
+	if err != nil {
+		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
+	}
+	if err := n.step(ev); err != nil {
 		n.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }

@@ -165,6 +165,9 @@ type Event struct {
 	Resumed bool
 	// Steer (EvSteer): this node's new steering state (steer.go).
 	Steer Steer
+	// Why (EvTaskDone that failed, EvUndoDone): why, for the undo wave
+	// (undo.go).
+	Why Failure
 }
 
 // RoundOf returns the round ev is about, and false for EvLinkUp, which
@@ -181,7 +184,7 @@ func (ev Event) RoundOf() (string, bool) {
 		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice && ev.Msg.Cmd != Grace {
 			return ev.Msg.Round, true // Promote
 		}
-	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny:
+	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny, EvUndoDone:
 		return ev.Round, true
 	}
 	return "", false
@@ -329,6 +332,8 @@ type Action struct {
 	// ActState to StateAborted: From is the state the round was in.
 	Timeout TimeoutKind
 	After   time.Duration
+	// Wave: ActRunUndo, ActUndone (undo.go).
+	Wave Wave
 }
 
 // Record is everything durable about one round at one node: enough for a
@@ -353,6 +358,10 @@ type Record struct {
 	// the predecessor (EvDelivered). A round in StateDone at a node with a
 	// predecessor is over only then.
 	Delivered bool
+	// Ran: this node's task in the round succeeded; Undo: where the
+	// round's undo stands here (undo.go).
+	Ran  bool
+	Undo UndoRecord
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -371,6 +380,9 @@ type Violation struct {
 	// round this node does not run, or an extension line at a node
 	// without extensions); reconnecting will not mend it.
 	Mismatch bool
+	// Setting names the chain setting that differs, for a Mismatch of
+	// one ("undo"); "" otherwise.
+	Setting string
 }
 
 // Error describes the violation in one line for logs.
@@ -430,6 +442,11 @@ type Config struct {
 	ConnectTimeout  time.Duration // a neighbour's link down since it was last healthy
 	// Policy says what a fault does to the rounds in progress.
 	Policy Policy
+	// Undo: this node has an undo, and the chain runs the undo wave
+	// (undo.go); it needs Extensions. Name is this node's name in the
+	// undo lines.
+	Undo bool
+	Name string
 	// Self is this node's name in the GRACE lines it sends (a
 	// NoticeName); RestartGrace, with Extensions, makes it announce
 	// before each task that it may be gone for up to that long
@@ -468,6 +485,9 @@ type round struct {
 	// Steering (steer.go): the task may start (Config.Approve), and
 	// ActGate was reported.
 	approved, gateNoted bool
+	// The undo wave (undo.go): the task succeeded here, and the undo.
+	ran  bool
+	undo UndoRecord
 }
 
 func (r *round) record() Record {
@@ -477,7 +497,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -508,6 +528,12 @@ type Machine struct {
 	live   liveState       // restart graces, neighbours back (liveness.go)
 
 	st steerState // steering (steer.go)
+
+	// The undo wave (undo.go): per Side, the current connection began
+	// with UNDO ON; the failure of the task being reported (why: set).
+	undoHeard [3]bool
+	why       Failure
+	whySet    bool
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -673,9 +699,13 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered}
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo}
 	m.seq = max(m.seq, r.seq)
 	m.rounds[r.id] = r
+	if r.state.Terminal() && r.undo.Held != 0 {
+		m.active++ // ended here, its undo wave's outcome still to come
+		return nil
+	}
 	if m.handingOver(r) {
 		m.active++ // done here, its final COMPLETE still to be handed over
 		m.arm(r)
@@ -725,7 +755,12 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvLocalReady:
 		return m.localReady(ev.Round, out)
 	case EvTaskDone:
-		return m.taskDone(ev.Round, ev.Failed, out)
+		m.why, m.whySet = ev.Why, true
+		out, err := m.taskDone(ev.Round, ev.Failed, out)
+		m.why, m.whySet = Failure{}, false
+		return out, err
+	case EvUndoDone:
+		return m.undoEnded(ev.Round, ev.Failed, ev.Why.Code, out)
 	case EvLinkUp:
 		if ev.Msg.Cmd != 0 {
 			return m.promote(ev.From, ev.Msg, out)
@@ -775,10 +810,12 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 // state and less what the answer to msg sends again anyway.
 func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error) {
 	start := len(out)
+	heard := m.undoHeard
 	out = m.linkUp(side, out)
 	k := len(out)
 	out, err := m.recvNoted(side, msg, out)
 	if err != nil {
+		m.undoHeard = heard // the old connection stays
 		return out[:start], err
 	}
 	answer := slices.Clone(out[k:])
@@ -822,8 +859,14 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	if msg.Cmd == SteerLine {
 		return m.steerRecv(from, msg, out)
 	}
+	if msg.Cmd.IsUndo() {
+		return m.undoRecv(from, msg, out)
+	}
 	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
 		return violation(0, "malformed message")
+	}
+	if err := m.undoGate(from, msg); err != nil {
+		return out, err
 	}
 	r := m.rounds[msg.Round]
 	var st State
@@ -957,6 +1000,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
 	}
+	r.ran = m.cfg.Undo // the undo wave's to know (undo.go)
 	out = m.set(r, StateComplete, out)
 	if m.cfg.Role.HasSucc() {
 		out = m.send(r, Succ, Complete, out) // triggers the successor's task
@@ -984,6 +1028,7 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 // this node learned the rounds, so that the READYs and STARTs keep their
 // order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
+	out = m.undoLinkUp(side, out)   // first: UNDO ON, on a new connection
 	out = m.steerResends(side, out) // first: what holds the rounds below
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
@@ -1102,6 +1147,10 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 // finish records a round as over, forgetting (ActForget) the oldest
 // finished rounds beyond KeepFinished.
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
+	var held bool
+	if out, held = m.undoFinish(r, &o, out); held {
+		return out // until the undo wave's outcome (undo.go)
+	}
 	r.over = true
 	m.active--
 	m.disarm(r)
@@ -1148,7 +1197,7 @@ func (m *Machine) readyTurn(r *round) bool {
 // taskTurn reports whether every round learned before r has run its task
 // here or ended.
 func (m *Machine) taskTurn(r *round) bool {
-	for m.taskAt < len(m.order) && m.order[m.taskAt].state >= StateComplete {
+	for m.taskAt < len(m.order) && m.undoSettled(m.order[m.taskAt]) {
 		m.taskAt++
 	}
 	return m.taskAt < len(m.order) && m.order[m.taskAt] == r
@@ -1237,6 +1286,7 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
+	m.undoNoticed(n)
 	switch {
 	case n.Kind == KindCleared:
 		m.forgetBlaming(n.Blamed) // a fault that is over ends nothing

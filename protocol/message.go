@@ -32,6 +32,9 @@ func (c Command) String() string {
 	if c == Grace {
 		return "GRACE"
 	}
+	if s, ok := undoName(c); ok {
+		return s
+	}
 	return "Command(?)"
 }
 
@@ -47,6 +50,7 @@ type Message struct {
 	Note  *Notice    // FaultNotice only
 	Steer *Steer     // SteerLine only
 	Grace *GraceNote // Grace only
+	Undo  *Wave      // UndoLine and UndoEnd only (undo.go)
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
@@ -60,6 +64,9 @@ func (m Message) String() string {
 	}
 	if m.Cmd == SteerLine && m.Steer != nil {
 		return "STEER " + m.Steer.String()
+	}
+	if m.Cmd.IsUndo() && m.Undo != nil {
+		return m.Cmd.String() + " " + undoRoundName(m.Round) + ": " + m.Undo.String()
 	}
 	if m.Round == "" {
 		return m.Cmd.String()

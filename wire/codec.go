@@ -106,6 +106,14 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		}
 		return protocol.Message{}, pe
 	}
+	if isUndoLine(line) {
+		if !heartbeats {
+			pe := badLine("unknown command (an undo line, needs --undo on both ends)", raw)
+			pe.Extension = true
+			return protocol.Message{}, pe
+		}
+		return parseUndo(line, raw)
+	}
 	cmdPart, id, hasColon := bytes.Cut(line, []byte{':'})
 	var cmd protocol.Command
 	switch string(cmdPart) { // no allocation: the compiler switches on the bytes
@@ -251,6 +259,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	if m.Cmd == protocol.SteerLine && m.Steer != nil {
 		return appendSteer(dst, *m.Steer)
 	}
+	if m.Cmd.IsUndo() {
+		return appendUndo(dst, m)
+	}
 	if m.Cmd == protocol.Grace && m.Grace != nil {
 		return appendGrace(dst, *m.Grace)
 	}
@@ -270,6 +281,9 @@ func Valid(m protocol.Message) bool {
 	}
 	if m.Cmd == protocol.SteerLine {
 		return m.Steer != nil && m.Steer.Valid()
+	}
+	if m.Cmd.IsUndo() {
+		return validUndo(m)
 	}
 	if m.Cmd == protocol.Grace {
 		return m.Grace != nil && m.Grace.Valid()

@@ -226,6 +226,9 @@ func refParseExt(line []byte) (protocol.Message, bool) {
 	if g, ok := refParseGrace(line); ok {
 		return g, true
 	}
+	if u, ok := refParseUndo(line); ok {
+		return u, true // undo_fuzz_test.go
+	}
 	sub := refNotice.FindSubmatch(line)
 	if sub == nil || string(sub[3]) == "-" {
 		return protocol.Message{}, false

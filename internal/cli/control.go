@@ -355,6 +355,12 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 		return ExitError
 	}
 	oc := rep.Outcome
+	if oc.Undo != "" {
+		// How the undo wave ended (--undo): the line itself on standard
+		// output, after the round id, and with the reason below.
+		fmt.Fprintln(stdout, oc.Undo)
+		defer fmt.Fprintf(stderr, "chainsync open: round %s: %s\n", oc.Round, oc.Undo)
+	}
 	switch oc.Status {
 	case chainsync.StatusDone.String():
 		return ExitOK

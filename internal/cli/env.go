@@ -28,6 +28,7 @@ var taskVars = map[string]bool{
 	"CHAINSYNC_ROUND": true, "CHAINSYNC_ROLE": true, "CHAINSYNC_NODE": true,
 	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true, "CHAINSYNC_ORIGIN": true,
 	"CHAINSYNC_HOLD": true, "CHAINSYNC_REASON": true, // --on-hold (steer.go)
+	"CHAINSYNC_FAILED_NODE": true, // --undo (undo.go)
 }
 
 // childEnv is the environment of a process the node starts (its task,

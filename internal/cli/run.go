@@ -89,6 +89,7 @@ type runOpts struct {
 	stateDir, resumeTask            string
 	heartbeat, taskTimeout          time.Duration
 	faultPolicy, verifyCmd          string
+	undoCmd                         string // undo.go
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
@@ -129,6 +130,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
 	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does, `POLICY`: halt (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
+	fs.StringVar(&o.undoCmd, "undo", "", "this node's compensation: when a round fails further down the chain after this node's task succeeded, run `CMD` with sh -c, in reverse chain order (env: CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_FAILED_NODE, CHAINSYNC_FAULT; bounded by --task-timeout; must be idempotent); every node of the chain has --undo, or none")
 	fs.StringVar(&o.verifyCmd, "verify-cmd", "", "after the task succeeds (and for a task taken as done on resume), run `CMD` with sh -c every --ready-interval until it exits 0, before COMPLETE is sent on (bounded by --task-timeout)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "keep this node's progress in `DIR` (created 0700), synced before every message and task, so a restarted node resumes where it stopped; one process per DIR")
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "what to do with a task interrupted by a restart (needs --state-dir), `HOW`: fail the round (exit 3), take it as done (the restart was the task), or rerun it")
@@ -408,6 +410,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	rp.tell(tasks.cg.reaperLine()) // it removes the node's cgroup if the node dies
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
+	}
+	if o.undoCmd != "" {
+		cfg.Undo = undoFunc(o, rp, role, log) // undo.go
 	}
 	if o.verifyCmd != "" {
 		cfg.Verify = func(ctx context.Context, round string) error {

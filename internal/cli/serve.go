@@ -64,6 +64,7 @@ type outcome struct {
 	Status string `json:"status"`
 	Node   string `json:"node,omitempty"`   // where it failed
 	Reason string `json:"reason,omitempty"` // why
+	Undo   string `json:"undo,omitempty"`   // how the undo wave ended (--undo)
 	// Local is how it ended at this node: a task that failed elsewhere
 	// is a fault here (the chain halted, or the round ended).
 	Local chainsync.Status `json:"-"`
@@ -73,7 +74,7 @@ type outcome struct {
 // that failed elsewhere ended here by a fault notice, which says where
 // and how.
 func outcomeOf(res chainsync.Result, name string) outcome {
-	oc := outcome{Round: res.Round, Status: res.Status.String(), Local: res.Status}
+	oc := outcome{Round: res.Round, Status: res.Status.String(), Local: res.Status, Undo: res.Undo}
 	if res.Status == chainsync.StatusDone {
 		return oc
 	}

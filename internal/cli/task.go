@@ -385,7 +385,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return fmt.Errorf("%s was killed by signal %d (%v)", t.cmd[0], int(ws.Signal()), ws.Signal())
 		}
-		return fmt.Errorf("%s exited with status %d", t.cmd[0], ee.ExitCode())
+		return &exitStatusError{msg: fmt.Sprintf("%s exited with status %d", t.cmd[0], ee.ExitCode()), code: ee.ExitCode()}
 	}
 	if err == nil && ctx.Err() != nil {
 		return fmt.Errorf("%s was stopped: %w", t.cmd[0], ctx.Err())

@@ -333,6 +333,8 @@ func (j *Journal) load() (*State, error) {
 				r.Delivered = true
 				j.last[r.Round] = r
 			}
+		case e.Undo != nil:
+			mergeUndo(j.last, e)
 		case e.Ended != 0:
 			j.ended = e.Ended
 		case e.FaultKind != "":
@@ -368,10 +370,11 @@ func (j *Journal) remember(r protocol.Record) {
 type Entry struct {
 	Header           *Header
 	Record           protocol.Record
-	Delivered        string // a delivery for this round
-	DeliveredUnnamed bool   // a delivery for the unnamed round
-	Ended            int64  // an end record: the node ended normally then (Unix seconds)
-	FaultKind        string // a fault record: Record.Round was aborted by a fault of this kind
+	Delivered        string     // a delivery for this round
+	DeliveredUnnamed bool       // a delivery for the unnamed round
+	Ended            int64      // an end record: the node ended normally then (Unix seconds)
+	FaultKind        string     // a fault record: Record.Round was aborted by a fault of this kind
+	Undo             *UndoEntry // an undo record for Record.Round (undo.go)
 }
 
 func (e Entry) round() string {
@@ -489,6 +492,8 @@ func parsePayload(p []byte) (Entry, error) {
 			return Entry{}, fmt.Errorf("bad fault kind in %q", s)
 		}
 		return Entry{Record: protocol.Record{Round: id}, FaultKind: f[2]}, nil
+	case f[0] == "U":
+		return parseUndo(s, f)
 	case len(f) == 2 && f[0] == "D":
 		id, err := roundOf(f[1])
 		if err != nil {
@@ -599,7 +604,7 @@ func appendRecordFrame(b []byte, r protocol.Record) []byte {
 	payload := b[start+frameHead:]
 	binary.BigEndian.PutUint32(b[start:], uint32(len(payload)))
 	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
-	return b
+	return appendUndoFrame(b, r) // undo.go
 }
 
 // Fault is a fault record: Round was aborted by a fault of Kind (a-z 0-9

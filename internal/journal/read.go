@@ -127,6 +127,8 @@ func fold(entries []Entry) (State, error) {
 				r.Delivered = true
 				last[r.Round] = r
 			}
+		case e.Undo != nil:
+			mergeUndo(last, e)
 		case e.Ended != 0:
 			st.Ended = e.Ended
 		case e.FaultKind != "":

@@ -59,7 +59,8 @@ type Checker struct {
 	// which it must have aborted by the end of the step.
 	abortAll, mustAll bool
 	abortOK, must     []string
-	grace             graceRef // restart graces (check_grace.go)
+	grace             graceRef             // restart graces (check_grace.go)
+	undo              map[string][]UndoRef // per round, per node (check_undo.go)
 }
 
 // RoundRef is the reference record of one round.
@@ -167,6 +168,10 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 				r.Ready++
 				nd.Since, nd.TimedOut = c.net.Now, false
 			}
+		case protocol.EvUndoDone:
+			if e := c.undoDone(i, nd, ev); e != nil { // check_undo.go
+				return e
+			}
 		case protocol.EvTaskDone:
 			if !nd.Started || nd.Finished || nd.Failed {
 				return fmt.Errorf("node %d round %q: TaskDone accepted without a running task", i, id)
@@ -193,6 +198,9 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 	halt := c.net.Nodes[i].cfg.Policy == protocol.PolicyHalt
 	if ev.Kind == protocol.EvReport && ev.Halt && halt {
 		c.abortAll, c.mustAll = true, true
+	}
+	if ev.Kind == protocol.EvRecv && ev.Msg.Cmd.IsUndo() {
+		c.abortOK = append(c.abortOK, ev.Msg.Round) // the wave ends the round (check_undo.go)
 	}
 	c.steerEvent(i, ev) // check_steer.go
 	for _, a := range acts {
@@ -278,7 +286,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		return c.steerAction(i, a) // check_steer.go
 	case protocol.ActGrace, protocol.ActBack:
 		return c.graceAction(i, a) // check_grace.go
+	case protocol.ActRunUndo, protocol.ActUndone:
+		return c.undoAction(i, a) // check_undo.go
 	case protocol.ActSend:
+		if a.Msg.Cmd.IsUndo() {
+			return c.undoSend(i, a) // check_undo.go
+		}
 		if a.Msg.Cmd == protocol.SteerLine {
 			return c.steerAction(i, a) // check_steer.go
 		}
@@ -379,7 +392,7 @@ func (c *Checker) action(i int, a protocol.Action) error {
 			if !nd.Aborted || nd.State != protocol.StateAborted {
 				return fmt.Errorf("aborted outcome without an abort")
 			}
-			if role.HasSucc() && nd.Finished && nd.sent&completeFwd != 0 && nd.got&completeBwd == 0 {
+			if role.HasSucc() && nd.Finished && nd.sent&completeFwd != 0 && nd.got&completeBwd == 0 && !c.undoKnown(a.Round, i) {
 				return fmt.Errorf("aborted outcome for a round whose COMPLETE went on to the successor: the tasks after this node may have run (want no exit wave)")
 			}
 		case protocol.NoExitWave:

@@ -39,6 +39,7 @@ func (n *Network) Restart(i int) (interrupted []string, err error) {
 		}
 	}
 	n.Tasks = kept
+	n.dropUndos(i)
 	if i > 0 {
 		n.SetLink(i-1, false)
 	}

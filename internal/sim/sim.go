@@ -108,6 +108,9 @@ type Network struct {
 	Mutate func(node int, ev protocol.Event, acts []protocol.Action) []protocol.Action
 	// Tasks are the running tasks, oldest first.
 	Tasks []Task
+	// Undos are the running undos (protocol.ActRunUndo), oldest first
+	// (undo.go).
+	Undos []Task
 	// Sent counts lines written to links; Lost counts sends on a link
 	// that was down (dropped, as a real driver would).
 	Sent, Lost int
@@ -329,6 +332,8 @@ func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]proto
 				}
 			case protocol.ActRunTask:
 				n.Tasks = append(n.Tasks, Task{Node: i, Round: a.Round})
+			case protocol.ActRunUndo:
+				n.Undos = append(n.Undos, Task{Node: i, Round: a.Round})
 			}
 		}
 	}
@@ -454,6 +459,8 @@ func sameMsg(a, b protocol.Message) bool {
 		return a.Steer != nil && b.Steer != nil && *a.Steer == *b.Steer
 	case a.Grace != nil || b.Grace != nil:
 		return a.Grace != nil && b.Grace != nil && *a.Grace == *b.Grace
+	case a.Undo != nil || b.Undo != nil:
+		return a.Undo != nil && b.Undo != nil && *a.Undo == *b.Undo
 	}
 	return a == b
 }

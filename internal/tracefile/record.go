@@ -33,6 +33,11 @@ const (
 	KindState     = "state"
 	KindTaskStart = "task-start"
 	KindTaskEnd   = "task-end"
+	// The undo wave (docs/UNDO.md): this node's undo started and ended,
+	// and the wave's outcome (in Error).
+	KindUndoStart = "undo-start"
+	KindUndoEnd   = "undo-end"
+	KindUndone    = "undone"
 	KindLinkUp    = "link-up"
 	KindLinkDown  = "link-down"
 	KindViolation = "violation"
@@ -162,6 +167,12 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 	case chainsync.TraceFault:
 		r.Kind = KindFault
 		r.Fault = string(ev.Fault)
+	case chainsync.TraceUndoStart:
+		r.Kind = KindUndoStart
+	case chainsync.TraceUndoEnd:
+		r.Kind = KindUndoEnd
+	case chainsync.TraceUndone:
+		r.Kind = KindUndone // Error: the outcome in words
 	default:
 		r.Kind = fmt.Sprintf("kind-%d", ev.Kind)
 	}

@@ -492,6 +492,17 @@ func draw(w io.Writer, lanes []*lane, opts Options) (Summary, error) {
 		}
 		for _, r := range l.recs {
 			switch r.Kind {
+			case KindUndoStart:
+				open["undo "+r.Round] = r
+			case KindUndoEnd:
+				if st, ok := open["undo "+r.Round]; ok {
+					delete(open, "undo "+r.Round)
+					what := "undo, " + fmtDur(r.Time.Sub(st.Time))
+					if r.Error != "" {
+						what = "undo failed: " + r.Error
+					}
+					bar(st, r.Time, "task undo", what)
+				}
 			case KindTaskStart:
 				open[r.Round] = r
 			case KindTaskEnd:
@@ -595,6 +606,9 @@ func draw(w io.Writer, lanes []*lane, opts Options) (Summary, error) {
 				}
 				s.f(`<g class="fault"><path d="M%.1f,%.1f l10,10 m0,-10 l-10,10"/><text x="%.1f" y="%.1f">%s%s</text><title>%s %s: fault in round %s: %s</title></g>`+"\n",
 					xi-5, y-5, xi+10, y+4, esc(r.Fault), esc(blame), at, esc(l.name), esc(roundLabel(r.Round)), esc(r.Error))
+			case KindUndone:
+				s.f(`<g class="undone"><text x="%.1f" y="%.1f">%s</text><title>%s %s: round %s: %s</title></g>`+"\n",
+					xi+10, y+3, esc(r.Error), at, esc(l.name), esc(roundLabel(r.Round)), esc(r.Error))
 			case KindRoundDone:
 				s.f(`<g class="done"><path d="M%.1f,%.1f h16"/><title>%s %s: round %s over here: %s</title></g>`+"\n",
 					xi-8, y, at, esc(l.name), esc(roundLabel(r.Round)), esc(r.Status))

@@ -1,0 +1,218 @@
+package chainsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// The undo wave (docs/UNDO.md): the machine decides who undoes what and
+// when (protocol/undo.go); this file is the driver's part: running this
+// node's undo (Config.Undo) like a task, resuming one a restart
+// interrupted, and reporting the wave's outcome in the log, the trace,
+// Snapshot and the round's Result.
+
+// UndoInfo describes the round an undo compensates for.
+type UndoInfo struct {
+	// FailedNode is the node where the round failed; Fault why (a fault
+	// kind: task-failed, task-timeout, or denied).
+	FailedNode, Fault string
+}
+
+// ExitCoder is an error that carries an exit status (as the chainsync
+// command's task errors do): the undo wave reports it ("task exited 1").
+type ExitCoder interface{ ExitCode() int }
+
+// The undo's trace events.
+const (
+	TraceUndoStart TraceKind = 128 + iota // this node's undo of Round started
+	TraceUndoEnd                          // this node's undo of Round ended (Err if it failed)
+	TraceUndone                           // the undo wave of Round ended; Err says how (Outcome)
+)
+
+// FaultUndoFailed: an undo failed, which stopped the undo wave there
+// (Fault.Peer names the node).
+const FaultUndoFailed FaultKind = "undo-failed"
+
+// undoState is what the driver keeps of the undo wave.
+type undoState struct {
+	outcomes map[string]string // round -> the wave's outcome, in words
+}
+
+// exitCodeOf returns err's exit status, -1 if it has none.
+func exitCodeOf(err error) int {
+	var ec ExitCoder
+	if errors.As(err, &ec) {
+		if c := ec.ExitCode(); c >= 0 && c <= protocol.MaxUndoCode {
+			return c
+		}
+	}
+	return -1
+}
+
+// taskFailure is why round's task failed, for the undo wave.
+func taskFailure(err error, timedOut bool) protocol.Failure {
+	if timedOut {
+		return protocol.Failure{Kind: string(FaultTaskTimeout), Code: protocol.CodeTimeout}
+	}
+	return protocol.Failure{Kind: string(FaultTaskFailed), Code: exitCodeOf(err)}
+}
+
+// undoAct carries out the machine's undo actions. Loop only.
+func (n *Node) undoAct(a *protocol.Action) {
+	switch a.Kind {
+	case protocol.ActRunUndo:
+		n.startUndo(a.Round, a.Wave)
+	case protocol.ActUndone:
+		n.undone(a.Round, a.Wave)
+	}
+}
+
+// startUndo runs this node's undo of round on a goroutine of its own,
+// once the turn's records (its start) are on disk. Loop only.
+func (n *Node) startUndo(round string, w protocol.Wave) {
+	info := UndoInfo{FailedNode: w.Failed, Fault: w.Kind}
+	n.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
+	n.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
+	// Like a task, it starts once the turn's records (the undo's start)
+	// are on disk (loop.go), on a task worker (runTask).
+	n.wg.Add(1)
+	n.queue(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
+}
+
+// runUndo runs Config.Undo, bounded by TaskTimeout, and reports its end.
+// It runs on a task worker (runTask).
+func (n *Node) runUndo(round string, info UndoInfo) {
+	defer n.wg.Done()
+	select {
+	case n.tasks <- struct{}{}: // one task (or undo) at a time
+	case <-n.ctx.Done():
+		return
+	}
+	ctx, cancel := n.ctx, context.CancelFunc(func() {})
+	if n.cfg.TaskTimeout > 0 {
+		ctx, cancel = context.WithTimeout(n.ctx, n.cfg.TaskTimeout)
+	}
+	err := n.cfg.Undo(ctx, round, info)
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && n.ctx.Err() == nil
+	cancel()
+	<-n.tasks
+	if n.ctx.Err() != nil && !timedOut {
+		return // the node is closing: its undo is resumed after a restart
+	}
+	n.post(func() {
+		if !n.closed {
+			n.undoFinished(round, err, timedOut)
+		}
+	})
+}
+
+// undoFinished reports the end of this node's undo to the machine. Loop
+// only.
+func (n *Node) undoFinished(round string, err error, timedOut bool) {
+	code := exitCodeOf(err)
+	if timedOut {
+		code = protocol.CodeTimeout
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
+	}
+	if err != nil {
+		n.log.Error("undo failed: the undo wave stops here; the nodes before this one keep their work (a person decides)", "round", round, "kind", string(FaultUndoFailed), "err", err.Error())
+	} else {
+		n.log.Warn("undo ended", "round", round)
+	}
+	n.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
+	if serr := n.step(protocol.UndoDone(round, err != nil, code)); serr != nil && n.broken == nil {
+		n.log.Error("internal error: undo done", "round", round, "err", serr)
+	}
+}
+
+// undone reports how round's undo wave ended: in the log, the trace, the
+// round's Result and, when an undo failed, as an undo-failed fault naming
+// that node. Loop only.
+func (n *Node) undone(round string, w protocol.Wave) {
+	line := w.Outcome()
+	if n.undo.outcomes == nil {
+		n.undo.outcomes = make(map[string]string)
+	}
+	n.undo.outcomes[round] = line
+	if ri := n.round(round); ri.cause == nil {
+		// The round's end here was withheld until now: its cause is the
+		// failure the wave undid, as the notice of it said.
+		fe := &FaultError{Round: round, State: n.stateOf(round), Kind: FaultChainHalted, Peer: w.Failed, Origin: w.Failed,
+			Cause: FaultKind(w.Kind), Reason: describeNotice(protocol.Notice{Kind: w.Kind, Origin: w.Failed, Blamed: w.Failed}) + "; " + line}
+		if n.cfg.FaultPolicy == FaultWait {
+			fe.Kind = FaultChainFault
+		}
+		ri.cause, ri.reported = fe, true
+	}
+	if w.Stop == "" {
+		n.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
+		n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+		return
+	}
+	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
+		Err: fmt.Sprintf("chainsync: undo-failed in round %s: the undo failed at %s, which stopped the undo wave: %s", roundName(round), w.Stop, line)}
+	n.keepFault(f)
+	n.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
+	n.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
+	n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+}
+
+// undoOutcome is round's undo wave's outcome in words, "" if none.
+// Loop only.
+func (n *Node) undoOutcome(round string) string { return n.undo.outcomes[round] }
+
+// resumeUndo carries on a round whose undo wave was under way when the
+// node stopped; false if there is none. An undo that had started and
+// not ended runs again (undo commands are idempotent: docs/UNDO.md),
+// unless ResumeTask is ResumeDone, which takes it as done. Loop only.
+func (n *Node) resumeUndo(rec protocol.Record) bool {
+	if rec.Undo.Held == 0 {
+		return false
+	}
+	switch rec.Undo.Phase {
+	case protocol.PhaseRunning:
+		if n.cfg.ResumeTask == ResumeDone {
+			n.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
+			if err := n.step(protocol.UndoDone(rec.Round, false, 0)); err != nil {
+				n.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
+			}
+			return true
+		}
+		n.log.Warn("resumed: the undo was interrupted by the restart; running it again (undo commands must be idempotent)", "round", rec.Round)
+		n.startUndo(rec.Round, rec.Undo.Wave)
+	default:
+		n.log.Info("resumed: the round failed; waiting for its undo wave", "round", rec.Round, "undo", rec.Undo.Phase.String())
+	}
+	return true
+}
+
+// undoMismatch reports err, bad input on l, as a configuration mismatch
+// if a neighbour runs with --undo and this node without it, or the other
+// way round (docs/UNDO.md, "A chain setting"). Loop only.
+func (n *Node) undoMismatch(l *link, err error) bool {
+	peer := n.peerName(l.side)
+	var pe *wire.ProtocolError
+	if errors.As(err, &pe) && pe.Extension && (strings.HasPrefix(string(pe.Line), "UNDO ") || strings.HasPrefix(string(pe.Line), "UNDONE ")) {
+		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo (it sent %q); this node runs without --undo: set --undo on every node of the chain, or on none", peer, string(pe.Line)))
+		return true
+	}
+	var v *protocol.Violation
+	if !errors.As(err, &v) || v.Setting != "undo" {
+		return false
+	}
+	if n.cfg.Undo != nil {
+		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs without --undo; this node runs with it: set --undo on every node of the chain, or on none", peer))
+	} else {
+		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo; this node runs without it: set --undo on every node of the chain, or on none", peer))
+	}
+	return true
+}
