@@ -14,6 +14,7 @@ type RoundResult struct {
 	Status        Status
 	Opened, Ended time.Time
 	Err           string // why, for every status but StatusDone
+	Undo          string // how its undo wave ended (Result.Undo), if it had one
 }
 
 // Rounds returns the rounds this node learns from its predecessor's READY

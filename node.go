@@ -481,7 +481,7 @@ func (n *Node) snapshot() Snapshot {
 		if ri == nil || !ri.finished() {
 			continue // the id was used again since
 		}
-		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended}
+		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended, Undo: ri.res.Undo}
 		if ri.res.Err != nil {
 			rr.Err = ri.res.Err.Error()
 		}

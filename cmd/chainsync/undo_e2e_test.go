@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,7 +177,8 @@ func TestUndoServedNextRoundWaitsE2E(t *testing.T) {
 	extra := []string{"--fault-policy", "wait", "--undo", undo}
 	names, addrs, _ := serveChain(t, dir, 3, func(int) []string { return extra })
 	sock := filepath.Join(dir, "control.sock")
-	args := headArgs(dir, names, addrs, append([]string{"--serve", "--control", "unix:" + sock, "--max-open", "3"}, extra...)...)
+	saddr := freeAddrs(t, 1)[0]
+	args := headArgs(dir, names, addrs, append([]string{"--serve", "--control", "unix:" + sock, "--max-open", "3", "--status-addr", saddr}, extra...)...)
 	args = append(args, "--", "sh", "-c", taskScript)
 	head := startProc(t, "A", []string{"DIR=" + dir, "SLOW="}, args...)
 	head.waitLog(t, 10*time.Second, "control endpoint up", func(l string) bool { return exists(sock) })
@@ -195,6 +198,16 @@ func TestUndoServedNextRoundWaitsE2E(t *testing.T) {
 		if code := p.wait(t, time.Minute); code != 0 {
 			t.Errorf("%s exited %d, want 0", p.name, code)
 		}
+	}
+	// The Head's /status says how the failed round ended.
+	resp, err := http.Get("http://" + saddr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"undo": "failed at C (task exited 7); undone by B, A"`) {
+		t.Errorf("the Head's /status does not give the outcome:\n%s", body)
 	}
 	lines := readLines(t, filepath.Join(dir, "tasks"))
 	at := func(line string) int {

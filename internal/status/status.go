@@ -46,6 +46,8 @@ type Finished struct {
 	Opened time.Time `json:"opened"` // when the node first heard of it
 	Ended  time.Time `json:"ended"`
 	Error  string    `json:"error,omitempty"` // why, unless done
+	// Undo: how the round's undo wave ended (--undo; docs/UNDO.md).
+	Undo string `json:"undo,omitempty"`
 }
 
 // Links holds both neighbour links. Both are always present; Exists is
@@ -122,7 +124,7 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		Finished: []Finished{},
 	}
 	for _, f := range s.Finished {
-		d.Finished = append(d.Finished, Finished{Round: f.Round, Status: f.Status.String(), Opened: f.Opened, Ended: f.Ended, Error: f.Err})
+		d.Finished = append(d.Finished, Finished{Round: f.Round, Status: f.Status.String(), Opened: f.Opened, Ended: f.Ended, Error: f.Err, Undo: f.Undo})
 	}
 	if !s.PredHeard.IsZero() {
 		d.Links.Pred.LastHeard = &s.PredHeard
