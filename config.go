@@ -62,9 +62,10 @@ type Config struct {
 	// DialFrom, if set, is the local host (an IP address or a name, no
 	// port) to dial the successor from, so that a successor that checks
 	// its predecessor's host (PrevHostOnly) sees this node's own address
-	// on a machine with several (the command sets it to this node's host
-	// in --chain). If it cannot be bound, the node dials from the address
-	// the system picks and says so. Ignored with Dial.
+	// on a machine with several (the command sets it to this node's
+	// --chain or --listen host when that is a loopback address, where the
+	// system would pick 127.0.0.1). If it cannot be bound, the node dials
+	// from the address the system picks and says so. Ignored with Dial.
 	DialFrom string
 	// Next is the successor's address, which this node dials. Empty means
 	// the node has no successor: it is the Tail.

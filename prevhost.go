@@ -9,17 +9,35 @@ import (
 	"time"
 )
 
-// prevHost is Config.PrevHostOnly: the addresses a predecessor may connect
-// from, resolved from Prev's host and kept for prevHostTTL, so a flood of
-// connections makes one lookup, and a predecessor whose name moves to a
-// new address (a rescheduled pod) is found again.
+// prevHost checks where a would-be predecessor's connection comes from,
+// before it may say anything. Two checks:
+//
+//   - Config.PrevHostOnly: only from an address Prev's host resolves to,
+//     exactly (127.0.0.12 is not 127.0.0.11).
+//   - On the draft's wire over plain TCP (no extension lines, no Secure),
+//     a node placed by Config.Chain and ChainAddrs refuses a connection
+//     from the address the chain gives another node (not the
+//     predecessor's): that node dials this one as its successor, so its
+//     chain differs from this one's (docs/PROTOCOL.md, "The identity
+//     line"). A connection from an address the chain does not name (a
+//     predecessor with several addresses, or behind NAT) passes.
+//
+// Resolved addresses are kept for prevHostTTL, so a flood of connections
+// makes one lookup, and a name that moves to a new address (a
+// rescheduled pod) is found again.
 type prevHost struct {
-	host string // "" when the check is off
-	// names and hosts of the chain's other nodes (Config.Chain and
-	// ChainAddrs), to name the node a stray connection comes from
+	host string // PrevHostOnly's host; "" when that check is off
+	// The chain's other nodes, by name, and their hosts, for the second
+	// check (strays) and to name the node a refused connection came from.
 	names, hosts []string
+	predHost     string // the predecessor's host in the chain
+	strays       bool   // the second check is on
 
 	mu    sync.Mutex
+	cache map[string]resolved
+}
+
+type resolved struct {
 	ips   []net.IP
 	until time.Time
 }
@@ -27,67 +45,88 @@ type prevHost struct {
 const prevHostTTL = 10 * time.Second
 
 func newPrevHost(cfg *Config) *prevHost {
-	p := &prevHost{}
+	p := &prevHost{cache: make(map[string]resolved)}
 	if cfg.PrevHostOnly {
 		p.host, _, _ = net.SplitHostPort(cfg.Prev)
 	}
 	if len(cfg.ChainAddrs) == len(cfg.Chain) {
+		at := slices.Index(cfg.Chain, cfg.Name)
 		for i, name := range cfg.Chain {
-			if h, _, err := net.SplitHostPort(cfg.ChainAddrs[i]); err == nil && name != cfg.Name {
+			h, _, err := net.SplitHostPort(cfg.ChainAddrs[i])
+			switch {
+			case err != nil || i == at:
+			case i == at-1:
+				p.predHost = h
+			default:
 				p.names, p.hosts = append(p.names, name), append(p.hosts, h)
 			}
 		}
+		p.strays = at > 0 && cfg.Heartbeat <= 0 && cfg.Secure == nil && len(p.names) > 0
 	}
 	return p
 }
 
 // check reports why a connection from remote is not the predecessor's,
-// or nil. Called by the accept loop, without the node's lock.
+// or nil. Called by the accept loop, off the loop.
 func (p *prevHost) check(ctx context.Context, remote net.Addr) error {
-	if p == nil || p.host == "" {
+	if p == nil || p.host == "" && !p.strays {
 		return nil
 	}
 	ta, ok := remote.(*net.TCPAddr)
 	if !ok {
 		return nil
 	}
-	ips, err := p.addrs(ctx)
-	if err != nil {
-		return fmt.Errorf("the predecessor's host %s (--prev) does not resolve, so no connection can be checked against it: %v", p.host, err)
-	}
-	// Exactly its addresses: on one machine a chain may use 127.0.0.11,
-	// 127.0.0.12, ..., and a connection from a neighbour's address is the
-	// mis-wiring this check is for (the predecessor dials from its own
-	// address: Config.DialFrom).
-	for _, ip := range ips {
-		if ip.Equal(ta.IP) {
+	if p.host != "" {
+		ips, err := p.addrs(ctx, p.host)
+		if err != nil {
+			return fmt.Errorf("the predecessor's host %s (--prev) does not resolve, so no connection can be checked against it: %v", p.host, err)
+		}
+		// Exactly its addresses: on one machine a chain may use
+		// 127.0.0.11, 127.0.0.12, ... (the predecessor dials from its
+		// own address: Config.DialFrom).
+		if slices.ContainsFunc(ips, ta.IP.Equal) {
 			return nil
 		}
-	}
-	for i, h := range p.hosts {
-		if ip := net.ParseIP(h); ip != nil && ip.Equal(ta.IP) {
-			return &strayError{node: p.names[i], from: ta.IP.String(), host: p.host}
+		if err := p.stray(ctx, ta.IP, p.host); err != nil {
+			return err
 		}
+		return fmt.Errorf("connection from %s, which is not the predecessor's host %s (--prev, or its --chain entry; addresses %v): another node dials this one as its successor, or the predecessor dials from another address (give it its own address to dial from: --chain does on loopback)", ta.IP, p.host, ips)
 	}
-	return fmt.Errorf("connection from %s, which is not the predecessor's host %s (--prev, or its --chain entry; addresses %v): another node dials this one as its successor, or the predecessor dials from another address (give it its own address to dial from: --chain does)", ta.IP, p.host, ips)
+	if ips, err := p.addrs(ctx, p.predHost); err == nil && slices.ContainsFunc(ips, ta.IP.Equal) {
+		return nil // the predecessor's address, even if another node shares it
+	}
+	return p.stray(ctx, ta.IP, p.predHost)
 }
 
-func (p *prevHost) addrs(ctx context.Context) ([]net.IP, error) {
+// stray returns the error for a connection from ip, the address the chain
+// gives another node, or nil if it is none of theirs.
+func (p *prevHost) stray(ctx context.Context, ip net.IP, predHost string) error {
+	for i, h := range p.hosts {
+		if ips, err := p.addrs(ctx, h); err == nil && slices.ContainsFunc(ips, ip.Equal) {
+			return &strayError{node: p.names[i], from: ip.String(), host: predHost}
+		}
+	}
+	return nil
+}
+
+// addrs resolves host (an IP address or a name), from the cache while it
+// is fresh; through a resolver hiccup the last answer stands.
+func (p *prevHost) addrs(ctx context.Context, host string) ([]net.IP, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return []net.IP{ip}, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Now().Before(p.until) {
-		return p.ips, nil
-	}
-	if ip := net.ParseIP(p.host); ip != nil {
-		p.ips, p.until = []net.IP{ip}, time.Now().Add(24*time.Hour)
-		return p.ips, nil
+	r, ok := p.cache[host]
+	if ok && time.Now().Before(r.until) {
+		return r.ips, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	as, err := net.DefaultResolver.LookupIPAddr(ctx, p.host)
+	as, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 	if err != nil {
-		if len(p.ips) > 0 {
-			return p.ips, nil // keep the last answer through a resolver hiccup
+		if len(r.ips) > 0 {
+			return r.ips, nil
 		}
 		return nil, err
 	}
@@ -97,7 +136,7 @@ func (p *prevHost) addrs(ctx context.Context) ([]net.IP, error) {
 			ips = append(ips, a.IP)
 		}
 	}
-	p.ips, p.until = ips, time.Now().Add(prevHostTTL)
+	p.cache[host] = resolved{ips: ips, until: time.Now().Add(prevHostTTL)}
 	return ips, nil
 }
 

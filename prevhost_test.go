@@ -3,6 +3,7 @@ package chainsync
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -89,4 +90,39 @@ func dialFrom(t *testing.T, from, addr string) *testnet.Peer {
 		t.Fatalf("dialed from %s, want %s", got, from)
 	}
 	return testnet.NewPeer(t, c)
+}
+
+// docs/PROTOCOL.md, "The identity line" (the draft's wire): a node placed
+// by a chain, without PrevHostOnly, refuses a predecessor connection from
+// the address its chain gives another node, naming that node, and lets
+// one from an address its chain does not name pass (a predecessor with
+// several addresses, NAT).
+func TestStrayFromAnotherNode(t *testing.T) {
+	names := []string{"A", "B", "C"}
+	cfg := func() Config {
+		return Config{Name: "C", Listen: "127.0.0.1:0", Prev: "127.0.0.2:7000", PrevName: "B",
+			Chain: names, ChainAddrs: []string{"127.0.0.5:7000", "127.0.0.2:7000", "127.0.0.1:0"}}
+	}
+	w := startWatched(t, cfg())
+	if err := w.Ready(""); err != nil {
+		t.Fatal(err)
+	}
+	a := dialFrom(t, "127.0.0.5", w.Addr().String())
+	_ = a.TrySend([]byte("READY\n"))
+	a.AwaitClosed(t, 5*time.Second)
+	waitCond(t, 5*time.Second, "the refusal naming A", func() bool {
+		return w.logs.count(func(e capturedLog) bool {
+			return e.Level == slog.LevelError && strings.Contains(e.Msg, "the address of A in --chain")
+		}) == 1
+	})
+	other := dialFrom(t, "127.0.0.7", w.Addr().String())
+	other.Send(t, "READY\n")
+	other.Expect(t, "START\n")
+
+	// With the extension lines the identity line does the check instead.
+	c := cfg()
+	c.Heartbeat = time.Second
+	if newPrevHost(&c).strays {
+		t.Error("the address check is on with the extension lines")
+	}
 }

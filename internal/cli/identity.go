@@ -14,19 +14,25 @@ import (
 	"github.com/chainsync-go/chainsync/wire"
 )
 
-// identify fills in what a node placed by --chain says of itself and
-// checks of its neighbours (docs/PROTOCOL.md, "The identity line"): with
-// --heartbeat its first line on each link names it, its place and
-// digests of its --chain and round settings; on the draft's wire (no
-// --heartbeat) over plain TCP it accepts its predecessor only from the
-// host --chain gives it, as --prev does. Either way it dials its successor from its
-// own --chain host, so that the successor sees that address even where
-// the machine has several (127.0.0.11, 127.0.0.12, ... on one host).
+// identify fills in what a node says of itself and checks of its
+// neighbours (docs/PROTOCOL.md, "The identity line"). With --chain and
+// --heartbeat its first line on each link names it, its place and digests
+// of its --chain and round settings. On the draft's wire (no --heartbeat)
+// over plain TCP, a node whose predecessor's --chain host is a loopback
+// address accepts it only from exactly that host, as --prev does (a chain
+// on 127.0.0.11, 127.0.0.12, ... on one machine); elsewhere the node
+// refuses a connection from the address --chain gives another node (the
+// library's check), and one from an address --chain does not name (a
+// multi-homed predecessor, NAT) passes. A node on a loopback host dials
+// its successor from it, since the system would pick 127.0.0.1; off
+// loopback the route picks the source.
 func (o *runOpts) identify(cfg *chainsync.Config) {
 	if o.chain == "" {
-		// A node with --listen dials from that host too, so that a
-		// successor whose --prev names it sees it.
-		cfg.DialFrom, _, _ = net.SplitHostPort(cfg.Listen)
+		// A node with --listen on a loopback address dials from it too,
+		// so that a successor whose --prev names it sees it.
+		if h, _, _ := net.SplitHostPort(cfg.Listen); loopbackHost(h) {
+			cfg.DialFrom = h
+		}
 		return
 	}
 	ms, err := parseChain(o.chain)
@@ -34,19 +40,35 @@ func (o *runOpts) identify(cfg *chainsync.Config) {
 		return // config has refused it already
 	}
 	cfg.Chain, cfg.ChainAddrs = nil, nil
-	for _, m := range ms {
+	predHost := ""
+	for i, m := range ms {
 		cfg.Chain = append(cfg.Chain, m.Name)
 		cfg.ChainAddrs = append(cfg.ChainAddrs, m.Addr)
-		if m.Name == o.name {
-			cfg.DialFrom, _, _ = net.SplitHostPort(m.Addr)
+		if m.Name != o.name {
+			continue
+		}
+		if h, _, _ := net.SplitHostPort(m.Addr); loopbackHost(h) {
+			cfg.DialFrom = h
+		}
+		if i > 0 {
+			predHost, _, _ = net.SplitHostPort(ms[i-1].Addr)
 		}
 	}
 	cfg.RoundSettings = o.roundSettings()
-	if cfg.Heartbeat == 0 && cfg.Prev != "" && !o.tls.Enabled() {
+	if cfg.Heartbeat == 0 && loopbackHost(predHost) && !o.tls.Enabled() {
 		// Plain TCP on the draft's wire: the source address is the only
 		// hint (TLS and pre-shared keys prove the place themselves).
 		cfg.PrevHostOnly = true
 	}
+}
+
+// loopbackHost reports whether host is a loopback address or localhost.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // roundSettings sums up the round flags that must be the same on every
@@ -104,7 +126,9 @@ func (o *runOpts) whoami() whoami {
 		b.WriteString(m.Name + "=" + m.Addr + "\n")
 	}
 	w.digest = wire.Digest(b.String())
-	w.strict = o.heartbeat == 0 && w.prev != ""
+	if h, _, _ := net.SplitHostPort(w.prev); w.prev != "" {
+		w.strict = o.heartbeat == 0 && loopbackHost(h) && !o.tls.Enabled()
+	}
 	return w
 }
 
