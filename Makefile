@@ -1,5 +1,5 @@
 # Targets a newcomer can guess. CI runs `make check` (= bash .ci/run).
-.PHONY: demo test bench fuzz model lint check build
+.PHONY: demo test bench fuzz model lint check build deploy-check
 
 build:
 	go build -o bin/chainsync ./cmd/chainsync
@@ -30,3 +30,9 @@ lint:
 
 check:
 	bash .ci/run
+
+# The deployment files tried for real (as root): chainsync@.service under
+# systemd, the Dockerfile with podman, deploy/kubernetes against a real
+# kube-apiserver. See deploy/check/run.
+deploy-check:
+	bash deploy/check/run

@@ -36,15 +36,58 @@ poll() {
   done
 }
 
+# aptget: apt-get, one at a time (the parts may run at once: deploy/check/run
+# prepare), waiting for another's dpkg lock rather than failing.
+aptget() {
+  mkdir -p "$CACHE"
+  (flock 9 && DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 "$@") 9>"$CACHE/apt.lock"
+}
+# apt_lists: Debian's package lists, updated once a day.
+apt_lists() {
+  [ -e "$CACHE/apt-updated.$(date +%F)" ] && return 0
+  aptget update && touch "$CACHE/apt-updated.$(date +%F)"
+}
 # need CMD PACKAGE...: install Debian packages unless CMD is there.
 need() {
   local cmd=$1
   shift
   command -v "$cmd" >/dev/null 2>&1 && return 0
-  say "installing $* (Debian)"
-  if [ -z "${apt_updated:-}" ]; then apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  say "installing $* (Debian)" >&2
+  apt_lists && aptget install -y --no-install-recommends "$@" >/dev/null || fail "apt-get install $*"
 }
+
+# debian_tree: prints the path of a minimal Debian 12 tree with systemd,
+# made by debootstrap once and kept in the cache (systemd.sh boots it,
+# container.sh makes the golang stand-in from it). Under a lock: two parts
+# may want it at once.
+debian_tree() {
+  local tree=$CACHE/debian-bookworm
+  mkdir -p "$CACHE"
+  (
+    flock 9
+    if [ ! -x "$tree/lib/systemd/systemd" ]; then
+      need debootstrap debootstrap
+      say "debootstrap: a minimal Debian 12 with systemd into $tree (cached for next time)" >&2
+      rm -rf "$tree.tmp"
+      debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus \
+        bookworm "$tree.tmp" "$(debian_mirror)" >"$CACHE/debootstrap.log" 2>&1 ||
+        { tail -20 "$CACHE/debootstrap.log" >&2; fail "debootstrap (log: $CACHE/debootstrap.log)"; }
+      mv "$tree.tmp" "$tree"
+    fi
+  ) 9>"$CACHE/debian-bookworm.lock" || exit 1
+  echo "$tree"
+}
+
+# What the checks check, normally the files of this tree. Another file
+# can be given to see a check fail on it (deploy/check/run --broken does,
+# with seeded broken copies).
+UNIT=${DEPLOY_CHECK_UNIT:-$REPO/deploy/systemd/chainsync@.service}
+DOCKERFILE=${DEPLOY_CHECK_DOCKERFILE:-$REPO/Dockerfile}
+MANIFESTS=${DEPLOY_CHECK_MANIFESTS:-$REPO/deploy/kubernetes}
+
+# prepare_only: true when the part was asked (--prepare) to make what is
+# slow and cacheable, then stop before its checks.
+prepare_only() { [ "${1:-}" = --prepare ]; }
 
 # The Debian mirror apt is configured with (the one debootstrap uses).
 debian_mirror() {
@@ -59,15 +102,19 @@ debian_mirror() {
   echo "$m"
 }
 
-# The chainsync binary of this tree (go build ./cmd/chainsync): built once
-# by deploy/check/run, which exports DEPLOY_CHECK_BIN, or here by a part
-# run on its own.
+# chainsync_bin: sets bin to the chainsync binary of this tree (go build
+# ./cmd/chainsync, as the Dockerfile builds it): built once by
+# deploy/check/run, which exports DEPLOY_CHECK_BIN, or here by a part run
+# on its own.
 chainsync_bin() {
   if [ -z "${DEPLOY_CHECK_BIN:-}" ]; then
-    DEPLOY_CHECK_BIN=$(mktemp -d)/chainsync
-    say "go build ./cmd/chainsync" >&2
-    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$DEPLOY_CHECK_BIN" ./cmd/chainsync) || fail "go build ./cmd/chainsync"
+    local d
+    d=$(mktemp -d /tmp/chainsync-bin.XXXXXX)
+    on_exit "rm -rf '$d'"
+    say "go build ./cmd/chainsync"
+    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$d/chainsync" ./cmd/chainsync) || fail "go build ./cmd/chainsync"
+    DEPLOY_CHECK_BIN=$d/chainsync
     export DEPLOY_CHECK_BIN
   fi
-  echo "$DEPLOY_CHECK_BIN"
+  bin=$DEPLOY_CHECK_BIN
 }

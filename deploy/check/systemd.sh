@@ -17,26 +17,16 @@
 #   5. with the restart drop-in of docs/RESTARTS.md (taken from the doc),
 #      a node SIGKILLed inside its task is restarted and resumes from its
 #      state directory: its task is not run again and the chain finishes.
+# With --prepare it only makes the Debian tree (and installs the tools).
 set -euo pipefail
 part=systemd
 . "$(dirname "$0")/lib.sh"
 
 need systemd-nspawn systemd-container
-need debootstrap debootstrap
 need nsenter util-linux
-bin=$(chainsync_bin)
-
-# The Debian tree, made once and kept in the cache.
-tree=$CACHE/debian-bookworm
-if [ ! -x "$tree/lib/systemd/systemd" ]; then
-  say "debootstrap: a minimal Debian 12 with systemd into $tree (cached for next time)"
-  rm -rf "$tree.tmp"
-  mkdir -p "$CACHE"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus \
-    bookworm "$tree.tmp" "$(debian_mirror)" >"$CACHE/debootstrap.log" 2>&1 ||
-    { tail -20 "$CACHE/debootstrap.log"; fail "debootstrap (log: $CACHE/debootstrap.log)"; }
-  mv "$tree.tmp" "$tree"
-fi
+tree=$(debian_tree)
+if prepare_only "${1:-}"; then say "prepared: $tree"; exit 0; fi
+chainsync_bin
 
 work=$(mktemp -d /tmp/chainsync-systemd.XXXXXX)
 root=$work/root
@@ -46,7 +36,7 @@ cp -a "$tree" "$root"
 
 # Installed as a user would: the binary, the unit, env files.
 install -m 0755 "$bin" "$root/usr/local/bin/chainsync"
-cp "$REPO/deploy/systemd/chainsync@.service" "$root/etc/systemd/system/"
+cp "$UNIT" "$root/etc/systemd/system/chainsync@.service"
 mkdir -p "$root/etc/chainsync"
 # The task: says when it starts and ends; "fail" fails, "hang" waits to be
 # killed.
