@@ -259,6 +259,8 @@ func failureWords(kind string, code int) string {
 		return "task exited " + strconv.Itoa(code)
 	case kind == KindTaskFailed:
 		return "task failed"
+	case kind == "denied":
+		return "task denied"
 	}
 	return kind
 }
