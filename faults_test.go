@@ -333,24 +333,30 @@ func TestFaultWaitKeepsRoundTCP(t *testing.T) {
 		t.Fatalf("policy wait: Snapshot %+v, want round r1 still in READY with the link up", snap)
 	}
 	// The successor speaks again: the round goes on. Among the heartbeats
-	// it has had A's fault notice (docs/DESIGN.md, "Extension lines").
+	// it has had A's fault notice (docs/DESIGN.md, "Extension lines"), and
+	// now that B is heard again, the notice that the fault cleared
+	// (docs/DESIGN.md, "Liveness").
 	s.Send(t, "START:r1\n")
-	notices := 0
+	notices, cleared := 0, 0
 	for {
 		l, _ := readLineAt(t, s, 5*time.Second)
 		if l == "COMPLETE:r1\n" {
 			break
 		}
-		if l == "FAULT :r1 peer-silent A B\n" {
+		switch l {
+		case "FAULT :r1 peer-silent A B\n":
 			notices++
+			continue
+		case "FAULT :r1 fault-cleared A B\n":
+			cleared++
 			continue
 		}
 		if l != "HEARTBEAT\n" {
 			t.Fatalf("got %q, want COMPLETE:r1", l)
 		}
 	}
-	if notices != 1 {
-		t.Errorf("%d fault notices for one silence, want 1", notices)
+	if notices != 1 || cleared != 1 {
+		t.Errorf("%d fault notices and %d cleared notices for one silence, want 1 each", notices, cleared)
 	}
 	// A second silence (the successor's task) is a second report, and
 	// still ends nothing.
