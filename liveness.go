@@ -198,9 +198,9 @@ func (g GraceStatus) String() string {
 	return fmt.Sprintf("%s is restarting (grace %s, %s left)", g.Node, fmtGrace(g.Grace), fmtLeft(g.Left))
 }
 
-// graceSnapshot adds the graces in force to st. Loop only.
-func (n *Node) graceSnapshot(st *Snapshot) {
-	for _, g := range n.m.Graces() {
+// graceSnapshot adds gs, the machine's graces in force, to st. Loop only.
+func (n *Node) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
+	for _, g := range gs {
 		st.Restarting = append(st.Restarting, GraceStatus{Node: g.Node, Round: g.Round, Grace: g.For, Left: g.Left, Side: g.Side})
 	}
 	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)

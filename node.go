@@ -475,7 +475,7 @@ func (n *Node) snapshot() Snapshot {
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	n.steerSnapshot(&st)
-	n.graceSnapshot(&st)
+	n.graceSnapshot(&st, n.m.Graces())
 	for _, id := range n.recent {
 		ri := n.rounds[id]
 		if ri == nil || !ri.finished() {
