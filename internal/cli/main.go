@@ -160,6 +160,9 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 		printHelp(stdout, c)
 		return ExitOK
 	}
+	if c.name == "run" || c.name == benchAgentCommand {
+		nodeThreads()
+	}
 	return c.main(args[1:], stdout, stderr)
 }
 
