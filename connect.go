@@ -491,4 +491,5 @@ func (n *Node) refused(l *link, err error) {
 	n.refusedOnce = true
 	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
+	n.undoRefused(l) // undo.go
 }

@@ -216,3 +216,19 @@ func (n *Node) undoMismatch(l *link, err error) bool {
 	}
 	return true
 }
+
+// undoRefused: with --undo, a successor that closed the connection right
+// after this node's first lines (UNDO ON among them) without a word runs
+// without the extension lines, so without --undo: a config-mismatch
+// (docs/UNDO.md, "A chain setting"), which under FaultHalt ends this
+// node's rounds. Loop only.
+func (n *Node) undoRefused(l *link) {
+	if n.cfg.Undo == nil {
+		return
+	}
+	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
+		Reason: "the successor closed the connection right after this node's first lines (UNDO ON) without a word: it runs without --undo (and without --heartbeat); set --undo on every node of the chain, or on none"}
+	f := fe.fault()
+	n.recordFault(f)
+	n.later(func() { n.announce(f, true, fe) })
+}

@@ -286,3 +286,32 @@ func TestUndoKilledDuringUndoE2E(t *testing.T) {
 		t.Errorf("an undo ran again after it ended: %q", got2)
 	}
 }
+
+// TestUndoMismatchPlainNeighbourE2E: a successor that runs neither --undo
+// nor --heartbeat cannot say so; it refuses the first lines, and the node
+// with --undo before it reports the config-mismatch and stops (exit 4)
+// before any task runs. docs/UNDO.md, "A chain setting".
+func TestUndoMismatchPlainNeighbourE2E(t *testing.T) {
+	names := []string{"A", "B"}
+	dir := t.TempDir()
+	addrs := freeAddrs(t, len(names))
+	chain := "A=" + addrs[0] + ",B=" + addrs[1]
+	b := startProc(t, "B", []string{"DIR=" + dir}, "run", "--chain", chain, "--name", "B", "--round", "r1", "--", "sh", "-c", `touch "$DIR/B.task"`)
+	a := startProc(t, "A", []string{"DIR=" + dir}, "run", "--chain", chain, "--name", "A", "--round", "r1", "--undo", "true", "--", "sh", "-c", `touch "$DIR/A.task"`)
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(t, 30*time.Second); code != 4 {
+			t.Errorf("%s exited %d, want 4", p.name, code)
+		}
+		if log := p.err.String(); !strings.Contains(log, "config-mismatch") {
+			t.Errorf("%s does not report a config-mismatch:\n%s", p.name, log)
+		}
+	}
+	if !strings.Contains(a.err.String(), "--undo") {
+		t.Errorf("A's config-mismatch does not name --undo:\n%s", a.err.String())
+	}
+	for _, n := range names {
+		if exists(filepath.Join(dir, n+".task")) {
+			t.Errorf("%s's task ran despite the mismatch", n)
+		}
+	}
+}
