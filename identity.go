@@ -102,7 +102,12 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 	}
 	id := n.ident()
 	if id == nil {
-		return // nothing to compare it with: the line only says the peer is alive
+		// Nothing to compare it with: the line only says the peer is
+		// alive, which may claim a live predecessor's place.
+		if l.side == protocol.Pred && l != n.pred {
+			n.aliveFirst(l)
+		}
+		return
 	}
 	if reason := n.compareHello(l.side, h); reason != "" {
 		n.helloMismatch(l, h.Name, reason)

@@ -7,8 +7,8 @@ package main
 
 import (
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
