@@ -214,6 +214,9 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 			if f != nil {
 				v.Why += fmt.Sprintf("; %s reported it %s", name, f.Kind)
 			}
+			if g := restartingText(n.Doc, nb.Doc, nb.Label()); g != "" {
+				v.Why += "; " + g // liveness.go: a node in its restart grace is expected away
+			}
 			return v
 		}
 		rj := findRound(nb.Doc, id)

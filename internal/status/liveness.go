@@ -22,3 +22,18 @@ func addLiveness(d *Doc, s chainsync.Snapshot) {
 			Left: g.Left.Seconds(), Text: g.String()})
 	}
 }
+
+// restartingText is what d, a node's document, says of node's restart
+// grace ("B is restarting (grace 10m, 2m left)"), "" if it knows of none;
+// own is node's own document, if it answered (nil: it did not).
+func restartingText(d, own *Doc, node string) string {
+	if d == nil || own != nil {
+		return ""
+	}
+	for _, g := range d.Restarting {
+		if g.Node == node {
+			return g.Text
+		}
+	}
+	return ""
+}
