@@ -118,6 +118,7 @@ func (n *Node) stateOf(id string) protocol.State {
 func (n *Node) steerView() []protocol.Steer      { return n.m.Steers() }
 func (n *Node) gateOf(id string) protocol.Wait   { return n.m.Gate(id) }
 func (n *Node) viewRounds() []protocol.RoundView { return n.m.View() }
+func (n *Node) taskOKOf(id string) bool          { return n.m.TaskOK(id) }
 
 // keepFault keeps f for Snapshot. Loop only.
 func (n *Node) keepFault(f Fault) {
@@ -671,7 +672,7 @@ func (n *Node) act(a *protocol.Action) {
 		n.graceAct(a)
 	case protocol.ActBack:
 		n.back(a)
-	case protocol.ActSteer, protocol.ActGate:
+	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
 		n.steerAct(a)
 	case protocol.ActDone:
 		ri := n.round(a.Round)

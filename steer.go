@@ -57,6 +57,8 @@ func (s SteerStatus) Text(at *time.Location) string {
 		t = "denied at " + s.Node + " (round " + roundName(s.Round) + ") at " + since
 	case "cancel":
 		t = "round " + roundName(s.Round) + " cancelled at the Head " + s.Node + " at " + since
+	case "retry":
+		t = "round " + roundName(s.Round) + " retried at the Head " + s.Node + " at " + since
 	case "none":
 		t = "released at " + s.Node + " at " + since
 	default:
@@ -103,6 +105,9 @@ type steerFile struct {
 	Hold     *steerHold `json:"hold,omitempty"`  // this node is held
 	Pause    *steerHold `json:"pause,omitempty"` // this node, the Head, paused the chain
 	Approved []string   `json:"approved,omitempty"`
+	// Skip: rounds reopened by a retry whose task had succeeded here:
+	// they pass on without running again, after a restart too.
+	Skip []string `json:"skip,omitempty"`
 	// ChainPause is the Head's pause line as this node last heard it (a
 	// node restarted while the chain is paused starts no task before its
 	// link to the Head's side is up again to say otherwise).
@@ -179,6 +184,9 @@ func (n *Node) restoreSteer() {
 		_ = n.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}))
 	}
 	n.announceSteer() // the hold first: no approval below may start a task of a held node
+	for _, id := range n.sd.file.Skip {
+		_ = n.step(protocol.AlreadyDone(id)) // a round since ended: nothing to do
+	}
 	for _, id := range n.sd.file.Approved {
 		_ = n.step(protocol.Approve(id)) // a round since ended, or forgotten: nothing to do
 	}
@@ -275,6 +283,9 @@ func (n *Node) steerAct(a *protocol.Action) {
 			n.cfg.OnHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now})
 		}
 		n.later(n.announceSteer)
+	case protocol.ActSkip:
+		n.log.Info("already done here: this node's task for the round succeeded before the retry; passing the round on without running it again", "round", a.Round)
+		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
 	case protocol.ActSteer:
 		s := *a.Msg.Steer
 		st := steerStatus(s, false)
@@ -297,6 +308,9 @@ func (n *Node) steerAct(a *protocol.Action) {
 		case protocol.SteerPause:
 			n.log.Warn("steering: "+st.Text(time.Local)+"; no task starts here until the Head resumes", "origin", s.Origin)
 			n.chainPause(s)
+		case protocol.SteerRetry:
+			n.retried(s.Round)
+			n.log.Warn("steering: round "+roundName(s.Round)+" reopened by a retry at the Head "+s.Origin+byText(s.By), "round", s.Round)
 		case protocol.SteerCancel:
 			n.cancelled(s.Round, &CancelledError{By: s.By, Reason: s.Reason})
 			n.log.Warn("steering: "+st.Text(time.Local)+"; no task of it starts here", "origin", s.Origin, "round", s.Round)
@@ -711,6 +725,63 @@ func (n *Node) Cancel(req Request) error {
 		n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
 		n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
 		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+			By: protocol.NoticeName(req.By), Reason: req.Reason})
+		n.announceSteer()
+		return nil
+	})
+}
+
+// retried notes that round was reopened by a retry (the machine resets
+// it in the step being carried out): once the step's actions are done,
+// the round has a record of its own again (the old result stays with
+// those who waited for it), and if its task had succeeded here that is
+// journalled, so that a restarted node passes it on too. Loop only.
+func (n *Node) retried(round string) {
+	n.later(func() {
+		st := n.stateOf(round)
+		if ri := n.rounds[round]; ri != nil && ri.finished() && st != 0 && !st.Terminal() {
+			delete(n.rounds, round)
+			n.round(round)
+		}
+		if !n.taskOKOf(round) || slices.Contains(n.sd.file.Skip, round) {
+			return
+		}
+		n.sd.file.Skip = append(n.sd.file.Skip, round)
+		if k := len(n.sd.file.Skip) - keepApprovals; k > 0 {
+			n.sd.file.Skip = slices.Delete(n.sd.file.Skip, 0, k)
+		}
+		if err := n.saveSteer(); err != nil {
+			n.log.Error("cannot journal that the round's task is done here", "round", round, "err", err.Error())
+		}
+	})
+}
+
+// Retry, at the Head, reopens round req.Round, which failed, faulted, was
+// denied or cancelled, under its own id: every node whose task for it had
+// succeeded passes it on without running it again ("already done here"),
+// the node where it failed and those after it run theirs, and it keeps
+// its place in each node's order (a later round whose task has not run
+// there yet waits for it). A round that ended done is refused ("done
+// already"), and so is one in flight or not known here.
+func (n *Node) Retry(req Request) error {
+	return n.steerCall(func() error {
+		if n.role.HasPred() {
+			return refused("retry is the Head's: this node has a predecessor")
+		}
+		if !req.HasRound {
+			return refused("give the round to retry")
+		}
+		switch st := n.stateOf(req.Round); {
+		case st == 0:
+			return refused("round %s is not known here (never opened, or long forgotten)", roundName(req.Round))
+		case !st.Terminal():
+			return refused("round %s is still in flight", roundName(req.Round))
+		case st == protocol.StateDone:
+			return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
+		}
+		n.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
+		n.retried(req.Round)
+		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerRetry, HasRound: true, Round: req.Round,
 			By: protocol.NoticeName(req.By), Reason: req.Reason})
 		n.announceSteer()
 		return nil

@@ -184,7 +184,7 @@ func (ev Event) RoundOf() (string, bool) {
 		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice && ev.Msg.Cmd != Grace {
 			return ev.Msg.Round, true // Promote
 		}
-	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny, EvUndoDone:
+	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny, EvAlreadyDone, EvUndoDone:
 		return ev.Round, true
 	}
 	return "", false
@@ -482,9 +482,9 @@ type round struct {
 	// The round's deadlines (0: none): PhaseTimeout in its state, and
 	// ExitWaveTimeout while handing its final COMPLETE over.
 	deadline, exitBy time.Duration
-	// Steering (steer.go): the task may start (Config.Approve), and
-	// ActGate was reported.
-	approved, gateNoted bool
+	// Steering (steer.go): the task may start (Config.Approve), ActGate
+	// was reported, and (a retried round) the task succeeded here before.
+	approved, gateNoted, taskOK bool
 	// The undo wave (undo.go): the task succeeded here, and the undo.
 	ran  bool
 	undo UndoRecord
@@ -785,7 +785,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		return m.tick(ev, out), nil
 	case EvLinkDown:
 		return out, nil // the link clocks (clockStep)
-	case EvSteer, EvApprove, EvDeny:
+	case EvSteer, EvApprove, EvDeny, EvAlreadyDone:
 		return m.steerStep(ev, out)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)

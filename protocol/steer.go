@@ -50,15 +50,20 @@ const (
 	// SteerCancel: the Head cancelled Round: every node ends it, and no
 	// task of it starts after the line arrives.
 	SteerCancel
+	// SteerRetry: the Head reopened Round, which had ended without being
+	// done, under its own id: every node that knows it opens it again in
+	// the place it had in its order; one whose task for it had succeeded
+	// passes it on without running it again.
+	SteerRetry
 )
 
 var steerNames = [...]string{SteerNone: "none", SteerHold: "hold", SteerApproval: "approval",
-	SteerPause: "pause", SteerDenied: "denied", SteerCancel: "cancel"}
+	SteerPause: "pause", SteerDenied: "denied", SteerCancel: "cancel", SteerRetry: "retry"}
 
 // String returns the wire spelling: none, hold, approval, pause, denied
 // or cancel.
 func (w SteerWhat) String() string {
-	if w >= SteerNone && w <= SteerCancel {
+	if w >= SteerNone && w <= SteerRetry {
 		return steerNames[w]
 	}
 	return "SteerWhat(?)"
@@ -67,7 +72,7 @@ func (w SteerWhat) String() string {
 // ParseSteerWhat reads a SteerWhat back from its String; 0 if s names
 // none.
 func ParseSteerWhat(s string) SteerWhat {
-	for w := SteerNone; w <= SteerCancel; w++ {
+	for w := SteerNone; w <= SteerRetry; w++ {
 		if steerNames[w] == s {
 			return w
 		}
@@ -82,7 +87,7 @@ func (w SteerWhat) Gates() bool { return w == SteerHold || w == SteerApproval ||
 // Event reports whether w is an event (denied, cancel) rather than its
 // origin's state: an event line does not replace the origin's state line
 // (a paused Head that cancels a round stays paused).
-func (w SteerWhat) Event() bool { return w == SteerDenied || w == SteerCancel }
+func (w SteerWhat) Event() bool { return w == SteerDenied || w == SteerCancel || w == SteerRetry }
 
 // Steer is one steering line: node Origin's state changed at At to What
 // (about Round, for an approval, a denial or a cancel), asked for by By,
@@ -153,14 +158,14 @@ func (s Steer) Valid() bool {
 	if s.Origin == "" || NoticeName(s.Origin) != s.Origin || NoticeName(s.By) != s.By || s.By == "-" || s.Origin == "-" {
 		return false
 	}
-	if s.At <= 0 || s.What < SteerNone || s.What > SteerCancel {
+	if s.At <= 0 || s.What < SteerNone || s.What > SteerRetry {
 		return false
 	}
 	if !ValidRound(s.Round) || !s.HasRound && s.Round != "" {
 		return false
 	}
 	switch s.What {
-	case SteerApproval, SteerDenied, SteerCancel:
+	case SteerApproval, SteerDenied, SteerCancel, SteerRetry:
 		if !s.HasRound {
 			return false
 		}
@@ -210,6 +215,9 @@ const (
 	// EvDeny: this node's task for Round is denied: the round fails here
 	// as a failed task does (Outcome TaskFailed).
 	EvDeny
+	// EvAlreadyDone: this node's task for Round succeeded before a retry
+	// reopened it (AlreadyDone): a restarted node's driver says so again.
+	EvAlreadyDone
 )
 
 // The steering actions.
@@ -222,6 +230,10 @@ const (
 	// ActGate: Round's turn has come at this node, but its task waits
 	// for an approval (Wait is WaitApproval; once per round).
 	ActGate
+	// ActSkip: Round, reopened by a retry, had its task succeed here
+	// before: its turn came and it passed the round on without running
+	// it again (COMPLETE sent on, or at the Tail the exit wave begun).
+	ActSkip
 )
 
 // Steering is the event "this node's steering state is now s" (s.Origin
@@ -231,6 +243,11 @@ const (
 // too; a denial or an approval wait only tells the chain (the machine
 // acts on Deny and Approve).
 func Steering(s Steer) Event { return Event{Kind: EvSteer, Steer: s} }
+
+// AlreadyDone is the event "this node's task for round succeeded before
+// a retry reopened it": a restarted node's driver steps it for each such
+// round it journalled (Machine.TaskOK), before the round's turn can come.
+func AlreadyDone(round string) Event { return Event{Kind: EvAlreadyDone, Round: round} }
 
 // Approve is the event "this node's task for round may start".
 func Approve(round string) Event { return Event{Kind: EvApprove, Round: round} }
@@ -287,6 +304,18 @@ func (m *Machine) held() bool {
 // gated reports whether round r, whose turn has come, may not start its
 // task now; the first time it waits for an approval, ActGate says so.
 func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
+	if r.taskOK {
+		// Reopened by a retry, its task done here before: passed on
+		// without running it again, whatever gates this node.
+		out = append(out, Action{Kind: ActSkip, Round: r.id})
+		out = m.set(r, StateComplete, out)
+		if m.cfg.Role.HasSucc() {
+			out = m.send(r, Succ, Complete, out)
+		} else {
+			r.exitRecv = true
+		}
+		return true, m.advance(r, out)
+	}
 	if m.cfg.Approve && !r.approved {
 		if !r.gateNoted {
 			r.gateNoted = true
@@ -369,8 +398,11 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 				}
 			}
 		}
-		if s.What == SteerCancel {
+		switch s.What {
+		case SteerCancel:
 			out = m.cancelRound(s.Round, out)
+		case SteerRetry:
+			out = m.retryRound(s.Round, 0, out)
 		}
 		return m.ungate(out), nil
 	case EvApprove:
@@ -393,6 +425,12 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
+	case EvAlreadyDone:
+		if r := m.rounds[ev.Round]; r != nil && !r.state.Terminal() && r.state < StateStart {
+			r.taskOK = true
+			return m.ungate(out), nil
+		}
+		return out, nil
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -454,8 +492,11 @@ func (m *Machine) steerRecv(from Side, msg Message, out []Action) ([]Action, err
 		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
 	}
 	out = append(out, Action{Kind: ActSteer, To: from, Msg: msg})
-	if s.What == SteerCancel {
+	switch s.What {
+	case SteerCancel:
 		out = m.cancelRound(s.Round, out)
+	case SteerRetry:
+		out = m.retryRound(s.Round, Pred, out)
 	}
 	return m.ungate(out), nil
 }
@@ -548,4 +589,72 @@ func (m *Machine) regate() {
 			}
 		}
 	}
+}
+
+// TaskOK reports whether round, reopened by a retry, had its task
+// succeed here before (it will be passed on without running again).
+func (m *Machine) TaskOK(round string) bool {
+	r := m.rounds[round]
+	return r != nil && r.taskOK
+}
+
+// taskRan reports whether r's task succeeded here: its COMPLETE went on
+// to the successor (at the Tail, back to the predecessor), or the round
+// is done.
+func (m *Machine) taskRan(r *round) bool {
+	switch {
+	case r.taskOK || r.state == StateDone:
+		return true
+	case m.cfg.Role.HasSucc():
+		return r.lastSucc == Complete
+	}
+	return r.lastPred == Complete
+}
+
+// retryRound reopens round id (a retry from the Head; by: Pred where the
+// line came from it, 0 at the Head): a round this node knows and that
+// ended (an unfinished one is ended first) starts again in SYNC, with
+// its readiness, in the place it had in the order: before every round
+// whose task has not run here yet. If its task had succeeded here it is
+// passed on without running again (ActSkip). ActOpened says it is open.
+func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
+	r := m.rounds[id]
+	if r == nil {
+		return out // never seen here: its READY opens it as a new round
+	}
+	if !r.over {
+		if !r.state.Terminal() {
+			out = m.abortRound(r, out)
+		} else {
+			// Done here, its final COMPLETE not handed over: it is.
+			r.delivered = true
+			out = m.finish(r, Done, out)
+		}
+	}
+	ok := m.taskRan(r)
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok}
+	m.active++
+	if k := slices.Index(m.finished, id); k >= 0 {
+		m.finished = slices.Delete(m.finished, k, k+1)
+	}
+	if m.cfg.Ordered {
+		if k := slices.Index(m.order, r); k >= 0 {
+			m.order = slices.Delete(m.order, k, k+1)
+			if k < m.taskAt {
+				m.taskAt--
+			}
+			if k < m.readyAt {
+				m.readyAt--
+			}
+		}
+		m.order = slices.Insert(m.order, m.taskAt, r)
+		m.readyAt = m.taskAt // it is in SYNC: the rounds after it pass READY on after it
+		r.queued = true
+	}
+	if m.cfg.Durable && !slices.Contains(m.moved, r) {
+		m.moved = append(m.moved, r)
+	}
+	m.arm(r)
+	out = append(out, Action{Kind: ActOpened, Round: id, To: by})
+	return m.advance(r, out)
 }

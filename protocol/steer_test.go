@@ -2,10 +2,12 @@ package protocol_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/sim"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -176,6 +178,67 @@ func TestSteerValid(t *testing.T) {
 	} {
 		if bad.Valid() {
 			t.Errorf("%+v passed", bad)
+		}
+	}
+}
+
+// docs/STEERING.md, "Retry": a round that failed at B is reopened under
+// its id at the Head: A, whose task had succeeded, passes it on without
+// running it again; B and C run theirs; and r2, opened before the retry
+// but not yet run anywhere, runs after the retried round at every node.
+func TestRetryRunsWhatFailed(t *testing.T) {
+	net := sim.New(sim.Config{Names: []string{"A", "B", "C"}, Machine: func(i int, c *protocol.Config) {
+		c.Ordered, c.Extensions = true, true
+	}})
+	var log [3][]string
+	net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+		for _, a := range acts {
+			switch a.Kind {
+			case protocol.ActRunTask:
+				log[i] = append(log[i], "run "+a.Round)
+			case protocol.ActSkip:
+				log[i] = append(log[i], "skip "+a.Round)
+			}
+		}
+	}
+	drain := func(fail map[string]bool) {
+		for len(net.Busy()) > 0 || len(net.Tasks) > 0 {
+			if b := net.Busy(); len(b) > 0 {
+				if _, _, _, err := net.Deliver(b[0]); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			task := net.Tasks[0]
+			if _, _, err := net.FinishTask(0, fail[fmt.Sprint(task.Node, task.Round)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 3 {
+		net.Step(i, protocol.LocalReady("r1"))
+	}
+	drain(map[string]bool{"1r1": true}) // B's task fails
+	net.Step(0, protocol.Abort("r1"))   // as the task-failed notice ends it
+	net.Step(2, protocol.Abort("r1"))
+	for i := range 3 {
+		net.Step(i, protocol.LocalReady("r2"))
+	}
+	// r2's READY is ahead of the retry on every link: r2 is learned
+	// first everywhere, and still runs after the retried round.
+	if _, err := net.Step(0, protocol.Steering(protocol.Steer{Origin: "A", At: 1, What: protocol.SteerRetry, HasRound: true, Round: "r1"})); err != nil {
+		t.Fatal(err)
+	}
+	drain(nil)
+	want := [3][]string{{"run r1", "skip r1", "run r2"}, {"run r1", "run r1", "run r2"}, {"run r1", "run r2"}}
+	for i := range 3 {
+		if !slices.Equal(log[i], want[i]) {
+			t.Errorf("node %d: %v, want %v", i, log[i], want[i])
+		}
+	}
+	for _, r := range []string{"r1", "r2"} {
+		if st, _ := net.Nodes[0].M.State(r); st != protocol.StateDone {
+			t.Errorf("round %s at the Head: %v, want DONE", r, st)
 		}
 	}
 }

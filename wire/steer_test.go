@@ -13,7 +13,7 @@ import (
 // refSteer is the steering line's grammar (docs/PROTOCOL.md, "Steering
 // lines") written as plainly as possible; its length bound and the
 // kinds' round rule are checked apart.
-var refSteer = regexp.MustCompile(`^STEER ([A-Za-z0-9._:@\[\]-]{1,40}) ([1-9][0-9]{0,17}) (none|hold|approval|pause|denied|cancel) (-|:[A-Za-z0-9._-]{0,128}) ([A-Za-z0-9._:@\[\]-]{1,40})( [!-~]([ -~]*[!-~])?)?\r?$`)
+var refSteer = regexp.MustCompile(`^STEER ([A-Za-z0-9._:@\[\]-]{1,40}) ([1-9][0-9]{0,17}) (none|hold|approval|pause|denied|cancel|retry) (-|:[A-Za-z0-9._-]{0,128}) ([A-Za-z0-9._:@\[\]-]{1,40})( [!-~]([ -~]*[!-~])?)?\r?$`)
 
 func refParseSteer(line []byte) (protocol.Message, bool) {
 	if len(line) > wire.MaxLine {
@@ -38,7 +38,7 @@ func refParseSteer(line []byte) (protocol.Message, bool) {
 		return protocol.Message{}, false
 	}
 	switch s.What {
-	case protocol.SteerApproval, protocol.SteerDenied, protocol.SteerCancel:
+	case protocol.SteerApproval, protocol.SteerDenied, protocol.SteerCancel, protocol.SteerRetry:
 		if !s.HasRound {
 			return protocol.Message{}, false
 		}
@@ -54,6 +54,8 @@ var steerSeeds = []string{
 	"STEER C 1764669720003 denied :batch-7 ann smoke test failed",
 	"STEER A 5 pause - ops",
 	"STEER A 6 cancel : ops stale data",
+	"STEER A 7 retry :batch-7 ops",
+	"STEER A 8 retry - ops", // retry without a round
 	"STEER C 1 approval - -",      // approval without a round
 	"STEER C 0 hold - -",          // At must be positive
 	"STEER C 01 hold - -",         // no leading zero

@@ -353,7 +353,9 @@ func TestCancelE2E(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, 10*time.Second, "C's control socket", func() bool { return exists(filepath.Join(dir, "C.sock")) })
+	for _, n := range []string{"A", "C"} {
+		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
+	}
 	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
 		t.Fatalf("hold exited %d: %s", code, errOut)
 	}
@@ -386,6 +388,64 @@ func TestCancelE2E(t *testing.T) {
 		}
 		if !procs[n].running() {
 			t.Errorf("%s stopped after a cancel", n)
+		}
+	}
+}
+
+// A round whose task fails at C (exit 1 the first time, 0 after), under
+// --fault-policy wait so that the chain serves on: open --retry of it: A
+// and B do not run it again ("already done here"), C and D do, --wait
+// exits 0; a retry of the round, done now, exits 1 ("done already").
+func TestRetryE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addrs := freeAddrs(t, 4)
+	names := []string{"A", "B", "C", "D"}
+	var chain []string
+	for i, n := range names {
+		chain = append(chain, n+"="+addrs[i])
+	}
+	task := `if [ "$CHAINSYNC_NODE" = C ] && [ ! -e "$DIR/C.failed" ]; then touch "$DIR/C.failed"; exit 1; fi
+echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		n := names[i]
+		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--serve", "--heartbeat", "200ms",
+			"--phase-timeout", "2s", "--fault-policy", "wait", "--state-dir", filepath.Join(dir, n+".state")}
+		if i == 0 {
+			args = append(args, "--control", controlOf(dir, n))
+		}
+		args = append(args, "--", "sh", "-c", task)
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, args...)
+	}
+	waitFor(t, 10*time.Second, "A's control socket", func() bool { return exists(filepath.Join(dir, "A.sock")) })
+	if code, _, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--id", "r1", "--wait"); code != 3 {
+		t.Fatalf("open r1 --wait exited %d, want 3 (C's task failed): %s", code, errOut)
+	}
+	code, out, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--retry", "r1", "--wait")
+	if code != 0 || strings.TrimSpace(out) != "r1" {
+		t.Fatalf("open --retry r1 --wait exited %d (%q): %s", code, out, errOut)
+	}
+	for _, n := range names {
+		if got := ranRounds(t, dir, n); !slices.Equal(got, []string{"r1"}) {
+			t.Errorf("%s ran %v, want r1 once", n, got)
+		}
+	}
+	for _, n := range []string{"A", "B"} {
+		if !strings.Contains(procs[n].err.String(), "already done here") {
+			t.Errorf("%s did not log that it passed r1 on without running it", n)
+		}
+	}
+	code, _, errOut = steerCmd(t, "open", "--control", controlOf(dir, "A"), "--retry", "r1")
+	if code != 1 || !strings.Contains(errOut, "done already") {
+		t.Fatalf("retry of a done round: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--id", "r2", "--wait"); code != 0 {
+		t.Fatalf("open r2 --wait exited %d: %s", code, errOut)
+	}
+	for _, n := range names {
+		if !procs[n].running() {
+			t.Errorf("%s stopped", n)
 		}
 	}
 }

@@ -168,7 +168,7 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
-	if req.Op != "" && req.Op != "open" {
+	if req.Op != "" && req.Op != "open" && req.Op != "retry" {
 		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
 		return
 	}
@@ -187,7 +187,11 @@ func (cs *controlServer) serve(c net.Conn) {
 	if req.Wait {
 		notify = make(chan outcome, 1)
 	}
-	id, err := op.openRound(req.ID, !req.NoWait, notify)
+	open := op.openRound
+	if req.Op == "retry" {
+		open = func(string, bool, chan outcome) (string, error) { return op.retry(req, notify) } // steer.go
+	}
+	id, err := open(req.ID, !req.NoWait, notify)
 	if err != nil {
 		_ = enc.Encode(controlReply{Error: err.Error()})
 		return
@@ -261,13 +265,20 @@ func (cs *controlServer) closeNow() {
 	}
 }
 
-const openUsage = `Usage: chainsync open --control ADDR [--id ID] [--wait] [--no-wait]
+const openUsage = `Usage: chainsync open --control ADDR [--id ID | --retry ID] [--wait] [--no-wait]
 
 Asks a served Head (chainsync run --control ADDR) to open a round, and
 prints the round's id. Without --id the Head makes a new id, unique and
 sortable by time (e.g. 20261201T064500Z-3f9a). An id that was used already
 is refused. When --max-open rounds are in flight, open waits for one to end
-(or fails at once with --no-wait).
+(or fails at once with --no-wait); while the chain is paused (chainsync
+pause) it waits for chainsync resume (or fails with --no-wait).
+
+--retry ID reopens a round that failed, faulted, was denied or cancelled,
+under its own id: every node whose task for it had succeeded passes it on
+without running it again ("already done here"), the node where it failed
+and those after it run theirs, and it keeps its place in each node's
+order. A round that ended done is refused ("done already", exit 1).
 
 With --wait, open waits until the round is over in the whole chain and
 says how it ended: exit 0 done; 3 a task failed; 4 a fault; the node where
@@ -289,6 +300,7 @@ type openOpts struct {
 	control, id    string
 	wait, noWait   bool
 	connectTimeout time.Duration
+	retry          string // --retry ID (steer.go)
 }
 
 func (o *openOpts) flags(fs *flag.FlagSet) {
@@ -297,6 +309,7 @@ func (o *openOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.wait, "wait", false, "wait until the round is over in the whole chain; the exit status says how it ended")
 	fs.BoolVar(&o.noWait, "no-wait", false, "fail (exit 1) instead of waiting when --max-open rounds are in flight")
 	fs.DurationVar(&o.connectTimeout, "timeout", 10*time.Second, "how long to try to reach the Head")
+	fs.StringVar(&o.retry, "retry", "", "reopen round `ID`, which failed, faulted, was denied or cancelled, under its own id: the nodes whose task for it succeeded pass it on without running it again; a round that ended done is refused")
 }
 
 func openMain(args []string, stdout, stderr io.Writer) int {
@@ -324,13 +337,22 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	if o.id != "" && !protocol.ValidRound(o.id) {
 		return usage("--id %q: use 1-128 of A-Z a-z 0-9 - _ .", o.id)
 	}
+	retrying := false
+	fs.Visit(func(f *flag.Flag) { retrying = retrying || f.Name == "retry" })
+	if retrying && (o.id != "" || !protocol.ValidRound(o.retry)) {
+		return usage("--retry %q: give one round id (1-128 of A-Z a-z 0-9 - _ .), and no --id", o.retry)
+	}
 	c, err := net.DialTimeout(network, address, o.connectTimeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "chainsync open: cannot reach the Head at --control %s: %v (is chainsync run --control %s running?)\n", o.control, err, o.control)
 		return ExitError
 	}
 	defer c.Close()
-	req, _ := json.Marshal(controlRequest{ID: o.id, Wait: o.wait, NoWait: o.noWait})
+	creq := controlRequest{ID: o.id, Wait: o.wait, NoWait: o.noWait}
+	if retrying {
+		creq.Op, creq.Round, creq.HasRound, creq.By = "retry", o.retry, true, defaultBy()
+	}
+	req, _ := json.Marshal(creq)
 	if _, err := c.Write(append(req, '\n')); err != nil {
 		fmt.Fprintf(stderr, "chainsync open: %v\n", err)
 		return ExitError

@@ -366,3 +366,35 @@ func (op *opener) waitUnpaused(wait bool) error {
 		}
 	}
 }
+
+// retry reopens req.Round at the Head (chainsync open --retry): it waits
+// while the chain is paused, refuses a round in flight, and watches the
+// reopened round's outcome like an opened one's.
+func (op *opener) retry(req controlRequest, notify chan outcome) (string, error) {
+	id := req.Round
+	if err := op.waitUnpaused(!req.NoWait); err != nil {
+		return "", err
+	}
+	op.mu.Lock()
+	if _, busy := op.open[id]; busy {
+		op.mu.Unlock()
+		return "", fmt.Errorf("round %s is in flight: retry it once it has ended", roundLabel(id))
+	}
+	var subs []chan outcome
+	if notify != nil {
+		subs = append(subs, notify)
+	}
+	op.open[id] = subs
+	op.mu.Unlock()
+	err := op.node.Retry(chainsync.Request{Round: id, HasRound: true, By: req.By, Reason: req.Reason})
+	if err != nil {
+		op.mu.Lock()
+		delete(op.open, id)
+		op.cond.Broadcast()
+		op.mu.Unlock()
+		return "", errors.New(strings.TrimPrefix(err.Error(), chainsync.ErrRefused.Error()+": "))
+	}
+	op.log.Info("round reopened by chainsync open --retry", "round", id, "by", req.By)
+	goSafe(func() { op.watch(id) })
+	return id, nil
+}
