@@ -315,3 +315,17 @@ func TestUndoMismatchPlainNeighbourE2E(t *testing.T) {
 		}
 	}
 }
+
+// TestUndoNothingFailsE2E: with --undo on every node and no failure, the
+// round is done everywhere (exit 0) and no undo runs. docs/UNDO.md.
+func TestUndoNothingFailsE2E(t *testing.T) {
+	procs, dir := undoChain(t, []string{"A", "B", "C"}, "", "", nil)
+	for n, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", n, code)
+		}
+	}
+	if got := undoLog(t, dir); len(got) != 0 {
+		t.Errorf("undos ran without a failure: %q", got)
+	}
+}
