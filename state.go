@@ -133,6 +133,9 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 		}
 	case ResumeRerun:
 		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
+		if err := n.step(protocol.Rerun(id)); err != nil { // its restart grace again (liveness.go)
+			n.log.Error("internal error: rerun", "round", id, "err", err)
+		}
 		n.startTask(id)
 	default:
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")

@@ -430,3 +430,22 @@ func (m *Machine) reannounce(s Side, out []Action) []Action {
 	}
 	return out
 }
+
+// EvRerun: the driver runs the task of Round again, a task its restart
+// interrupted (a resume policy of "rerun"; Rerun). Its value is apart
+// from the machine's others.
+const EvRerun EventKind = 96
+
+// Rerun is the event "the task of round, interrupted by this node's
+// restart, runs again": the round stays in StateStart, and a node with a
+// restart grace announces it again (on the links as they come up).
+func Rerun(round string) Event { return Event{Kind: EvRerun, Round: round} }
+
+// rerun announces this node's grace for r's task run again.
+func (m *Machine) rerun(id string, out []Action) ([]Action, error) {
+	r := m.rounds[id]
+	if r == nil || r.state != StateStart {
+		return out, ErrNotRunning
+	}
+	return m.announce(r, m.cfg.RestartGrace.Truncate(time.Millisecond), out), nil
+}

@@ -323,3 +323,39 @@ func TestGraceLineChecks(t *testing.T) {
 		}
 	}
 }
+
+// docs/DESIGN.md, "Liveness": a task that its restart interrupted and
+// that runs again (a resume policy of "rerun") is announced again: the
+// neighbours hold B's grace anew, and a second restart inside it is no
+// fault either.
+func TestGraceRerunAnnouncesAgain(t *testing.T) {
+	g := newGraceNet(t, protocol.PolicyHalt, 3)
+	g.runTo(1)
+	if _, err := g.net.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{0, 1} {
+		g.net.SetLink(p, true)
+		g.net.Step(p, protocol.LinkUp(protocol.Succ))
+		g.net.Step(p+1, protocol.LinkUp(protocol.Pred))
+	}
+	g.settle()
+	before := len(g.graces[0])
+	g.net.Rerun(1, "r1")
+	g.settle()
+	for _, i := range []int{0, 2, 3} {
+		gs := g.graces[i]
+		if last := gs[len(gs)-1]; last.Node != "B" || last.For != testGrace {
+			t.Fatalf("node %d: last grace %v, want B's of %v again", i, last, testGrace)
+		}
+	}
+	if len(g.graces[0]) <= before {
+		t.Fatalf("A heard no new grace after the rerun")
+	}
+	if _, err := g.net.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	g.net.Hang(1, true)
+	g.advance(testGrace-2*time.Second, 500*time.Millisecond)
+	g.noTimeouts("within the grace of the rerun")
+}

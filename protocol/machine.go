@@ -781,6 +781,8 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
+	case EvRerun:
+		return m.rerun(ev.Round, out) // liveness.go
 	case EvTick:
 		return m.tick(ev, out), nil
 	case EvLinkDown:

@@ -53,5 +53,6 @@ func (n *Network) Restart(i int) (interrupted []string, err error) {
 // resume policy is "rerun" does with a task its restart interrupted. The
 // Machine asked for nothing: it is in state START already.
 func (n *Network) Rerun(i int, round string) {
+	n.Step(i, protocol.Rerun(round)) // its restart grace, if it has one
 	n.Tasks = append(n.Tasks, Task{Node: i, Round: round})
 }
