@@ -472,6 +472,9 @@ func (n *Node) snapshot() Snapshot {
 		if ri := n.rounds[v.Round]; ri != nil {
 			rs.Since = ri.since
 		}
+		if ph, w, _ := n.m.Undo(v.Round); ph != protocol.PhaseNone {
+			rs.Undo = undoDoing(ph, w) // undo.go
+		}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })

@@ -51,10 +51,16 @@ type RoundStatus struct {
 	WaitingFor protocol.Wait
 	// Gate names this node when WaitingFor is WaitApproval or WaitHold.
 	Gate string
+	// Undo: the round failed and its undo wave is under way here, in
+	// words (undo.go); "" otherwise.
+	Undo string
 }
 
 // Doing says in words what the round is waiting for at this node.
 func (r RoundStatus) Doing() string {
+	if r.Undo != "" {
+		return r.Undo
+	}
 	switch w := r.WaitingFor; w {
 	case protocol.WaitLocal:
 		return "waiting to become locally ready"

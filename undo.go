@@ -232,3 +232,20 @@ func (n *Node) undoRefused(l *link) {
 	n.recordFault(f)
 	n.later(func() { n.announce(f, true, fe) })
 }
+
+// undoDoing says in words where a failed round's undo wave stands here,
+// for Snapshot and /status.
+func undoDoing(ph protocol.UndoPhase, w protocol.Wave) string {
+	failed := "failed at " + w.Failed + " (" + w.Kind + ")"
+	switch ph {
+	case protocol.PhaseAwait:
+		return failed + "; waiting for UNDO from the successor (the nodes after this one undo first)"
+	case protocol.PhaseRunning:
+		return failed + "; running its undo"
+	case protocol.PhaseDone:
+		return failed + "; undone here; waiting for the nodes before it and the outcome"
+	case protocol.PhaseFailed:
+		return failed + "; its undo failed"
+	}
+	return failed + "; nothing to undo here; waiting for the undo wave's outcome"
+}

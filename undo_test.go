@@ -3,10 +3,12 @@ package chainsync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/testnet"
 )
@@ -133,6 +135,56 @@ func TestUndoFailsLibrarySimulated(t *testing.T) {
 		defer mu.Unlock()
 		if !slices.Equal(undos, []string{"N1"}) {
 			t.Errorf("undos %q, want N1's only", undos)
+		}
+	})
+}
+
+// TestUndoSnapshotSimulated: while N1's undo runs, Snapshot (and so
+// /status) says so at N1, and that N0 waits for UNDO from its successor.
+// docs/UNDO.md, "Outcomes".
+func TestUndoSnapshotSimulated(t *testing.T) {
+	simulated(t, func(t *testing.T) {
+		cfgs := simChain(t, testnet.NewNetwork(), 3)
+		started, release := make(chan struct{}), make(chan struct{})
+		for i := range cfgs {
+			cfgs[i].Task = func(ctx context.Context, round string) error {
+				if i == 2 {
+					return exitErr(1)
+				}
+				return nil
+			}
+			cfgs[i].Undo = func(ctx context.Context, round string, u UndoInfo) error {
+				if i == 1 {
+					close(started)
+					<-release
+				}
+				return nil
+			}
+		}
+		nodes := startAll(t, cfgs, []int{2, 1, 0})
+		for _, n := range nodes {
+			if err := n.Ready(""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-started
+		after(10 * time.Millisecond) // the notice reaches N0
+		doing := func(n *Node) string {
+			rs := n.Snapshot().Rounds
+			if len(rs) != 1 {
+				return fmt.Sprint(rs)
+			}
+			return rs[0].Doing()
+		}
+		if d := doing(nodes[1]); !strings.Contains(d, "running its undo") {
+			t.Errorf("N1 during its undo: %q", d)
+		}
+		if d := doing(nodes[0]); !strings.Contains(d, "waiting for UNDO from the successor") {
+			t.Errorf("N0 during N1's undo: %q", d)
+		}
+		close(release)
+		if res, _ := nodes[0].Wait(context.Background(), ""); res.Undo != "failed at N2 (task exited 1); undone by N1, N0" {
+			t.Errorf("N0: %q", res.Undo)
 		}
 	})
 }
