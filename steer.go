@@ -249,6 +249,7 @@ func (n *Node) stepSteer(s protocol.Steer) {
 	}
 	if s.What.Event() {
 		n.noteEvent(steerStatus(s, true))
+		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
 	} else {
 		n.sd.sent = s
 	}
@@ -317,7 +318,7 @@ func (n *Node) steerAct(a *protocol.Action) {
 		default:
 			n.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
 		}
-		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String()})
+		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String(), Err: errors.New(st.Text(time.Local))})
 	}
 }
 
@@ -377,7 +378,7 @@ func (n *Node) Hold(req Request) error {
 			return err
 		}
 		n.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold"})
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
 		if n.cfg.OnHold != nil {
 			n.cfg.OnHold(HoldEvent{Kind: "hold", Round: n.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()})
 		}
@@ -411,7 +412,7 @@ func (n *Node) Release(req Request) error {
 			return err
 		}
 		n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none"})
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
 		n.announceSteer()
 		return nil
 	})
@@ -477,7 +478,7 @@ func (n *Node) Approve(req Request) (string, error) {
 		}
 		delete(n.sd.waiting, id)
 		n.log.Warn("approved: the task starts", "round", id, "by", req.By)
-		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved"})
+		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
 		if err := n.step(protocol.Approve(id)); err != nil {
 			return err
 		}
@@ -662,7 +663,7 @@ func (n *Node) Pause(req Request) error {
 		}
 		n.sd.resumed = make(chan struct{})
 		n.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause"})
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
 		n.announceSteer()
 		return nil
 	})
@@ -685,7 +686,7 @@ func (n *Node) Resume(req Request) error {
 			n.sd.resumed = nil
 		}
 		n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume"})
+		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
 		n.announceSteer()
 		return nil
 	})
@@ -786,4 +787,13 @@ func (n *Node) Retry(req Request) error {
 		n.announceSteer()
 		return nil
 	})
+}
+
+// steerWhy says who asked and why, for a trace record.
+func steerWhy(req Request) error {
+	why := "asked" + byText(req.By)
+	if req.Reason != "" {
+		why += ": " + req.Reason
+	}
+	return errors.New(why)
 }

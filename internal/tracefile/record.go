@@ -44,6 +44,7 @@ const (
 	KindRoundDone = "round-done"
 	KindFault     = "fault"
 	KindOpened    = "round-opened"
+	KindSteer     = "steer" // a hold, approval wait, pause, denial, cancel or retry (docs/STEERING.md)
 	KindDropped   = "dropped" // the writer fell behind and dropped Count records
 )
 
@@ -70,6 +71,7 @@ type Record struct {
 	Queued    bool   `json:"queued,omitempty"` // sent: the link was down, it goes out on reconnect
 	Status    string `json:"status,omitempty"` // round-done: done, task failed, fault, stopped
 	Fault     string `json:"fault,omitempty"`  // fault: its kind (peer-silent, ...)
+	Steer     string `json:"steer,omitempty"`  // steer: hold, approval, approved, pause, resume, denied, cancel, retry, skip or none
 	Error     string `json:"error,omitempty"`
 	Count     int    `json:"count,omitempty"` // dropped: how many records; violation: how many it stands for, if more than one
 
@@ -164,6 +166,8 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 		r.Status = ev.Status.String()
 	case chainsync.TraceRoundOpened:
 		r.Kind = KindOpened
+	case chainsync.TraceSteer:
+		r.Kind, r.Steer, r.Peer = KindSteer, ev.Steer, ev.Origin // Peer: the node it is about, "" this one
 	case chainsync.TraceFault:
 		r.Kind = KindFault
 		r.Fault = string(ev.Fault)

@@ -614,6 +614,13 @@ func draw(w io.Writer, lanes []*lane, opts Options) (Summary, error) {
 					xi-8, y, at, esc(l.name), esc(roundLabel(r.Round)), esc(r.Status))
 			case KindDropped:
 				s.f(`<g class="violation"><text x="%.1f" y="%.1f">%d trace records dropped</text></g>`+"\n", xi+10, y+3, r.Count)
+			case KindSteer:
+				who := ""
+				if r.Peer != "" {
+					who = " at " + r.Peer
+				}
+				s.f(`<g class="steer"><text x="%.1f" y="%.1f">&#9646; %s%s</text><title>%s %s: %s%s, round %s: %s</title></g>`+"\n",
+					xi+10, y+3, esc(r.Steer), esc(who), at, esc(l.name), esc(r.Steer), esc(who), esc(roundLabel(r.Round)), esc(r.Error))
 			}
 		}
 	}
@@ -621,7 +628,7 @@ func draw(w io.Writer, lanes []*lane, opts Options) (Summary, error) {
 	// Legend.
 	ly := tl.end() + 40
 	s.f(`<g class="legend" font-size="11"><text x="12" y="%.1f">arrows: messages (READY blue, START green, COMPLETE brown; dashed: re-sent; dotted: one end not in the traces)</text>`, ly)
-	s.f(`<text x="12" y="%.1f">bars: tasks (red: failed) · red X: fault · short bar: round over here · circles: state changes · red dots on the axis: idle time cut short (hover for details)</text></g>`+"\n", ly+16)
+	s.f(`<text x="12" y="%.1f">bars: tasks (red: failed) · red X: fault · &#9646;: steering (a hold, an approval, a pause, a cancel, a retry) · short bar: round over here · circles: state changes · red dots on the axis: idle time cut short (hover for details)</text></g>`+"\n", ly+16)
 	s.f("</svg>\n")
 	_, err := io.WriteString(w, s.b.String())
 	return sum, err
