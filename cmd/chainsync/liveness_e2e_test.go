@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,5 +247,58 @@ func TestFaultClearsPagedOnceE2E(t *testing.T) {
 	}
 	if f, r := countPrefix(hooks, "B fault "), countPrefix(hooks, "B recover "); f > 1 || r > 1 {
 		t.Errorf("B: --on-fault ran %d times, --on-recover %d times, want at most once each: %q", f, r, hooks)
+	}
+}
+
+// TestNetnsSwitchRebootWithinGrace is the draft's switch stack with a real
+// reboot, one network namespace per node: B's task takes both of B's
+// interfaces down and SIGKILLs its own node, so neither A nor C sees a FIN
+// or RST (their connections to B stay half-open, and heartbeats stop
+// arriving). 3 s later B's links come back and B restarts on its state
+// directory, taking the reboot as its task. With --heartbeat 300ms and B's
+// --restart-grace 10s nobody reports anything: no hook runs, every node
+// exits 0, each task ran once and in order.
+func TestNetnsSwitchRebootWithinGrace(t *testing.T) {
+	t.Parallel()
+	tp := newNetnsTopo(t)
+	dir := t.TempDir()
+	hook := `echo "$CHAINSYNC_NODE $CHAINSYNC_FAULT $CHAINSYNC_PEER" >> "$DIR/hooks"`
+	common := []string{"--heartbeat", "300ms", "--on-fault", hook}
+	extraB := append(slices.Clone(common), "--restart-grace", "10s", "--state-dir", filepath.Join(dir, "state.B"), "--resume-task", "done")
+	taskB := netnsTask(`"$IP" link set bc down && "$IP" link set ba down && kill -KILL $PPID; sleep 30`)
+	quick := netnsTask("")
+	procs := tp.startChain(t, dir, map[string][]string{"A": common, "B": extraB, "C": common},
+		map[string][]string{"A": quick, "B": taskB, "C": quick})
+	if code := procs["B"].wait(t, 20*time.Second); code != -1 {
+		t.Fatalf("B exited %d, want killed by its task (-1)", code)
+	}
+	time.Sleep(3 * time.Second) // the reboot
+	tp.mustIP(t, "B", "link", "set", "ba", "up")
+	tp.mustIP(t, "B", "link", "set", "bc", "up")
+	args := append([]string{"run", "--chain", netnsChain, "--name", "B"}, extraB...)
+	procs["B"] = tp.start(t, "B", []string{"DIR=" + dir, "IP=" + tp.ip}, append(append(args, "--"), taskB...)...)
+	for _, n := range []string{"A", "B", "C"} {
+		if code := procs[n].wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", n, code)
+		}
+	}
+	if hooks := readLines(t, filepath.Join(dir, "hooks")); len(hooks) != 0 {
+		t.Errorf("hooks ran: %q, want none", hooks)
+	}
+	for _, n := range []string{"A", "C"} {
+		procs[n].waitLog(t, time.Second, n+" seeing B back", containsAll("B is back: its restart grace is over"))
+		if k := procs[n].logCount("ERROR"); k != 0 {
+			t.Errorf("%s logged %d ERROR lines, want none", n, k)
+		}
+		if got := len(readLines(t, filepath.Join(dir, n+".start"))); got != 1 {
+			t.Errorf("%s's task started %d times, want once", n, got)
+		}
+	}
+	if got := len(readLines(t, filepath.Join(dir, "B.start"))); got != 1 {
+		t.Errorf("B's task started %d times, want once (the reboot was its task)", got)
+	}
+	a, c := nanos(t, filepath.Join(dir, "A.end")), nanos(t, filepath.Join(dir, "C.start"))
+	if len(a) != 1 || len(c) != 1 || a[0] > c[0] {
+		t.Errorf("C's task did not start after A's ended: %v, %v", a, c)
 	}
 }
