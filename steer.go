@@ -33,7 +33,7 @@ type Request struct {
 type SteerStatus struct {
 	Node     string    // the node it is about (its name in the chain)
 	Here     bool      // this node
-	What     string    // hold, approval, pause, denied or cancel (protocol.SteerWhat)
+	What     string    // hold, approval, pause, denied, cancel or retry (protocol.SteerWhat); here also approved, none (released) and resume
 	Round    string    // the round (approval, denied, cancel)
 	HasRound bool      // Round is set
 	Since    time.Time // when it began
@@ -61,6 +61,10 @@ func (s SteerStatus) Text(at *time.Location) string {
 		t = "round " + roundName(s.Round) + " retried at the Head " + s.Node + " at " + since
 	case "none":
 		t = "released at " + s.Node + " at " + since
+	case "approved":
+		t = "approved at " + s.Node + " (round " + roundName(s.Round) + ") at " + since
+	case "resume":
+		t = "resumed at the Head " + s.Node + " at " + since
 	default:
 		t = s.What + " at " + s.Node + " since " + since
 	}
@@ -413,6 +417,7 @@ func (n *Node) Release(req Request) error {
 		}
 		n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
+		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
 		n.announceSteer()
 		return nil
 	})
@@ -479,6 +484,7 @@ func (n *Node) Approve(req Request) (string, error) {
 		delete(n.sd.waiting, id)
 		n.log.Warn("approved: the task starts", "round", id, "by", req.By)
 		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
+		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
 		if err := n.step(protocol.Approve(id)); err != nil {
 			return err
 		}
@@ -687,6 +693,7 @@ func (n *Node) Resume(req Request) error {
 		}
 		n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
+		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
 		n.announceSteer()
 		return nil
 	})

@@ -131,6 +131,11 @@ func TestHoldThenApproveTCP(t *testing.T) {
 	if id, err := nodes[2].Approve(Request{By: "ann"}); err != nil || id != "r" {
 		t.Fatalf("approve: %q, %v", id, err)
 	}
+	if st := nodes[2].Snapshot().Steering; !slices.ContainsFunc(st, func(s SteerStatus) bool {
+		return s.What == "approved" && s.By == "ann" && strings.HasPrefix(s.Text(time.UTC), "approved at N2 (round r) at ")
+	}) {
+		t.Fatalf("the approval is not in N2's status: %+v", st)
+	}
 	waitDone(t, nodes, "r", "")
 	if got := sc.tasks(); !slices.Equal(got, []int{0, 1, 2, 3}) {
 		t.Fatalf("tasks %v, want in chain order", got)

@@ -308,6 +308,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		// Reopened by a retry, its task done here before: passed on
 		// without running it again, whatever gates this node.
 		out = append(out, Action{Kind: ActSkip, Round: r.id})
+		r.ran = m.cfg.Undo // its task did run, before the retry: the undo wave's to know
 		out = m.set(r, StateComplete, out)
 		if m.cfg.Role.HasSucc() {
 			out = m.send(r, Succ, Complete, out)
