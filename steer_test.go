@@ -228,3 +228,60 @@ func TestHoldJournalled(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+// docs/STEERING.md, "Pause and resume": a Head restarted while paused is
+// paused (its state directory says so), starts no task, and runs it once
+// resumed; a cancel ends a round StatusCancelled with the reason.
+func TestPauseJournalledAndCancel(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Name: "head", StateDir: dir, Task: func(context.Context, string) error { return nil }}
+	nd, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Pause(Request{By: "ann", Reason: "incident"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Pause(Request{}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a second pause: %v", err)
+	}
+	nd.Close()
+	nd, err = Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	paused, resumed := nd.Paused()
+	if !paused {
+		t.Fatal("not paused after the restart")
+	}
+	for _, r := range []string{"a", "b"} {
+		if err := nd.Ready(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "round a at the gate", func() bool { return gatedAt(nd, "a", protocol.WaitHold) })
+	if err := nd.Cancel(Request{Round: "a", HasRound: true, By: "ann", Reason: "stale"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ce *CancelledError
+	if res, _ := nd.Wait(ctx, "a"); res.Status != StatusCancelled || !errors.As(res.Err, &ce) || res.Err.Error() != "cancelled at the Head: stale (by ann)" {
+		t.Fatalf("cancelled round: %+v", res)
+	}
+	if err := nd.Cancel(Request{Round: "a", HasRound: true}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("cancel of a round over: %v", err)
+	}
+	if err := nd.Resume(Request{By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-resumed:
+	default:
+		t.Fatal("Paused's channel not closed by Resume")
+	}
+	if res, err := nd.Wait(ctx, "b"); err != nil || res.Status != StatusDone {
+		t.Fatalf("round b after the resume: %+v %v", res, err)
+	}
+}

@@ -167,7 +167,8 @@ func TestHoldE2E(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bFlags := []string{"--control", controlOf(dir, "B"), "--state-dir", filepath.Join(dir, "B.state")}
-	addrs := freeAddrs(t, 4)
+	addrs := freeAddrs(t, 5)
+	status := addrs[4]
 	names := []string{"A", "B", "C", "D"}
 	var chain []string
 	for i, n := range names {
@@ -177,6 +178,9 @@ func TestHoldE2E(t *testing.T) {
 		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n}, steerFlags...)
 		if n == "B" {
 			args = append(args, bFlags...)
+		}
+		if n == "D" {
+			args = append(args, "--status-addr", status)
 		}
 		args = append(args, "--", "sh", "-c", steerTask)
 		return startProc(t, n, []string{"DIR=" + dir}, args...)
@@ -203,6 +207,9 @@ func TestHoldE2E(t *testing.T) {
 		if !strings.Contains(procs[n].err.String(), "held at B since") {
 			t.Errorf("%s was not told of B's hold:\n%s", n, procs[n].err.String())
 		}
+	}
+	if code, out, _ := steerCmd(t, "status", status); code != 0 || !strings.Contains(out, "held at B since ") || !strings.Contains(out, "(change window)") {
+		t.Errorf("status at D (exit %d) does not say B is held:\n%s", code, out)
 	}
 
 	// kill -9 while held; restarted on its state directory it is held.
