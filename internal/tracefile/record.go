@@ -44,8 +44,12 @@ const (
 	KindRoundDone = "round-done"
 	KindFault     = "fault"
 	KindOpened    = "round-opened"
-	KindSteer     = "steer" // a hold, approval wait, pause, denial, cancel or retry (docs/STEERING.md)
+	KindSteer     = "steer"   // a hold, approval wait, pause, denial, cancel or retry (docs/STEERING.md)
 	KindDropped   = "dropped" // the writer fell behind and dropped Count records
+	// KindFaultCleared: a liveness fault in force here cleared: Peer is
+	// back, Fault the kind that cleared (docs/FAULTS.md, "A fault that
+	// clears, paged once").
+	KindFaultCleared = "fault-cleared"
 )
 
 // TimeFormat is how Record.Time is written: RFC 3339 with nanoseconds.
@@ -171,6 +175,8 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 	case chainsync.TraceFault:
 		r.Kind = KindFault
 		r.Fault = string(ev.Fault)
+	case chainsync.TraceFaultCleared:
+		r.Kind, r.Fault = KindFaultCleared, string(ev.Fault)
 	case chainsync.TraceUndoStart:
 		r.Kind = KindUndoStart
 	case chainsync.TraceUndoEnd:
