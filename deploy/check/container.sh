@@ -33,8 +33,10 @@ need dpkg-deb dpkg
 # Images and layers live under the cache (the stand-ins and the build
 # stage's layers are kept for next time), not in the machine's own podman
 # storage.
+# Its run-time state under /run, one directory per cache.
+pmrun=/run/chainsync-deploy-check/$(echo "$CACHE" | sha256sum | cut -c1-8)
 pm() {
-  podman --root "$CACHE/containers/storage" --runroot /run/chainsync-deploy-check/containers \
+  podman --root "$CACHE/containers/storage" --runroot "$pmrun/storage" --tmpdir "$pmrun/libpod" \
     --cgroup-manager=cgroupfs --events-backend=file --runtime=runc "$@"
 }
 # podman's default limits for a root container (1048576 open files) are
@@ -44,6 +46,13 @@ pm() {
 # below the host's.
 ulimits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
 prun() { pm run --pull=never "${ulimits[@]}" "$@"; }
+# The storage is only a cache: one podman cannot open (made with other
+# settings, say) is started afresh.
+if ! pm images >/dev/null 2>&1; then
+  say "podman cannot use $CACHE/containers ($(pm images 2>&1 | tail -1)): starting it afresh"
+  rm -rf "$CACHE/containers" "$pmrun"
+  pm images >/dev/null || fail "podman does not start"
+fi
 
 work=$(mktemp -d /tmp/chainsync-container.XXXXXX)
 on_exit "rm -rf '$work'"
