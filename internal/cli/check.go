@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -413,11 +414,12 @@ type settings struct {
 	rounds    string // "round=ID", "rounds=N" or "unnamed"
 	heartbeat bool
 	serve     bool
-	whoami    // who sends it, and its --chain (identity.go)
+	undo      bool // --undo, a chain setting (docs/UNDO.md)
+	whoami         // who sends it, and its --chain (identity.go)
 }
 
 func (o *runOpts) settings() settings {
-	st := settings{rounds: "unnamed", heartbeat: o.heartbeat > 0, serve: o.serve}
+	st := settings{rounds: "unnamed", heartbeat: o.heartbeat > 0, serve: o.serve, undo: o.undoCmd != ""}
 	switch {
 	case o.rounds > 0:
 		st.rounds = "rounds=" + strconv.Itoa(o.rounds)
@@ -429,7 +431,11 @@ func (o *runOpts) settings() settings {
 }
 
 func (st settings) line() string {
-	return fmt.Sprintf("%s%s heartbeat=%t serve=%t%s\n", settingsTag, st.rounds, st.heartbeat, st.serve, st.whoami.fields())
+	undo := ""
+	if st.undo {
+		undo = " undo=true" // only then: the line of a node without it is as before
+	}
+	return fmt.Sprintf("%s%s heartbeat=%t serve=%t%s%s\n", settingsTag, st.rounds, st.heartbeat, st.serve, st.whoami.fields(), undo)
 }
 
 // readSettings reads a neighbour's settings line, if it sends one.
@@ -446,7 +452,7 @@ func readSettings(r io.Reader) (settings, bool) {
 	if len(f) < 3 {
 		return settings{}, false
 	}
-	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true", whoami: readWhoami(f[3:])}, true
+	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true", undo: slices.Contains(f[3:], "undo=true"), whoami: readWhoami(f[3:])}, true
 }
 
 // compareSettings says how a predecessor's settings differ from its
@@ -462,6 +468,9 @@ func compareSettings(pred, succ settings) string {
 	}
 	if pred.serve != succ.serve {
 		diffs = append(diffs, fmt.Sprintf("--serve is %s at the predecessor and %s at the successor (set it on every node of a long-lived chain)", onOff(pred.serve), onOff(succ.serve)))
+	}
+	if pred.undo != succ.undo {
+		diffs = append(diffs, fmt.Sprintf("--undo is %s at the predecessor and %s at the successor (set it on every node or none)", onOff(pred.undo), onOff(succ.undo)))
 	}
 	return strings.Join(diffs, "; ")
 }

@@ -75,15 +75,19 @@ func loopbackHost(host string) bool {
 // node, for the identity line's digest and its mismatch message. A served
 // chain learns its rounds from the Head: only --serve counts there.
 func (o *runOpts) roundSettings() string {
+	s := "the unnamed round"
 	switch {
 	case o.serving():
-		return "--serve"
+		s = "--serve"
 	case o.rounds > 0:
-		return "--rounds " + strconv.Itoa(o.rounds)
+		s = "--rounds " + strconv.Itoa(o.rounds)
 	case o.round != "":
-		return "--round " + o.round
+		s = "--round " + o.round
 	}
-	return "the unnamed round"
+	if o.undoCmd != "" {
+		s += " with --undo" // a chain setting too (docs/UNDO.md)
+	}
+	return s
 }
 
 // whoami is what chainsync check tells a neighbour that runs check too,
