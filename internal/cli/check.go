@@ -31,8 +31,8 @@ line, so no round starts. It listens for the predecessor and dials the
 successor at the same time, so neighbours that both run check see each
 other: start check on every node within --timeout. A task after -- is
 checked to be runnable. Two neighbours that both run check also compare
-their round settings (--round, --rounds), --heartbeat, --serve and
---chain ("C's --chain is A,C,B; this node's is A,B,C"). A predecessor
+their round settings (--round, --rounds), --heartbeat, --serve, --undo
+and --chain ("C's --chain is A,C,B; this node's is A,B,C"). A predecessor
 connection from the address --chain gives another node is never "ok": it
 names that node. Prints one line per link, "ok" or the reason (wrong CA,
 pin mismatch, PSK mismatch, configuration mismatch, refused, unreachable,
