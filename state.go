@@ -75,6 +75,10 @@ func (n *Node) resume(st *journal.State) {
 			ri.cause = errors.New("the task failed before this node restarted")
 			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
 		case protocol.StateAborted:
+			if st.Faults[rec.Round] == string(FaultCancelled) { // steer.go: cancelled at the Head, not a fault
+				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}})
+				break
+			}
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
 				Reason: "the round was aborted by this fault before this node restarted"}
 			if fe.Kind == "" {

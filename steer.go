@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -599,6 +600,11 @@ func (n *Node) chainPause(s protocol.Steer) {
 	}
 }
 
+// FaultCancelled is how a state directory records a round cancelled at
+// the Head (chainsync journal shows it as the round's fault kind); the
+// round's status is StatusCancelled, not a fault.
+const FaultCancelled FaultKind = "cancelled"
+
 // CancelledError is the error of a round cancelled at the Head
 // (Node.Cancel): StatusCancelled.
 type CancelledError struct {
@@ -631,6 +637,11 @@ func (n *Node) cancelled(round string, ce *CancelledError) {
 	}
 	if ri.cause == nil {
 		ri.cause, ri.reported = ce, true
+		if n.j != nil && n.broken == nil {
+			// Written with the turn's records: a restarted node knows the
+			// round was cancelled, not faulted.
+			n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: string(FaultCancelled)})
+		}
 	}
 	if _, ok := n.sd.waiting[round]; ok {
 		delete(n.sd.waiting, round)

@@ -284,4 +284,17 @@ func TestPauseJournalledAndCancel(t *testing.T) {
 	if res, err := nd.Wait(ctx, "b"); err != nil || res.Status != StatusDone {
 		t.Fatalf("round b after the resume: %+v %v", res, err)
 	}
+	// Restarted again: the journal says a was cancelled, not faulted.
+	nd.Close()
+	nd, err = Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	if res, _ := nd.Wait(ctx, "a"); res.Status != StatusCancelled {
+		t.Fatalf("cancelled round after a restart: %+v", res)
+	}
+	for _, f := range nd.Snapshot().Faults {
+		t.Errorf("a fault after the restart: %+v", f)
+	}
 }

@@ -188,7 +188,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 		delete(op.open, id)
 		op.cond.Broadcast()
 		op.mu.Unlock()
-		return "", fmt.Errorf("round %s was used already (it is finished at this node): a round id is used once; choose another id, or leave --id out for a new one", id)
+		return "", fmt.Errorf("round %s was used already (it is finished at this node): a round id is used once; choose another id, leave --id out for a new one, or reopen it with chainsync open --retry %[1]s if it did not end done", id)
 	}
 	if err != nil {
 		op.mu.Lock()
