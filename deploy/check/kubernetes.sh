@@ -72,12 +72,16 @@ api=$!
 on_exit "kill $api 2>/dev/null; wait $api 2>/dev/null"
 dump() { echo "--- apiserver log:"; tail -30 "$work/apiserver.log"; }
 fail_hook=dump
-ready() {
-  kill -0 "$api" || fail "the API server exited"
-  [ "$("${kubectl[@]}" get --raw /readyz 2>/dev/null)" = ok ] &&
-    "${kubectl[@]}" get namespace default >/dev/null 2>&1
+# Ready: /readyz says ok and the default namespace exists (the manifests
+# go there). Or gone.
+ready_or_gone() {
+  ! kill -0 "$api" 2>/dev/null || {
+    [ "$("${kubectl[@]}" get --raw /readyz 2>/dev/null)" = ok ] &&
+      "${kubectl[@]}" get namespace default >/dev/null 2>&1
+  }
 }
-poll 180 "the API server is not ready" ready
+poll 180 "the API server is not ready" ready_or_gone
+kill -0 "$api" 2>/dev/null || fail "the API server exited"
 fail_hook=""
 say "   ready: $("${kubectl[@]}" version -o json 2>/dev/null | awk -F'"' '/gitVersion/ {v = $4} END {print "server " v}')"
 
