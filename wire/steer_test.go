@@ -55,7 +55,7 @@ var steerSeeds = []string{
 	"STEER A 5 pause - ops",
 	"STEER A 6 cancel : ops stale data",
 	"STEER A 7 retry :batch-7 ops",
-	"STEER A 8 retry - ops", // retry without a round
+	"STEER A 8 retry - ops",       // retry without a round
 	"STEER C 1 approval - -",      // approval without a round
 	"STEER C 0 hold - -",          // At must be positive
 	"STEER C 01 hold - -",         // no leading zero

@@ -71,7 +71,8 @@ type controlServer struct {
 	path  string // the unix socket, removed on close
 	node  *chainsync.Node
 	opMu  sync.Mutex
-	op    *opener // the Head's, once it serves (setOpener); nil elsewhere
+	op    *opener       // the Head's, once it serves (setOpener); nil elsewhere
+	opSet chan struct{} // closed by setOpener
 	log   *slog.Logger
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -87,7 +88,7 @@ func listenControl(addr string, node *chainsync.Node, log *slog.Logger) (*contro
 	if err != nil {
 		return nil, err
 	}
-	cs := &controlServer{node: node, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{})}
+	cs := &controlServer{node: node, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{}), opSet: make(chan struct{})}
 	if network == "unix" {
 		if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
 			c.Close()
@@ -172,9 +173,7 @@ func (cs *controlServer) serve(c net.Conn) {
 		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
 		return
 	}
-	cs.opMu.Lock()
-	op := cs.op
-	cs.opMu.Unlock()
+	op := cs.opener() // steer.go
 	if op == nil {
 		why := "this node is not a Head that opens rounds: chainsync open goes to the Head's --control"
 		if !cs.node.Role().HasPred() {
@@ -228,6 +227,11 @@ func (cs *controlServer) serve(c net.Conn) {
 func (cs *controlServer) setOpener(op *opener) {
 	cs.opMu.Lock()
 	cs.op = op
+	select {
+	case <-cs.opSet:
+	default:
+		close(cs.opSet)
+	}
 	cs.opMu.Unlock()
 }
 

@@ -398,3 +398,21 @@ func (op *opener) retry(req controlRequest, notify chan outcome) (string, error)
 	goSafe(func() { op.watch(id) })
 	return id, nil
 }
+
+// opener returns the Head's opener. At the Head, whose --control makes
+// it serve, a request that comes while the Head is still starting waits
+// for it (at most 10 s) rather than being told it opens no rounds.
+func (cs *controlServer) opener() *opener {
+	if !cs.node.Role().HasPred() {
+		t := time.NewTimer(10 * time.Second)
+		select {
+		case <-cs.opSet:
+		case <-cs.quit:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	cs.opMu.Lock()
+	defer cs.opMu.Unlock()
+	return cs.op
+}
