@@ -285,6 +285,11 @@ func TestUndoKilledDuringUndoE2E(t *testing.T) {
 	if got2 := strings.Join(undoLog(t, dir), "|"); got2 != got {
 		t.Errorf("an undo ran again after it ended: %q", got2)
 	}
+	// chainsync journal says what B's state directory remembers of it.
+	j := startProc(t, "journal", nil, "journal", filepath.Join(dir, "B.state"))
+	if code := j.wait(t, 10*time.Second); code != 0 || !strings.Contains(j.out.String(), "undo: ran and ended; failed at C (task exited 1); undone by B, A") {
+		t.Errorf("chainsync journal of B: exit %d\n%s%s", code, j.out.String(), j.err.String())
+	}
 }
 
 // TestUndoMismatchPlainNeighbourE2E: a successor that runs neither --undo

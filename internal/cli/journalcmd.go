@@ -64,6 +64,8 @@ type journalRound struct {
 	LastSentSucc string `json:"last_sent_succ,omitempty"`
 	LastRecvPred string `json:"last_recv_pred,omitempty"`
 	LastRecvSucc string `json:"last_recv_succ,omitempty"`
+	// Undo: where the round's undo wave stood here (--undo), "" none.
+	Undo string `json:"undo,omitempty"`
 }
 
 // journalDoc is chainsync journal's output.
@@ -192,6 +194,9 @@ func describeRound(role string, r protocol.Record, fault string) journalRound {
 		}
 	default:
 		jr.Outcome = "in progress"
+	}
+	if jr.Undo = undoText(r.Undo); jr.Undo != "" {
+		jr.Outcome += "; undo: " + jr.Undo
 	}
 	switch {
 	case hasPred && r.Delivered:

@@ -31,3 +31,29 @@ func undoFunc(o *runOpts, rp *reaper, role protocol.Role, log *slog.Logger) func
 		return undos.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round, "CHAINSYNC_FAILED_NODE="+u.FailedNode, "CHAINSYNC_FAULT="+u.Fault)
 	}
 }
+
+// undoText says where a journalled round's undo stood (chainsync journal):
+// "" when the round had no undo wave here.
+func undoText(u protocol.UndoRecord) string {
+	var s string
+	switch u.Phase {
+	case protocol.PhaseNone:
+		return ""
+	case protocol.PhaseAwait:
+		s = "due, waiting for the nodes after this one"
+	case protocol.PhaseRunning:
+		s = "started, no end recorded (a restarted node runs it again)"
+	case protocol.PhaseDone:
+		s = "ran and ended"
+	case protocol.PhaseFailed:
+		s = "ran and failed"
+	case protocol.PhaseNothing:
+		s = "nothing to undo here"
+	case protocol.PhaseKept:
+		s = "not undone (the wave stopped before this node)"
+	}
+	if u.Ended {
+		s += "; " + u.Wave.Outcome()
+	}
+	return s
+}
