@@ -150,7 +150,10 @@ func steerCommands() []*command {
 	var out []*command
 	for _, sc := range steerCmds {
 		args := "--control ADDR"
-		if sc.round {
+		switch {
+		case sc.roundRequired:
+			args += " --round ID"
+		case sc.round:
 			args += " [--round ID]"
 		}
 		if sc.reason {
