@@ -697,7 +697,7 @@ func (n *Node) act(a *protocol.Action) {
 				}
 			}
 			if res.Err = ri.cause; res.Err == nil {
-				res.Err = errors.New("chainsync: round aborted")
+				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
 			}
 			if a.Outcome == protocol.NoExitWave && !failedAfter(res.Err) {
 				// The tasks after this node may have run: say so, not

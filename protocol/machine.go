@@ -516,6 +516,10 @@ type Machine struct {
 	order           []*round
 	readyAt, taskAt int
 	moved           []*round // rounds pump moved in this step (Durable), once each
+	// halted: PolicyHalt ended every unfinished round for a fault. A
+	// round opened after that ends at once, aborted: nobody runs a task
+	// after a halt.
+	halted bool
 	notices         map[Notice]bool
 	noticeQ         []Notice // the notices in notices, oldest first
 
@@ -616,8 +620,10 @@ func (m *Machine) unfinished() []*round {
 	return rs
 }
 
-// abortAll aborts every unfinished round (PolicyHalt).
+// abortAll aborts every unfinished round (PolicyHalt), and every round
+// opened from now on (halted).
 func (m *Machine) abortAll(out []Action) []Action {
+	m.halted = true
 	for _, r := range m.unfinished() {
 		out = m.abortRound(r, out)
 	}
@@ -905,6 +911,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 				return violation(0, fmt.Sprintf("too many concurrent rounds (limit %d)", m.cfg.MaxRounds))
 			}
 			r, out = m.open(msg.Round, Pred, out)
+			if m.halted {
+				return m.abortRound(r, out), nil
+			}
 		} else if r.predReady {
 			return out, nil // duplicate
 		}
@@ -975,6 +984,9 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 			return out, ErrTooManyRounds
 		}
 		r, out = m.open(id, 0, out)
+		if m.halted {
+			return m.abortRound(r, out), nil
+		}
 	} else if r.state.Terminal() {
 		return out, ErrRoundFinished
 	}

@@ -128,3 +128,26 @@ func TestPolicyPhase(t *testing.T) {
 func recvNote(from protocol.Side, n protocol.Notice) protocol.Event {
 	return protocol.Recv(from, protocol.Message{Cmd: protocol.FaultNotice, Note: &n})
 }
+
+// docs/DESIGN.md "Faults": after a halt nobody runs a task. A round
+// opened at a node after its halt (locally, or by a predecessor's READY)
+// ends at once, aborted, and no task of it runs.
+func TestPolicyHaltEndsLaterRounds(t *testing.T) {
+	m := protocol.New(protocol.Config{Role: protocol.Middle, Extensions: true})
+	step(t, m, protocol.LocalReady("a"))
+	step(t, m, protocol.ReportHalt(protocol.Notice{HasRound: true, Round: "a", Kind: "task-failed", Origin: "B", Blamed: "B"}))
+	for _, ev := range []protocol.Event{protocol.LocalReady("b"), protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.Ready, Round: "c"})} {
+		acts := step(t, m, ev)
+		id, _ := ev.RoundOf()
+		done := false
+		for _, a := range acts {
+			if a.Kind == protocol.ActRunTask || a.Kind == protocol.ActSend && a.Msg.Cmd != protocol.FaultNotice {
+				t.Errorf("round %s after the halt: %v", id, a)
+			}
+			done = done || a.Kind == protocol.ActDone && a.Round == id && a.Outcome == protocol.Aborted
+		}
+		if !done {
+			t.Errorf("round %s opened after the halt did not end aborted: %v", id, acts)
+		}
+	}
+}

@@ -59,6 +59,9 @@ type Checker struct {
 	// which it must have aborted by the end of the step.
 	abortAll, mustAll bool
 	abortOK, must     []string
+	// halted: under halt, the node's machine has ended every round for a
+	// fault; from then on a round it opens must end at once, aborted.
+	halted map[int]bool
 	grace             graceRef             // restart graces (check_grace.go)
 	undo              map[string][]UndoRef // per round, per node (check_undo.go)
 }
@@ -196,8 +199,8 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 	c.ev = ev
 	c.abortAll, c.mustAll, c.abortOK, c.must = false, false, c.abortOK[:0], c.must[:0]
 	halt := c.net.Nodes[i].cfg.Policy == protocol.PolicyHalt
-	if ev.Kind == protocol.EvReport && ev.Halt && halt {
-		c.abortAll, c.mustAll = true, true
+	if ev.Kind == protocol.EvReport && ev.Halt && halt || c.halted[i] {
+		c.abortAll, c.mustAll = true, true // after a halt, nothing runs: a new round ends at once
 	}
 	if ev.Kind == protocol.EvRecv && ev.Msg.Cmd.IsUndo() {
 		c.abortOK = append(c.abortOK, ev.Msg.Round) // the wave ends the round (check_undo.go)
@@ -210,6 +213,12 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 	}
 	if e := c.policyDone(i); e != nil {
 		return fmt.Errorf("node %d, event %s: %w", i, DescribeEvent(ev), e)
+	}
+	if c.mustAll {
+		if c.halted == nil {
+			c.halted = map[int]bool{}
+		}
+		c.halted[i] = true
 	}
 	if hasRound {
 		if e := c.checkState(i, id, "after "+DescribeEvent(ev)); e != nil {

@@ -15,6 +15,7 @@ import (
 // interrupted round with a TaskDone step (policy done: the restart was
 // the task, which so counts as its one run) or with Rerun.
 func (c *Checker) Restarted(i int, interrupted []string) error {
+	delete(c.halted, i) // a new process: its machine has not halted
 	ids := make([]string, 0, len(c.rounds))
 	for id := range c.rounds {
 		ids = append(ids, id)
