@@ -65,7 +65,10 @@ func TestFaultClearsOncePartitionSimulated(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		synctest.Wait() // the round waits for the Tail's readiness
+		// The round waits for the Tail's readiness, and N0's READY has
+		// reached N1 (its first dial may have come before N1 listened).
+		ws[1].waitState(t, "", protocol.StateReady)
+		synctest.Wait()
 		nw.Partition(simHost(0), simHost(1))
 		after(10 * d)
 		for i, blamed := range []string{"N1", "N0", "N0"} {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // End-to-end tests of the task's cgroup (Linux, cgroup v2 where the node
