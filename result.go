@@ -113,6 +113,11 @@ func (e *FaultError) Error() string {
 		st = "not open here"
 	}
 	s := fmt.Sprintf("chainsync: %s fault in round %s (%s): %s", e.Kind, roundName(e.Round), st, e.Reason)
+	if e.State == 0 && e.Round == "" {
+		// A fault of a link, not of a round (a neighbour configured
+		// differently, a second node in one place): no round to name.
+		s = fmt.Sprintf("chainsync: %s fault: %s", e.Kind, e.Reason)
+	}
 	switch {
 	case e.Side != 0 && e.Peer != "":
 		s += fmt.Sprintf(" (blames the %s %s)", e.Side, e.Peer)
