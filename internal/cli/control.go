@@ -430,7 +430,7 @@ func notControl(addr string, err error, rest io.Reader) string {
 	case n == 5 && string(head) == "HTTP/":
 		return fmt.Sprintf("%s answered, but not as a chainsync control socket: it speaks HTTP (is it a node's --status-addr? give the Head's --control address)", addr)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &syn), errors.As(err, &reset) && reset.Op == "read":
-		return fmt.Sprintf("%s answered, but not as a chainsync control socket: is it a chain port (--listen, --chain)? give the Head's --control address", addr)
+		return fmt.Sprintf("%s answered, but not as a chainsync control socket: is it a chain port? (a --listen or --chain address: give the Head's --control address)", addr)
 	}
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {

@@ -95,7 +95,7 @@ func notStatus(err error) string {
 	case strings.Contains(msg, "malformed HTTP"):
 		return "it answered, but not in HTTP: is it a Head's --control address? give the node's --status-addr"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "it hung up without an answer: is it a chain port (--listen, --chain)? give the node's --status-addr"
+		return "it hung up without an answer: is it a chain port? (a --listen or --chain address: give the node's --status-addr)"
 	case strings.Contains(msg, "connection reset by peer"):
 		return "it hung up on the request: is it a chain port or a Head's --control address? give the node's --status-addr"
 	}
