@@ -68,7 +68,13 @@ debian_tree() {
     if [ ! -x "$tree/lib/systemd/systemd" ]; then
       need debootstrap debootstrap
       say "debootstrap: a minimal Debian 12 with systemd into $tree (cached for next time)" >&2
-      rm -rf "$tree.tmp"
+      # A debootstrap cut short may have left its mounts (proc, sys, the
+      # host's /dev bound in): those go first, and rm stays on the tree's
+      # own file system whatever is left.
+      if [ -d "$tree.tmp" ]; then
+        findmnt -rn -o TARGET | grep -F "$tree.tmp/" | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+        rm -rf --one-file-system "$tree.tmp"
+      fi
       debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus \
         bookworm "$tree.tmp" "$(debian_mirror)" >"$CACHE/debootstrap.log" 2>&1 ||
         { tail -20 "$CACHE/debootstrap.log" >&2; fail "debootstrap (log: $CACHE/debootstrap.log)"; }
