@@ -50,7 +50,7 @@ prun() { pm run --pull=never "${ulimits[@]}" "$@"; }
 # settings, say) is started afresh.
 if ! pm images >/dev/null 2>&1; then
   say "podman cannot use $CACHE/containers ($(pm images 2>&1 | tail -1)): starting it afresh"
-  rm -rf "$CACHE/containers" "$pmrun"
+  rm -rf --one-file-system "$CACHE/containers" "$pmrun"
   pm images >/dev/null || fail "podman does not start"
 fi
 
