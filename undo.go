@@ -161,6 +161,10 @@ func (n *Node) undone(round string, w protocol.Wave) {
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
 		Err: fmt.Sprintf("chainsync: undo-failed in round %s: the undo failed at %s, which stopped the undo wave: %s", roundName(round), w.Stop, line)}
 	n.keepFault(f)
+	// Under FaultHalt the machine ends every other unfinished round for
+	// it, in the actions that follow: this is their cause.
+	n.cause = &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
+		Reason: "the undo failed at " + w.Stop + " in round " + roundName(round) + ", which halts the chain (" + line + ")"}
 	n.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
 	n.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
 	n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})

@@ -474,6 +474,8 @@ func (m *Machine) undoRecv(from Side, msg Message, out []Action) ([]Action, erro
 
 // undoEnd reports the outcome of r's wave here and ends the round:
 // aborted if it was still in progress, else with the outcome withheld.
+// An undo that failed is a fault everywhere: under PolicyHalt it ends
+// every other unfinished round here too.
 func (m *Machine) undoEnd(r *round, out []Action) []Action {
 	r.undo.Ended = true
 	out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.undo.Wave})
@@ -484,6 +486,9 @@ func (m *Machine) undoEnd(r *round, out []Action) []Action {
 		o := r.undo.Held
 		r.undo.Held = 0
 		out = m.finish(r, o, out)
+	}
+	if r.undo.Wave.Stop != "" && m.cfg.Policy == PolicyHalt {
+		out = m.abortAll(out)
 	}
 	return out
 }

@@ -369,3 +369,61 @@ func TestUndoLineRoundTrip(t *testing.T) {
 		t.Error("UNDO ON parsed without extensions")
 	}
 }
+
+// TestUndoFailedHaltsOtherRounds: an undo that fails is a fault
+// everywhere: under halt it ends the other rounds in flight (none of
+// whose tasks runs); under wait they go on, in order, once the failed
+// round has settled at each node. docs/UNDO.md, "When an undo fails".
+func TestUndoFailedHaltsOtherRounds(t *testing.T) {
+	for _, policy := range []protocol.Policy{protocol.PolicyHalt, protocol.PolicyWait} {
+		names := []string{"A", "B", "C"}
+		net := sim.New(sim.Config{Names: names, Machine: func(i int, c *protocol.Config) {
+			c.Extensions, c.Undo, c.Ordered, c.Name, c.Policy = true, true, true, names[i], policy
+		}})
+		ck := sim.NewChecker(net)
+		var ferr error
+		ck.Attach(func(e error) {
+			if ferr == nil {
+				ferr = e
+			}
+		})
+		r2Tasks := 0
+		hook := net.Hook
+		net.Hook = func(node int, ev protocol.Event, acts []protocol.Action, err error) {
+			hook(node, ev, acts, err)
+			for _, a := range acts {
+				if a.Kind == protocol.ActRunTask && a.Round == "r2" {
+					r2Tasks++
+				}
+			}
+		}
+		for _, r := range []string{"r1", "r2"} {
+			for i := range names {
+				net.Step(i, protocol.LocalReady(r))
+			}
+		}
+		for range 2000 {
+			switch {
+			case len(net.Busy()) > 0:
+				net.Deliver(net.Oldest())
+			case len(net.Tasks) > 0:
+				tk := net.Tasks[0]
+				net.FinishTask(0, tk.Node == 2 && tk.Round == "r1")
+			case len(net.Undos) > 0:
+				net.FinishUndo(0, net.Undos[0].Node == 1, 2)
+			}
+		}
+		if ferr != nil {
+			t.Fatalf("policy %v: %v", policy, ferr)
+		}
+		for i, nd := range net.Nodes {
+			st, _ := nd.M.State("r2")
+			switch {
+			case policy == protocol.PolicyHalt && (st != protocol.StateAborted || r2Tasks != 0):
+				t.Errorf("halt: node %d: r2 in %v, %d of its tasks ran; want it aborted, none run", i, st, r2Tasks)
+			case policy == protocol.PolicyWait && st != protocol.StateDone:
+				t.Errorf("wait: node %d: r2 in %v, want done", i, st)
+			}
+		}
+	}
+}

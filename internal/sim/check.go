@@ -62,8 +62,8 @@ type Checker struct {
 	// halted: under halt, the node's machine has ended every round for a
 	// fault; from then on a round it opens must end at once, aborted.
 	halted map[int]bool
-	grace             graceRef             // restart graces (check_grace.go)
 	undo              map[string][]UndoRef // per round, per node (check_undo.go)
+	grace             graceRef             // restart graces (check_grace.go)
 }
 
 // RoundRef is the reference record of one round.
@@ -202,10 +202,13 @@ func (c *Checker) Observe(i int, ev protocol.Event, acts []protocol.Action, err 
 	if ev.Kind == protocol.EvReport && ev.Halt && halt || c.halted[i] {
 		c.abortAll, c.mustAll = true, true // after a halt, nothing runs: a new round ends at once
 	}
+	c.steerEvent(i, ev) // check_steer.go
 	if ev.Kind == protocol.EvRecv && ev.Msg.Cmd.IsUndo() {
 		c.abortOK = append(c.abortOK, ev.Msg.Round) // the wave ends the round (check_undo.go)
 	}
-	c.steerEvent(i, ev) // check_steer.go
+	if c.undoFailedHalts(i, ev) { // check_undo.go
+		c.abortAll, c.mustAll = true, true
+	}
 	for _, a := range acts {
 		if e := c.action(i, a); e != nil {
 			return fmt.Errorf("node %d, event %s, action %s: %w", i, DescribeEvent(ev), DescribeAction(a), e)
@@ -291,12 +294,12 @@ func (c *Checker) action(i int, a protocol.Action) error {
 		nd.Started = true
 		r.Order = append(r.Order, i)
 
+	case protocol.ActRunUndo, protocol.ActUndone:
+		return c.undoAction(i, a) // check_undo.go
 	case protocol.ActGate, protocol.ActSteer:
 		return c.steerAction(i, a) // check_steer.go
 	case protocol.ActGrace, protocol.ActBack:
 		return c.graceAction(i, a) // check_grace.go
-	case protocol.ActRunUndo, protocol.ActUndone:
-		return c.undoAction(i, a) // check_undo.go
 	case protocol.ActSend:
 		if a.Msg.Cmd.IsUndo() {
 			return c.undoSend(i, a) // check_undo.go

@@ -149,3 +149,20 @@ func (c *Checker) undoKnown(id string, i int) bool {
 	u := c.UndoOf(id)
 	return u[i].Started || u[i].Outcome != nil
 }
+
+// undoFailedHalts reports whether ev at node i tells it that an undo
+// failed (its own, or an outcome saying so) for the first time under the
+// halt policy: a fault everywhere, which ends every unfinished round.
+func (c *Checker) undoFailedHalts(i int, ev protocol.Event) bool {
+	if c.net.Nodes[i].cfg.Policy != protocol.PolicyHalt {
+		return false
+	}
+	switch {
+	case ev.Kind == protocol.EvUndoDone:
+		return ev.Failed
+	case ev.Kind == protocol.EvRecv && ev.Msg.Cmd == protocol.UndoEnd && ev.Msg.Undo != nil:
+		_, known := c.net.Nodes[i].M.State(ev.Msg.Round)
+		return known && ev.Msg.Undo.Stop != "" && c.UndoOf(ev.Msg.Round)[i].Outcome == nil
+	}
+	return false
+}
