@@ -216,6 +216,9 @@ func TestHoldE2E(t *testing.T) {
 	procs["B"].signal(t, syscall.SIGKILL)
 	procs["B"].wait(t, 10*time.Second)
 	_ = os.Remove(sock)
+	if code, out, errOut := steerCmd(t, "journal", filepath.Join(dir, "B.state")); code != 0 || !strings.Contains(out, "steering: held since ") || !strings.Contains(out, "(change window)") {
+		t.Errorf("chainsync journal of B (exit %d) does not say it is held:\n%s%s", code, out, errOut)
+	}
 	procs["B"] = start("B")
 	procs["B"].waitLog(t, 10*time.Second, "B resumed held", containsAll("resumed held"))
 	waitFor(t, 10*time.Second, "B's control socket", func() bool { return exists(sock) })

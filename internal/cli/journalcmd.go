@@ -81,6 +81,8 @@ type journalDoc struct {
 	Torn    int            `json:"torn_bytes,omitempty"`
 	Rounds  []journalRound `json:"rounds"`
 	Damage  string         `json:"damage,omitempty"`
+	// Steering: what the steering file says (steer.go), in words.
+	Steering []string `json:"steering,omitempty"`
 }
 
 func journalFlags(fs *flag.FlagSet) { (&journalOpts{}).flags(fs) }
@@ -140,6 +142,7 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 	for _, r := range st.Rounds {
 		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round]))
 	}
+	doc.Steering = journalSteering(dir) // steer.go
 	return doc
 }
 
@@ -280,6 +283,9 @@ func printJournal(w io.Writer, doc journalDoc, snap *journal.Snapshot) {
 	}
 	fmt.Fprintf(w, "state directory %s: node %s (%s), journal %d bytes, %d round(s)\n", doc.Dir, quoteName(name), doc.Role, doc.Bytes, len(doc.Rounds))
 	fmt.Fprintf(w, "node: %s\n", doc.Node)
+	for _, s := range doc.Steering {
+		fmt.Fprintf(w, "steering: %s\n", s)
+	}
 	if doc.Torn > 0 {
 		fmt.Fprintf(w, "a last record of %d bytes is torn (a write cut short; the node drops it when it starts, or it is being written now)\n", doc.Torn)
 	}

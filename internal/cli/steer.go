@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -418,4 +419,57 @@ func (cs *controlServer) opener() *opener {
 	cs.opMu.Lock()
 	defer cs.opMu.Unlock()
 	return cs.op
+}
+
+// journalSteering says in words what a state directory's steering file
+// holds (chainsync journal): a hold, a pause, the approvals given, the
+// retried rounds done here already, the Head's pause as last heard.
+func journalSteering(dir string) []string {
+	data, err := journal.ReadSteer(dir)
+	if err != nil {
+		return []string{"the steering state cannot be read: " + strings.TrimPrefix(err.Error(), "chainsync: ")}
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	var f struct {
+		Hold, Pause *struct {
+			Since  int64  `json:"since"`
+			By     string `json:"by"`
+			Reason string `json:"reason"`
+		}
+		Approved   []string        `json:"approved"`
+		Skip       []string        `json:"skip"`
+		ChainPause *protocol.Steer `json:"chain_pause"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return []string{"the steering state is damaged: " + err.Error()}
+	}
+	when := func(ms int64, by, reason string) string {
+		s := "since " + time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05 UTC")
+		if by != "" {
+			s += " by " + by
+		}
+		if reason != "" {
+			s += " (" + reason + ")"
+		}
+		return s
+	}
+	var out []string
+	if h := f.Hold; h != nil {
+		out = append(out, "held "+when(h.Since, h.By, h.Reason)+": no task starts until chainsync release")
+	}
+	if p := f.Pause; p != nil {
+		out = append(out, "the chain paused here "+when(p.Since, p.By, p.Reason)+": until chainsync resume")
+	}
+	if p := f.ChainPause; p != nil {
+		out = append(out, "the chain paused at the Head "+p.Origin+" "+when(p.At, p.By, p.Reason)+", as last heard")
+	}
+	if len(f.Approved) > 0 {
+		out = append(out, "approvals given: "+roundList(f.Approved))
+	}
+	if len(f.Skip) > 0 {
+		out = append(out, "retried rounds whose task is done here already: "+roundList(f.Skip))
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // The steering file: beside the journal, a node keeps what people asked
@@ -63,4 +64,27 @@ func (j *Journal) LoadSteer() ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s/steer is larger than %d bytes", ErrCorrupt, j.dir, maxSteer)
 	}
 	return data, nil
+}
+
+// ReadSteer returns the steering file of the state directory dir, read
+// without its lock and without writing (chainsync journal), nil if there
+// is none. A symbolic link in its place is refused, never followed.
+func ReadSteer(dir string) ([]byte, error) {
+	path := filepath.Join(dir, "steer")
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrUnsafe, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxSteer))
 }
