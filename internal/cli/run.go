@@ -245,7 +245,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
 	}
-	if o.maxOpen < 1 {
+	if o.maxOpen < 0 || o.maxOpen == 0 && o.serve {
 		return cfg, nil, usagef("--max-open must be at least 1 (the rounds a served Head keeps in flight)")
 	}
 	if o.maxPending < 1 || o.pendingTimeout <= 0 {
