@@ -62,8 +62,8 @@ type Checker struct {
 	// halted: under halt, the node's machine has ended every round for a
 	// fault; from then on a round it opens must end at once, aborted.
 	halted map[int]bool
-	undo              map[string][]UndoRef // per round, per node (check_undo.go)
-	grace             graceRef             // restart graces (check_grace.go)
+	undo   map[string][]UndoRef // per round, per node (check_undo.go)
+	grace  graceRef             // restart graces (check_grace.go)
 }
 
 // RoundRef is the reference record of one round.
