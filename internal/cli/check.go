@@ -138,12 +138,12 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			pred <- linkCheck{false, "cannot listen: " + err.Error()}
 		} else {
-			go func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) }()
+			goSafe(func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) })
 		}
 	}
 	if role.HasSucc() {
 		succ = make(chan linkCheck, 1)
-		go func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) }()
+		goSafe(func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) })
 	}
 	code := ExitOK
 	report := func(what string, ch chan linkCheck) {

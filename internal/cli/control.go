@@ -201,10 +201,10 @@ func (cs *controlServer) serve(c net.Conn) {
 	}
 	// Hang up early if the client goes away; else wait for the outcome.
 	gone := make(chan struct{})
-	go func() {
+	goSafe(func() {
 		_, _ = io.Copy(io.Discard, c)
 		close(gone)
-	}()
+	})
 	stopped := &outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: op.o.name,
 		Reason: "the Head stopped before the round was over"}
 	select {
@@ -242,7 +242,7 @@ func (cs *controlServer) closeNow() {
 	cs.ln.Close()
 	// Let the clients waiting for an outcome have their answer.
 	answered := make(chan struct{})
-	go func() {
+	goSafe(func() {
 		for {
 			cs.mu.Lock()
 			n := len(cs.conns)
@@ -253,7 +253,7 @@ func (cs *controlServer) closeNow() {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-	}()
+	})
 	select {
 	case <-answered:
 	case <-time.After(2 * time.Second):

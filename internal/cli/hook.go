@@ -88,7 +88,7 @@ func (h *hookRunner) run(cmd, flag string, env []string) {
 		return
 	}
 	h.wg.Add(1)
-	go func() {
+	goSafe(func() {
 		defer h.wg.Done()
 		timeout := h.timeout
 		if timeout <= 0 {
@@ -106,7 +106,7 @@ func (h *hookRunner) run(cmd, flag string, env []string) {
 		default:
 			h.log.Error(flag+" command failed", "err", err.Error())
 		}
-	}()
+	})
 }
 
 // stop kills running hooks and starts no more.

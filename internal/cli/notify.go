@@ -66,15 +66,15 @@ func startNotify(n *sdnotify.Notifier, node *chainsync.Node, rounds []string, lo
 	}
 	for _, r := range rounds {
 		s.wg.Add(1)
-		go func() {
+		goSafe(func() {
 			defer s.wg.Done()
 			if res, err := node.Wait(ctx, r); err == nil || res.Status != 0 {
 				s.finished(res)
 			}
-		}()
+		})
 	}
 	s.wg.Add(1)
-	go func() {
+	goSafe(func() {
 		defer s.wg.Done()
 		t := time.NewTicker(notifyPoll)
 		defer t.Stop()
@@ -90,7 +90,7 @@ func startNotify(n *sdnotify.Notifier, node *chainsync.Node, rounds []string, lo
 				_ = n.Status(l)
 			}
 		}
-	}()
+	})
 	return s
 }
 

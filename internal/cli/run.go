@@ -561,7 +561,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
 	ch := make(chan error, 1)
-	go func() { ch <- node.Linger(ctx, 200*time.Millisecond) }()
+	goSafe(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
 	return ch
 }
 

@@ -24,7 +24,7 @@ func runShell(ctx context.Context, cmd string, env ...string) error {
 	holdGroup(c.Process.Pid)
 	defer releaseGroup(c.Process.Pid)
 	waited := make(chan error, 1)
-	go func() { waited <- c.Wait() }()
+	goSafe(func() { waited <- c.Wait() })
 	select {
 	case err := <-waited:
 		return err

@@ -343,7 +343,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	}
 	t.reaper.tell("+" + strconv.Itoa(pgid) + " " + token)
 	waited := make(chan error, 1)
-	go func() { waited <- c.Wait() }()
+	goSafe(func() { waited <- c.Wait() })
 	select {
 	case err = <-waited:
 	case <-ctx.Done():
