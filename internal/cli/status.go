@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -281,8 +282,12 @@ func printNode(w io.Writer, n status.Node) {
 		fmt.Fprintf(w, "  finished round %s: %s at %s (opened %s before)%s\n", status.RoundName(f.Round), f.Status,
 			f.Ended.Format("15:04:05.000"), f.Ended.Sub(f.Opened).Round(time.Millisecond), why)
 	}
-	for _, r := range d.Rounds {
-		fmt.Fprintf(w, "  round %s: %s for %s, waiting for %s\n", status.RoundName(r.Round), r.State, age(d, r.Since), waitText(d, r))
+	for _, r := range groupRounds(d) { // rounds in one state waiting for one thing: one line
+		label := r.label
+		if !strings.Contains(label, " rounds (") {
+			label = "round " + label
+		}
+		fmt.Fprintf(w, "  %s: %s for %s, waiting for %s\n", label, r.state, r.age, r.wait)
 	}
 	printFaults(w, d, "  ")
 }
@@ -356,26 +361,37 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 	}
 	// Rounds held up by the same node for the same reason are one line:
 	// 64 rounds waiting for one node that does not answer are one fact.
+	// A round's own notes after the reason (a fault reported in it) do
+	// not split the group: they are listed once after the reason.
 	type group struct {
 		v      status.Verdict
 		ids    []string
 		maxFor time.Duration
+		notes  []string
 	}
 	var groups []*group
 	byWhy := map[string]*group{}
 	for _, v := range verdicts {
-		key := fmt.Sprintf("%t\x00%s\x00%s", v.Done, v.Node, v.Why)
+		why, note, _ := strings.Cut(v.Why, "; ")
+		key := fmt.Sprintf("%t\x00%s\x00%s", v.Done, v.Node, why)
 		g := byWhy[key]
 		if g == nil {
 			g = &group{v: v}
+			g.v.Why = why
 			byWhy[key] = g
 			groups = append(groups, g)
+		}
+		if note != "" && !slices.Contains(g.notes, note) {
+			g.notes = append(g.notes, note)
 		}
 		g.ids = append(g.ids, v.Round)
 		g.maxFor = max(g.maxFor, v.For)
 	}
 	for _, g := range groups {
 		v := g.v
+		if len(g.notes) > 0 {
+			v.Why += "; " + strings.Join(g.notes, "; ")
+		}
 		what := "round " + status.RoundName(v.Round)
 		if len(g.ids) > 1 {
 			what = fmt.Sprintf("%d rounds (%s)", len(g.ids), roundList(g.ids))
