@@ -156,8 +156,10 @@ poll 30 "systemctl status chainsync@C shows no Status: line" \
 say "   $(in_ct systemctl status --no-pager chainsync@C | grep 'Status:' | sed 's/^ *//')"
 for n in A B C; do expect_end $n inactive success 0; done
 [ "$(steps)" = "A start A end B start B end C start C end" ] || fail "tasks out of order: $(steps)"
-in_ct journalctl --no-pager -u chainsync@C | grep -q 'Deactivated successfully' ||
-  fail "chainsync@C: no 'Deactivated successfully' in its journal"
+for n in A B C; do
+  in_ct journalctl --no-pager -u chainsync@$n | grep -q 'Deactivated successfully' ||
+    fail "chainsync@$n: no 'Deactivated successfully' in its journal"
+done
 say "   tasks in order: $(steps); A, B, C inactive, exit 0"
 
 say "2. a node that cannot start fails systemctl start"
