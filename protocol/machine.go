@@ -519,9 +519,9 @@ type Machine struct {
 	// halted: PolicyHalt ended every unfinished round for a fault. A
 	// round opened after that ends at once, aborted: nobody runs a task
 	// after a halt.
-	halted bool
-	notices         map[Notice]bool
-	noticeQ         []Notice // the notices in notices, oldest first
+	halted  bool
+	notices map[Notice]bool
+	noticeQ []Notice // the notices in notices, oldest first
 
 	// Logical time (time.go).
 	timing bool            // some timeout is configured
