@@ -49,10 +49,8 @@ func (sc *steerChain) tasks() []int {
 // eventually polls cond every 10ms for at most 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+	if !poll(10*time.Second, 10*time.Millisecond, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -79,74 +77,80 @@ func noFaults(t *testing.T, nodes []*Node) {
 // and a node waiting for an approval run nothing early, no phase timeout
 // fires anywhere while they wait (heartbeats on), every node's Snapshot
 // names the gate, and once released and approved the chain completes in
-// order.
-func TestHoldThenApproveTCP(t *testing.T) {
-	var sc steerChain
-	cfgs := sc.configs(t, 4, 300*time.Millisecond)
-	cfgs[2].Approve = true
-	nodes := startAll(t, cfgs, []int{3, 2, 1, 0})
-	if err := nodes[1].Hold(Request{By: "ann", Reason: "change window"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nodes[1].Hold(Request{By: "bob"}); !errors.Is(err, ErrRefused) {
-		t.Fatalf("a second hold: %v, want refused", err)
-	}
-	for _, nd := range nodes {
-		if err := nd.Ready("r"); err != nil {
+// order. On the simulated network, on the fake clock: "well past the
+// phase timeout" costs no real time.
+func TestHoldThenApproveSimulated(t *testing.T) {
+	simulated(t, func(t *testing.T) {
+		var sc steerChain
+		cfgs := sc.configs(t, 4, 300*time.Millisecond)
+		cfgs[2].Approve = true
+		for i := range cfgs {
+			cfgs[i].ownTaskGoroutines = true
+		}
+		nodes := startAll(t, cfgs, []int{3, 2, 1, 0})
+		if err := nodes[1].Hold(Request{By: "ann", Reason: "change window"}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	eventually(t, "the round at N1's gate", func() bool { return gatedAt(nodes[1], "r", protocol.WaitHold) })
-	eventually(t, "every node to know of the hold", func() bool {
+		if err := nodes[1].Hold(Request{By: "bob"}); !errors.Is(err, ErrRefused) {
+			t.Fatalf("a second hold: %v, want refused", err)
+		}
 		for _, nd := range nodes {
-			st := nd.Snapshot().Steering
-			if !slices.ContainsFunc(st, func(s SteerStatus) bool { return s.Node == "N1" && s.What == "hold" && s.Reason == "change window" }) {
-				return false
+			if err := nd.Ready("r"); err != nil {
+				t.Fatal(err)
 			}
 		}
-		return true
-	})
-	time.Sleep(4 * 300 * time.Millisecond) // well past the phase timeout
-	if got := sc.tasks(); !slices.Equal(got, []int{0}) {
-		t.Fatalf("tasks run while N1 is held: %v, want [0]", got)
-	}
-	noFaults(t, nodes)
-	text := nodes[3].Snapshot().Steering[0].Text(time.UTC)
-	if !strings.HasPrefix(text, "held at N1 since ") || !strings.Contains(text, "(change window), by ann") {
-		t.Fatalf("status text %q", text)
-	}
+		eventually(t, "the round at N1's gate", func() bool { return gatedAt(nodes[1], "r", protocol.WaitHold) })
+		eventually(t, "every node to know of the hold", func() bool {
+			for _, nd := range nodes {
+				st := nd.Snapshot().Steering
+				if !slices.ContainsFunc(st, func(s SteerStatus) bool { return s.Node == "N1" && s.What == "hold" && s.Reason == "change window" }) {
+					return false
+				}
+			}
+			return true
+		})
+		after(4 * 300 * time.Millisecond) // well past the phase timeout, on the fake clock
+		if got := sc.tasks(); !slices.Equal(got, []int{0}) {
+			t.Fatalf("tasks run while N1 is held: %v, want [0]", got)
+		}
+		noFaults(t, nodes)
+		text := nodes[3].Snapshot().Steering[0].Text(time.UTC)
+		if !strings.HasPrefix(text, "held at N1 since ") || !strings.Contains(text, "(change window), by ann") {
+			t.Fatalf("status text %q", text)
+		}
 
-	if err := nodes[1].Release(Request{By: "ann"}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the round at N2's approval gate", func() bool { return gatedAt(nodes[2], "r", protocol.WaitApproval) })
-	time.Sleep(4 * 300 * time.Millisecond)
-	if got := sc.tasks(); !slices.Equal(got, []int{0, 1}) {
-		t.Fatalf("tasks before the approval: %v, want [0 1]", got)
-	}
-	noFaults(t, nodes)
-	if _, err := nodes[2].Approve(Request{HasRound: true, Round: "other"}); !errors.Is(err, ErrRefused) {
-		t.Fatalf("approve of a round not waiting: %v", err)
-	}
-	if id, err := nodes[2].Approve(Request{By: "ann"}); err != nil || id != "r" {
-		t.Fatalf("approve: %q, %v", id, err)
-	}
-	if st := nodes[2].Snapshot().Steering; !slices.ContainsFunc(st, func(s SteerStatus) bool {
-		return s.What == "approved" && s.By == "ann" && strings.HasPrefix(s.Text(time.UTC), "approved at N2 (round r) at ")
-	}) {
-		t.Fatalf("the approval is not in N2's status: %+v", st)
-	}
-	waitDone(t, nodes, "r", "")
-	if got := sc.tasks(); !slices.Equal(got, []int{0, 1, 2, 3}) {
-		t.Fatalf("tasks %v, want in chain order", got)
-	}
-	noFaults(t, nodes)
-	sc.mu.Lock()
-	holds := slices.Clone(sc.holds)
-	sc.mu.Unlock()
-	if len(holds) != 2 || holds[0].Kind != "hold" || holds[1].Kind != "approval" || holds[1].Round != "r" {
-		t.Fatalf("OnHold calls %+v, want a hold, then one approval wait for r", holds)
-	}
+		if err := nodes[1].Release(Request{By: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the round at N2's approval gate", func() bool { return gatedAt(nodes[2], "r", protocol.WaitApproval) })
+		after(4 * 300 * time.Millisecond)
+		if got := sc.tasks(); !slices.Equal(got, []int{0, 1}) {
+			t.Fatalf("tasks before the approval: %v, want [0 1]", got)
+		}
+		noFaults(t, nodes)
+		if _, err := nodes[2].Approve(Request{HasRound: true, Round: "other"}); !errors.Is(err, ErrRefused) {
+			t.Fatalf("approve of a round not waiting: %v", err)
+		}
+		if id, err := nodes[2].Approve(Request{By: "ann"}); err != nil || id != "r" {
+			t.Fatalf("approve: %q, %v", id, err)
+		}
+		if st := nodes[2].Snapshot().Steering; !slices.ContainsFunc(st, func(s SteerStatus) bool {
+			return s.What == "approved" && s.By == "ann" && strings.HasPrefix(s.Text(time.UTC), "approved at N2 (round r) at ")
+		}) {
+			t.Fatalf("the approval is not in N2's status: %+v", st)
+		}
+		waitDone(t, nodes, "r", "")
+		if got := sc.tasks(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+			t.Fatalf("tasks %v, want in chain order", got)
+		}
+		noFaults(t, nodes)
+		sc.mu.Lock()
+		holds := slices.Clone(sc.holds)
+		sc.mu.Unlock()
+		if len(holds) != 2 || holds[0].Kind != "hold" || holds[1].Kind != "approval" || holds[1].Round != "r" {
+			t.Fatalf("OnHold calls %+v, want a hold, then one approval wait for r", holds)
+		}
+	})
 }
 
 // docs/STEERING.md, "Approval gates": a denial fails the round there as
