@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of chainsync bench with the built binary: a short run

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // chainsync check, the preflight, on the built binary: the same flags and

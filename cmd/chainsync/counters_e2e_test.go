@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of what a node's counters and log say after a restart:

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // docs/FAULTS.md, "duplicate-node": one live process in each place of the

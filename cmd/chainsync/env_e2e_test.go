@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // Configuration from the environment, on the built binary (docs/DESIGN.md,

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of fault handling with the built binary: the draft's

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // Errors that say what to do: each message below names the flag, variable

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // Flag errors of the built binary: one line naming the flag as the docs

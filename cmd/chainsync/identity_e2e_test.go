@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // docs/PROTOCOL.md, "The identity line", and docs/FAULTS.md,

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // chainsync journal DIR: what a state directory remembers, read without

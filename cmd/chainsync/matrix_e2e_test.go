@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The kill -9 matrix (issue 8; docs/DESIGN.md "Restarts and durable state"):

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // Multi-host end-to-end tests: three chainsync processes, each in its own

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // systemd Type=notify, on the built binary against a fake NOTIFY_SOCKET.

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of a served Head whose --rounds-from input ends: it

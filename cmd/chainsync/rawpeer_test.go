@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The built binary against scripted raw-socket neighbours: the exact bytes

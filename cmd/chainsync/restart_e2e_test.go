@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of chainsync run's restart and stop machinery (issue 8;

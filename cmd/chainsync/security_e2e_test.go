@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end attacks on the built binary's secure modes (draft "Security

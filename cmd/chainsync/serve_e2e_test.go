@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of long-lived chains: chainsync run --serve on every

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // A --state-dir that does not exist is created with a warning that names

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests of what a running node tells people and tools: run

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // chainsync status on a chain with many rounds in flight: rounds that wait

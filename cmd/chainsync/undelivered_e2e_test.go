@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end test of a round whose exit wave did not come back: the Head

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The command line of the built binary: usage errors, help, version, demo.

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The README's "Three machines with TLS" walkthrough, run verbatim: every

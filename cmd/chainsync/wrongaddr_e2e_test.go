@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // A client of a node pointed at the wrong one of its addresses says so:
