@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -144,6 +145,8 @@ func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
 	n.queue(effect{kind: effDone, ri: ri})
 	// The record stays until the machine forgets the round (ActForget):
 	// the machine's table says which rounds this node remembers.
+	// A retried round is listed once, as its last attempt ended.
+	n.recent = slices.DeleteFunc(n.recent, func(r string) bool { return r == id })
 	if len(n.recent) == keepHistory {
 		n.recent = append(n.recent[:0], n.recent[1:]...)
 	}

@@ -517,7 +517,7 @@ func (n *Node) Deny(req Request) (string, error) {
 		ri := n.round(id)
 		ri.cause = de
 		te := &TaskError{Round: id, Err: de}
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + "; halting the chain here (no COMPLETE is sent on)"})
+		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + n.failedHere()})
 		if err := n.step(protocol.Deny(id)); err != nil {
 			return err
 		}

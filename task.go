@@ -96,6 +96,15 @@ func (n *Node) runTask(t taskStart) {
 	})
 }
 
+// failedHere is what a failed task's fault adds: this node sends no
+// COMPLETE on, and under halt the chain stops here.
+func (n *Node) failedHere() string {
+	if n.cfg.FaultPolicy == FaultWait {
+		return "; the round ends here (no COMPLETE is sent on), the chain goes on (fault policy wait)"
+	}
+	return "; halting the chain here (no COMPLETE is sent on)"
+}
+
 // taskFinished reports round's task's end to the machine. Loop only.
 func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	if timedOut {
@@ -112,7 +121,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + "; halting the chain here (no COMPLETE is sent on)"})
+		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + n.failedHere()})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}

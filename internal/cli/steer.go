@@ -265,6 +265,7 @@ func (cs *controlServer) steer(req controlRequest, client string) controlReply {
 	r := chainsync.Request{Round: req.Round, HasRound: req.HasRound, By: req.By, Reason: req.Reason}
 	var err error
 	var msg string
+	round := req.Round // the round the request names; approve and deny find the one waiting
 	switch req.Op {
 	case "hold":
 		if err = node.Hold(r); err == nil {
@@ -277,12 +278,12 @@ func (cs *controlServer) steer(req controlRequest, client string) controlReply {
 	case "approve":
 		var id string
 		if id, err = node.Approve(r); err == nil {
-			msg = "approved round " + roundLabel(id) + ": its task starts"
+			round, msg = id, "approved round "+roundLabel(id)+": its task starts"
 		}
 	case "deny":
 		var id string
 		if id, err = node.Deny(r); err == nil {
-			msg = "denied round " + roundLabel(id) + ": it fails here as a failed task would"
+			round, msg = id, "denied round "+roundLabel(id)+": it fails here as a failed task would"
 		}
 	case "pause":
 		if err = node.Pause(r); err == nil {
@@ -306,7 +307,7 @@ func (cs *controlServer) steer(req controlRequest, client string) controlReply {
 		}
 		return controlReply{Error: text}
 	}
-	cs.log.Info("steering request taken: "+req.Op, "by", req.By, "client", client, "round", req.Round, "reason", req.Reason)
+	cs.log.Info("steering request taken: "+req.Op, "by", req.By, "client", client, "round", round, "reason", req.Reason)
 	return controlReply{Message: msg}
 }
 
