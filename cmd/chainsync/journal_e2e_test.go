@@ -23,11 +23,13 @@ type journalJSON struct {
 	Node   string `json:"node"`
 	Ended  string `json:"ended_at"`
 	Rounds []struct {
-		Round    string `json:"round"`
-		State    string `json:"state"`
-		Task     string `json:"task"`
-		Outcome  string `json:"outcome"`
-		ExitWave string `json:"exit_wave"`
+		Round       string `json:"round"`
+		State       string `json:"state"`
+		Task        string `json:"task"`
+		TaskStarted string `json:"task_started"`
+		TaskEnded   string `json:"task_ended"`
+		Outcome     string `json:"outcome"`
+		ExitWave    string `json:"exit_wave"`
 	} `json:"rounds"`
 	Damage string `json:"damage"`
 }
@@ -55,14 +57,17 @@ func journalDoc(t *testing.T, dir string) journalJSON {
 }
 
 // TestJournalFinishedE2E: the state directories of a two-node chain that
-// finished: each round done, the task succeeded, B's exit wave delivered
-// to A, A's came back, and both nodes ended normally, in text and JSON.
+// finished: each round done, the task succeeded, when it started and
+// ended (both recorded, start before end, within the test's run), B's
+// exit wave delivered to A, A's came back, and both nodes ended normally,
+// in text and JSON.
 // docs/DESIGN.md, "Restarts and durable state" (finished means
 // delivered; the journal records it).
 func TestJournalFinishedE2E(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	names, addrs := nodeNames(2), freeAddrs(t, 2)
+	begun := time.Now().Truncate(time.Millisecond) // the records hold milliseconds
 	var procs []*proc
 	for i := 1; i >= 0; i-- {
 		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
@@ -74,13 +79,14 @@ func TestJournalFinishedE2E(t *testing.T) {
 			t.Fatalf("%s exited %d", p.name, code)
 		}
 	}
+	finished := time.Now()
 	for i, name := range names {
 		sd := filepath.Join(dir, name)
 		code, out, errOut := journalCmd(t, sd)
 		if code != 0 {
 			t.Fatalf("journal %s: exit %d: %s", name, code, errOut)
 		}
-		for _, w := range []string{"node " + name, "ended normally at", "ROUND", "started and succeeded", "done"} {
+		for _, w := range []string{"node " + name, "ended normally at", "ROUND", "STARTED", "ENDED", "as this node recorded them", "started and succeeded", "done"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("journal %s does not say %q:\n%s", name, w, out)
 			}
@@ -97,13 +103,22 @@ func TestJournalFinishedE2E(t *testing.T) {
 			if r.State != "DONE" || r.Task != "succeeded" || r.Outcome != "done" || r.ExitWave != wave {
 				t.Errorf("journal --json %s: round %+v, want DONE, succeeded, done, %s", name, r, wave)
 			}
+			started, err1 := time.Parse(time.RFC3339, r.TaskStarted)
+			ended, err2 := time.Parse(time.RFC3339, r.TaskEnded)
+			if err1 != nil || err2 != nil || ended.Before(started) || started.Before(begun) || ended.After(finished) {
+				t.Errorf("journal --json %s: round %s's task started %q, ended %q (%v, %v); want both, start <= end, within %s to %s",
+					name, r.Round, r.TaskStarted, r.TaskEnded, err1, err2, begun.Format(time.RFC3339Nano), finished.Format(time.RFC3339Nano))
+			}
+			if local := started.Local().Format("15:04:05.000"); !strings.Contains(out, local) {
+				t.Errorf("journal %s: the table does not show round %s's start %s:\n%s", name, r.Round, local, out)
+			}
 		}
 	}
 }
 
 // TestJournalRunningThenKilledE2E: beside a running node whose task is
 // running, chainsync journal says the node runs (it holds the lock) and
-// the task started with no end recorded, and changes nothing (the node
+// the task started (when) with no end recorded, and changes nothing (the node
 // then finishes normally); after a kill -9 of another such node, it says
 // the node is gone and its task has no recorded end.
 // docs/DESIGN.md, "Restarts and durable state"; docs/RESTARTS.md.
@@ -123,8 +138,9 @@ func TestJournalRunningThenKilledE2E(t *testing.T) {
 	if !strings.HasPrefix(doc.Node, "running: pid "+strconv.Itoa(running.cmd.Process.Pid)) {
 		t.Errorf("beside a running node: node %q, want running and its pid", doc.Node)
 	}
-	if len(doc.Rounds) != 1 || doc.Rounds[0].State != "START" || doc.Rounds[0].Task != "running-or-interrupted" || doc.Rounds[0].Outcome != "in progress" {
-		t.Errorf("beside a running node: rounds %+v", doc.Rounds)
+	if len(doc.Rounds) != 1 || doc.Rounds[0].State != "START" || doc.Rounds[0].Task != "running-or-interrupted" || doc.Rounds[0].Outcome != "in progress" ||
+		doc.Rounds[0].TaskStarted == "" || doc.Rounds[0].TaskEnded != "" {
+		t.Errorf("beside a running node: rounds %+v; want START, its start time and no end", doc.Rounds)
 	}
 	if err := killed.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -164,8 +164,11 @@ func TestJournalTornLastRecordResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents, torn, err := journal.Decode(whole)
-	if err != nil || torn != 0 || len(ents) < 2 || ents[len(ents)-1].Record.State != protocol.StateStart {
-		t.Fatalf("journal after the kill: %d entries, torn %d, err %v; want its last record in START", len(ents), torn, err)
+	// The last round record, in START, is followed by the time the task
+	// started (docs/JOURNAL.md, "Records").
+	if err != nil || torn != 0 || len(ents) < 3 || ents[len(ents)-2].Record.State != protocol.StateStart ||
+		ents[len(ents)-1].TaskTime == nil || !ents[len(ents)-1].TaskTime.Start {
+		t.Fatalf("journal after the kill: %d entries, torn %d, err %v; want its last record in START, then the task's start time", len(ents), torn, err)
 	}
 	// The record the node would have written when the task ended.
 	payload := journal.EncodeRecord(protocol.Record{State: protocol.StateDone, LocalReady: true})

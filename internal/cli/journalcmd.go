@@ -21,13 +21,15 @@ const journalUsage = `Usage: chainsync journal DIR [--json]
 
 Shows what a node's state directory (chainsync run --state-dir DIR)
 remembers, without starting a node: for every round, its state, whether
-this node's task started and how it ended, the round's outcome and fault,
-whether the exit wave was delivered; and how the node ended (normally, at
-what time, or not: running, or killed). It reads the files and changes
-nothing, and takes no lock, so it is safe beside the node running on DIR.
+this node's task started and how it ended, when the task started and
+ended, the round's outcome and fault, whether the exit wave was
+delivered; and how the node ended (normally, at what time, or not:
+running, or killed). It reads the files and changes nothing, and takes no
+lock, so it is safe beside the node running on DIR.
 
-The journal records each round's state, not times: when the task started
-or ended is not in it; what its state says of the task is.
+The times are those of the task's start and end as this node recorded
+them, by its clock, to the millisecond ("-": not recorded; a journal
+written by a version before they were recorded has none).
 
 Examples:
   chainsync journal /var/lib/chainsync/B
@@ -56,9 +58,14 @@ type journalRound struct {
 	// stopped; TaskText says it for people.
 	Task     string `json:"task"`
 	TaskText string `json:"task_text"`
-	Outcome  string `json:"outcome"`
-	Fault    string `json:"fault,omitempty"`
-	ExitWave string `json:"exit_wave"`
+	// TaskStarted and TaskEnded: when this node's task last started and
+	// ended, as this node recorded them (RFC 3339, UTC, milliseconds);
+	// omitted when not recorded.
+	TaskStarted string `json:"task_started,omitempty"`
+	TaskEnded   string `json:"task_ended,omitempty"`
+	Outcome     string `json:"outcome"`
+	Fault       string `json:"fault,omitempty"`
+	ExitWave    string `json:"exit_wave"`
 	// The last message sent to and received from each neighbour.
 	LastSentPred string `json:"last_sent_pred,omitempty"`
 	LastSentSucc string `json:"last_sent_succ,omitempty"`
@@ -66,6 +73,8 @@ type journalRound struct {
 	LastRecvSucc string `json:"last_recv_succ,omitempty"`
 	// Undo: where the round's undo wave stood here (--undo), "" none.
 	Undo string `json:"undo,omitempty"`
+	// started and ended are TaskStarted and TaskEnded, for the table.
+	started, ended time.Time
 }
 
 // journalDoc is chainsync journal's output.
@@ -140,7 +149,11 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 		doc.Node = holderText(dir, snap)
 	}
 	for _, r := range st.Rounds {
-		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round]))
+		jr := describeRound(snap.Header.Role, r, st.Faults[r.Round])
+		tt := st.TaskTimes[r.Round]
+		jr.started, jr.ended = tt.Started, tt.Ended
+		jr.TaskStarted, jr.TaskEnded = jsonMillis(tt.Started), jsonMillis(tt.Ended)
+		doc.Rounds = append(doc.Rounds, jr)
 	}
 	doc.Steering = journalSteering(dir) // steer.go
 	return doc
@@ -293,10 +306,11 @@ func printJournal(w io.Writer, doc journalDoc, snap *journal.Snapshot) {
 		fmt.Fprintln(w, "no round recorded")
 		return
 	}
-	fmt.Fprintln(w, "(the journal records states, not times: TASK is what the round's state says of this node's task)")
+	fmt.Fprintln(w, "(STARTED and ENDED: the times of the task's start and end as this node recorded them, local time; \"-\": not recorded, older journals have none. TASK: what the round's state says of this node's task)")
 	fmt.Fprintln(w)
+	now := time.Now()
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUND\tORDER\tSTATE\tTASK\tOUTCOME\tFAULT\tEXIT WAVE")
+	fmt.Fprintln(tw, "ROUND\tORDER\tSTATE\tTASK\tSTARTED\tENDED\tOUTCOME\tFAULT\tEXIT WAVE")
 	for _, r := range doc.Rounds {
 		order, fault := "-", r.Fault
 		if r.Seq != 0 {
@@ -305,9 +319,33 @@ func printJournal(w io.Writer, doc journalDoc, snap *journal.Snapshot) {
 		if fault == "" {
 			fault = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", status.Escape(status.RoundName(r.Round)), order, r.State, r.TaskText, r.Outcome, fault, r.ExitWave)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", status.Escape(status.RoundName(r.Round)), order, r.State, r.TaskText,
+			tableTime(r.started, now), tableTime(r.ended, now), r.Outcome, fault, r.ExitWave)
 	}
 	tw.Flush()
+}
+
+// jsonMillis is t for --json: RFC 3339 in UTC with milliseconds, "" for
+// a zero time (not recorded).
+func jsonMillis(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// tableTime is t for the table: local time to the millisecond
+// (14:02:03.512), with the date when it is not now's day; "-" for a zero
+// time (not recorded).
+func tableTime(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	t = t.In(now.Location())
+	if ty, tm, td := t.Date(); ty == now.Year() && tm == now.Month() && td == now.Day() {
+		return t.Format("15:04:05.000")
+	}
+	return t.Format("2006-01-02 15:04:05.000")
 }
 
 // quoteName quotes a node name that could be misread in running text

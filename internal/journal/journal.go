@@ -47,6 +47,16 @@
 // over: a later round record cancels it. A node started on a journal
 // that ends so knows a rerun would do nothing.
 //
+// A task time record (times.go),
+//
+//	T :ROUND S|E UNIXMILLI
+//
+// says when the round's task started (S) or ended (E) at this node, in
+// milliseconds of Unix time: SaveAll writes it right after the round
+// record that moves the round into StateStart or out of it, in the same
+// write. It is for people (State.TaskTimes); a journal without any loads
+// as before.
+//
 // Every file is opened relative to the open directory and without
 // following a symbolic link (openat with O_NOFOLLOW), the lock and the
 // temporary file included: a link planted in the directory is refused (the
@@ -88,6 +98,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -143,6 +154,10 @@ type State struct {
 	Ended int64
 	// Faults gives the fault kind each aborted round ended with.
 	Faults map[string]string
+	// TaskTimes gives when each round's task started and ended at this
+	// node, for the rounds whose journal says so (task time records,
+	// times.go); a restarted node does not need them.
+	TaskTimes map[string]TaskTimes
 }
 
 // Journal is an open, locked journal. It is not safe for concurrent use.
@@ -155,8 +170,10 @@ type Journal struct {
 	order  []string // round ids, first appearance first
 	last   map[string]protocol.Record
 	faults map[string]string // round -> the kind of fault that aborted it
-	ended  int64             // see State.Ended
-	since  int               // records appended since the last compaction
+	times  map[string]TaskTimes
+	now    func() time.Time // the clock of task time records; nil: time.Now
+	ended  int64            // see State.Ended
+	since  int              // records appended since the last compaction
 	buf    []byte
 	closed bool
 	keep   int // finished rounds compaction keeps; 0: KeepFinished
@@ -207,7 +224,7 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}, times: map[string]TaskTimes{}}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
@@ -229,6 +246,11 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 	for id := range st.Faults {
 		if _, kept := j.last[id]; !kept {
 			delete(st.Faults, id)
+		}
+	}
+	for id := range st.TaskTimes {
+		if _, kept := j.last[id]; !kept {
+			delete(st.TaskTimes, id)
 		}
 	}
 	return j, st, nil
@@ -298,7 +320,7 @@ func (j *Journal) load() (*State, error) {
 	path := filepath.Join(j.dir, "journal")
 	f, err := openIn(j.d, "journal", os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return &State{Faults: map[string]string{}}, nil
+		return &State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}}, nil
 	}
 	if err != nil {
 		return nil, openErr(j.dir, "journal", err)
@@ -312,7 +334,7 @@ func (j *Journal) load() (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v; refusing to guess: move the directory aside to start this node afresh (it may then run its task again)", ErrCorrupt, path, err)
 	}
-	st := &State{Faults: map[string]string{}, Dropped: torn}
+	st := &State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}, Dropped: torn}
 	if len(recs) == 0 {
 		return st, nil // an empty file, or only a torn header: a new journal
 	}
@@ -335,6 +357,10 @@ func (j *Journal) load() (*State, error) {
 			}
 		case e.Undo != nil:
 			mergeUndo(j.last, e)
+		case e.TaskTime != nil:
+			if _, ok := j.last[e.Record.Round]; ok {
+				applyTaskTime(j.times, e)
+			}
 		case e.Ended != 0:
 			j.ended = e.Ended
 		case e.FaultKind != "":
@@ -351,6 +377,9 @@ func (j *Journal) load() (*State, error) {
 	for id, k := range j.faults {
 		st.Faults[id] = k
 	}
+	for id, t := range j.times {
+		st.TaskTimes[id] = t
+	}
 	return st, nil
 }
 
@@ -365,16 +394,17 @@ func (j *Journal) remember(r protocol.Record) {
 	j.last[r.Round] = r
 }
 
-// Entry is one decoded journal record: a header, a round record or a
-// delivery.
+// Entry is one decoded journal record: a header, a round record, a
+// delivery, an end, a fault, an undo or a task time record.
 type Entry struct {
 	Header           *Header
 	Record           protocol.Record
-	Delivered        string     // a delivery for this round
-	DeliveredUnnamed bool       // a delivery for the unnamed round
-	Ended            int64      // an end record: the node ended normally then (Unix seconds)
-	FaultKind        string     // a fault record: Record.Round was aborted by a fault of this kind
-	Undo             *UndoEntry // an undo record for Record.Round (undo.go)
+	Delivered        string         // a delivery for this round
+	DeliveredUnnamed bool           // a delivery for the unnamed round
+	Ended            int64          // an end record: the node ended normally then (Unix seconds)
+	FaultKind        string         // a fault record: Record.Round was aborted by a fault of this kind
+	Undo             *UndoEntry     // an undo record for Record.Round (undo.go)
+	TaskTime         *TaskTimeEntry // a task time record for Record.Round (times.go)
 }
 
 func (e Entry) round() string {
@@ -494,6 +524,8 @@ func parsePayload(p []byte) (Entry, error) {
 		return Entry{Record: protocol.Record{Round: id}, FaultKind: f[2]}, nil
 	case f[0] == "U":
 		return parseUndo(s, f)
+	case f[0] == "T":
+		return parseTaskTime(s, f)
 	case len(f) == 2 && f[0] == "D":
 		id, err := roundOf(f[1])
 		if err != nil {
@@ -632,6 +664,13 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 	}
 	j.buf = j.buf[:0]
 	frames := 0
+	var at time.Time // read once, when a task time record needs it
+	now := func() time.Time {
+		if at.IsZero() {
+			at = millis(j.clock()())
+		}
+		return at
+	}
 	for _, f := range faults {
 		j.faults[f.Round] = f.Kind
 		j.buf = appendFrame(j.buf, []byte("F :"+f.Round+" "+f.Kind))
@@ -644,6 +683,9 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 		if !known || same != prev {
 			j.buf = appendRecordFrame(j.buf, r)
 			frames++
+			var n int
+			j.buf, n = j.noteTaskTime(j.buf, r, prev, known, now) // times.go
+			frames += n
 		}
 		j.remember(r)
 		if r.Delivered && !prev.Delivered {
@@ -739,6 +781,7 @@ func (j *Journal) compact() error {
 			finished--
 			delete(j.last, id)
 			delete(j.faults, id)
+			delete(j.times, id)
 			continue
 		}
 		keep = append(keep, id)
@@ -747,6 +790,7 @@ func (j *Journal) compact() error {
 	b := appendFrame(nil, headerPayload(j.hdr))
 	for _, id := range j.order {
 		b = appendRecordFrame(b, j.last[id])
+		b = j.appendTaskTimes(b, id) // times.go
 		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))
 		}

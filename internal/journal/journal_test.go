@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -56,18 +58,33 @@ func machineRecords(t testing.TB, rounds ...string) [][]protocol.Record {
 	return steps
 }
 
-// op is one thing written to the journal: a record or a delivery.
+// op is one thing written to the journal: a record, a delivery or a
+// task time record (tt, of round).
 type op struct {
 	rec       protocol.Record
 	delivered string
 	isDeliv   bool
+	round     string
+	tt        *TaskTimeEntry
 }
 
 // stateAfter is what a journal holding the header and ops must load as.
 func stateAfter(ops []op) *State {
-	st := &State{}
+	st := &State{TaskTimes: map[string]TaskTimes{}}
 	pos := map[string]int{}
 	for _, o := range ops {
+		if o.tt != nil {
+			if _, ok := pos[o.round]; ok {
+				t := st.TaskTimes[o.round]
+				if o.tt.Start {
+					t = TaskTimes{Started: o.tt.At}
+				} else {
+					t.Ended = o.tt.At
+				}
+				st.TaskTimes[o.round] = t
+			}
+			continue
+		}
 		if o.isDeliv {
 			if k, ok := pos[o.delivered]; ok {
 				st.Rounds[k].Delivered = true
@@ -86,13 +103,38 @@ func stateAfter(ops []op) *State {
 }
 
 func sameState(got, want *State) bool {
-	return len(got.Rounds) == len(want.Rounds) && (len(got.Rounds) == 0 || reflect.DeepEqual(got.Rounds, want.Rounds))
+	return len(got.Rounds) == len(want.Rounds) && (len(got.Rounds) == 0 || reflect.DeepEqual(got.Rounds, want.Rounds)) &&
+		sameTimes(got.TaskTimes, want.TaskTimes)
+}
+
+// sameTimes: the same rounds have the same task times (to the instant).
+func sameTimes(got, want map[string]TaskTimes) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for id, w := range want {
+		g, ok := got[id]
+		if !ok || !g.Started.Equal(w.Started) || !g.Ended.Equal(w.Ended) {
+			return false
+		}
+	}
+	return true
+}
+
+// testClock is the time of the k-th Save of writeJournal: not on a
+// millisecond, so that the records' truncation to milliseconds shows.
+func testClock(k int) time.Time {
+	return time.UnixMilli(1_780_000_000_000).Add(time.Duration(k)*1500*time.Microsecond + 250*time.Microsecond)
 }
 
 // writeJournal writes a journal with Save the way a node does, one Save
 // per machine step (the last of a round, Delivered, writes its record and
-// a delivery), and returns its bytes, the ops in order (one per frame)
-// and the byte offset at which each op's frame ends.
+// a delivery), the k-th Save at testClock(k), and returns its bytes, the
+// ops in order (one per frame) and the byte offset at which each op's
+// frame ends. A round record that moves its round into StateStart is
+// followed by a task time record saying the task started, one that moves
+// it out of StateStart by one saying it ended, at the Save's time to the
+// millisecond.
 func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops []op, ends []int) {
 	t.Helper()
 	j, st, err := Open(dir, testHdr)
@@ -102,19 +144,31 @@ func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops 
 	if len(st.Rounds) != 0 {
 		t.Fatal("new journal not empty")
 	}
+	var clock time.Time
+	j.now = func() time.Time { return clock }
 	hdrLen := frameHead + len(headerPayload(testHdr))
 	end := hdrLen
-	for _, recs := range machineRecords(t, rounds...) {
+	last := map[string]protocol.Record{} // each round's last record, without Delivered
+	for k, recs := range machineRecords(t, rounds...) {
+		clock = testClock(k)
 		if err := j.Save(recs); err != nil {
 			t.Fatal(err)
 		}
+		at := time.UnixMilli(clock.UnixMilli())
 		for _, r := range recs {
 			deliv := r.Delivered
 			r.Delivered = false // the round record's frame does not hold it
-			if k := len(ops) - 1; !deliv || k < 0 || ops[k].rec != r {
+			if prev, known := last[r.Round]; !known || prev != r {
 				ops = append(ops, op{rec: r})
 				end += frameHead + len(EncodeRecord(r))
 				ends = append(ends, end)
+				wasStart := known && prev.State == protocol.StateStart
+				if isStart := r.State == protocol.StateStart; isStart != wasStart {
+					ops = append(ops, op{round: r.Round, tt: &TaskTimeEntry{Start: isStart, At: at}})
+					end += frameHead + len(taskTimePayload(r.Round, isStart, at))
+					ends = append(ends, end)
+				}
+				last[r.Round] = r
 			}
 			if deliv {
 				ops = append(ops, op{delivered: r.Round, isDeliv: true})
@@ -254,6 +308,8 @@ func decodeState(data []byte) (*State, error) {
 		}
 		if e.Delivered != "" || e.DeliveredUnnamed {
 			ops = append(ops, op{delivered: e.round(), isDeliv: true})
+		} else if e.TaskTime != nil {
+			ops = append(ops, op{round: e.Record.Round, tt: e.TaskTime})
 		} else {
 			ops = append(ops, op{rec: e.Record})
 		}
@@ -321,11 +377,12 @@ func TestOpenMismatch(t *testing.T) {
 }
 
 // TestCompaction writes 50,000 rounds (20,000 under -race), each round's
-// six records and its delivery, and measures the file: compaction
-// keeps it within a bound set by the rounds it keeps plus what may be
-// appended between two compactions, whatever the number of rounds. A
-// reopened journal holds the last record of every kept round, the newest
-// KeepFinished finished rounds, and an unfinished round however old.
+// six records, its delivery and its two task time records, and measures
+// the file: compaction keeps it within a bound set by the rounds it keeps
+// plus what may be appended between two compactions, whatever the number
+// of rounds. A reopened journal holds the last record of every kept
+// round, the newest KeepFinished finished rounds, and an unfinished round
+// however old; the task times of the kept rounds, and none of the others.
 func TestCompaction(t *testing.T) {
 	rounds, batch := 50000, 250 // rounds per Save: one fsync each
 	if raceOn {
@@ -336,6 +393,9 @@ func TestCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := testClock(0)
+	j.now = func() time.Time { return clock }
+	at := time.UnixMilli(clock.UnixMilli())
 	// An unfinished round first: compaction must never drop it.
 	old := protocol.Record{Round: "old", State: protocol.StateWatch, LocalReady: true, PredReady: true, StartRecv: true,
 		LastPred: protocol.Start, LastSucc: protocol.Ready, RecvPred: protocol.Ready, RecvSucc: protocol.Start}
@@ -371,6 +431,9 @@ func TestCompaction(t *testing.T) {
 			} else {
 				written += int64(frameHead + len(EncodeRecord(r)))
 			}
+			if prev, ok := last[r.Round]; (r.State == protocol.StateStart) != (ok && prev.State == protocol.StateStart) {
+				written += int64(frameHead + len(taskTimePayload(r.Round, r.State == protocol.StateStart, at)))
+			}
 			last[r.Round] = r
 		}
 		if err := j.Save(recs); err != nil {
@@ -382,17 +445,18 @@ func TestCompaction(t *testing.T) {
 	// of rounds: the kept rounds (each its last record and delivery), plus
 	// what is appended before the next compaction. That happens once the
 	// records appended reach compactEvery and one per round in the
-	// journal; each new round here appends per = perRound frames (six
-	// records and a delivery) and
-	// adds one round, so at most (K+1)per/(per-1) records are appended
-	// (one Save may overshoot).
+	// journal; each new round here appends per = perRound+2 frames (six
+	// records, a delivery and two task times) and adds one round, so at
+	// most (K+1)per/(per-1) records are appended (one Save may
+	// overshoot), none larger than a round record or a task time record.
 	frame := func(p int) int64 { return int64(frameHead + p) }
 	recFrame := frame(len(EncodeRecord(last[ids[0]])))
-	keptRound := recFrame + frame(len("D :"+ids[0]))
-	per := int64(perRound) // frames per round: six records and a delivery
+	timeFrame := frame(len(taskTimePayload(ids[0], true, at)))
+	keptRound := recFrame + frame(len("D :"+ids[0])) + 2*timeFrame
+	per := int64(perRound + 2) // frames per round: six records, a delivery, two task times
 	appended := max(compactEvery, (KeepFinished+1)*per/(per-1)+1) + int64(batch)*per
 	bound := frame(len(headerPayload(testHdr))) + frame(len(EncodeRecord(old))) +
-		KeepFinished*keptRound + appended*recFrame
+		KeepFinished*keptRound + appended*max(recFrame, timeFrame)
 	t.Logf("%d rounds: %d bytes written, largest file %d bytes (bound %d), final %d bytes",
 		rounds, written, maxSize, bound, j.Size())
 	if maxSize > bound {
@@ -434,6 +498,12 @@ func TestCompaction(t *testing.T) {
 		if r != last[id] || !r.Delivered {
 			t.Fatalf("kept round %d: %+v, want the last record %+v, delivered", k, r, last[id])
 		}
+		if tt := st.TaskTimes[id]; !tt.Started.Equal(at) || !tt.Ended.Equal(at) {
+			t.Fatalf("kept round %d: task times %+v, want started and ended at %v", k, tt, at)
+		}
+	}
+	if len(st.TaskTimes) != KeepFinished {
+		t.Fatalf("reopened: task times of %d rounds, want the %d kept finished ones (none for %q, whose task never started)", len(st.TaskTimes), KeepFinished, old.Round)
 	}
 }
 
@@ -450,6 +520,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("D :")))
 	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("R :x 9 00000 0 0 0 0")))
 	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("R :x +1 01010 01 3 0 0")))
+	f.Add(appendFrame(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("T :x S 1780000000123")), []byte("T : E 1")))
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("T :x S +0017")))
+	f.Add(appendFrame(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("F :x task-failed")), []byte("E 1780000000")))
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 2, 1, 1, 2, 3, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -470,6 +543,17 @@ func FuzzDecode(f *testing.F) {
 				again = appendFrame(again, headerPayload(*e.Header))
 			case e.Delivered != "" || e.DeliveredUnnamed:
 				again = appendFrame(again, []byte("D :"+e.round()))
+			case e.TaskTime != nil:
+				if !protocol.ValidRound(e.Record.Round) || e.TaskTime.At.UnixMilli() <= 0 {
+					t.Fatalf("accepted an impossible task time record %+v %+v", e.Record.Round, *e.TaskTime)
+				}
+				again = appendFrame(again, taskTimePayload(e.Record.Round, e.TaskTime.Start, e.TaskTime.At))
+			case e.Undo != nil:
+				again = appendFrame(again, appendUndo(nil, protocol.Record{Round: e.Record.Round, Ran: e.Undo.Ran, Undo: e.Undo.Undo}))
+			case e.Ended != 0:
+				again = appendFrame(again, []byte("E "+strconv.FormatInt(e.Ended, 10)))
+			case e.FaultKind != "":
+				again = appendFrame(again, []byte("F :"+e.Record.Round+" "+e.FaultKind))
 			default:
 				if !protocol.ValidRound(e.Record.Round) || e.Record.State < protocol.StateSync || e.Record.State > protocol.StateAborted {
 					t.Fatalf("accepted an impossible record %+v", e.Record)

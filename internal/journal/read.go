@@ -113,9 +113,10 @@ func Read(dir string) (*Snapshot, error) {
 
 // fold is load's reading of the records after the header: the last
 // record of each round wins, a delivery stays set, an end record holds
-// until a round record follows it. It stops at a second header.
+// until a round record follows it, task time records give the rounds'
+// TaskTimes. It stops at a second header.
 func fold(entries []Entry) (State, error) {
-	st := State{Faults: map[string]string{}}
+	st := State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}}
 	last := map[string]protocol.Record{}
 	var order []string
 	for _, e := range entries {
@@ -129,6 +130,10 @@ func fold(entries []Entry) (State, error) {
 			}
 		case e.Undo != nil:
 			mergeUndo(last, e)
+		case e.TaskTime != nil:
+			if _, ok := last[e.Record.Round]; ok {
+				applyTaskTime(st.TaskTimes, e)
+			}
 		case e.Ended != 0:
 			st.Ended = e.Ended
 		case e.FaultKind != "":
