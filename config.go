@@ -44,7 +44,8 @@ type Config struct {
 	PrevName, NextName string
 	// Chain, optional, names every node of the chain in order (as --chain
 	// does), this one among them: an undelivered round's report names the
-	// nodes after the one past which no word came.
+	// nodes after the one past which no word came, and an undo wave that
+	// stopped names the nodes it left undone.
 	Chain []string
 	// ChainAddrs, with Chain, gives the addresses of its nodes in the same
 	// order (as --chain does). With both and Heartbeat, the node sends an

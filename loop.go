@@ -186,6 +186,20 @@ func (n *Node) endTurn() {
 		}
 	}
 	for i, t := range n.starting {
+		if ri := n.rounds[t.round]; t.undo == nil && ri != nil && ri.finished() {
+			// The round ended in this turn after its task was asked for
+			// (the halt policy ended it for a task that failed in the
+			// same turn): its task does not run.
+			if t.slot {
+				<-n.tasks
+			}
+			n.wg.Done()
+			n.starting[i] = taskStart{}
+			if n.infoOn() {
+				n.log.Info("task not started: the round ended before it could start", "round", t.round)
+			}
+			continue
+		}
 		if n.cfg.ownTaskGoroutines {
 			go n.runTask(t)
 		} else {

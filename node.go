@@ -165,7 +165,16 @@ func (n *Node) recordFault(f Fault) {
 	}
 	again := n.pageOnce(f) // liveness.go: one page per blamed node until it clears
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode {
+	switch {
+	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && n.cfg.FaultPolicy == FaultHalt:
+		// This node's own task failed: under halt the chain stops here,
+		// at this node too. Its other rounds end with the failure as
+		// their cause, and no later round's task starts (a halting
+		// report, with or without the extension lines).
+		fe := &FaultError{Round: f.Round, Kind: f.Kind,
+			Reason: "the task of round " + roundName(f.Round) + " failed at this node; halting the chain here"}
+		n.later(func() { n.announce(f, true, fe) })
+	case n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
 		n.later(func() { n.announce(f, false) })
 	}
 }

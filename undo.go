@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,6 +139,15 @@ func (n *Node) undoFinished(round string, err error, timedOut bool) {
 // round's Result and, when an undo failed, as an undo-failed fault naming
 // that node. Loop only.
 func (n *Node) undone(round string, w protocol.Wave) {
+	if w.Stop != "" && w.KeptN < 0 {
+		// The wave stopped at a node before this one's predecessors heard
+		// of it: with the chain's names known, name the nodes it left.
+		if i := slices.Index(n.cfg.Chain, w.Stop); i >= 0 {
+			before := slices.Clone(n.cfg.Chain[:i])
+			slices.Reverse(before)
+			w.Kept, w.KeptN = strings.Join(before, ","), len(before)
+		}
+	}
 	line := w.Outcome()
 	if n.undo.outcomes == nil {
 		n.undo.outcomes = make(map[string]string)

@@ -533,7 +533,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	for range rounds {
 		select {
 		case res := <-results:
-			code = max(code, resultCode(res))
+			code = worse(code, resultCode(res))
 		case s := <-sigs:
 			return stop(s)
 		}
@@ -563,6 +563,29 @@ func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
 	ch := make(chan error, 1)
 	goSafe(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
 	return ch
+}
+
+// worse is the exit status of two rounds' ends: a task that failed here
+// (3) says more than a fault elsewhere that ended other rounds with it
+// (4) or a cancel (5); an interruption outranks them all.
+func worse(a, b int) int {
+	rank := func(c int) int {
+		switch c {
+		case ExitOK:
+			return 0
+		case ExitFault:
+			return 1
+		case ExitCancelled:
+			return 2
+		case ExitTaskFailed:
+			return 3
+		}
+		return 4
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
 }
 
 func resultCode(res chainsync.Result) int {

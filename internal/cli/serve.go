@@ -457,6 +457,11 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 	log.Info("serving: taking part in every round until stopped (SIGINT or SIGTERM)")
 	code := ExitOK
 	ended := false // --rounds-from ended: exit once no round is in flight
+	// halting: under halt a round failed; the node stops once no round is
+	// left unfinished here (the machine ended the others, but a failed
+	// round's undo wave, --undo, still runs to its end).
+	halting := false
+	var recheck <-chan time.Time
 	for {
 		wait := fileDone
 		if ended {
@@ -467,14 +472,21 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			return stop(s)
 		case <-wait:
 			ended = true
+		case <-recheck:
 		case oc := <-results:
 			forget(oc.Round)
 			if c := served(oc, op != nil, halt, log); c != ExitOK {
-				code = max(code, c)
-				if halt {
-					return c
+				code = worse(code, c)
+				if halt && !halting {
+					halting = true
+					t := time.NewTicker(200 * time.Millisecond)
+					defer t.Stop()
+					recheck = t.C
 				}
 			}
+		}
+		if halting && len(node.Snapshot().Rounds) == 0 {
+			return code
 		}
 		if ended && op.inFlight() == 0 {
 			log.Info("--rounds-from ended and every round it opened is over; exiting")
