@@ -10,7 +10,6 @@ import (
 	"go/token"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -121,12 +121,12 @@ func TestEveryStepOnTheLoop(t *testing.T) {
 			t.Fatalf("round r: %v %v, want a phase timeout", res, err)
 		}
 		nd.Close()
-		data, err := os.ReadFile(filepath.Join(dir, "journal"))
+		snap, err := journal.Read(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(data, []byte("F :r phase-timeout")) || !bytes.Contains(data, []byte("E ")) {
-			t.Fatalf("the journal lacks the fault or the end record:\n%q", data)
+		if snap.State.Faults["r"] != "phase-timeout" || snap.State.Ended == 0 {
+			t.Fatalf("the journal lacks the fault or the end record: %+v", snap.State)
 		}
 		if _, err := Start(Config{Name: "A", Next: ln.Addr().String(), StateDir: dir, Rounds: []string{"r"}}); !errors.Is(err, ErrAlreadyEnded) {
 			t.Fatalf("restarted on the ended journal: %v, want ErrAlreadyEnded", err)

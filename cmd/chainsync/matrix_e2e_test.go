@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
 )
 
 // mxPhase is where in a round the victim is killed.
@@ -303,7 +305,7 @@ func runMatrixCase(t *testing.T, c mxCase) {
 	// a kill can land after it while the process still runs).
 	ended := !alive
 	if c.state {
-		if data, err := os.ReadFile(filepath.Join(dir, "state."+names[v], "journal")); err == nil && bytes.Contains(data, []byte("E ")) {
+		if snap, err := journal.Read(filepath.Join(dir, "state."+names[v])); err == nil && snap.State.Ended != 0 {
 			ended = true
 		}
 	}
