@@ -71,7 +71,7 @@ func (n *Node) acceptLoop() {
 			c.Close()
 			return
 		}
-		go n.servePred(l, adm)
+		goSafe(func() { n.servePred(l, adm) })
 		adm.settle(evicted)
 	}
 }

@@ -67,7 +67,7 @@ func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
 // startWriter starts l's writer goroutine. Loop only.
 func (l *link) startWriter() {
 	l.n.wg.Add(1)
-	go l.writer()
+	goSafe(l.writer)
 }
 
 // enqueue queues one encoded line; exitWave marks the round's final
@@ -99,10 +99,10 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 // writes close_notify, and the loop never waits on a socket.
 func (l *link) closeConn() {
 	l.n.wg.Add(1)
-	go func() {
+	goSafe(func() {
 		defer l.n.wg.Done()
 		l.c.Close()
-	}()
+	})
 }
 
 // shut closes l; what is still queued on it (a fault notice) is written
@@ -125,12 +125,12 @@ func (l *link) shut() {
 		return
 	}
 	l.n.wg.Add(1)
-	go func() {
+	goSafe(func() {
 		defer l.n.wg.Done()
 		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
 		_, _ = l.c.Write(rest)
 		l.c.Close()
-	}()
+	})
 }
 
 // shutWait and shutMax bound what a closing link still writes: a few

@@ -201,7 +201,7 @@ func (n *Node) endTurn() {
 			continue
 		}
 		if n.cfg.ownTaskGoroutines {
-			go n.runTask(t)
+			goSafe(func() { n.runTask(t) })
 		} else {
 			taskWorkers.run(n, t)
 		}

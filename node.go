@@ -255,7 +255,7 @@ func Start(cfg Config) (*Node, error) {
 	n.roundsCh = make(chan string)
 	n.roundsSig = make(chan struct{}, 1)
 	n.wg.Add(1)
-	go n.handOutRounds()
+	goSafe(n.handOutRounds)
 	n.plim = newAdmitLimiter(n.log)
 	if cfg.peerLogBurst > 0 {
 		n.plim.burst = cfg.peerLogBurst
@@ -263,7 +263,7 @@ func Start(cfg Config) (*Node, error) {
 	n.plim.untraced = n.traceUntraced
 	n.adm = newAdmission(n)
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) }()
+	goSafe(func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
@@ -315,7 +315,7 @@ func Start(cfg Config) (*Node, error) {
 	if n.timing {
 		n.startClock()
 	}
-	go n.run()
+	goSafe(n.run)
 	n.call(func() {
 		n.restoreSteer() // a node restarted while held is held (steer.go)
 		if n.timing {
@@ -331,11 +331,11 @@ func Start(cfg Config) (*Node, error) {
 	})
 	if n.ln != nil {
 		n.wg.Add(1)
-		go n.acceptLoop()
+		goSafe(n.acceptLoop)
 	}
 	if n.role.HasSucc() {
 		n.wg.Add(1)
-		go n.dialLoop()
+		goSafe(n.dialLoop)
 	}
 	return n, nil
 }

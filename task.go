@@ -191,7 +191,7 @@ func (p *workerPool) run(n *Node, t taskStart) {
 	}
 	p.mu.Unlock()
 	w := &taskWorker{job: make(chan taskJob, 1)}
-	go w.loop(p, taskJob{n, t})
+	goSafe(func() { w.loop(p, taskJob{n, t}) })
 }
 
 // loop runs j, then every job handed to w, until the sweep sends it away

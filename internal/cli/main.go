@@ -4,8 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
+
+	"github.com/chainsync-go/chainsync"
 )
 
 // Version is the release version; builds from a module add their VCS
@@ -124,6 +127,11 @@ func mainUsage() string {
 // ExitError (see goSafe), so that exit status 2 always means a usage error.
 func Main(args []string, stdout, stderr io.Writer) (code int) {
 	setBugOut(stderr)
+	// A panic in one of the library's goroutines is a bug too: exit 1.
+	chainsync.SetPanicHandler(func(v any, _ []byte) {
+		reportBug(v)
+		os.Exit(ExitError)
+	})
 	defer func() {
 		if r := recover(); r != nil {
 			reportBug(r)
