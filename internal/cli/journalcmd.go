@@ -351,14 +351,4 @@ func tableTime(t, now time.Time) string {
 // quoteName quotes a node name that could be misread in running text
 // or beside a count (a number, or with spaces or punctuation); "" stays
 // "".
-func quoteName(name string) string {
-	if name != "" && (strings.ContainsAny(name, " \t,;()\"'") || isNumber(name)) {
-		return strconv.Quote(name)
-	}
-	return name
-}
-
-func isNumber(s string) bool {
-	_, err := strconv.ParseFloat(s, 64)
-	return err == nil
-}
+func quoteName(name string) string { return status.QuoteName(name) }

@@ -3,6 +3,7 @@ package status
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -172,7 +173,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 	for steps := 0; steps <= len(nodes); steps++ {
 		n := nodes[cur]
 		r := findRound(n.Doc, id)
-		name := n.Label()
+		name := QuoteName(n.Label()) // in the words; the fields keep the name as it is
 		f := ownFault(n.Doc, id)
 		if f != nil && !blamesUnanswering(nodes, cur, r, f) {
 			// A node that faulted in this round and still has it (the
@@ -194,7 +195,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		if side == protocol.Succ {
 			link, j = n.Doc.Links.Succ, cur+1
 		}
-		peer := fromName(n, r.From)
+		peer := QuoteName(fromName(n, r.From))
 		waits := fmt.Sprintf("%s waits for %s from %s", name, r.WaitingFor, peer)
 		if j < 0 || j >= len(nodes) {
 			why := waits + ", which is not among the nodes asked"
@@ -207,7 +208,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		if nb.Doc == nil {
 			v = hold(cur, r.WaitingFor, peer, "")
 			v.At, v.Node = j, nb.Label()
-			v.Why = fmt.Sprintf("%s; %s (status %s) does not answer (%v): crashed, hung, or its host or network is down", waits, nb.Label(), nb.Addr, nb.Err)
+			v.Why = fmt.Sprintf("%s; %s (status %s) does not answer (%v): crashed, hung, or its host or network is down", waits, QuoteName(nb.Label()), nb.Addr, nb.Err)
 			if !link.Up {
 				v.Why += fmt.Sprintf("; the link from %s to it is down", name)
 			}
@@ -222,7 +223,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		rj := findRound(nb.Doc, id)
 		if rj == nil {
 			if f := findFault(nb.Doc, id); f != nil {
-				v = hold(j, "", "", fmt.Sprintf("%s; %s ended the round with %s: %s", waits, nb.Label(), f.Kind, f.Error))
+				v = hold(j, "", "", fmt.Sprintf("%s; %s ended the round with %s: %s", waits, QuoteName(nb.Label()), f.Kind, f.Error))
 				return v
 			}
 		}
@@ -235,7 +236,7 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 			if link.Up {
 				why += "; the link is up: the message is in flight or was lost on a connection that has since been replaced"
 			} else {
-				why += fmt.Sprintf("; the link between them is down (%s re-sends it when the link is back)", nb.Label())
+				why += fmt.Sprintf("; the link between them is down (%s re-sends it when the link is back)", QuoteName(nb.Label()))
 			}
 			return hold(cur, r.WaitingFor, peer, why)
 		}
@@ -306,4 +307,19 @@ func ChainLine(nodes []Node) string {
 		names[i] = n.Label()
 	}
 	return strings.Join(names, " -> ")
+}
+
+// QuoteName quotes a node's name where it could be misread in a sentence:
+// a number ("3 waits for COMPLETE from 4" reads as counts), or a name with
+// spaces or punctuation. Other names are returned as they are.
+func QuoteName(name string) string {
+	if name != "" && (strings.ContainsAny(name, " \t,;()\"'") || isNumber(name)) {
+		return strconv.Quote(name)
+	}
+	return name
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
 }
