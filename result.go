@@ -3,6 +3,7 @@ package chainsync
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,7 +121,7 @@ func (e *FaultError) Error() string {
 	}
 	switch {
 	case e.Side != 0 && e.Peer != "":
-		s += fmt.Sprintf(" (blames the %s %s)", e.Side, e.Peer)
+		s += fmt.Sprintf(" (blames the %s %s)", e.Side, quoteName(e.Peer))
 	case e.Side != 0:
 		s += fmt.Sprintf(" (waiting on the %s side)", e.Side)
 	}
@@ -128,6 +129,16 @@ func (e *FaultError) Error() string {
 		s += fmt.Sprintf(" after %v", e.After)
 	}
 	return s
+}
+
+// quoteName quotes a node's name where a sentence could misread it (a
+// number, or a name with spaces or punctuation); the fields that carry a
+// name (Fault.Peer, the hooks' CHAINSYNC_PEER) keep it as it is.
+func quoteName(name string) string {
+	if _, err := strconv.ParseFloat(name, 64); err == nil || strings.ContainsAny(name, " \t,;()\"'") {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 // fault is e as a Fault, for Snapshot, traces and the log.
