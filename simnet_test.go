@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -65,36 +64,7 @@ func simulated(t *testing.T, f func(t *testing.T)) {
 func TestChainSimulated(t *testing.T) {
 	for _, n := range []int{1, 2, 5, 50} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			simulated(t, func(t *testing.T) {
-				seed := rand.Uint64()
-				rng := rand.New(rand.NewPCG(seed, 1))
-				rec := newRecorder(n)
-				cfgs := simChain(t, testnet.NewNetwork(), n)
-				for i := range cfgs {
-					cfgs[i].Task = rec.task(i, time.Duration(rng.IntN(2000))*time.Microsecond)
-				}
-				sent := countSent(cfgs)
-				nodes := startAll(t, cfgs, rng.Perm(n))
-				for _, i := range rng.Perm(n) {
-					after(time.Duration(rng.IntN(3000)) * time.Microsecond)
-					rec.markReady("", i)
-					if err := nodes[i].Ready(""); err != nil {
-						t.Fatal(err)
-					}
-				}
-				waitDone(t, nodes, "", fmt.Sprintf("seed %d: ", seed))
-				rec.mu.Lock()
-				defer rec.mu.Unlock()
-				for _, e := range rec.errs {
-					t.Errorf("seed %d: %s", seed, e)
-				}
-				if got := len(rec.started[""]); got != n {
-					t.Errorf("seed %d: %d tasks ran, want %d", seed, got, n)
-				}
-				if got := sent.Load(); got != int64(4*(n-1)) {
-					t.Errorf("seed %d: %d messages on the wire, want 4(n-1) = %d", seed, got, 4*(n-1))
-				}
-			})
+			simulated(t, func(t *testing.T) { checkChain(t, simChain(t, testnet.NewNetwork(), n)) })
 		})
 	}
 }

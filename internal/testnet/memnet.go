@@ -158,22 +158,11 @@ func (nw *Network) Reset(host string) int { return nw.each(host, (*memConn).rese
 // Drop closes every connection with an end on host from that end, as its
 // process would on exit: the other end reads what was sent, then EOF.
 func (nw *Network) Drop(host string) int {
-	nw.mu.Lock()
-	var cs []*memConn
-	for c := range nw.conns {
-		if c.local.IP.String() == host {
-			cs = append(cs, c)
-		}
-	}
-	nw.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
-	return len(cs)
+	return nw.each(host, func(c *memConn) { c.Close() })
 }
 
-// each applies f to every connection between host and another host, once
-// per connection (one of its two ends), and says how many there were.
+// each applies f to every connection end on host, and says how many there
+// were.
 func (nw *Network) each(host string, f func(*memConn)) int {
 	nw.mu.Lock()
 	var cs []*memConn
