@@ -28,8 +28,8 @@ func parseSteer(line, raw []byte) (protocol.Message, error) {
 		}
 	}
 	s := protocol.Steer{Origin: string(f[1]), What: protocol.ParseSteerWhat(string(f[3]))}
-	if f[2][0] < '1' || f[2][0] > '9' {
-		return bad() // no sign, no leading zero
+	if f[2][0] < '1' || f[2][0] > '9' || len(f[2]) > 18 {
+		return bad() // no sign, no leading zero, at most 18 digits
 	}
 	at, err := strconv.ParseInt(string(f[2]), 10, 64)
 	if err != nil {
