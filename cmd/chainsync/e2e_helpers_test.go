@@ -374,3 +374,13 @@ func exists(path string) bool {
 
 // A neighbour played by the test is a testnet.Peer (testnet.DialPeer, or
 // accepted on a testnet.ListenPeer), the raw peer the library's tests use.
+
+// chainOf is the --chain value naming names[i] at addrs[i]:
+// "A=127.0.0.1:7001,B=127.0.0.1:7002".
+func chainOf(names, addrs []string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + addrs[i]
+	}
+	return strings.Join(parts, ",")
+}

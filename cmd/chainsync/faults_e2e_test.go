@@ -488,10 +488,7 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 	dir := t.TempDir()
 	names := []string{"C", "D", "E", "F"}
 	addrs := freeAddrs(t, 8)
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	saddrs := addrs[4:]
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
@@ -500,7 +497,7 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 		if n == "E" {
 			task += "; sleep 3"
 		}
-		procs[n] = startProc(t, n, []string{"DIR=" + dir}, "run", "--chain", strings.Join(chain, ","), "--name", n,
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, "run", "--chain", chain, "--name", n,
 			"--quiet", "--heartbeat", "300ms", "--fault-policy", "wait", "--on-fault", faultHook,
 			"--status-addr", saddrs[i], "--ready-file", filepath.Join(dir, n+".approved"), "--ready-interval", "50ms",
 			"--", "sh", "-c", task)
@@ -616,14 +613,11 @@ func TestFaultsPeopleStatusE2E(t *testing.T) {
 func loopbackChain(t *testing.T, dir string, names []string, flags []string, task func(name string) string) map[string]*proc {
 	t.Helper()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
-		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--on-fault", faultHook}
+		args := []string{"run", "--chain", chain, "--name", n, "--on-fault", faultHook}
 		for _, f := range flags {
 			args = append(args, strings.ReplaceAll(f, "{node}", n))
 		}
@@ -850,16 +844,13 @@ func TestHungNodeResetE2E(t *testing.T) {
 	dir := t.TempDir()
 	names := []string{"A", "B", "C"}
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	args := func(n string) []string {
 		task := fmt.Sprintf(`date +%%s%%N >> "$DIR/%s.start"`, n)
 		if n == "B" {
 			task += `; sleep 1; date +%s%N >> "$DIR/B.end"`
 		}
-		return []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--heartbeat", "300ms",
+		return []string{"run", "--chain", chain, "--name", n, "--heartbeat", "300ms",
 			"--fault-policy", "wait", "--on-fault", faultHook, "--state-dir", filepath.Join(dir, n+".state"),
 			"--resume-task", "rerun", "--", "sh", "-c", task}
 	}

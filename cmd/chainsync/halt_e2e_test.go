@@ -5,7 +5,6 @@ package main
 import (
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -20,11 +19,7 @@ func TestHaltStopsTheNodeWhoseTaskFailedE2E(t *testing.T) {
 	dir := t.TempDir()
 	addrs := freeAddrs(t, 4)
 	names := []string{"A", "B", "C", "D"}
-	var parts []string
-	for i, n := range names {
-		parts = append(parts, n+"="+addrs[i])
-	}
-	chain := strings.Join(parts, ",")
+	chain := chainOf(names, addrs)
 	task := `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/ran"; [ "$CHAINSYNC_NODE$CHAINSYNC_ROUND" = C0 ] && exit 1; sleep 0.1`
 	procs := make([]*proc, len(names))
 	for i, n := range names {

@@ -21,10 +21,7 @@ func TestFaultFreeChainHasNoResendsE2E(t *testing.T) {
 	dir := t.TempDir()
 	addrs := freeAddrs(t, 6)
 	names := []string{"A", "B", "C"}
-	var chain []string
-	for i, nm := range names {
-		chain = append(chain, nm+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	statusAddrs := addrs[3:]
 	procs := make([]*proc, len(names))
 	for i, nm := range names {
@@ -32,7 +29,7 @@ func TestFaultFreeChainHasNoResendsE2E(t *testing.T) {
 		if i == len(names)-1 {
 			task = fmt.Sprintf("touch %s/C-started; while [ ! -f %s/go ]; do sleep 0.05; done", dir, dir)
 		}
-		procs[i] = startProc(t, nm, nil, "run", "--chain", strings.Join(chain, ","), "--name", nm,
+		procs[i] = startProc(t, nm, nil, "run", "--chain", chain, "--name", nm,
 			"--status-addr", statusAddrs[i], "--trace", filepath.Join(dir, nm+".jsonl"), "--", "sh", "-c", task)
 		if i < len(names)-1 {
 			// Its READY waits for the successor, which is started next.

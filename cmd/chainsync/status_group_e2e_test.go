@@ -29,10 +29,7 @@ func TestStatusGroupsRoundsE2E(t *testing.T) {
 	const rounds = 64
 	names := []string{"1", "2", "3"}
 	addrs := freeAddrs(t, 6)
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	saddrs := addrs[3:]
 	tasks := map[string]string{
 		"1": `echo "$CHAINSYNC_ROUND" >> "$DIR/head-done"`,
@@ -42,7 +39,7 @@ func TestStatusGroupsRoundsE2E(t *testing.T) {
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
-		procs[n] = startProc(t, n, []string{"DIR=" + dir}, "run", "--chain", strings.Join(chain, ","), "--name", n,
+		procs[n] = startProc(t, n, []string{"DIR=" + dir}, "run", "--chain", chain, "--name", n,
 			"--rounds", fmt.Sprint(rounds), "--status-addr", saddrs[i], "--quiet", "--", "sh", "-c", tasks[n])
 	}
 	waitFor(t, 60*time.Second, "the Head's 64 tasks and node 2's first", func() bool {

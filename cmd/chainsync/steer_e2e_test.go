@@ -29,12 +29,9 @@ const steerTask = `echo "$CHAINSYNC_NODE" >> "$DIR/ran"`
 func steerChain(t *testing.T, dir string, names []string, extra func(name string) []string) (map[string]*proc, func(name string) *proc) {
 	t.Helper()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	start := func(n string) *proc {
-		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n}, steerFlags...)
+		args := append([]string{"run", "--chain", chain, "--name", n}, steerFlags...)
 		args = append(args, extra(n)...)
 		args = append(args, "--", "sh", "-c", steerTask)
 		return startProc(t, n, []string{"DIR=" + dir}, args...)
@@ -172,12 +169,9 @@ func TestHoldE2E(t *testing.T) {
 	addrs := freeAddrs(t, 5)
 	status := addrs[4]
 	names := []string{"A", "B", "C", "D"}
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	start := func(n string) *proc {
-		args := append([]string{"run", "--chain", strings.Join(chain, ","), "--name", n}, steerFlags...)
+		args := append([]string{"run", "--chain", chain, "--name", n}, steerFlags...)
 		if n == "B" {
 			args = append(args, bFlags...)
 		}
@@ -263,14 +257,11 @@ func TestSteerUsageE2E(t *testing.T) {
 func servedChain(t *testing.T, dir string, names []string, extra func(name string) []string) map[string]*proc {
 	t.Helper()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
-		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--serve", "--heartbeat", "200ms", "--phase-timeout", "2s"}
+		args := []string{"run", "--chain", chain, "--name", n, "--serve", "--heartbeat", "200ms", "--phase-timeout", "2s"}
 		if i == 0 {
 			args = append(args, "--control", controlOf(dir, n))
 		}
@@ -413,16 +404,13 @@ func TestRetryE2E(t *testing.T) {
 	dir := t.TempDir()
 	addrs := freeAddrs(t, 4)
 	names := []string{"A", "B", "C", "D"}
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	task := `if [ "$CHAINSYNC_NODE" = C ] && [ ! -e "$DIR/C.failed" ]; then touch "$DIR/C.failed"; exit 1; fi
 echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
-		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--serve", "--heartbeat", "200ms",
+		args := []string{"run", "--chain", chain, "--name", n, "--serve", "--heartbeat", "200ms",
 			"--phase-timeout", "2s", "--fault-policy", "wait", "--state-dir", filepath.Join(dir, n+".state")}
 		if i == 0 {
 			args = append(args, "--control", controlOf(dir, n))

@@ -21,10 +21,7 @@ func undoChain(t *testing.T, names []string, failAt, undoFail string, extra func
 	t.Helper()
 	dir := t.TempDir()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
@@ -36,7 +33,7 @@ func undoChain(t *testing.T, names []string, failAt, undoFail string, extra func
 		if n == undoFail {
 			undo += "; exit 2"
 		}
-		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--round", "r1", "--undo", undo}
+		args := []string{"run", "--chain", chain, "--name", n, "--round", "r1", "--undo", undo}
 		if extra != nil {
 			args = append(args, extra(n)...)
 		}
@@ -139,14 +136,11 @@ func TestUndoConfigMismatchE2E(t *testing.T) {
 	names := []string{"A", "B", "C"}
 	dir := t.TempDir()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	procs := map[string]*proc{}
 	for i := len(names) - 1; i >= 0; i-- {
 		n := names[i]
-		args := []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--round", "r1", "--heartbeat", "200ms"}
+		args := []string{"run", "--chain", chain, "--name", n, "--round", "r1", "--heartbeat", "200ms"}
 		if n != "B" {
 			args = append(args, "--undo", "true")
 		}
@@ -255,10 +249,7 @@ func TestUndoKilledDuringUndoE2E(t *testing.T) {
 	names := []string{"A", "B", "C", "D"}
 	dir := t.TempDir()
 	addrs := freeAddrs(t, len(names))
-	var chain []string
-	for i, n := range names {
-		chain = append(chain, n+"="+addrs[i])
-	}
+	chain := chainOf(names, addrs)
 	// B's first undo hangs (it is killed in it); every later one ends.
 	undo := `echo "start $CHAINSYNC_NODE" >> "$DIR/undo.log"; ` +
 		`if [ "$CHAINSYNC_NODE" = B ] && [ ! -e "$DIR/B.once" ]; then touch "$DIR/B.once"; sleep 60; fi; ` +
@@ -268,7 +259,7 @@ func TestUndoKilledDuringUndoE2E(t *testing.T) {
 		if n == "C" {
 			task = "exit 1"
 		}
-		return []string{"run", "--chain", strings.Join(chain, ","), "--name", n, "--round", "r1", "--undo", undo,
+		return []string{"run", "--chain", chain, "--name", n, "--round", "r1", "--undo", undo,
 			"--state-dir", filepath.Join(dir, n+".state"), "--", "sh", "-c", task}
 	}
 	procs := map[string]*proc{}
