@@ -407,22 +407,16 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		return m.ungate(out), nil
 	case EvApprove:
-		r := m.rounds[ev.Round]
-		switch {
-		case r == nil:
-			return out, ErrUnknownRound
-		case r.state >= StateStart:
-			return out, ErrTaskStarted
+		r, err := m.beforeTask(ev.Round)
+		if err != nil {
+			return out, err
 		}
 		r.approved = true
 		return m.ungate(out), nil
 	case EvDeny:
-		r := m.rounds[ev.Round]
-		switch {
-		case r == nil:
-			return out, ErrUnknownRound
-		case r.state >= StateStart:
-			return out, ErrTaskStarted
+		r, err := m.beforeTask(ev.Round)
+		if err != nil {
+			return out, err
 		}
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
@@ -658,4 +652,17 @@ func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 	m.arm(r)
 	out = append(out, Action{Kind: ActOpened, Round: id, To: by})
 	return m.advance(r, out)
+}
+
+// beforeTask is the round id names, if its task has not started here: an
+// approval or a denial acts on nothing else.
+func (m *Machine) beforeTask(id string) (*round, error) {
+	r := m.rounds[id]
+	switch {
+	case r == nil:
+		return nil, ErrUnknownRound
+	case r.state >= StateStart:
+		return nil, ErrTaskStarted
+	}
+	return r, nil
 }
