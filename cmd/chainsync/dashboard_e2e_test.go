@@ -1,0 +1,65 @@
+//go:build unix
+
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// chainsync dashboard refuses to serve the chain to other machines
+// without HTTPS and client certificates: a --listen off loopback without
+// them exits 2 and names the fix, before it binds anything. (The draft's
+// Security Considerations: "Production deployments SHOULD use mutual
+// TLS"; a page that can steer a node is part of the chain's security.)
+func TestDashboardOffLoopbackNeedsTLS(t *testing.T) {
+	t.Parallel()
+	for _, listen := range []string{"0.0.0.0:0", "[::]:0", "10.1.2.3:3100"} {
+		p := startProc(t, "dashboard", nil, "dashboard", "--listen", listen, "127.0.0.1:9")
+		if code := p.wait(t, 20*time.Second); code != 2 {
+			t.Fatalf("--listen %s without TLS: exit %d, want 2\n%s", listen, code, p.err.String())
+		}
+		if e := p.err.String(); !strings.Contains(e, "--tls-cert and --tls-key, and --tls-ca or --page-pin") || !strings.Contains(e, "is not loopback") {
+			t.Fatalf("--listen %s: the error does not name the fix:\n%s", listen, e)
+		}
+	}
+	// --control with several nodes needs --node: which one it is.
+	p := startProc(t, "dashboard", nil, "dashboard", "--control", "unix:/nonexistent.sock", "127.0.0.1:9,127.0.0.1:10")
+	if code := p.wait(t, 20*time.Second); code != 2 || !strings.Contains(p.err.String(), "--node NAME") {
+		t.Fatalf("--control without --node: exit %d\n%s", code, p.err.String())
+	}
+}
+
+// --listen :PORT is loopback, and the dashboard prints its URL; a node
+// that does not answer is on the page as such.
+func TestDashboardListenPortIsLoopback(t *testing.T) {
+	t.Parallel()
+	p := startProc(t, "dashboard", nil, "dashboard", "--listen", ":0", "127.0.0.1:9")
+	var url string
+	waitFor(t, 20*time.Second, "URL on stdout", func() bool {
+		out := p.out.String()
+		i := strings.Index(out, "http://127.0.0.1:")
+		if i < 0 {
+			return false
+		}
+		url = strings.Fields(out[i:])[0]
+		return true
+	})
+	var body string
+	waitFor(t, 20*time.Second, "a view saying the node does not answer", func() bool {
+		resp, err := http.Get(url + "view")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == 200 && strings.Contains(body, `"answers":false`)
+	})
+	if !strings.Contains(body, `"addr":"127.0.0.1:9"`) {
+		t.Fatalf("view: %s", body)
+	}
+}
