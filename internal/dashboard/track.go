@@ -502,8 +502,10 @@ func (t *tracker) row(r *roundRec, nodes []status.Node, head bool) Row {
 			case c.status == "done":
 				cell.Outcome = "done"
 			case i == f:
+				// Its task failed, or was denied before it started: only
+				// a task seen running has a time.
 				cell.Outcome = "failed"
-				ran = kind == "task-failed" || kind == "task-timeout"
+				ran = !c.started.IsZero()
 			case c.status == "cancelled" && !ran:
 				cell.Outcome = "cancelled"
 			case ran:

@@ -161,7 +161,7 @@ function ladder(msgs, names) {
     td.colSpan = 2;
     tr.append(td);
     for (let i = lo + 2; i < names.length; i++) tr.append(el("td"));
-    tr.append(el("td", "at", m.at ? clock(m.at) : "by " + clock(m.seen)));
+    tr.append(el("td", "at", m.at ? clock(m.at) : "seen " + clock(m.seen)));
     t.append(tr);
   }
   return t;
