@@ -5,6 +5,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,4 +63,28 @@ func TestDashboardListenPortIsLoopback(t *testing.T) {
 	if !strings.Contains(body, `"addr":"127.0.0.1:9"`) {
 		t.Fatalf("view: %s", body)
 	}
+}
+
+// chainsync approve --reason: the reason goes with who approved into the
+// node's log (and its status, which the dashboard shows), as hold, deny
+// and pause record theirs (docs/STEERING.md).
+func TestApproveReasonE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs, _ := steerChain(t, dir, []string{"A", "B", "C"}, func(n string) []string {
+		if n == "C" {
+			return []string{"--approve", "--control", controlOf(dir, "C"), "--on-hold", `echo "$CHAINSYNC_HOLD" >> "$DIR/hook"`}
+		}
+		return nil
+	})
+	waitFile(t, filepath.Join(dir, "hook"), 20*time.Second)
+	if code, _, errOut := steerCmd(t, "approve", "--control", controlOf(dir, "C"), "--by", "ann", "--reason", "row counts checked"); code != 0 {
+		t.Fatalf("approve --reason exited %d: %s", code, errOut)
+	}
+	for _, n := range []string{"A", "B", "C"} {
+		if code := procs[n].wait(t, 20*time.Second); code != 0 {
+			t.Fatalf("%s exited %d", n, code)
+		}
+	}
+	procs["C"].waitLog(t, time.Second, "approved by ann with the reason", containsAll("approved: the task starts", "by=ann", `reason="row counts checked"`))
 }
