@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,86 @@ func TestApproveReasonE2E(t *testing.T) {
 		}
 	}
 	procs["C"].waitLog(t, time.Second, "approved by ann with the reason", containsAll("approved: the task starts", "by=ann", `reason="row counts checked"`))
+}
+
+// The page steers the Head through the dashboard (docs/STEERING.md, and
+// docs/SERVE.md for open): a round opened from it runs, a pause names
+// who paused and why on every node, a round cannot be opened while
+// paused (the page is told why), resume, and a cancel or retry the Head
+// refuses comes back with the Head's reason. Every request carries the
+// page's token from its own origin, as the page's script sends it.
+func TestDashboardSteersTheHeadE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := []string{"A", "B", "C"}
+	statuses := freeAddrs(t, len(names))
+	servedChain(t, dir, names, func(n string) []string {
+		return []string{"--status-addr", statuses[strings.Index("ABC", n)]}
+	})
+	dash := startProc(t, "dashboard", nil, "dashboard", "--listen", "127.0.0.1:0", "--control", controlOf(dir, "A"),
+		"--node", "A", "--user", "ann", strings.Join(statuses, ","))
+	var url string
+	waitFor(t, 20*time.Second, "the dashboard's URL", func() bool {
+		out := dash.out.String()
+		i := strings.Index(out, "http://")
+		if i >= 0 {
+			url = strings.Fields(out[i:])[0]
+		}
+		return i >= 0
+	})
+	get := func(path string) string {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor(t, 20*time.Second, "the Head's steering panel", func() bool {
+		return strings.Contains(get("view"), `"ops":["hold","release","approve","deny","pause","resume","cancel","open","retry"]`)
+	})
+	page := get("")
+	i := strings.Index(page, `name="chainsync-token" content="`)
+	if i < 0 {
+		t.Fatalf("no token on the page:\n%s", page)
+	}
+	token := page[i+len(`name="chainsync-token" content="`):]
+	token = token[:strings.IndexByte(token, '"')]
+	steer := func(body string, want int) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url+"steer", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Chainsync-Token", token)
+		req.Header.Set("Origin", strings.TrimSuffix(url, "/"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %d %s, want %d", body, resp.StatusCode, b, want)
+		}
+		return string(b)
+	}
+	if out := steer(`{"op":"open","round":"h1"}`, 200); !strings.Contains(out, "opened round h1") {
+		t.Fatalf("open: %s", out)
+	}
+	waitFor(t, 20*time.Second, "round h1 at C", func() bool { return slices.Contains(ranRounds(t, dir, "C"), "h1") })
+	steer(`{"op":"pause","reason":"incident 4711"}`, 200)
+	waitFor(t, 20*time.Second, "the pause, who and why, on the page", func() bool {
+		v := get("view")
+		return strings.Contains(v, `"what":"pause"`) && strings.Contains(v, `"by":"ann","reason":"incident 4711"`)
+	})
+	if out := steer(`{"op":"open","round":"h2"}`, 409); !strings.Contains(out, "paused") {
+		t.Fatalf("open while paused: %s", out)
+	}
+	steer(`{"op":"resume"}`, 200)
+	if out := steer(`{"op":"cancel","round":"nope","has_round":true}`, 409); !strings.Contains(out, "refused: ") {
+		t.Fatalf("cancel of an unknown round: %s", out)
+	}
+	if out := steer(`{"op":"retry","round":"h1","has_round":true}`, 409); !strings.Contains(out, "done already") {
+		t.Fatalf("retry of a round done: %s", out)
+	}
 }

@@ -91,6 +91,9 @@ func TestGridFailedRound(t *testing.T) {
 	if want := []string{"undone", "undone", "failed", "not-reached"}; !slices.Equal(got, want) {
 		t.Fatalf("cells %v, want %v", got, want)
 	}
+	if p := v.Steer; p == nil || !p.Head || p.Node != "A" || !slices.Equal(p.Ops, []string{"hold", "release", "approve", "deny", "pause", "resume", "cancel", "open", "retry"}) {
+		t.Fatalf("the Head's panel: %+v", p)
+	}
 	if row.Outcome != "undone" || !row.Retry {
 		t.Fatalf("row %q retry %t, want undone and a retry button at the Head", row.Outcome, row.Retry)
 	}
