@@ -175,6 +175,22 @@ func orSomeone(by string) string {
 // observe takes one node's document.
 func (t *tracker) observe(n status.Node, now time.Time) {
 	d := n.Doc
+	// The rounds that ended first, so that on the first poll they come
+	// before (are older than) the rounds in flight.
+	for _, f := range d.Finished {
+		r := t.rounds[f.Round]
+		if r == nil {
+			r = t.round(f.Round, f.Opened) // ended before the dashboard saw it in flight
+		}
+		c := r.cell(n.Addr)
+		if c.status != "" || !c.retried.IsZero() && !f.Ended.After(c.retried) {
+			continue // known, or the end of the run before a retry
+		}
+		c.state, c.status, c.err, c.undo, c.ended = "", f.Status, f.Error, f.Undo, f.Ended
+		if f.Status == "done" {
+			c.rank = rankDone
+		}
+	}
 	for _, rd := range d.Rounds {
 		r := t.round(rd.Round, now)
 		c := r.cell(n.Addr)
@@ -197,20 +213,6 @@ func (t *tracker) observe(n status.Node, now time.Time) {
 			}
 		default:
 			c.before = d.Time
-		}
-	}
-	for _, f := range d.Finished {
-		r := t.rounds[f.Round]
-		if r == nil {
-			r = t.round(f.Round, f.Opened) // ended before the dashboard saw it in flight
-		}
-		c := r.cell(n.Addr)
-		if c.status != "" || !c.retried.IsZero() && !f.Ended.After(c.retried) {
-			continue // known, or the end of the run before a retry
-		}
-		c.state, c.status, c.err, c.undo, c.ended = "", f.Status, f.Error, f.Undo, f.Ended
-		if f.Status == "done" {
-			c.rank = rankDone
 		}
 	}
 	for _, f := range d.Faults {
@@ -308,7 +310,11 @@ func findRound(d *status.Doc, id string) *status.Round {
 func (r *roundRec) msgList() []Msg {
 	out := make([]Msg, 0, len(r.msgs))
 	for _, m := range r.msgs {
-		out = append(out, *m)
+		mm := *m
+		if !mm.At.IsZero() {
+			mm.Seen = time.Time{} // the page needs it only without At
+		}
+		out = append(out, mm)
 	}
 	slices.SortFunc(out, func(a, b Msg) int {
 		if a.Wave != b.Wave {

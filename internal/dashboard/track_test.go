@@ -182,3 +182,41 @@ func TestUndoneBy(t *testing.T) {
 		t.Fatal("undoneBy misreads the undo outcome")
 	}
 }
+
+// A retried round (chainsync open --retry) runs again under its own id:
+// once its nodes show it in flight again, its row follows the new run,
+// and the old run's failure is gone from it when the retry is done.
+func TestGridFollowsARetry(t *testing.T) {
+	tr := newTracker("", "")
+	t0 := time.Now()
+	nodes := chainDocs(t0)
+	for i, st := range []string{"task failed", "task failed", "task failed", "fault"} {
+		finish(nodes, i, "r1", st, "C's task failed", t0)
+	}
+	nodes[2].Doc.Faults = []status.Fault{{Kind: "task-failed", Round: "r1", Time: t0, Error: "task exited 1"}}
+	if v := tr.update(nodes, t0); v.Grid.Rows[0].Outcome != "failed" {
+		t.Fatalf("before the retry: %q", v.Grid.Rows[0].Outcome)
+	}
+	t1 := t0.Add(time.Second)
+	retry := chainDocs(t1, "COMPLETE", "COMPLETE", "START", "WATCH")
+	for i := range retry {
+		retry[i].Doc.Finished, retry[i].Doc.Faults = nodes[i].Doc.Finished, nodes[i].Doc.Faults
+	}
+	if v := tr.update(retry, t1); v.Grid.Rows[0].Outcome != "in flight" {
+		t.Fatalf("during the retry: %q", v.Grid.Rows[0].Outcome)
+	}
+	t2 := t1.Add(time.Second)
+	done := chainDocs(t2)
+	for i := range done {
+		done[i].Doc.Finished, done[i].Doc.Faults = slices.Clone(nodes[i].Doc.Finished), nodes[i].Doc.Faults
+		finish(done, i, "r1", "done", "", t2)
+	}
+	v := tr.update(done, t2)
+	row := v.Grid.Rows[0]
+	if row.Outcome != "done" || len(v.Grid.Rows) != 1 || len(row.Text) != 0 {
+		t.Fatalf("after the retry: %q, %d rows, text %q", row.Outcome, len(v.Grid.Rows), row.Text)
+	}
+	if c := row.Cells[2]; c.Outcome != "done" || c.Task != "≤ 1s" {
+		t.Fatalf("C's cell after the retry: %+v", c)
+	}
+}

@@ -111,7 +111,7 @@ type Msg struct {
 	// sender in the state that sends it; else Seen, when a poll first
 	// showed it sent (the dashboard's clock).
 	At   time.Time `json:"at,omitzero"`
-	Seen time.Time `json:"seen"`
+	Seen time.Time `json:"seen,omitzero"`
 }
 
 // Grid is the recent rounds, one row each, newest first.
