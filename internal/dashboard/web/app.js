@@ -218,6 +218,7 @@ function drawGrid(v) {
     tr.onclick = () => {
       if (open.has(r.round)) open.delete(r.round);
       else open.add(r.round);
+      drawn.grid = JSON.stringify([view.grid, view.steer, [...open]]);
       drawGrid(view);
     };
     t.append(tr);
@@ -244,6 +245,17 @@ function drawEvents(v) {
   if (!v.events.length) ul.append(el("li", "quiet", "no steering yet"));
 }
 
+// drawn holds what each part of the page was last drawn from: a part
+// whose data did not change is left as it is.
+const drawn = {};
+
+function part(name, data, fn, v) {
+  const key = JSON.stringify(data);
+  if (drawn[name] === key) return;
+  drawn[name] = key;
+  fn(v);
+}
+
 function draw(v) {
   view = v;
   document.getElementById("chain").textContent = v.chain;
@@ -251,10 +263,31 @@ function draw(v) {
   document.getElementById("who").textContent = v.steer
     ? "steering " + (v.steer.node || "(its node does not answer)") + " as " + v.steer.user
     : "read-only";
-  drawNodes(v);
-  drawFlights(v);
-  drawGrid(v);
-  drawEvents(v);
+  part("nodes", [v.nodes, v.steer], drawNodes, v);
+  part("flights", [v.flights, v.steer, v.nodes.map((n) => n.label)], drawFlights, v);
+  part("grid", [v.grid, v.steer, [...open]], drawGrid, v);
+  part("events", v.events, drawEvents, v);
+}
+
+// A view that comes while a button is pressed waits until it is
+// released, so that redrawing never swallows a click.
+let pressed = false;
+let waiting = null;
+document.addEventListener("pointerdown", () => { pressed = true; }, true);
+document.addEventListener("pointerup", () => {
+  setTimeout(() => { // after the click the release makes
+    pressed = false;
+    if (waiting) {
+      const v = waiting;
+      waiting = null;
+      draw(v);
+    }
+  }, 0);
+}, true);
+
+function take(v) {
+  if (pressed) waiting = v;
+  else draw(v);
 }
 
 // ---- the event stream ------------------------------------------------
@@ -270,7 +303,7 @@ function connect() {
     // (an error answer) is opened again here.
     if (es.readyState === EventSource.CLOSED) setTimeout(connect, 2000);
   };
-  es.onmessage = (ev) => draw(JSON.parse(ev.data));
+  es.onmessage = (ev) => take(JSON.parse(ev.data));
 }
 
 connect();
