@@ -3,8 +3,11 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,5 +172,58 @@ func TestDashboardSteersTheHeadE2E(t *testing.T) {
 	}
 	if out := steer(`{"op":"retry","round":"h1","has_round":true}`, 409); !strings.Contains(out, "done already") {
 		t.Fatalf("retry of a round done: %s", out)
+	}
+}
+
+// Off loopback, with --tls-cert, --tls-key and --tls-ca, the page is
+// served over HTTPS to people with a certificate from the CA only (the
+// draft's Security Considerations: mutual TLS); a node given as
+// http://HOST:PORT is still read over plain HTTP.
+func TestDashboardOffLoopbackOverMutualTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, stderr := runBin(t, "certs", "--dir", dir, "--nodes", "dash,ann"); code != 0 {
+		t.Fatalf("certs: %s", stderr)
+	}
+	f := func(name string) string { return filepath.Join(dir, name) }
+	dash := startProc(t, "dashboard", nil, "dashboard", "--listen", "0.0.0.0:0", "--tls-cert", f("dash.pem"),
+		"--tls-key", f("dash-key.pem"), "--tls-ca", f("ca.pem"), "http://127.0.0.1:9")
+	var port string
+	waitFor(t, 20*time.Second, "the dashboard's https URL", func() bool {
+		out := dash.out.String()
+		i := strings.Index(out, "https://")
+		if i < 0 {
+			return false
+		}
+		u := strings.TrimSuffix(strings.Fields(out[i:])[0], "/")
+		port = u[strings.LastIndexByte(u, ':')+1:]
+		return true
+	})
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(f("ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("ca.pem: %v", err)
+	}
+	ann, err := tls.LoadX509KeyPair(f("ann.pem"), f("ann-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(certs ...tls.Certificate) *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs, ServerName: "127.0.0.1"}}}
+	}
+	url := "https://127.0.0.1:" + port + "/view"
+	waitFor(t, 20*time.Second, "the view over HTTPS with ann's certificate", func() bool {
+		resp, err := client(ann).Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(b), `"addr":"http://127.0.0.1:9"`)
+	})
+	if resp, err := client().Get(url); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a browser without a client certificate got %s", resp.Status)
 	}
 }
