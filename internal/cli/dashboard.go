@@ -78,7 +78,7 @@ func (o *dashboardOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.control, "control", "", "steer the node whose --control is `ADDR` (unix:PATH or HOST:PORT); without it the page is read-only")
 	fs.StringVar(&o.node, "node", "", "which node --control belongs to: its `NAME` (or its status ADDR); needed with several ADDRs")
 	fs.StringVar(&o.user, "user", "", "who steers, a `NAME` recorded with each request (default: the login name)")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "how long to wait for each node's answer")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "how long to wait for each node's answer (a node slower than a second keeps its last answer on the page meanwhile)")
 	fs.StringVar(&o.https.CertFile, "tls-cert", "", "this dashboard's certificate (PEM `FILE`): shown to the nodes (HTTPS status) and to browsers off loopback")
 	fs.StringVar(&o.https.KeyFile, "tls-key", "", "its private key (PEM `FILE`)")
 	fs.StringVar(&o.https.CAFile, "tls-ca", "", "accept nodes, and browsers off loopback, whose certificate is from this CA (PEM `FILE`)")
@@ -180,9 +180,13 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
-	poller := dashboard.NewPoller(func(ctx context.Context) []status.Node {
-		return fetchAll(client, addrs, o.timeout)
-	}, o.node, o.user)
+	poller := dashboard.NewPoller(addrs, func(ctx context.Context, addr string) (*status.Doc, error) {
+		d, err := status.Fetch(ctx, client, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &d, nil
+	}, o.timeout, o.node, o.user)
 	srv.Handler = dashboard.NewServer(poller, steer, o.user, loopback).Handler()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // event streams end on stop
 	done := make(chan struct{})

@@ -3,6 +3,8 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,15 +16,22 @@ import (
 // open.
 const Every = time.Second
 
-// Fetcher reads every node's status document, in chain order (a node that
-// does not answer has Err set). It returns within its context's life.
-type Fetcher func(ctx context.Context) []status.Node
+// Grace is how long a poll waits for the nodes' answers before it makes
+// its view: a node slower than that (hung, or far away) keeps its last
+// answer in this view, and its new one goes into the next.
+const Grace = Every / 4
+
+// Fetcher reads one node's status document from its address, within
+// ctx's life.
+type Fetcher func(ctx context.Context, addr string) (*status.Doc, error)
 
 // Poller reads the nodes once a second and keeps the View of the last
 // poll, for every page at once.
 type Poller struct {
-	fetch Fetcher
-	tr    *tracker
+	addrs   []string
+	fetch   Fetcher
+	timeout time.Duration
+	tr      *tracker
 
 	mu      sync.Mutex
 	view    []byte        // the JSON of the last View; nil before the first poll
@@ -30,32 +39,71 @@ type Poller struct {
 	changed chan struct{} // closed, and replaced, when view changes
 }
 
-// NewPoller returns a Poller reading the nodes with fetch. control names
-// the node the dashboard steers (its name or its status address; "" for a
+// NewPoller returns a Poller reading the nodes at addrs (in chain order)
+// with fetch, giving each node timeout to answer. control names the node
+// the dashboard steers (its name or its status address; "" for a
 // read-only dashboard) and user who steers it.
-func NewPoller(fetch Fetcher, control, user string) *Poller {
-	return &Poller{fetch: fetch, tr: newTracker(control, user), changed: make(chan struct{})}
+func NewPoller(addrs []string, fetch Fetcher, timeout time.Duration, control, user string) *Poller {
+	return &Poller{addrs: addrs, fetch: fetch, timeout: timeout, tr: newTracker(control, user), changed: make(chan struct{})}
 }
 
-// Run polls until ctx is done: at once, then every Every. A poll that
-// takes longer than Every (a node that does not answer in time) delays
-// the next one: a node is never asked twice at once.
+// answer is one node's answer to one request.
+type answer struct {
+	i   int
+	doc *status.Doc
+	err error
+}
+
+// Run polls until ctx is done: at once, then every Every. Each node has
+// at most one request out at a time, so it is never asked more than once
+// a second; a node that is slow to answer (hung, or its network) does not
+// hold up the view of the others: a poll waits for the answers until just
+// before the next one, and a node still asked keeps its last answer until
+// its request fails.
 func (p *Poller) Run(ctx context.Context) {
+	n := len(p.addrs)
+	last := make([]status.Node, n)
+	for i, a := range p.addrs {
+		last[i] = status.Node{Addr: a, Err: errors.New("not asked yet")}
+	}
+	busy := make([]bool, n)
+	answers := make(chan answer, n)
 	for {
 		start := time.Now()
-		pctx, cancel := context.WithTimeout(ctx, 5*Every)
-		nodes := p.fetch(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
+		for i := range n {
+			if busy[i] {
+				continue
+			}
+			busy[i] = true
+			go func() {
+				actx, cancel := context.WithTimeout(ctx, p.timeout)
+				defer cancel()
+				d, err := p.fetch(actx, p.addrs[i])
+				answers <- answer{i, d, err}
+			}()
 		}
-		p.take(nodes, start)
-		t := time.NewTimer(time.Until(start.Add(Every)))
+		deadline := time.NewTimer(time.Until(start.Add(Grace)))
+		for slices.Contains(busy, true) {
+			select {
+			case a := <-answers:
+				busy[a.i] = false
+				last[a.i] = status.Node{Addr: p.addrs[a.i], Doc: a.doc, Err: a.err}
+				continue
+			case <-deadline.C:
+			case <-ctx.Done():
+				deadline.Stop()
+				return
+			}
+			break
+		}
+		deadline.Stop()
+		p.take(slices.Clone(last), start)
+		next := time.NewTimer(time.Until(start.Add(Every)))
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			next.Stop()
 			return
-		case <-t.C:
+		case <-next.C:
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,10 +60,23 @@ func chainDocs(now time.Time, states ...string) []status.Node {
 	return nodes
 }
 
+// chainAddrs are chainDocs's status addresses.
+var chainAddrs = []string{"127.0.0.1:9000", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}
+
+// docOf returns the document of the node at addr.
+func docOf(nodes []status.Node, addr string) (*status.Doc, error) {
+	for _, n := range nodes {
+		if n.Addr == addr {
+			return n.Doc, nil
+		}
+	}
+	return nil, errors.New("no node at " + addr)
+}
+
 // steerServer is a dashboard steering C, after one poll.
 func steerServer(t *testing.T) (*Server, *fakeSteerer) {
 	t.Helper()
-	p := NewPoller(nil, "C", "ann")
+	p := NewPoller(nil, nil, time.Second, "C", "ann")
 	p.take(chainDocs(time.Now(), "READY", "READY", "READY", "WATCH"), time.Now())
 	st := &fakeSteerer{}
 	return NewServer(p, st, "ann", true), st
@@ -134,7 +148,7 @@ func TestSteerNeedsPageTokenAndOrigin(t *testing.T) {
 
 // A read-only dashboard has no token on its page and refuses every POST.
 func TestReadOnlyRefusesSteering(t *testing.T) {
-	p := NewPoller(nil, "", "ann")
+	p := NewPoller(nil, nil, time.Second, "", "ann")
 	p.take(chainDocs(time.Now()), time.Now())
 	s := NewServer(p, nil, "ann", true)
 	h := s.Handler()
@@ -231,13 +245,15 @@ func TestEventStreamSendsChangeWithinASecond(t *testing.T) {
 		var mu sync.Mutex
 		states := []string{"READY", "READY", "READY", "SYNC"}
 		polls := 0
-		fetch := func(context.Context) []status.Node {
+		fetch := func(_ context.Context, addr string) (*status.Doc, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			polls++
-			return chainDocs(time.Now(), states...)
+			if addr == chainAddrs[0] {
+				polls++
+			}
+			return docOf(chainDocs(time.Now(), states...), addr)
 		}
-		p := NewPoller(fetch, "", "ann")
+		p := NewPoller(chainAddrs, fetch, time.Second, "", "ann")
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go p.Run(ctx)
@@ -280,13 +296,13 @@ func TestOnePollerForEveryPage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		polls := 0
-		fetch := func(context.Context) []status.Node {
+		fetch := func(_ context.Context, addr string) (*status.Doc, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			polls++
-			return chainDocs(time.Now(), "READY")
+			return docOf(chainDocs(time.Now(), "READY"), addr)
 		}
-		p := NewPoller(fetch, "", "ann")
+		p := NewPoller(chainAddrs, fetch, time.Second, "", "ann")
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go p.Run(ctx)
@@ -302,14 +318,71 @@ func TestOnePollerForEveryPage(t *testing.T) {
 		mu.Lock()
 		got := polls
 		mu.Unlock()
-		if got != 10 {
-			t.Fatalf("%d polls in 10 s with 20 pages open, want 10", got)
+		if got != 10*len(chainAddrs) {
+			t.Fatalf("%d requests in 10 s to %d nodes with 20 pages open, want %d", got, len(chainAddrs), 10*len(chainAddrs))
 		}
 		for i, r := range recs {
 			if r.next() == "" {
 				t.Fatalf("page %d got no event", i)
 			}
 		}
+		cancel()
+		synctest.Wait()
+	})
+}
+
+// A node that hangs (its status endpoint accepts and never answers: the
+// draft's "a node in the chain hangs during processing") does not hold up
+// the page: the others' changes still come by the next poll, the hung
+// node keeps its last answer until its request times out and is then
+// shown not answering, and it has one request out at a time.
+func TestHungNodeDoesNotHoldUpThePage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		states := []string{"READY", "READY", "READY", "SYNC"}
+		hung, asked := false, 0
+		fetch := func(ctx context.Context, addr string) (*status.Doc, error) {
+			mu.Lock()
+			if addr == chainAddrs[1] {
+				asked++
+				if hung {
+					mu.Unlock()
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+			}
+			defer mu.Unlock()
+			return docOf(chainDocs(time.Now(), states...), addr)
+		}
+		p := NewPoller(chainAddrs, fetch, 3*Every, "", "ann")
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go p.Run(ctx)
+		synctest.Wait()
+		mu.Lock()
+		hung = true
+		states[3], states[2] = "WATCH", "WATCH"
+		mu.Unlock()
+		time.Sleep(Every + Grace)
+		synctest.Wait()
+		v, _ := p.Latest()
+		if !strings.Contains(string(v), `"states":["READY","READY","WATCH","WATCH"]`) {
+			t.Fatalf("the others' change is not in the view by the next poll and its grace: %s", v)
+		}
+		if strings.Contains(string(v), `"answers":false`) {
+			t.Fatalf("B shown not answering before its request timed out: %s", v)
+		}
+		time.Sleep(3*Every - Grace)
+		synctest.Wait()
+		v, _ = p.Latest()
+		if !strings.Contains(string(v), `"label":"B","addr":"127.0.0.1:9001","answers":false`) {
+			t.Fatalf("B not shown as not answering after its timeout: %s", v)
+		}
+		mu.Lock()
+		if asked != 2 { // at 0 s, and at 1 s, a request out until 4 s: not at 2 s and 3 s
+			t.Errorf("B was asked %d times in 4 s, want 2: one request out at a time", asked)
+		}
+		mu.Unlock()
 		cancel()
 		synctest.Wait()
 	})
