@@ -306,7 +306,7 @@ func runsText(tt journal.TaskTimes, st protocol.State) string {
 		}
 	}
 	if !tt.Interrupted.IsZero() && st != protocol.StateStart {
-		s += "; the node died while it ran, and the restarted node ended it (--resume-task)"
+		s += "; a run was cut short by the node's death, and the restarted node ended the task (--resume-task)"
 	}
 	return s
 }
