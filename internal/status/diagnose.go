@@ -443,8 +443,8 @@ func chainOrder(nodes []Node, named map[string]int) string {
 		}
 		i = next
 	}
-	if len(addrs) != len(named) {
-		return ""
+	if len(addrs) != len(named) || len(addrs) < 2 {
+		return "" // not all of them, or one node: no order to give
 	}
 	return strings.Join(addrs, ",")
 }

@@ -132,10 +132,14 @@ func TestCheckOrder(t *testing.T) {
 	}{
 		{"C,A,B", pick(2, 0, 1), []string{"C is the Tail", "A is the Head, but is given in place 2", "in chain order: 10.0.0.1:9000,10.0.0.2:9000,10.0.0.3:9000"}},
 		{"A,A", pick(0, 0), []string{"10.0.0.1:9000 is given twice"}},
+		{"A,A,B", pick(0, 0, 1), []string{"10.0.0.1:9000 is given twice", "in chain order: 10.0.0.1:9000,10.0.0.2:9000"}},
 		{"A,C", pick(0, 2), []string{"A's successor is B, but C is given after it"}},
 		{"B,A,C", pick(1, 0, 2), []string{"A is the Head"}},
 	} {
 		err := status.CheckOrder(c.nodes)
+		if err != nil && len(c.nodes) == 2 && strings.Contains(err.Error(), "in chain order") {
+			t.Errorf("%s: one node given twice is given an order: %v", c.name, err)
+		}
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
 			continue
