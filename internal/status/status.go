@@ -44,8 +44,11 @@ type Steer struct {
 type Finished struct {
 	Round  string    `json:"round"`
 	Status string    `json:"status"` // done, task failed, fault, undelivered or stopped
-	Opened time.Time `json:"opened"` // when the node first heard of it
-	Ended  time.Time `json:"ended"`
+	// Opened and Ended: when the node first heard of the round, and
+	// when it ended here; omitted when not known (a round ended before
+	// the node restarted, given back by its journal).
+	Opened time.Time `json:"opened,omitzero"`
+	Ended  time.Time `json:"ended,omitzero"`
 	Error  string    `json:"error,omitempty"` // why, unless done
 	// Undo: how the round's undo wave ended (--undo; docs/UNDO.md).
 	Undo string `json:"undo,omitempty"`
