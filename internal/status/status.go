@@ -42,8 +42,8 @@ type Steer struct {
 
 // Finished is one round that ended at a node.
 type Finished struct {
-	Round  string    `json:"round"`
-	Status string    `json:"status"` // done, task failed, fault, undelivered or stopped
+	Round  string `json:"round"`
+	Status string `json:"status"` // done, task failed, fault, undelivered or stopped
 	// Opened and Ended: when the node first heard of the round, and
 	// when it ended here; omitted when not known (a round ended before
 	// the node restarted, given back by its journal).
