@@ -26,6 +26,7 @@ import (
 
 	"github.com/chainsync-go/chainsync/receipt"
 	"github.com/chainsync-go/chainsync/secure"
+	"github.com/chainsync-go/chainsync/wire"
 )
 
 var names = []string{"A", "B", "C", "D"}
@@ -541,4 +542,37 @@ func TestBounds(t *testing.T) {
 			t.Errorf("signed a receipt beyond a bound")
 		}
 	}
+}
+
+// The largest envelope travels in the wire's RECEIPT lines, and the
+// wire's bound is this package's. docs/PROTOCOL.md, "Receipt lines".
+func TestEnvelopeFitsTheWire(t *testing.T) {
+	if wire.MaxReceipt != receipt.MaxEnvelope {
+		t.Fatalf("wire.MaxReceipt %d, receipt.MaxEnvelope %d", wire.MaxReceipt, receipt.MaxEnvelope)
+	}
+	keys, _ := certChain(t, names...)
+	envs := signRound(t, keys, strings.Repeat("r", 128), allOK, nil)
+	b, _ := envs[1].Marshal()
+	t.Logf("a receipt of a four-node chain: %d bytes", len(b))
+	lines, err := wire.AppendReceipt(nil, strings.Repeat("r", 128), "B", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asm wire.ReceiptAssembler
+	for l := range bytes.Lines(lines) {
+		rl, err := wire.ParseReceiptLine(bytes.TrimSuffix(l, []byte{'\n'}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env, done, err := asm.Add(*rl.Part); err != nil {
+			t.Fatal(err)
+		} else if done {
+			e, err := receipt.Unmarshal(env)
+			if err != nil || e.Digest() != envs[1].Digest() {
+				t.Fatalf("%v", err)
+			}
+			return
+		}
+	}
+	t.Fatal("no envelope came back")
 }
