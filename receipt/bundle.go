@@ -10,7 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // ParseBundle reads a bundle: one envelope a line, as Marshal writes it
@@ -50,40 +51,13 @@ func AppendBundle(dst []byte, envs []Envelope) ([]byte, error) {
 }
 
 // WriteBundle writes envs to path as a bundle, mode 0600, replacing the
-// file whole (a new file synced, then renamed over it): a reader sees the
-// old bundle or the new one, never a part.
+// file whole: a reader sees the old bundle or the new one, never a part.
 func WriteBundle(path string, envs []Envelope) error {
 	data, err := AppendBundle(nil, envs)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("receipt: %w", err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("receipt: writing %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return secure.WritePrivateFile(path, data, true)
 }
 
 // LoadKey reads a signing key from a PEM file: a PKCS #8 "PRIVATE KEY"

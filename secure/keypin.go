@@ -31,5 +31,13 @@ func WriteKeyFile(path string, key crypto.Signer, overwrite bool) error {
 	if err != nil {
 		return fmt.Errorf("secure: %w", err)
 	}
+	return WritePrivateFile(path, data, overwrite)
+}
+
+// WritePrivateFile writes data to path with mode 0600, synced together
+// with its directory: a crash leaves the old file or the new one, never a
+// part. It refuses to replace an existing file (the error wraps
+// fs.ErrExist) unless overwrite is true.
+func WritePrivateFile(path string, data []byte, overwrite bool) error {
 	return writeFile(path, data, 0o600, overwrite)
 }
