@@ -7,15 +7,10 @@ package receipt_test
 
 import (
 	"bytes"
-	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/receipttest"
 	"github.com/chainsync-go/chainsync/receipt"
 	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/wire"
@@ -31,11 +27,7 @@ import (
 
 var names = []string{"A", "B", "C", "D"}
 
-// signer is one node's key, and its certificate if it has one.
-type signer struct {
-	key  crypto.Signer
-	cert *x509.Certificate
-}
+type signer = receipttest.Signer
 
 // certChain makes a CA and a certificate per node with chainsync certs'
 // code, and returns each node's signer and the CA's pool.
@@ -45,35 +37,14 @@ func certChain(t *testing.T, nodes ...string) (map[string]signer, *x509.CertPool
 	for i, n := range nodes {
 		specs[i] = secure.NodeSpec{Name: n}
 	}
-	gen, err := secure.GenerateCerts(t.TempDir(), specs, false)
+	dir := t.TempDir()
+	gen, err := secure.GenerateCerts(dir, specs, false)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]signer{}
-	for _, g := range gen {
-		key, err := receipt.LoadKey(g.KeyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[g.Name] = signer{key: key, cert: readCert(t, g.CertFile)}
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(readCert(t, gen[0].CAFile))
-	return out, pool
-}
-
-func readCert(t *testing.T, path string) *x509.Certificate {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := pem.Decode(data)
-	c, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	pool.AddCert(receipttest.ReadCert(t, gen[0].CAFile))
+	return receipttest.LoadCerts(t, dir, nodes...), pool
 }
 
 // edKeys makes an Ed25519 receipt key per node, and the pins of them.
@@ -85,7 +56,7 @@ func edKeys(t *testing.T, nodes ...string) (map[string]signer, map[string][]stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys[n] = signer{key: k}
+		keys[n] = signer{Key: k}
 		p, err := secure.PinOfKey(k.Public())
 		if err != nil {
 			t.Fatal(err)
@@ -95,93 +66,20 @@ func edKeys(t *testing.T, nodes ...string) (map[string]signer, map[string][]stri
 	return keys, pins
 }
 
-var t0 = time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
+var t0 = receipttest.T0
 
-// base is node i's receipt for round r1 with outcome o and the times
-// that outcome needs.
 func base(i int, round string, o receipt.Outcome) receipt.Receipt {
-	r := receipt.Receipt{Chain: names, Settings: "69e51a080b5ec448", Round: round, Attempt: 1,
-		Node: names[i], Place: i + 1, Outcome: o, Signed: t0.Add(time.Hour)}
-	start := t0.Add(time.Duration(i) * time.Minute)
-	switch o {
-	case receipt.RanOK, receipt.Failed, receipt.TimedOut, receipt.Undone, receipt.UndoFailed:
-		r.TaskStart, r.TaskEnd = start, start.Add(30*time.Second)
-	}
-	switch o {
-	case receipt.Undone, receipt.UndoFailed:
-		r.UndoStart, r.UndoEnd = t0.Add(time.Duration(10-i)*time.Minute), t0.Add(time.Duration(10-i)*time.Minute+time.Second)
-	}
-	if o == receipt.Failed {
-		st := 3
-		r.Status = &st
-	}
-	return r
+	return receipttest.Base(names, i, round, o)
 }
 
-// signRound signs the round's receipts in chain order, each binding the
-// one before it; edit, if set, changes a receipt before it is signed.
 func signRound(t *testing.T, keys map[string]signer, round string, outs []receipt.Outcome, edit func(*receipt.Receipt)) []receipt.Envelope {
 	t.Helper()
-	var envs []receipt.Envelope
-	pred := ""
-	for i, o := range outs {
-		r := base(i, round, o)
-		r.Pred = pred
-		if edit != nil {
-			edit(&r)
-		}
-		k := keys[r.Node]
-		e, err := receipt.Sign(k.key, k.cert, r)
-		if err != nil {
-			t.Fatalf("%s: %v", r.Node, err)
-		}
-		envs = append(envs, e)
-		pred = e.Digest()
-	}
-	return envs
+	return receipttest.SignRound(t, keys, names, round, outs, edit)
 }
+
+var independentVerify = receipttest.IndependentVerify
 
 var allOK = []receipt.Outcome{receipt.RanOK, receipt.RanOK, receipt.RanOK, receipt.RanOK}
-
-// independentVerify checks an envelope as another DSSE implementation
-// would, from the JSON text and the node's certificate key, calling
-// nothing of package receipt: PAE = "DSSEv1" SP len(type) SP type SP
-// len(body) SP body; ECDSA P-256 ASN.1 signatures over its SHA-256.
-func independentVerify(line []byte, pub crypto.PublicKey) error {
-	var env struct {
-		PayloadType string `json:"payloadType"`
-		Payload     string `json:"payload"`
-		Signatures  []struct {
-			Sig string `json:"sig"`
-		} `json:"signatures"`
-	}
-	if err := json.Unmarshal(line, &env); err != nil {
-		return err
-	}
-	body, err := base64.StdEncoding.DecodeString(env.Payload)
-	if err != nil {
-		return err
-	}
-	pae := fmt.Sprintf("DSSEv1 %d %s %d %s", len(env.PayloadType), env.PayloadType, len(body), body)
-	for _, s := range env.Signatures {
-		sig, err := base64.StdEncoding.DecodeString(s.Sig)
-		if err != nil {
-			return err
-		}
-		h := sha256.Sum256([]byte(pae))
-		switch k := pub.(type) {
-		case *ecdsa.PublicKey:
-			if ecdsa.VerifyASN1(k, h[:], sig) {
-				return nil
-			}
-		case ed25519.PublicKey:
-			if ed25519.Verify(k, []byte(pae), sig) {
-				return nil
-			}
-		}
-	}
-	return errors.New("no signature verifies")
-}
 
 // A round of four nodes with certificates from chainsync certs verifies,
 // and each envelope verifies with an independent DSSE check and the
@@ -201,10 +99,10 @@ func TestFourNodesVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := independentVerify(line, keys[names[i]].cert.PublicKey); err != nil {
+		if err := independentVerify(line, keys[names[i]].Cert.PublicKey); err != nil {
 			t.Errorf("%s: independent DSSE check: %v", names[i], err)
 		}
-		if independentVerify(line, keys[names[(i+1)%4]].cert.PublicKey) == nil {
+		if independentVerify(line, keys[names[(i+1)%4]].Cert.PublicKey) == nil {
 			t.Errorf("%s's envelope verifies with another node's key", names[i])
 		}
 		var st map[string]any
@@ -218,7 +116,7 @@ func TestFourNodesVerify(t *testing.T) {
 	// The same with the certificates' pins instead of the CA.
 	pins := map[string][]string{}
 	for n, k := range keys {
-		pins[n] = []string{secure.PinOf(k.cert)}
+		pins[n] = []string{secure.PinOf(k.Cert)}
 	}
 	if _, err := receipt.Verify(envs, receipt.Trust{Pins: pins, Chain: names}); err != nil {
 		t.Fatal(err)
@@ -298,7 +196,7 @@ func TestTampering(t *testing.T) {
 		es := clone()
 		r := base(2, "r1", receipt.RanOK)
 		r.Pred = es[1].Digest()
-		e, err := receipt.Sign(keys["D"].key, keys["D"].cert, r)
+		e, err := receipt.Sign(keys["D"].Key, keys["D"].Cert, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +208,7 @@ func TestTampering(t *testing.T) {
 		es := clone()
 		r := base(3, "r1", receipt.RanOK)
 		r.Pred = es[2].Digest()
-		forged, err := receipt.Sign(keys["D"].key, keys["D"].cert, r)
+		forged, err := receipt.Sign(keys["D"].Key, keys["D"].Cert, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +240,7 @@ func TestTampering(t *testing.T) {
 	t.Run("no trust for D", func(t *testing.T) {
 		pins := map[string][]string{}
 		for _, n := range names[:3] {
-			pins[n] = []string{secure.PinOf(keys[n].cert)}
+			pins[n] = []string{secure.PinOf(keys[n].Cert)}
 		}
 		_, err := receipt.Verify(envs, receipt.Trust{Pins: pins})
 		wantErr(t, err, "D", receipt.RuleKey, "no key is known for D")
@@ -441,7 +339,7 @@ func TestReceiptKeysWithPins(t *testing.T) {
 	}
 	for i, e := range envs {
 		line, _ := e.Marshal()
-		if err := independentVerify(line, keys[names[i]].key.Public()); err != nil {
+		if err := independentVerify(line, keys[names[i]].Public()); err != nil {
 			t.Errorf("%s: %v", names[i], err)
 		}
 	}
@@ -518,7 +416,7 @@ func TestBounds(t *testing.T) {
 		r.Decisions = append(r.Decisions, receipt.Decision{Verdict: receipt.VerdictDenied, By: strings.Repeat("b", receipt.MaxBy),
 			At: t0.Add(123456789), Reason: strings.Repeat("\\", receipt.MaxReason)})
 	}
-	e, err := receipt.Sign(keys["n"].key, keys["n"].cert, r)
+	e, err := receipt.Sign(keys["n"].Key, keys["n"].Cert, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +436,7 @@ func TestBounds(t *testing.T) {
 		c.Chain = append([]string(nil), r.Chain...)
 		c.Decisions = append([]receipt.Decision(nil), r.Decisions...)
 		bad(&c)
-		if _, err := receipt.Sign(keys["n"].key, keys["n"].cert, c); err == nil {
+		if _, err := receipt.Sign(keys["n"].Key, keys["n"].Cert, c); err == nil {
 			t.Errorf("signed a receipt beyond a bound")
 		}
 	}
