@@ -3,7 +3,8 @@ package receipt_test
 // Receipts (docs/RECEIPTS.md): a round's receipts, signed with the keys
 // of chainsync certs or with receipt keys, verify; each envelope verifies
 // with an independent DSSE check; and every tampering is caught, naming
-// the node and the rule.
+// the node and the rule. Draft: Security Considerations ("this protocol
+// implicitly trusts every node"), and its business-process example.
 
 import (
 	"bytes"
