@@ -125,7 +125,7 @@ func (p *pinsFlag) String() string { return "" }
 func (p *pinsFlag) Set(s string) error {
 	name, pin, ok := strings.Cut(s, "=")
 	if !ok || name == "" {
-		return fmt.Errorf("want NAME=PIN, e.g. B=sha256//...")
+		return errors.New("want NAME=PIN, for example B=sha256//BASE64")
 	}
 	pins, err := secure.ParsePins("--"+p.name+" "+name, pin)
 	if err != nil {
