@@ -32,7 +32,7 @@ type signer = receipttest.Signer
 
 // certChain makes a CA and a certificate per node with chainsync certs'
 // code, and returns each node's signer and the CA's pool.
-func certChain(t *testing.T, nodes ...string) (map[string]signer, *x509.CertPool) {
+func certChain(t testing.TB, nodes ...string) (map[string]signer, *x509.CertPool) {
 	t.Helper()
 	specs := make([]secure.NodeSpec, len(nodes))
 	for i, n := range nodes {
@@ -49,7 +49,7 @@ func certChain(t *testing.T, nodes ...string) (map[string]signer, *x509.CertPool
 }
 
 // edKeys makes an Ed25519 receipt key per node, and the pins of them.
-func edKeys(t *testing.T, nodes ...string) (map[string]signer, map[string][]string) {
+func edKeys(t testing.TB, nodes ...string) (map[string]signer, map[string][]string) {
 	t.Helper()
 	keys, pins := map[string]signer{}, map[string][]string{}
 	for _, n := range nodes {
