@@ -49,6 +49,7 @@ type Error struct {
 	Detail string // the whole sentence, naming the node
 }
 
+// Error is the sentence, after the bundle line it is about.
 func (e *Error) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("line %d: %s", e.Line, e.Detail)
