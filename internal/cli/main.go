@@ -46,6 +46,7 @@ func init() {
 			usage: openUsage, flags: func(fs *flag.FlagSet) { (&openOpts{}).flags(fs) }, main: openMain},
 	}
 	commands = append(commands, steerCommands()...)
+	commands = append(commands, receiptCommands()...)
 	commands = append(commands, []*command{
 		{name: "check", args: "[run flags]", summary: "preflight: check the configuration and both links, start nothing",
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
