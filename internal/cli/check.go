@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/transport"
@@ -138,12 +140,12 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			pred <- linkCheck{false, "cannot listen: " + err.Error()}
 		} else {
-			goSafe(func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) })
+			bug.Go(func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) })
 		}
 	}
 	if role.HasSucc() {
 		succ = make(chan linkCheck, 1)
-		goSafe(func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) })
+		bug.Go(func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) })
 	}
 	code := ExitOK
 	report := func(what string, ch chan linkCheck) {

@@ -8,6 +8,9 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 )
 
@@ -124,17 +127,17 @@ func mainUsage() string {
 
 // Main runs the chainsync command with args (without the program name) and
 // returns its exit status. A panic is reported as a bug and returns
-// ExitError (see goSafe), so that exit status 2 always means a usage error.
+// ExitError (see internal/bug), so that exit status 2 always means a usage error.
 func Main(args []string, stdout, stderr io.Writer) (code int) {
-	setBugOut(stderr)
+	bug.SetOutput(stderr)
 	// A panic in one of the library's goroutines is a bug too: exit 1.
 	chainsync.SetPanicHandler(func(v any, _ []byte) {
-		reportBug(v)
+		bug.Report(v)
 		os.Exit(ExitError)
 	})
 	defer func() {
 		if r := recover(); r != nil {
-			reportBug(r)
+			bug.Report(r)
 			code = ExitError
 		}
 	}()
@@ -145,8 +148,8 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	switch args[0] {
 	case "--version", "-version":
 		return versionMain(nil, stdout, stderr)
-	case reaperCommand: // hidden: kills a dead node's task groups
-		return reaperMain()
+	case taskrun.ReaperCommand: // hidden: kills a dead node's task groups
+		return taskrun.ReaperMain()
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 {
 			if c := lookupCommand(args[1]); c != nil && !c.hidden {

@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -399,20 +402,24 @@ func runMain(args []string, stderr io.Writer) int {
 	return run(cfg, rounds, &o, fs.Args(), log)
 }
 
+// stopSignals stop a running node: it logs the signal, passes it to its
+// running task's process group, and exits 130.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 // run starts the node, makes it ready per round, and waits for every round.
 func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
 	role := cfg.Role()
-	rp, err := startReaper()
+	rp, err := taskrun.StartReaper()
 	if err != nil {
 		log.Warn("cannot start the task reaper: a task's children may outlive this node if it is killed", "err", err.Error())
 	}
-	defer rp.close()
-	tasks := newTaskRunner(cmd, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
-	tasks.cg = openTaskCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
-	defer tasks.cg.close()
-	rp.tell(tasks.cg.reaperLine()) // it removes the node's cgroup if the node dies
+	defer rp.Close()
+	cgroups := taskrun.OpenCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
+	defer cgroups.Close()
+	tasks := taskrun.New(taskrun.Config{Cmd: cmd, Env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name},
+		Reaper: rp, Cgroups: cgroups, Log: log})
 	cfg.Task = func(ctx context.Context, round string) error {
-		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
+		return tasks.Run(ctx, taskrun.Grace, "CHAINSYNC_ROUND="+round)
 	}
 	if o.undoCmd != "" {
 		cfg.Undo = undoFunc(o, rp, role, log) // undo.go
@@ -424,16 +431,14 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	// The fault hook runs for every fault the node reports, also those
 	// that, with --fault-policy wait, end no round.
-	hooks := newHookRunner(o.onFault, o.onFaultTimeout, o.name, log)
-	defer hooks.wait()               // each hook is bounded by --on-fault-timeout
-	hooks.recover = o.live.onRecover // liveness.go
+	hooks := taskrun.NewHooks(taskrun.HookConfig{OnFault: o.onFault, OnRecover: o.live.onRecover, OnHold: o.onHold,
+		Timeout: o.onFaultTimeout, Node: o.name, Log: log})
+	defer hooks.Wait() // each hook is bounded by --on-fault-timeout
 	if o.onFault != "" || o.live.onRecover != "" {
-		cfg.Trace = hooks.observe
+		cfg.Trace = hooks.Observe
 	}
-	holds := newHookRunner(o.onHold, o.onFaultTimeout, o.name, log) // --on-hold (steer.go)
-	defer holds.wait()
 	if o.onHold != "" {
-		cfg.OnHold = holds.holdHook
+		cfg.OnHold = hooks.Hold // --on-hold (steer.go)
 	}
 	// SIGHUP and SIGQUIT stop the node like SIGTERM: a node is never left
 	// half-stopped by a closed terminal, nor dumps its goroutines.
@@ -469,7 +474,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	// The state directory is ours now: kill what an earlier process's
 	// task left in its cgroup (cgroup_linux.go).
-	tasks.cg.reapEarlier()
+	cgroups.ReapEarlier()
 	obs.serve(node, log) // before READY=1, so the status endpoint is up by then
 	if o.control != "" {
 		// Every node's control socket takes steering requests; the
@@ -490,27 +495,26 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	defer cancel()
 	if role.HasPred() {
 		for _, r := range rounds {
-			goSafe(func() { becomeReady(ctx, node, r, o, log) })
+			bug.Go(func() { becomeReady(ctx, node, r, o, log) })
 		}
 	} else {
 		// The Head opens its rounds in the order given, which is then the
 		// order of the tasks on every node (--parallel 1).
-		goSafe(func() {
+		bug.Go(func() {
 			for _, r := range rounds {
 				becomeReady(ctx, node, r, o, log)
 			}
 		})
 	}
 	if o.statusInterval > 0 {
-		goSafe(func() { reportStatus(ctx, node, o.statusInterval, log) })
+		bug.Go(func() { reportStatus(ctx, node, o.statusInterval, log) })
 	}
 	stop := func(s os.Signal) int {
 		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
 		if ss, ok := s.(syscall.Signal); ok {
-			tasks.setStopSignal(ss)
+			tasks.SetStopSignal(ss)
 		}
-		hooks.stop()
-		holds.stop()
+		hooks.Stop()
 		cancel()
 		node.Close()
 		return ExitInterrupted
@@ -524,7 +528,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 	results := make(chan chainsync.Result, len(rounds))
 	for _, r := range rounds {
-		goSafe(func() {
+		bug.Go(func() {
 			res, _ := node.Wait(context.Background(), r)
 			results <- res
 		})
@@ -561,7 +565,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
 	ch := make(chan error, 1)
-	goSafe(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
+	bug.Go(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
 	return ch
 }
 
@@ -666,4 +670,31 @@ func makeStateDir(dir string, log *slog.Logger) int {
 	}
 	log.Warn("--state-dir did not exist: created it, so this node starts afresh with nothing to resume; if that is a typo for an existing state directory, stop this node and correct --state-dir", "state_dir", abs)
 	return ExitOK
+}
+
+// verify runs --verify-cmd every --ready-interval until it exits 0: the
+// health gate between this node's task and its successor's ("the switch
+// is back and healthy before the next one restarts"). ctx bounds it
+// (--task-timeout, or the node stopping).
+func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) error {
+	t := time.NewTicker(o.readyInterval)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		err := taskrun.RunShell(ctx, o.verifyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
+		if ctx.Err() != nil {
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		}
+		if err == nil {
+			log.Info("verified: --verify-cmd succeeded; sending COMPLETE on", "round", round, "attempts", attempt)
+			return nil
+		}
+		if attempt == 1 {
+			log.Info("task done; not healthy yet (--verify-cmd failed), checking again every "+o.readyInterval.String(), "round", round, "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
