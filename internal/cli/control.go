@@ -100,7 +100,7 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
-	if req.Op != control.OpOpen && req.Op != control.OpRetry {
+	if req.Op != control.OpOpen && req.Op != control.OpRetry && req.Op != control.OpWait {
 		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
 		return
 	}
@@ -113,21 +113,30 @@ func (cs *controlServer) serve(c net.Conn) {
 		_ = enc.Encode(control.Reply{Error: why})
 		return
 	}
+	waits := req.Wait || req.Op == control.OpWait
 	var notify chan outcome
-	if req.Wait {
+	if waits {
 		notify = make(chan outcome, 1)
 	}
-	open := op.openRound
-	if req.Op == control.OpRetry {
-		open = func(string, bool, chan outcome) (string, error) { return op.retry(req, notify) } // steer.go
+	var id string
+	switch req.Op {
+	case control.OpRetry:
+		id, err = op.retry(req, notify) // steer.go
+	case control.OpWait:
+		id, err = op.waitFor(req.Round, notify) // serve.go
+	default:
+		id, err = op.openRound(req.ID, !req.NoWait, notify)
 	}
-	id, err := open(req.ID, !req.NoWait, notify)
 	if err != nil {
 		_ = enc.Encode(control.Reply{Error: err.Error()})
 		return
 	}
-	cs.log.Info("round opened by chainsync open", "round", id, "client", c.RemoteAddr().String())
-	if err := enc.Encode(control.Reply{Round: id}); err != nil || !req.Wait {
+	if req.Op == control.OpWait {
+		cs.log.Info("chainsync open --wait-for waits for the round's outcome", "round", id, "client", c.RemoteAddr().String())
+	} else {
+		cs.log.Info("round opened by chainsync open", "round", id, "client", c.RemoteAddr().String())
+	}
+	if err := enc.Encode(control.Reply{Round: id}); err != nil || !waits {
 		return
 	}
 	// Hang up early if the client goes away; else wait for the outcome.
@@ -201,6 +210,7 @@ func (cs *controlServer) closeNow() {
 }
 
 const openUsage = `Usage: chainsync open --control ADDR [--id ID | --retry ID] [--wait] [--no-wait]
+       chainsync open --control ADDR --wait-for ID
 
 Asks a served Head (chainsync run --control ADDR) to open a round, and
 prints the round's id. Without --id the Head makes a new id, unique and
@@ -219,14 +229,22 @@ With --wait, open waits until the round is over in the whole chain and
 says how it ended: exit 0 done; 3 a task failed; 4 a fault; the node where
 it failed and why on stderr.
 
+--wait-for ID opens nothing: it waits for round ID, opened already, as
+--wait would have (an open --wait that was interrupted, or whose Head
+restarted, is picked up this way): the same output and exit status. A
+round that ended lately at the Head is answered at once; one the Head
+neither has in flight nor ended lately is refused (exit 1).
+
 Examples:
   chainsync open --control unix:/run/chainsync/control.sock
   chainsync open --control 127.0.0.1:7300 --id batch-0042 --wait
+  chainsync open --control 127.0.0.1:7300 --wait-for batch-0042
 
-Exit status: 0 opened (with --wait: done); 1 refused (id used already,
---max-open reached with --no-wait, no Head at ADDR); 2 usage error;
-3 a task failed (--wait); 4 fault (--wait); 5 cancelled at the Head
-(chainsync cancel, --wait); 130 the Head stopped first.
+Exit status: 0 opened (with --wait or --wait-for: done); 1 refused (id
+used already, --max-open reached with --no-wait, no such round to wait
+for, no Head at ADDR); 2 usage error; 3 a task failed (--wait); 4 fault
+(--wait); 5 cancelled at the Head (chainsync cancel, --wait); 130 the
+Head stopped first.
 
 Flags:
 `
@@ -236,6 +254,7 @@ type openOpts struct {
 	wait, noWait   bool
 	connectTimeout time.Duration
 	retry          string // --retry ID (steer.go)
+	waitFor        string // --wait-for ID
 }
 
 func (o *openOpts) flags(fs *flag.FlagSet) {
@@ -244,6 +263,7 @@ func (o *openOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.wait, "wait", false, "wait until the round is over in the whole chain; the exit status says how it ended")
 	fs.BoolVar(&o.noWait, "no-wait", false, "fail (exit 1) instead of waiting when --max-open rounds are in flight")
 	fs.DurationVar(&o.connectTimeout, "timeout", 10*time.Second, "how long to try to reach the Head")
+	fs.StringVar(&o.waitFor, "wait-for", "", "wait for round `ID`, opened already (by an open --wait whose answer was lost, say), to be over in the whole chain, as --wait does: the same output and exit status")
 	fs.StringVar(&o.retry, "retry", "", "reopen round `ID`, which failed, faulted, was denied or cancelled, under its own id: the nodes whose task for it succeeded pass it on without running it again; a round that ended done is refused")
 }
 
@@ -271,14 +291,27 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	if o.id != "" && !protocol.ValidRound(o.id) {
 		return usage("--id %q: use 1-128 of A-Z a-z 0-9 - _ .", o.id)
 	}
-	retrying := false
-	fs.Visit(func(f *flag.Flag) { retrying = retrying || f.Name == "retry" })
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	retrying, waitingFor := given["retry"], given["wait-for"]
 	if retrying && (o.id != "" || !protocol.ValidRound(o.retry)) {
 		return usage("--retry %q: give one round id (1-128 of A-Z a-z 0-9 - _ .), and no --id", o.retry)
 	}
+	if waitingFor {
+		switch {
+		case !protocol.ValidRound(o.waitFor):
+			return usage("--wait-for %q: give one round id (1-128 of A-Z a-z 0-9 - _ .)", o.waitFor)
+		case o.id != "" || retrying || o.noWait:
+			return usage("--wait-for waits for a round opened already: give it no --id, --retry or --no-wait")
+		}
+		o.wait = true // the same output and exit status as open --wait
+	}
 	creq := control.Request{Op: control.OpOpen, ID: o.id, Wait: o.wait, NoWait: o.noWait}
-	if retrying {
+	switch {
+	case retrying:
 		creq.Op, creq.Round, creq.HasRound, creq.By = control.OpRetry, o.retry, true, defaultBy()
+	case waitingFor:
+		creq = control.Request{Op: control.OpWait, Round: o.waitFor, HasRound: true, Wait: true}
 	}
 	c, rep, code := ask(o.control, creq, o.connectTimeout, "open", "the Head", stderr)
 	if code != ExitOK {

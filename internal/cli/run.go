@@ -99,6 +99,7 @@ type runOpts struct {
 	statusPin                       string // observe.go
 	serve                           bool   // serve.go
 	roundsFrom, control             string
+	insecureControl                 bool // --control beyond loopback, knowingly
 	every                           time.Duration
 	maxOpen                         int
 	heartbeatGiven                  bool   // --heartbeat was set (noteGiven)
@@ -143,7 +144,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
-	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can steer the node); at the Head it makes a served Head")
+	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT on loopback (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; the socket has no authentication, so another address needs --insecure-control); at the Head it makes a served Head")
+	fs.BoolVar(&o.insecureControl, "insecure-control", false, "let --control listen on an address other machines can reach (not loopback): anyone who can connect can open, hold, cancel and retry rounds, so only on a network where everyone may")
 	fs.BoolVar(&o.approve, "approve", false, "each task of this node waits, once its turn has come, for chainsync approve (chainsync deny fails the round here, exit 3); needs --control")
 	fs.StringVar(&o.onHold, "on-hold", "", "run `CMD` with sh -c when a hold or an approval wait begins at this node (env: CHAINSYNC_HOLD=hold|approval, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_REASON)")
 	fs.IntVar(&o.maxOpen, "max-open", 64, "Head: at most `N` rounds in flight; beyond it chainsync open waits (or fails with --no-wait), --rounds-from stops reading and --every skips")

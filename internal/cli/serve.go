@@ -214,6 +214,38 @@ func (op *opener) adopt(id string) {
 	bug.Go(func() { op.watch(id) })
 }
 
+// waitFor has notify receive the outcome of round id, opened already
+// (chainsync open --wait-for): one in flight when it ends, one that ended
+// lately here at once. A round this Head neither has in flight nor ended
+// lately is refused: there is nothing to wait for.
+func (op *opener) waitFor(id string, notify chan outcome) (string, error) {
+	if !protocol.ValidRound(id) || id == "" {
+		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ .", id)
+	}
+	op.mu.Lock()
+	if subs, ok := op.open[id]; ok {
+		op.open[id] = append(subs, notify)
+		op.mu.Unlock()
+		return id, nil
+	}
+	op.mu.Unlock()
+	for _, r := range op.node.Snapshot().Finished {
+		if r.Round != id {
+			continue
+		}
+		// Its result is kept at the node: Wait returns it at once.
+		ctx, cancel := context.WithTimeout(op.ctx, 10*time.Second)
+		defer cancel()
+		res, err := op.node.Wait(ctx, id)
+		if err != nil && res.Status == 0 {
+			return "", err
+		}
+		notify <- outcomeOf(res, op.o.name) // buffered
+		return id, nil
+	}
+	return "", fmt.Errorf("round %s is not in flight at this Head and did not end here lately: nothing to wait for (chainsync journal at the Head tells how an older round ended)", id)
+}
+
 // watch waits for the round's outcome at the Head, which is its outcome in
 // the whole chain.
 func (op *opener) watch(id string) {
@@ -516,6 +548,11 @@ func (o *runOpts) checkServe(hasPred bool) error {
 		if _, _, err := control.Network(o.control); err != nil {
 			return usageError{err.Error()}
 		}
+		if !o.insecureControl && !control.Local(o.control) {
+			return usagef("--control %s: other machines can reach that address, and the control socket has no authentication: anyone who connects could open, hold, cancel or retry rounds. Use unix:PATH (mode 0600) or a loopback address such as 127.0.0.1:PORT (reach it over ssh), or add --insecure-control if everyone on that network may steer the chain", o.control)
+		}
+	} else if o.insecureControl {
+		return usagef("--insecure-control without --control: it lets --control listen beyond loopback")
 	}
 	if o.roundsFrom != "" && o.roundsFrom != "-" {
 		f, err := os.Open(o.roundsFrom)

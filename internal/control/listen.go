@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -61,4 +62,26 @@ func Listen(addr string) (ln net.Listener, path string, err error) {
 		return nil, "", fmt.Errorf("--control %s: %v", addr, err)
 	}
 	return ln, address, nil
+}
+
+// Local reports whether only this machine can reach a control socket at
+// addr (a valid --control address): a unix socket, or a TCP address whose
+// host is a loopback IP (127.0.0.0/8, ::1) or localhost. Any other host,
+// an empty one (every interface) or a name that would need resolving is
+// not: the socket has no authentication, so whoever reaches it steers the
+// chain.
+func Local(addr string) bool {
+	network, address, err := Network(addr)
+	if err != nil {
+		return false
+	}
+	if network == "unix" {
+		return true
+	}
+	host, _, _ := net.SplitHostPort(address)
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback() && ip.Zone() == ""
 }
