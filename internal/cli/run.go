@@ -103,6 +103,7 @@ type runOpts struct {
 	every                           time.Duration
 	maxOpen                         int
 	heartbeatGiven                  bool   // --heartbeat was set (noteGiven)
+	chainGiven                      string // "--chain" or "CHAINSYNC_CHAIN" when given, maybe empty (noteGiven)
 	approve                         bool   // steer.go
 	onHold                          string // steer.go
 	hasPred                         bool   // this node has a predecessor (set by config)
@@ -131,7 +132,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR, CHAINSYNC_ORIGIN)")
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
-	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it, to the same D (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
 	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does, `POLICY`: halt (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
 	fs.StringVar(&o.undoCmd, "undo", "", "this node's compensation: when a round fails further down the chain after this node's task succeeded, run `CMD` with sh -c, in reverse chain order (env: CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_FAILED_NODE, CHAINSYNC_FAULT; bounded by --task-timeout; must be idempotent); every node of the chain has --undo, or none")
@@ -181,6 +182,11 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	// this node, after its predecessors ran theirs: refuse it up front.
 	if _, err := exec.LookPath(cmd[0]); err != nil {
 		return cfg, nil, usagef("task %q cannot be run: %v", cmd[0], err)
+	}
+	// An empty chain given (a runbook's unset $CHAIN) must not run the
+	// task at once, alone, as a node without neighbours would.
+	if o.chainGiven != "" && strings.TrimSpace(o.chain) == "" {
+		return cfg, nil, usagef("%s is empty: give the whole chain, NAME=HOST:PORT,... in order, the same on every node (an empty chain would run this node's task at once, in no chain)", o.chainGiven)
 	}
 	// Addresses first: a typo in a port is a usage error naming its flag,
 	// not a failure to listen or to dial once the node runs.

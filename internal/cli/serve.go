@@ -42,11 +42,19 @@ const servedHeartbeat = 2 * time.Second
 // were given (on the command line or in the environment).
 func (o *runOpts) noteGiven(fs *flag.FlagSet) {
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "heartbeat" {
+		switch f.Name {
+		case "heartbeat":
 			o.heartbeatGiven = true
+		case "chain":
+			o.chainGiven = "--chain"
 		}
 		o.live.noteGiven(f)
 	})
+	// A variable set to nothing configures no flag (applyEnv), but an
+	// empty chain is no chain: say so rather than run alone.
+	if v, set := os.LookupEnv(envName("chain")); set && v == "" && o.chainGiven == "" {
+		o.chainGiven = envName("chain")
+	}
 }
 
 // serving reports whether the node runs as a long-lived node.
@@ -220,7 +228,7 @@ func (op *opener) adopt(id string) {
 // lately is refused: there is nothing to wait for.
 func (op *opener) waitFor(id string, notify chan outcome) (string, error) {
 	if !protocol.ValidRound(id) || id == "" {
-		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ .", id)
+		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (a dot, a dash, an underscore)", id)
 	}
 	op.mu.Lock()
 	if subs, ok := op.open[id]; ok {
