@@ -45,7 +45,9 @@ func init() {
 		{name: "run", args: "[flags] -- COMMAND...", summary: "run one node of a real chain",
 			usage: runUsage, flags: func(fs *flag.FlagSet) { (&runOpts{}).flags(fs) },
 			main: func(args []string, _, stderr io.Writer) int { return runMain(args, stderr) }},
-		{name: "open", args: "--control ADDR [--id ID | --retry ID] [--wait]", summary: "open a round at a served Head (run --control)",
+		{name: "supervise", args: "[--max-restarts N] [--backoff D] -- chainsync run ...", summary: "run a node, and start it again when it dies without an outcome",
+			usage: superviseUsage, flags: func(fs *flag.FlagSet) { (&superviseOpts{}).flags(fs) }, main: superviseMain},
+		{name: "open", args: "--control ADDR [--id ID | --retry ID | --wait-for ID] [--wait]", summary: "open a round at a served Head (run --control)",
 			usage: openUsage, flags: func(fs *flag.FlagSet) { (&openOpts{}).flags(fs) }, main: openMain},
 	}
 	commands = append(commands, steerCommands()...)
