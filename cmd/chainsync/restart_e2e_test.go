@@ -365,6 +365,26 @@ func TestRestartedPeerNamed(t *testing.T) {
 	t.Logf("logged: %s", line)
 }
 
+// supervisedB starts the chain names at addrs with --state-dir and
+// --resume-task done and task (sh -c, $DIR is dir), B under chainsync
+// supervise --backoff 100ms; it returns the processes in chain order and
+// their environment (chainsync on PATH, as the docs call it).
+func supervisedB(t *testing.T, dir string, names, addrs []string, task string) ([]*proc, []string) {
+	t.Helper()
+	env := []string{"DIR=" + dir, "PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH")}
+	procs := make([]*proc, 3)
+	for i := range procs {
+		args := append(placeArgs("chain", names, addrs, i), "--state-dir", filepath.Join(dir, "state."+names[i]),
+			"--resume-task", "done", "--", "sh", "-c", task)
+		if names[i] == "B" {
+			procs[i] = startProc(t, "B (supervised)", env, append([]string{"supervise", "--backoff", "100ms", "--", "chainsync", "run"}, args...)...)
+		} else {
+			procs[i] = startProc(t, names[i], env, append([]string{"run"}, args...)...)
+		}
+	}
+	return procs, env
+}
+
 // TestSupervisedSwitchRestartsItself: docs/RESTARTS.md's switch-stack
 // example. B's task restarts B's own node (kill -9 $PPID, as a switch
 // upgrade restarts the management plane the node runs in) and waits to be
@@ -382,17 +402,7 @@ func TestSupervisedSwitchRestartsItself(t *testing.T) {
 	task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
 if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
 date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
-	env := []string{"DIR=" + dir, "PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH")}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		args := append(placeArgs("chain", names, addrs, i), "--state-dir", filepath.Join(dir, "state."+names[i]),
-			"--resume-task", "done", "--", "sh", "-c", task)
-		if names[i] == "B" {
-			procs[i] = startProc(t, "B (supervised)", env, append([]string{"supervise", "--backoff", "100ms", "--", "chainsync", "run"}, args...)...)
-		} else {
-			procs[i] = startProc(t, names[i], env, append([]string{"run"}, args...)...)
-		}
-	}
+	procs, _ := supervisedB(t, dir, names, addrs, task)
 	for i, p := range procs {
 		if code := p.wait(t, 30*time.Second); code != 0 {
 			t.Errorf("%s exited %d, want 0", names[i], code)
@@ -426,17 +436,7 @@ func TestSuperviseKilledNodeAndStopE2E(t *testing.T) {
 	task := `echo "$CHAINSYNC_NODE" >> "$DIR/ran"
 echo $PPID > "$DIR/$CHAINSYNC_NODE.node.tmp"; mv "$DIR/$CHAINSYNC_NODE.node.tmp" "$DIR/$CHAINSYNC_NODE.node"
 if [ "$CHAINSYNC_NODE" = B ]; then sleep 30; fi`
-	env := []string{"DIR=" + dir, "PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH")}
-	procs := make([]*proc, 3)
-	for i := range procs {
-		args := append(placeArgs("chain", names, addrs, i), "--state-dir", filepath.Join(dir, "state."+names[i]),
-			"--resume-task", "done", "--", "sh", "-c", task)
-		if names[i] == "B" {
-			procs[i] = startProc(t, "B (supervised)", env, append([]string{"supervise", "--backoff", "100ms", "--", "chainsync", "run"}, args...)...)
-		} else {
-			procs[i] = startProc(t, names[i], env, append([]string{"run"}, args...)...)
-		}
-	}
+	procs, env := supervisedB(t, dir, names, addrs, task)
 	waitFile(t, filepath.Join(dir, "B.node"), 20*time.Second)
 	b, err := os.ReadFile(filepath.Join(dir, "B.node"))
 	if err != nil {
