@@ -25,7 +25,12 @@ const pinHowTo = "a pin is sha256// followed by the base64 SHA-256 of the certif
 // --pinnedpubkey and HPKP use. The pin survives re-issuing a certificate
 // for the same key.
 func PinOf(cert *x509.Certificate) string {
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return pinOfSPKI(cert.RawSubjectPublicKeyInfo)
+}
+
+// pinOfSPKI returns the pin of a DER SubjectPublicKeyInfo.
+func pinOfSPKI(der []byte) string {
+	sum := sha256.Sum256(der)
 	return pinPrefix + base64.StdEncoding.EncodeToString(sum[:])
 }
 

@@ -96,6 +96,12 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 		}
 		return parseSteer(line, raw)
 	}
+	if IsReceiptLine(line) {
+		// A Reader with Receipts on reads these before parse sees them.
+		pe := badLine("unknown command (a receipt line, needs --receipts on both ends)", raw)
+		pe.Extension = true
+		return protocol.Message{}, pe
+	}
 	if IsHello(line) {
 		// The identity line: ParseHello reads it (a Reader with Heartbeats
 		// on does), never as a protocol.Message.
@@ -190,6 +196,12 @@ type Reader struct {
 	// and Hello returns it.
 	Heartbeats bool
 	hello      *Hello // the identity line just read, until Hello takes it
+	// Receipts accepts the receipt lines (RDIGEST, RECEIPT) of a chain
+	// with receipts on (it speaks the extension lines too): each is read
+	// as a HEARTBEAT, and Receipt returns it. Off, they are extension
+	// lines this node does not speak (ProtocolError with Extension set).
+	Receipts bool
+	receipt  *ReceiptLine // the receipt line just read, until Receipt takes it
 }
 
 // NewReader returns a Reader that buffers at most MaxLine+1 bytes of r.
@@ -221,6 +233,9 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 	case err == nil:
 		if r.Heartbeats && IsHello(line) {
 			return r.readHello(line[:len(line)-1])
+		}
+		if r.Receipts && IsReceiptLine(line) {
+			return r.readReceipt(line[:len(line)-1])
 		}
 		return parse(line[:len(line)-1], r.internRound, r.Heartbeats)
 	case errors.Is(err, bufio.ErrBufferFull):

@@ -264,7 +264,8 @@ func TestCheckLocalSettings(t *testing.T) {
 // chainsync check compares the settings that must agree between
 // neighbours (docs/DESIGN.md, "Extension lines" and "Long-lived chains"):
 // A with --round x and --heartbeat against B with --round y and none both
-// fail, each naming every difference; the same settings pass and say so.
+// fail, each naming every difference; the same settings pass and say so
+// (different intervals: TestCheckComparesHeartbeatE2E).
 func TestCheckComparesSettings(t *testing.T) {
 	t.Parallel()
 	addrs := freeAddrs(t, 2)
@@ -283,7 +284,7 @@ func TestCheckComparesSettings(t *testing.T) {
 	addrs = freeAddrs(t, 2)
 	chain = chainFlag(nodeNames(2), addrs)
 	b = startProc(t, "B2", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
-	a = startProc(t, "A2", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "500ms")
+	a = startProc(t, "A2", nil, "check", "--chain", chain, "--name", "A", "--timeout", "10s", "--round", "x", "--heartbeat", "1s")
 	for _, l := range []string{checkLine(t, a, 0, "successor"), checkLine(t, b, 0, "predecessor")} {
 		if !strings.Contains(l, ": ok: ") || !strings.Contains(l, "same round settings, --heartbeat and --serve") {
 			t.Errorf("%q: want ok with the same settings", l)

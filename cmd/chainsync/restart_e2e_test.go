@@ -14,6 +14,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -364,63 +365,54 @@ func TestRestartedPeerNamed(t *testing.T) {
 	t.Logf("logged: %s", line)
 }
 
-// supervisorScript returns docs/RESTARTS.md's chainsync-supervise loop, so that
-// the example users copy is the one tested.
-func supervisorScript(t *testing.T) string {
+// supervisedB starts the chain names at addrs with --state-dir and
+// --resume-task done and task (sh -c, $DIR is dir), B under chainsync
+// supervise --backoff 100ms; it returns the processes in chain order and
+// their environment (chainsync on PATH, as the docs call it).
+func supervisedB(t *testing.T, dir string, names, addrs []string, task string) ([]*proc, []string) {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/RESTARTS.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin = "#!/bin/sh\n# chainsync-supervise:"
-	i := bytes.Index(b, []byte(begin))
-	if i < 0 {
-		t.Fatal("docs/RESTARTS.md has no chainsync-supervise script")
-	}
-	j := bytes.Index(b[i:], []byte("\n```"))
-	if j < 0 {
-		t.Fatal("docs/RESTARTS.md: the chainsync-supervise script does not end")
-	}
-	return string(b[i:i+j]) + "\n"
-}
-
-// TestSupervisedSwitchRestartsItself: docs/RESTARTS.md's switch-stack example.
-// B's task restarts B's own node (kill -9 $PPID, as a switch upgrade
-// restarts the management plane the node runs in) and waits to be taken
-// down with it. B runs under docs/RESTARTS.md's supervisor loop with
-// --state-dir and --resume-task done: the loop starts B again, B finds its
-// task interrupted, takes it as done and sends COMPLETE on; C runs its
-// task after B's, every node and the loop exit 0, and B's task ran once.
-func TestSupervisedSwitchRestartsItself(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	script := filepath.Join(dir, "chainsync-supervise")
-	if err := os.WriteFile(script, []byte(supervisorScript(t)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	names := nodeNames(3)
-	addrs := freeAddrs(t, 3)
-	task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
-if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
-date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 	env := []string{"DIR=" + dir, "PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH")}
 	procs := make([]*proc, 3)
 	for i := range procs {
 		args := append(placeArgs("chain", names, addrs, i), "--state-dir", filepath.Join(dir, "state."+names[i]),
 			"--resume-task", "done", "--", "sh", "-c", task)
 		if names[i] == "B" {
-			procs[i] = startCommand(t, "B (supervised)", env, "chainsync-supervise "+strings.Join(args, " "), script, args...)
+			procs[i] = startProc(t, "B (supervised)", env, append([]string{"supervise", "--backoff", "100ms", "--", "chainsync", "run"}, args...)...)
 		} else {
 			procs[i] = startProc(t, names[i], env, append([]string{"run"}, args...)...)
 		}
 	}
+	return procs, env
+}
+
+// TestSupervisedSwitchRestartsItself: docs/RESTARTS.md's switch-stack
+// example. B's task restarts B's own node (kill -9 $PPID, as a switch
+// upgrade restarts the management plane the node runs in) and waits to be
+// taken down with it. B runs under chainsync supervise with --state-dir
+// and --resume-task done: supervise starts B again (logging the 137), B
+// finds its task interrupted, takes it as done and sends COMPLETE on
+// (the draft's "Phase 3": C's task starts only after B's COMPLETE); C
+// runs its task after B's, every node and supervise exit 0, and B's task
+// ran once.
+func TestSupervisedSwitchRestartsItself(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := nodeNames(3)
+	addrs := freeAddrs(t, 3)
+	task := `date +%s%N >> "$DIR/$CHAINSYNC_NODE.start"
+if [ "$CHAINSYNC_NODE" = B ]; then kill -9 $PPID; sleep 30; fi
+date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
+	procs, _ := supervisedB(t, dir, names, addrs, task)
 	for i, p := range procs {
 		if code := p.wait(t, 30*time.Second); code != 0 {
 			t.Errorf("%s exited %d, want 0", names[i], code)
 		}
 	}
-	procs[1].waitLog(t, time.Second, "the loop restarting B", containsAll("chainsync-supervise: node exited 137"))
+	procs[1].waitLog(t, time.Second, "supervise restarting B", containsAll("chainsync supervise: node exited 137 (killed by signal 9", "starting it again"))
 	procs[1].waitLog(t, time.Second, "B resuming its task as done", containsAll("interrupted", "--resume-task done"))
+	if n := procs[1].logCount("chainsync supervise: node exited"); n != 1 {
+		t.Errorf("supervise restarted B %d times, want once", n)
+	}
 	if st, en := readLines(t, filepath.Join(dir, "B.start")), readLines(t, filepath.Join(dir, "B.end")); len(st) != 1 || len(en) != 0 {
 		t.Errorf("B's task started %d and ended %d times, want once, ended by its own restart", len(st), len(en))
 	}
@@ -429,6 +421,59 @@ date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 	if len(a) != 1 || len(b) != 1 || len(c) != 1 || !(a[0] < b[0] && b[0] < c[0]) {
 		t.Errorf("tasks out of order or not once each: A ended %v, B started %v, C started %v", a, b, c)
 	}
+}
+
+// TestSuperviseKilledNodeAndStopE2E: a node under chainsync supervise
+// killed with kill -9 from outside, inside its task, is started again and
+// the round completes ("Phase 3": C runs after B's task, once); a
+// supervised node told to stop (SIGTERM to supervise) exits 130, and
+// supervise with it, restarting nothing.
+func TestSuperviseKilledNodeAndStopE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names := nodeNames(3)
+	addrs := freeAddrs(t, 3)
+	task := `echo "$CHAINSYNC_NODE" >> "$DIR/ran"
+echo $PPID > "$DIR/$CHAINSYNC_NODE.node.tmp"; mv "$DIR/$CHAINSYNC_NODE.node.tmp" "$DIR/$CHAINSYNC_NODE.node"
+if [ "$CHAINSYNC_NODE" = B ]; then sleep 30; fi`
+	procs, env := supervisedB(t, dir, names, addrs, task)
+	waitFile(t, filepath.Join(dir, "B.node"), 20*time.Second)
+	b, err := os.ReadFile(filepath.Join(dir, "B.node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", names[i], code)
+		}
+	}
+	if n := procs[1].logCount("chainsync supervise: node exited 137"); n != 1 {
+		t.Errorf("supervise restarted B %d times after its kill -9, want once", n)
+	}
+	if got := readLines(t, filepath.Join(dir, "ran")); !slices.Equal(got, []string{"A", "B", "C"}) {
+		t.Errorf("tasks ran %v, want A B C once each", got)
+	}
+
+	// A stop reaches the node through supervise, and nothing restarts.
+	sole := freeAddrs(t, 1)
+	p := startProc(t, "supervised Head", env, "supervise", "--backoff", "100ms", "--", "chainsync", "run",
+		"--chain", "A="+sole[0]+",B="+addrs[1], "--name", "A", "--", "true")
+	p.waitLog(t, 10*time.Second, "the node started", containsAll("node started"))
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 130 {
+		t.Errorf("supervise exited %d after SIGTERM, want 130 (the node's)", code)
+	}
+	if n := p.logCount("starting it again"); n != 0 {
+		t.Errorf("supervise restarted a node that was told to stop (%d times)", n)
+	}
+	p.waitLog(t, time.Second, "the node's own stop", containsAll("interrupted; stopping", "signal=terminated"))
 }
 
 // TestResumeTaskPolicies: "A round whose task had started but has no

@@ -256,6 +256,13 @@ func TestSteerUsageE2E(t *testing.T) {
 // records "NODE ROUND" in $DIR/NODE.ran.
 func servedChain(t *testing.T, dir string, names []string, extra func(name string) []string) map[string]*proc {
 	t.Helper()
+	return servedChainTask(t, dir, names, extra, `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`)
+}
+
+// servedChainTask is servedChain with task (sh -c, $DIR is dir) as every
+// node's task.
+func servedChainTask(t *testing.T, dir string, names []string, extra func(name string) []string, task string) map[string]*proc {
+	t.Helper()
 	addrs := freeAddrs(t, len(names))
 	chain := chainOf(names, addrs)
 	procs := map[string]*proc{}
@@ -266,7 +273,7 @@ func servedChain(t *testing.T, dir string, names []string, extra func(name strin
 			args = append(args, "--control", controlOf(dir, n))
 		}
 		args = append(args, extra(n)...)
-		args = append(args, "--", "sh", "-c", `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`)
+		args = append(args, "--", "sh", "-c", task)
 		procs[n] = startProc(t, n, []string{"DIR=" + dir}, args...)
 	}
 	return procs

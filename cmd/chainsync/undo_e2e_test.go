@@ -289,7 +289,7 @@ func TestUndoKilledDuringUndoE2E(t *testing.T) {
 	}
 	// chainsync journal says what B's state directory remembers of it.
 	j := startProc(t, "journal", nil, "journal", filepath.Join(dir, "B.state"))
-	if code := j.wait(t, 10*time.Second); code != 0 || !strings.Contains(j.out.String(), "undo: ran and ended; failed at C (task exited 1); undone by B, A") {
+	if code := j.wait(t, 10*time.Second); code != 0 || !strings.Contains(j.out.String(), "failed at C (task exited 1); undone by B, A; undo: ran and ended") {
 		t.Errorf("chainsync journal of B: exit %d\n%s%s", code, j.out.String(), j.err.String())
 	}
 }

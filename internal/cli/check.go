@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/transport"
@@ -31,8 +33,9 @@ line, so no round starts. It listens for the predecessor and dials the
 successor at the same time, so neighbours that both run check see each
 other: start check on every node within --timeout. A task after -- is
 checked to be runnable. Two neighbours that both run check also compare
-their round settings (--round, --rounds), --heartbeat, --serve, --undo
-and --chain ("C's --chain is A,C,B; this node's is A,B,C"). A predecessor
+their round settings (--round, --rounds), --heartbeat (on or off, and its
+interval), --serve, --undo and --chain ("C's --chain is A,C,B; this node's
+is A,B,C"). A predecessor
 connection from the address --chain gives another node is never "ok": it
 names that node. Prints one line per link, "ok" or the reason (wrong CA,
 pin mismatch, PSK mismatch, configuration mismatch, refused, unreachable,
@@ -138,12 +141,12 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			pred <- linkCheck{false, "cannot listen: " + err.Error()}
 		} else {
-			goSafe(func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) })
+			bug.Go(func() { pred <- checkPred(ctx, sec, ln, cfg.PendingTimeout, o.timeout, o.settings()) })
 		}
 	}
 	if role.HasSucc() {
 		succ = make(chan linkCheck, 1)
-		goSafe(func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) })
+		bug.Go(func() { succ <- checkSucc(ctx, sec, &cfg, o.timeout, o.settings()) })
 	}
 	code := ExitOK
 	report := func(what string, ch chan linkCheck) {
@@ -413,13 +416,14 @@ const settingsTag = "CHAINSYNC-CHECK "
 type settings struct {
 	rounds    string // "round=ID", "rounds=N" or "unnamed"
 	heartbeat bool
+	interval  time.Duration // --heartbeat's interval; 0: not said (a check before it was compared)
 	serve     bool
 	undo      bool // --undo, a chain setting (docs/UNDO.md)
 	whoami         // who sends it, and its --chain (identity.go)
 }
 
 func (o *runOpts) settings() settings {
-	st := settings{rounds: "unnamed", heartbeat: o.heartbeat > 0, serve: o.serve, undo: o.undoCmd != ""}
+	st := settings{rounds: "unnamed", heartbeat: o.heartbeat > 0, interval: o.heartbeat, serve: o.serve, undo: o.undoCmd != ""}
 	switch {
 	case o.rounds > 0:
 		st.rounds = "rounds=" + strconv.Itoa(o.rounds)
@@ -435,7 +439,13 @@ func (st settings) line() string {
 	if st.undo {
 		undo = " undo=true" // only then: the line of a node without it is as before
 	}
-	return fmt.Sprintf("%s%s heartbeat=%t serve=%t%s%s\n", settingsTag, st.rounds, st.heartbeat, st.serve, st.whoami.fields(), undo)
+	interval := ""
+	if st.heartbeat {
+		// A field of its own: a check that does not know it reads
+		// heartbeat=true as before and ignores it.
+		interval = " heartbeat_interval=" + st.interval.String()
+	}
+	return fmt.Sprintf("%s%s heartbeat=%t serve=%t%s%s%s\n", settingsTag, st.rounds, st.heartbeat, st.serve, st.whoami.fields(), undo, interval)
 }
 
 // readSettings reads a neighbour's settings line, if it sends one.
@@ -452,7 +462,13 @@ func readSettings(r io.Reader) (settings, bool) {
 	if len(f) < 3 {
 		return settings{}, false
 	}
-	return settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true", undo: slices.Contains(f[3:], "undo=true"), whoami: readWhoami(f[3:])}, true
+	st := settings{rounds: f[0], heartbeat: f[1] == "heartbeat=true", serve: f[2] == "serve=true", undo: slices.Contains(f[3:], "undo=true"), whoami: readWhoami(f[3:])}
+	for _, kv := range f[3:] {
+		if v, ok := strings.CutPrefix(kv, "heartbeat_interval="); ok && st.heartbeat {
+			st.interval, _ = time.ParseDuration(v)
+		}
+	}
+	return st, true
 }
 
 // compareSettings says how a predecessor's settings differ from its
@@ -465,6 +481,9 @@ func compareSettings(pred, succ settings) string {
 	}
 	if pred.heartbeat != succ.heartbeat {
 		diffs = append(diffs, fmt.Sprintf("--heartbeat is %s at the predecessor and %s at the successor (set it on every node or none)", onOff(pred.heartbeat), onOff(succ.heartbeat)))
+	}
+	if pred.heartbeat && succ.heartbeat && pred.interval > 0 && succ.interval > 0 && pred.interval != succ.interval {
+		diffs = append(diffs, fmt.Sprintf("--heartbeat is %v at the predecessor and %v at the successor (give every node the same interval: a node calls its neighbour silent after three of its own)", pred.interval, succ.interval))
 	}
 	if pred.serve != succ.serve {
 		diffs = append(diffs, fmt.Sprintf("--serve is %s at the predecessor and %s at the successor (set it on every node of a long-lived chain)", onOff(pred.serve), onOff(succ.serve)))

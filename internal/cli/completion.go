@@ -201,7 +201,7 @@ _chainsync() {
 			}
 		}
 		switch {
-		case c.name == "run" || c.name == "check":
+		case c.name == "run" || c.name == "check" || c.name == "supervise":
 			b.WriteString("            '*::task:_normal'\n")
 		case len(commandArgs[c.name]) > 0:
 			fmt.Fprintf(&b, "            '1:argument:(%s)' \\\n            '*:file:_files'\n", strings.Join(commandArgs[c.name], " "))

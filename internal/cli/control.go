@@ -3,67 +3,25 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/control"
 
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// The control protocol between chainsync open (or a steering command,
-// steer.go) and a node's --control: the client sends one JSON request
-// line; the node answers with one JSON line (the round id, or why not),
-// and for open with wait a second one, the round's outcome, when the
-// round is over in the whole chain. Every node may have a control socket;
-// only the Head's opens rounds.
-
-// controlRequest asks the Head to open a round (Op "" or "open"), or a
-// node to take a steering request (Op hold, release, approve, deny, ...).
-type controlRequest struct {
-	Op     string `json:"op,omitempty"`
-	ID     string `json:"id,omitempty"` // "": a generated id
-	Wait   bool   `json:"wait"`         // answer again with the outcome
-	NoWait bool   `json:"no_wait"`      // fail rather than wait for a slot under --max-open
-	// Steering: the round (HasRound: given), why, and who asks.
-	Round    string `json:"round,omitempty"`
-	HasRound bool   `json:"has_round,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	By       string `json:"by,omitempty"`
-}
-
-// controlReply is the node's answer: Round (opened) or Error (refused);
-// then, with Wait, Outcome. A steering request taken says so in Message.
-type controlReply struct {
-	Round   string   `json:"round,omitempty"`
-	Error   string   `json:"error,omitempty"`
-	Message string   `json:"message,omitempty"`
-	Outcome *outcome `json:"outcome,omitempty"`
-}
-
-// maxControlLine bounds a request line.
-const maxControlLine = 1024
-
-// controlNetwork splits --control ADDR into a network and address.
-func controlNetwork(addr string) (network, address string, err error) {
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		if path == "" {
-			return "", "", fmt.Errorf("--control %q: give the socket's path, e.g. unix:/run/chainsync/control.sock", addr)
-		}
-		return "unix", path, nil
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", "", fmt.Errorf("--control %q: want unix:PATH or HOST:PORT, e.g. 127.0.0.1:7300", addr)
-	}
-	return "tcp", addr, nil
-}
+// The node's side of the control protocol (internal/control): every
+// node's --control takes steering requests (steer.go); only the Head's
+// opens rounds.
 
 // controlServer serves --control.
 type controlServer struct {
@@ -81,48 +39,20 @@ type controlServer struct {
 	once  sync.Once     // close runs once
 }
 
-// listenControl binds --control: a unix socket is created with mode 0600
-// (a stale socket left by a dead Head is replaced; a live one is not).
+// listenControl binds --control (control.Listen) and serves it.
 func listenControl(addr string, node *chainsync.Node, log *slog.Logger) (*controlServer, error) {
-	network, address, err := controlNetwork(addr)
+	ln, path, err := control.Listen(addr)
 	if err != nil {
 		return nil, err
 	}
-	cs := &controlServer{node: node, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{}), opSet: make(chan struct{})}
-	if network == "unix" {
-		if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("--control %s: another process serves that socket", addr)
-		}
-		if fi, err := os.Lstat(address); err == nil {
-			if fi.Mode()&os.ModeSocket == 0 {
-				return nil, fmt.Errorf("--control %s: %s exists and is not a socket", addr, address)
-			}
-			_ = os.Remove(address) // stale: nobody answers on it
-		}
-		old := umask(0o177) // the socket is born 0600
-		cs.ln, err = net.Listen("unix", address)
-		umask(old)
-		if err == nil {
-			err = os.Chmod(address, 0o600)
-		}
-		cs.path = address
-	} else {
-		cs.ln, err = net.Listen("tcp", address)
-	}
-	if err != nil {
-		if cs.ln != nil {
-			cs.ln.Close()
-		}
-		return nil, fmt.Errorf("--control %s: %v", addr, err)
-	}
+	cs := &controlServer{ln: ln, path: path, node: node, log: log, conns: map[net.Conn]bool{}, quit: make(chan struct{}), opSet: make(chan struct{})}
 	if node.Role().HasPred() {
 		log.Info("control endpoint up: steer this node with chainsync hold, release, approve or deny --control "+addr, "control", addr)
 	} else {
 		log.Info("control endpoint up: open rounds with chainsync open --control "+addr+", steer with chainsync hold, pause, cancel, ...", "control", addr)
 	}
 	cs.wg.Add(1)
-	goSafe(cs.accept)
+	bug.Go(cs.accept)
 	return cs, nil
 }
 
@@ -137,7 +67,7 @@ func (cs *controlServer) accept() {
 		cs.conns[c] = true
 		cs.mu.Unlock()
 		cs.wg.Add(1)
-		goSafe(func() {
+		bug.Go(func() {
 			defer cs.wg.Done()
 			cs.serve(c)
 			cs.mu.Lock()
@@ -151,16 +81,17 @@ func (cs *controlServer) accept() {
 // serve answers one chainsync open.
 func (cs *controlServer) serve(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	r := bufio.NewReaderSize(io.LimitReader(c, maxControlLine), maxControlLine)
+	r := bufio.NewReaderSize(io.LimitReader(c, control.MaxLine), control.MaxLine)
 	line, err := r.ReadBytes('\n')
 	if err != nil {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	enc := json.NewEncoder(c)
-	var req controlRequest
-	if err := json.Unmarshal(line, &req); err != nil {
-		_ = enc.Encode(controlReply{Error: "bad request: " + err.Error()})
+	req, err := control.ParseRequest(line)
+	if err != nil {
+		cs.log.Warn("control request refused", "client", c.RemoteAddr().String(), "err", err.Error())
+		_ = enc.Encode(control.Reply{Error: err.Error()})
 		// Another program's client (an HTTP request for a status
 		// endpoint) sends more than a line: read it, so that closing
 		// does not reset the connection before the answer arrives and
@@ -169,7 +100,7 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
-	if req.Op != "" && req.Op != "open" && req.Op != "retry" {
+	if req.Op != control.OpOpen && req.Op != control.OpRetry && req.Op != control.OpWait {
 		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
 		return
 	}
@@ -179,37 +110,46 @@ func (cs *controlServer) serve(c net.Conn) {
 		if !cs.node.Role().HasPred() {
 			why = "this Head does not open rounds on demand (start it with --serve, --every or --rounds-from)"
 		}
-		_ = enc.Encode(controlReply{Error: why})
+		_ = enc.Encode(control.Reply{Error: why})
 		return
 	}
+	waits := req.Wait || req.Op == control.OpWait
 	var notify chan outcome
-	if req.Wait {
+	if waits {
 		notify = make(chan outcome, 1)
 	}
-	open := op.openRound
-	if req.Op == "retry" {
-		open = func(string, bool, chan outcome) (string, error) { return op.retry(req, notify) } // steer.go
+	var id string
+	switch req.Op {
+	case control.OpRetry:
+		id, err = op.retry(req, notify) // steer.go
+	case control.OpWait:
+		id, err = op.waitFor(req.Round, notify) // serve.go
+	default:
+		id, err = op.openRound(req.ID, !req.NoWait, notify)
 	}
-	id, err := open(req.ID, !req.NoWait, notify)
 	if err != nil {
-		_ = enc.Encode(controlReply{Error: err.Error()})
+		_ = enc.Encode(control.Reply{Error: err.Error()})
 		return
 	}
-	cs.log.Info("round opened by chainsync open", "round", id, "client", c.RemoteAddr().String())
-	if err := enc.Encode(controlReply{Round: id}); err != nil || !req.Wait {
+	if req.Op == control.OpWait {
+		cs.log.Info("chainsync open --wait-for waits for the round's outcome", "round", id, "client", c.RemoteAddr().String())
+	} else {
+		cs.log.Info("round opened by chainsync open", "round", id, "client", c.RemoteAddr().String())
+	}
+	if err := enc.Encode(control.Reply{Round: id}); err != nil || !waits {
 		return
 	}
 	// Hang up early if the client goes away; else wait for the outcome.
 	gone := make(chan struct{})
-	goSafe(func() {
+	bug.Go(func() {
 		_, _ = io.Copy(io.Discard, c)
 		close(gone)
 	})
-	stopped := &outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: op.o.name,
-		Reason: "the Head stopped before the round was over"}
+	stopped := &outcome{Outcome: control.Outcome{Round: id, Status: chainsync.StatusStopped.String(), Node: op.o.name,
+		Reason: "the Head stopped before the round was over"}}
 	select {
 	case oc := <-notify:
-		_ = enc.Encode(controlReply{Round: id, Outcome: &oc})
+		_ = enc.Encode(control.Reply{Round: id, Outcome: &oc.Outcome})
 	case <-gone:
 	case <-cs.quit:
 		// The Head stops, maybe because of this very round (a failure
@@ -219,7 +159,7 @@ func (cs *controlServer) serve(c net.Conn) {
 			stopped = &oc
 		default:
 		}
-		_ = enc.Encode(controlReply{Round: id, Outcome: stopped})
+		_ = enc.Encode(control.Reply{Round: id, Outcome: &stopped.Outcome})
 	}
 }
 
@@ -242,7 +182,7 @@ func (cs *controlServer) closeNow() {
 	cs.ln.Close()
 	// Let the clients waiting for an outcome have their answer.
 	answered := make(chan struct{})
-	goSafe(func() {
+	bug.Go(func() {
 		for {
 			cs.mu.Lock()
 			n := len(cs.conns)
@@ -270,6 +210,7 @@ func (cs *controlServer) closeNow() {
 }
 
 const openUsage = `Usage: chainsync open --control ADDR [--id ID | --retry ID] [--wait] [--no-wait]
+       chainsync open --control ADDR --wait-for ID
 
 Asks a served Head (chainsync run --control ADDR) to open a round, and
 prints the round's id. Without --id the Head makes a new id, unique and
@@ -288,14 +229,22 @@ With --wait, open waits until the round is over in the whole chain and
 says how it ended: exit 0 done; 3 a task failed; 4 a fault; the node where
 it failed and why on stderr.
 
+--wait-for ID opens nothing: it waits for round ID, opened already, as
+--wait would have (an open --wait that was interrupted, or whose Head
+restarted, is picked up this way): the same output and exit status. A
+round that ended lately at the Head is answered at once; one the Head
+neither has in flight nor ended lately is refused (exit 1).
+
 Examples:
   chainsync open --control unix:/run/chainsync/control.sock
   chainsync open --control 127.0.0.1:7300 --id batch-0042 --wait
+  chainsync open --control 127.0.0.1:7300 --wait-for batch-0042
 
-Exit status: 0 opened (with --wait: done); 1 refused (id used already,
---max-open reached with --no-wait, no Head at ADDR); 2 usage error;
-3 a task failed (--wait); 4 fault (--wait); 5 cancelled at the Head
-(chainsync cancel, --wait); 130 the Head stopped first.
+Exit status: 0 opened (with --wait or --wait-for: done); 1 refused (id
+used already, --max-open reached with --no-wait, no such round to wait
+for, no Head at ADDR); 2 usage error; 3 a task failed (--wait); 4 fault
+(--wait); 5 cancelled at the Head (chainsync cancel, --wait); 130 the
+Head stopped first.
 
 Flags:
 `
@@ -305,6 +254,7 @@ type openOpts struct {
 	wait, noWait   bool
 	connectTimeout time.Duration
 	retry          string // --retry ID (steer.go)
+	waitFor        string // --wait-for ID
 }
 
 func (o *openOpts) flags(fs *flag.FlagSet) {
@@ -313,6 +263,7 @@ func (o *openOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.wait, "wait", false, "wait until the round is over in the whole chain; the exit status says how it ended")
 	fs.BoolVar(&o.noWait, "no-wait", false, "fail (exit 1) instead of waiting when --max-open rounds are in flight")
 	fs.DurationVar(&o.connectTimeout, "timeout", 10*time.Second, "how long to try to reach the Head")
+	fs.StringVar(&o.waitFor, "wait-for", "", "wait for round `ID`, opened already (by an open --wait whose answer was lost, say), to be over in the whole chain, as --wait does: the same output and exit status")
 	fs.StringVar(&o.retry, "retry", "", "reopen round `ID`, which failed, faulted, was denied or cancelled, under its own id: the nodes whose task for it succeeded pass it on without running it again; a round that ended done is refused")
 }
 
@@ -334,40 +285,39 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	if o.control == "" {
 		return usage("--control is required: the Head's --control address")
 	}
-	network, address, err := controlNetwork(o.control)
-	if err != nil {
+	if _, _, err := control.Network(o.control); err != nil {
 		return usage("%v", err)
 	}
 	if o.id != "" && !protocol.ValidRound(o.id) {
 		return usage("--id %q: use 1-128 of A-Z a-z 0-9 - _ .", o.id)
 	}
-	retrying := false
-	fs.Visit(func(f *flag.Flag) { retrying = retrying || f.Name == "retry" })
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	retrying, waitingFor := given["retry"], given["wait-for"]
 	if retrying && (o.id != "" || !protocol.ValidRound(o.retry)) {
 		return usage("--retry %q: give one round id (1-128 of A-Z a-z 0-9 - _ .), and no --id", o.retry)
 	}
-	c, err := net.DialTimeout(network, address, o.connectTimeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "chainsync open: cannot reach the Head at --control %s: %v (is chainsync run --control %s running?)\n", o.control, err, o.control)
-		return ExitError
+	if waitingFor {
+		switch {
+		case !protocol.ValidRound(o.waitFor):
+			return usage("--wait-for %q: give one round id (1-128 of A-Z a-z 0-9 - _ .)", o.waitFor)
+		case o.id != "" || retrying || o.noWait:
+			return usage("--wait-for waits for a round opened already: give it no --id, --retry or --no-wait")
+		}
+		o.wait = true // the same output and exit status as open --wait
+	}
+	creq := control.Request{Op: control.OpOpen, ID: o.id, Wait: o.wait, NoWait: o.noWait}
+	switch {
+	case retrying:
+		creq.Op, creq.Round, creq.HasRound, creq.By = control.OpRetry, o.retry, true, defaultBy()
+	case waitingFor:
+		creq = control.Request{Op: control.OpWait, Round: o.waitFor, HasRound: true, Wait: true}
+	}
+	c, rep, code := ask(o.control, creq, o.connectTimeout, "open", "the Head", stderr)
+	if code != ExitOK {
+		return code
 	}
 	defer c.Close()
-	creq := controlRequest{ID: o.id, Wait: o.wait, NoWait: o.noWait}
-	if retrying {
-		creq.Op, creq.Round, creq.HasRound, creq.By = "retry", o.retry, true, defaultBy()
-	}
-	req, _ := json.Marshal(creq)
-	if _, err := c.Write(append(req, '\n')); err != nil {
-		fmt.Fprintf(stderr, "chainsync open: %v\n", err)
-		return ExitError
-	}
-	br := bufio.NewReader(c)
-	dec := json.NewDecoder(br)
-	var rep controlReply
-	if err := dec.Decode(&rep); err != nil {
-		fmt.Fprintf(stderr, "chainsync open: %s\n", notControl(o.control, err, dec.Buffered()))
-		return ExitError
-	}
 	if rep.Error != "" {
 		fmt.Fprintf(stderr, "chainsync open: refused: %s\n", rep.Error)
 		return ExitError
@@ -376,7 +326,8 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	if !o.wait {
 		return ExitOK
 	}
-	if err := dec.Decode(&rep); err != nil || rep.Outcome == nil {
+	rep, err := c.Receive()
+	if err != nil || rep.Outcome == nil {
 		fmt.Fprintf(stderr, "chainsync open: round %s: the Head went away before the round was over: %v\n", rep.Round, err)
 		return ExitError
 	}
@@ -413,28 +364,4 @@ func nodeLabel(name string) string {
 		return "the Head"
 	}
 	return "node " + name
-}
-
-// notControl says why what answered at --control addr is not a Head's
-// control socket: decoding its first answer failed with err, and rest is
-// what was read but not decoded. Whatever closes the connection at once
-// or answers with something else than a control reply is another service
-// on that address: most likely a chain port (--listen), which hangs up on
-// a line that is not a protocol line, or a status endpoint (--status-addr).
-func notControl(addr string, err error, rest io.Reader) string {
-	head := make([]byte, 5)
-	n, _ := io.ReadFull(rest, head)
-	var syn *json.SyntaxError
-	var reset *net.OpError // reset by the peer, after it accepted
-	switch {
-	case n == 5 && string(head) == "HTTP/":
-		return fmt.Sprintf("%s answered, but not as a chainsync control socket: it speaks HTTP (is it a node's --status-addr? give the Head's --control address)", addr)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &syn), errors.As(err, &reset) && reset.Op == "read":
-		return fmt.Sprintf("%s answered, but not as a chainsync control socket: is it a chain port? (a --listen or --chain address: give the Head's --control address)", addr)
-	}
-	var ute *json.UnmarshalTypeError
-	if errors.As(err, &ute) {
-		return fmt.Sprintf("%s answered, but not as a chainsync control socket (%v): give the Head's --control address", addr, err)
-	}
-	return fmt.Sprintf("the Head at %s did not answer: %v", addr, err)
 }

@@ -31,24 +31,6 @@ var taskVars = map[string]bool{
 	"CHAINSYNC_FAILED_NODE": true, // --undo (undo.go)
 }
 
-// childEnv is the environment of a process the node starts (its task,
-// --ready-cmd, --verify-cmd, --on-fault): the node's own environment
-// without any CHAINSYNC_ variable, then vars, the variables the node sets
-// for that process. The node's settings (CHAINSYNC_PSK_FILE,
-// CHAINSYNC_CHAIN, ...) are the node's: a chainsync the task starts must
-// not be configured by them, nor should a task read the node's secrets'
-// paths. A CHAINSYNC_ROUND inherited from a node further up is dropped
-// too, so the process sees only what its own node tells it.
-func childEnv(vars ...string) []string {
-	env := make([]string, 0, len(vars)+32)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPrefix) {
-			env = append(env, kv)
-		}
-	}
-	return append(env, vars...)
-}
-
 // envRenames gives the flags whose CHAINSYNC_<FLAG> name is a task
 // variable another name. --round would be CHAINSYNC_ROUND, which is the
 // round a task runs for: as a setting it is CHAINSYNC_ROUND_ID.

@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/internal/status"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -73,8 +75,21 @@ type journalRound struct {
 	LastRecvSucc string `json:"last_recv_succ,omitempty"`
 	// Undo: where the round's undo wave stood here (--undo), "" none.
 	Undo string `json:"undo,omitempty"`
+	// TaskRuns: every run of the task in the round, oldest first, when
+	// there was more than one or the last was cut short by the node's
+	// death; else omitted (TaskStarted and TaskEnded say it).
+	TaskRuns []taskRun `json:"task_runs,omitempty"`
 	// started and ended are TaskStarted and TaskEnded, for the table.
 	started, ended time.Time
+}
+
+// taskRun is one run of a round's task in chainsync journal --json: when
+// it started, ended, and when the node found it cut short by its death
+// (RFC 3339, UTC, milliseconds; omitted when not recorded).
+type taskRun struct {
+	Started     string `json:"started,omitempty"`
+	Ended       string `json:"ended,omitempty"`
+	Interrupted string `json:"interrupted,omitempty"`
 }
 
 // journalDoc is chainsync journal's output.
@@ -83,13 +98,17 @@ type journalDoc struct {
 	Name string `json:"name"`
 	Role string `json:"role"`
 	// Node says how the node ended, or that it runs.
-	Node    string         `json:"node"`
-	EndedAt string         `json:"ended_at,omitempty"` // RFC 3339, UTC
-	Holder  string         `json:"holder,omitempty"`   // the lock file's text
-	Bytes   int            `json:"journal_bytes"`
-	Torn    int            `json:"torn_bytes,omitempty"`
-	Rounds  []journalRound `json:"rounds"`
-	Damage  string         `json:"damage,omitempty"`
+	Node    string `json:"node"`
+	EndedAt string `json:"ended_at,omitempty"` // RFC 3339, UTC
+	// ExitStatus: with EndedAt, the exit status chainsync run ends with
+	// for the rounds the journal holds (0 all done, 3 a task failed here,
+	// 4 a fault, 5 cancelled at the Head).
+	ExitStatus *int           `json:"exit_status,omitempty"`
+	Holder     string         `json:"holder,omitempty"` // the lock file's text
+	Bytes      int            `json:"journal_bytes"`
+	Torn       int            `json:"torn_bytes,omitempty"`
+	Rounds     []journalRound `json:"rounds"`
+	Damage     string         `json:"damage,omitempty"`
 	// Steering: what the steering file says (steer.go), in words.
 	Steering []string `json:"steering,omitempty"`
 }
@@ -144,75 +163,102 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 	if st.Ended != 0 {
 		at := time.Unix(st.Ended, 0).UTC()
 		doc.EndedAt = at.Format(time.RFC3339)
+		code, why := endStatus(st)
+		doc.ExitStatus = &code
 		doc.Node = "ended normally at " + at.Format("2006-01-02 15:04:05 UTC") + ", every round over"
+		if code != ExitOK {
+			doc.Node = fmt.Sprintf("ended at %s, every round over, not all done: exit status %d (%s)", at.Format("2006-01-02 15:04:05 UTC"), code, why)
+		}
 	} else {
 		doc.Node = holderText(dir, snap)
 	}
 	for _, r := range st.Rounds {
-		jr := describeRound(snap.Header.Role, r, st.Faults[r.Round])
-		tt := st.TaskTimes[r.Round]
-		jr.started, jr.ended = tt.Started, tt.Ended
-		jr.TaskStarted, jr.TaskEnded = jsonMillis(tt.Started), jsonMillis(tt.Ended)
-		doc.Rounds = append(doc.Rounds, jr)
+		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round], st.TaskTimes[r.Round]))
 	}
 	doc.Steering = journalSteering(dir) // steer.go
 	return doc
 }
 
 // describeRound says what a round's last record tells of it at a node
-// of role.
-func describeRound(role string, r protocol.Record, fault string) journalRound {
+// of role, with the fault record's kind (fault; "" none) and the task's
+// runs as its task time records say.
+//
+// Only a task time record says the task started: a round whose turn
+// came but that waited for a person (an approval, a hold, a pause) and
+// was then cancelled or aborted has the predecessor's COMPLETE (the
+// Head: the successor's START) and no task start.
+func describeRound(role string, r protocol.Record, fault string, tt journal.TaskTimes) journalRound {
 	hasPred := role == "middle" || role == "tail"
 	hasSucc := role == "head" || role == "middle"
 	jr := journalRound{Round: r.Round, Seq: r.Seq, State: r.State.String(), LocallyReady: r.LocalReady, Fault: fault,
 		LastSentPred: cmdName(r.LastPred), LastSentSucc: cmdName(r.LastSucc), LastRecvPred: cmdName(r.RecvPred), LastRecvSucc: cmdName(r.RecvSucc)}
-	// The task starts as the round enters START: at the Head on START
-	// from the successor, elsewhere on COMPLETE from the predecessor; it
-	// succeeded once COMPLETE went on (to the successor, or back from
-	// the Tail).
-	startedBy := r.CompleteRecv
-	switch role {
-	case "head":
-		startedBy = r.StartRecv
-	case "single":
-		startedBy = r.LocalReady
-	}
+	started := !tt.Started.IsZero()
+	// The task succeeded once COMPLETE went on (to the successor, or
+	// back from the Tail).
 	succeeded := r.LastSucc == protocol.Complete
 	if !hasSucc {
 		succeeded = r.LastPred == protocol.Complete || role == "single" && r.State >= protocol.StateComplete && r.State <= protocol.StateDone
 	}
+	wave := r.Undo.Wave
 	switch {
 	case r.State == protocol.StateFailed:
 		jr.Task, jr.TaskText = "failed", "started and failed"
-		if fault != "" && fault != "task-failed" {
-			jr.TaskText += " (" + fault + ")"
+		if !started {
+			jr.TaskText = "failed with no start recorded (denied before it started, or a journal older than task times)"
+		}
+		if jr.Fault == "" {
+			// The failure is this node's own: no fault record says so.
+			jr.Fault = string(chainsync.FaultTaskFailed)
+			if wave.Kind != "" && r.Undo.Phase != protocol.PhaseNone {
+				jr.Fault = wave.Kind
+			}
+		}
+		if jr.Fault != string(chainsync.FaultTaskFailed) {
+			jr.TaskText += " (" + jr.Fault + ")"
 		}
 	case r.State == protocol.StateComplete || r.State == protocol.StateDone || succeeded:
 		jr.Task, jr.TaskText = "succeeded", "started and succeeded"
+	case r.State == protocol.StateStart && !tt.Interrupted.IsZero():
+		jr.Task, jr.TaskText = "running-or-interrupted", "started; the node died while it ran (its restart found it so), no end recorded since"
 	case r.State == protocol.StateStart:
 		jr.Task, jr.TaskText = "running-or-interrupted", "started, no end recorded: running now, or interrupted by the node's death"
-	case r.State == protocol.StateAborted && startedBy:
-		jr.Task, jr.TaskText = "stopped", "started, then the round was aborted (no end recorded)"
+	case r.State == protocol.StateAborted && started:
+		jr.Task, jr.TaskText = "stopped", "started, then the round was aborted"
 	default:
 		jr.Task, jr.TaskText = "not-started", "not started"
 	}
+	jr.TaskText += runsText(tt, r.State)
+	undoing := r.Undo.Phase != protocol.PhaseNone && wave.Failed != ""
 	switch r.State {
 	case protocol.StateDone:
 		jr.Outcome = "done"
 	case protocol.StateFailed:
 		jr.Outcome = "task failed"
+		if undoing && r.Undo.Ended {
+			jr.Outcome = wave.Outcome()
+		}
 	case protocol.StateAborted:
-		jr.Outcome = "aborted"
-		if r.Outcome() == protocol.NoExitWave && hasSucc {
+		switch {
+		case fault == string(chainsync.FaultCancelled):
+			// A cancel is no fault: people ended the round.
+			jr.Outcome, jr.Fault = "cancelled at the Head", ""
+		case undoing && r.Undo.Ended:
+			jr.Outcome = wave.Outcome() // failed elsewhere, and undone
+		case undoing:
+			jr.Outcome = "failed at " + wave.Failed + " (" + wave.Kind + "); the undo wave's outcome is not recorded here"
+		case r.Outcome() == protocol.NoExitWave && hasSucc:
 			jr.Outcome = "undelivered (aborted after this node's COMPLETE went on: the tasks after it may have run)"
-		} else if fault == "" {
-			jr.Outcome += " (stopped, or a fault before faults were recorded)"
+		case fault == "":
+			jr.Outcome = "aborted (stopped, or a fault before faults were recorded)"
+		default:
+			jr.Outcome = "aborted"
 		}
 	default:
 		jr.Outcome = "in progress"
 	}
 	if jr.Undo = undoText(r.Undo); jr.Undo != "" {
-		jr.Outcome += "; undo: " + jr.Undo
+		// Where this node's own undo stood; the wave's outcome is above.
+		jr.Outcome += "; undo: " + undoText(protocol.UndoRecord{Phase: r.Undo.Phase})
 	}
 	switch {
 	case hasPred && r.Delivered:
@@ -226,7 +272,71 @@ func describeRound(role string, r protocol.Record, fault string) journalRound {
 	default:
 		jr.ExitWave = "-"
 	}
+	jr.started, jr.ended = tt.Started, tt.Ended
+	jr.TaskStarted, jr.TaskEnded = jsonMillis(tt.Started), jsonMillis(tt.Ended)
+	if len(tt.Earlier) > 0 || !tt.Interrupted.IsZero() {
+		for _, run := range append(slices.Clone(tt.Earlier), tt.TaskRun) {
+			jr.TaskRuns = append(jr.TaskRuns, taskRun{Started: jsonMillis(run.Started), Ended: jsonMillis(run.Ended), Interrupted: jsonMillis(run.Interrupted)})
+		}
+	}
 	return jr
+}
+
+// runsText says, after the task's words, that this is not its first run
+// in the round, and what became of the runs before; or that the last run
+// was cut short by the node's death but ended after the restart (taken
+// as done, failed, or run again: --resume-task).
+func runsText(tt journal.TaskTimes, st protocol.State) string {
+	var s string
+	if n := len(tt.Earlier); n > 0 {
+		cut := 0
+		for _, run := range tt.Earlier {
+			if !run.Interrupted.IsZero() {
+				cut++
+			}
+		}
+		s = fmt.Sprintf("; run %d times here", n+1)
+		switch {
+		case cut == n && n == 1:
+			s += ": the first run was cut short by the node's death"
+		case cut == n:
+			s += ": the runs before the last were cut short by the node's death"
+		case cut > 0:
+			s += fmt.Sprintf(": %d of the runs before the last were cut short by the node's death", cut)
+		}
+	}
+	if !tt.Interrupted.IsZero() && st != protocol.StateStart {
+		s += "; a run was cut short by the node's death, and the restarted node ended the task (--resume-task)"
+	}
+	return s
+}
+
+// endStatus is the exit status of a run that ended the rounds of st as
+// they ended (chainsync run's, worse of all rounds), and why, naming the
+// first round that ended so.
+func endStatus(st journal.State) (int, string) {
+	code, why := ExitOK, ""
+	for _, r := range st.Rounds {
+		c, w := ExitOK, ""
+		switch r.State {
+		case protocol.StateFailed:
+			c, w = ExitTaskFailed, "its task failed here"
+		case protocol.StateAborted:
+			c, w = ExitFault, "aborted by a fault"
+			switch k := st.Faults[r.Round]; {
+			case k == string(chainsync.FaultCancelled):
+				c, w = ExitCancelled, "cancelled at the Head"
+			case k != "":
+				w += " (" + k + ")"
+			case r.Undo.Wave.Failed != "":
+				w = "failed at " + r.Undo.Wave.Failed
+			}
+		}
+		if worse(code, c) != code {
+			code, why = c, "round "+status.RoundName(r.Round)+": "+w
+		}
+	}
+	return code, why
 }
 
 func cmdName(c protocol.Command) string {

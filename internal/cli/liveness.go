@@ -66,12 +66,6 @@ func (o *runOpts) liveConfig(cfg *chainsync.Config) error {
 	return nil
 }
 
-// recoverEnv describes a fault that cleared, as --on-recover's
-// environment.
-func recoverEnv(ev chainsync.TraceEvent, node string) []string {
-	return []string{"CHAINSYNC_FAULT=" + string(ev.Fault), "CHAINSYNC_PEER=" + ev.Peer, "CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + node}
-}
-
 // statusLinks is the link part of the periodic status line: up, down, or
 // silent (up, but nothing heard for two heartbeat intervals).
 func statusLinks(node *chainsync.Node, snap chainsync.Snapshot) []any {

@@ -8,6 +8,9 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 )
 
@@ -42,10 +45,13 @@ func init() {
 		{name: "run", args: "[flags] -- COMMAND...", summary: "run one node of a real chain",
 			usage: runUsage, flags: func(fs *flag.FlagSet) { (&runOpts{}).flags(fs) },
 			main: func(args []string, _, stderr io.Writer) int { return runMain(args, stderr) }},
-		{name: "open", args: "--control ADDR [--id ID | --retry ID] [--wait]", summary: "open a round at a served Head (run --control)",
+		{name: "supervise", args: "[--max-restarts N] [--backoff D] -- chainsync run ...", summary: "run a node, and start it again when it dies without an outcome",
+			usage: superviseUsage, flags: func(fs *flag.FlagSet) { (&superviseOpts{}).flags(fs) }, main: superviseMain},
+		{name: "open", args: "--control ADDR [--id ID | --retry ID | --wait-for ID] [--wait]", summary: "open a round at a served Head (run --control)",
 			usage: openUsage, flags: func(fs *flag.FlagSet) { (&openOpts{}).flags(fs) }, main: openMain},
 	}
 	commands = append(commands, steerCommands()...)
+	commands = append(commands, receiptCommands()...)
 	commands = append(commands, []*command{
 		{name: "check", args: "[run flags]", summary: "preflight: check the configuration and both links, start nothing",
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
@@ -126,17 +132,17 @@ func mainUsage() string {
 
 // Main runs the chainsync command with args (without the program name) and
 // returns its exit status. A panic is reported as a bug and returns
-// ExitError (see goSafe), so that exit status 2 always means a usage error.
+// ExitError (see internal/bug), so that exit status 2 always means a usage error.
 func Main(args []string, stdout, stderr io.Writer) (code int) {
-	setBugOut(stderr)
+	bug.SetOutput(stderr)
 	// A panic in one of the library's goroutines is a bug too: exit 1.
 	chainsync.SetPanicHandler(func(v any, _ []byte) {
-		reportBug(v)
+		bug.Report(v)
 		os.Exit(ExitError)
 	})
 	defer func() {
 		if r := recover(); r != nil {
-			reportBug(r)
+			bug.Report(r)
 			code = ExitError
 		}
 	}()
@@ -147,8 +153,8 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	switch args[0] {
 	case "--version", "-version":
 		return versionMain(nil, stdout, stderr)
-	case reaperCommand: // hidden: kills a dead node's task groups
-		return reaperMain()
+	case taskrun.ReaperCommand: // hidden: kills a dead node's task groups
+		return taskrun.ReaperMain()
 	case "help", "-h", "-help", "--help":
 		if len(args) == 2 {
 			if c := lookupCommand(args[1]); c != nil && !c.hidden {

@@ -3,6 +3,8 @@ package cli
 import (
 	"os"
 	"testing"
+
+	"github.com/chainsync-go/chainsync/internal/taskrun"
 )
 
 // TestMain lets this test binary stand in for chainsync where run starts
@@ -10,8 +12,8 @@ import (
 // test that runs a node would start the whole test suite as its reaper,
 // and so on without end.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == reaperCommand {
-		os.Exit(reaperMain())
+	if len(os.Args) > 1 && os.Args[1] == taskrun.ReaperCommand {
+		os.Exit(taskrun.ReaperMain())
 	}
 	os.Exit(m.Run())
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/sdnotify"
 )
@@ -66,7 +68,7 @@ func startNotify(n *sdnotify.Notifier, node *chainsync.Node, rounds []string, lo
 	}
 	for _, r := range rounds {
 		s.wg.Add(1)
-		goSafe(func() {
+		bug.Go(func() {
 			defer s.wg.Done()
 			if res, err := node.Wait(ctx, r); err == nil || res.Status != 0 {
 				s.finished(res)
@@ -74,7 +76,7 @@ func startNotify(n *sdnotify.Notifier, node *chainsync.Node, rounds []string, lo
 		})
 	}
 	s.wg.Add(1)
-	goSafe(func() {
+	bug.Go(func() {
 		defer s.wg.Done()
 		t := time.NewTicker(notifyPoll)
 		defer t.Stop()

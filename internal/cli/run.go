@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -96,9 +99,11 @@ type runOpts struct {
 	statusPin                       string // observe.go
 	serve                           bool   // serve.go
 	roundsFrom, control             string
+	insecureControl                 bool // --control beyond loopback, knowingly
 	every                           time.Duration
 	maxOpen                         int
 	heartbeatGiven                  bool   // --heartbeat was set (noteGiven)
+	chainGiven                      string // "--chain" or "CHAINSYNC_CHAIN" when given, maybe empty (noteGiven)
 	approve                         bool   // steer.go
 	onHold                          string // steer.go
 	hasPred                         bool   // this node has a predecessor (set by config)
@@ -127,7 +132,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.linger, "linger", 10*time.Second, "after its rounds are done, wait at most this long for the predecessor to hang up, so a lost final COMPLETE can be re-sent")
 	fs.StringVar(&o.onFault, "on-fault", "", "run `CMD` with sh -c for every fault this node reports (env: CHAINSYNC_FAULT, CHAINSYNC_PEER, CHAINSYNC_SIDE, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ERROR, CHAINSYNC_ORIGIN)")
 	fs.DurationVar(&o.onFaultTimeout, "on-fault-timeout", 30*time.Second, "kill --on-fault's command (its whole process group) after this long")
-	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it (0: off, the draft's wire)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 0, "send HEARTBEAT on an idle link every `D` and report a neighbour silent for 3D during a round (peer-silent); every node of the chain must set it, to the same D (0: off, the draft's wire)")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
 	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does, `POLICY`: halt (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
 	fs.StringVar(&o.undoCmd, "undo", "", "this node's compensation: when a round fails further down the chain after this node's task succeeded, run `CMD` with sh -c, in reverse chain order (env: CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_FAILED_NODE, CHAINSYNC_FAULT; bounded by --task-timeout; must be idempotent); every node of the chain has --undo, or none")
@@ -140,7 +145,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
-	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT (use loopback: anyone who can connect can steer the node); at the Head it makes a served Head")
+	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT on loopback (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; the socket has no authentication, so another address needs --insecure-control); at the Head it makes a served Head")
+	fs.BoolVar(&o.insecureControl, "insecure-control", false, "let --control listen on an address other machines can reach (not loopback): anyone who can connect can open, hold, cancel and retry rounds, so only on a network where everyone may")
 	fs.BoolVar(&o.approve, "approve", false, "each task of this node waits, once its turn has come, for chainsync approve (chainsync deny fails the round here, exit 3); needs --control")
 	fs.StringVar(&o.onHold, "on-hold", "", "run `CMD` with sh -c when a hold or an approval wait begins at this node (env: CHAINSYNC_HOLD=hold|approval, CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_REASON)")
 	fs.IntVar(&o.maxOpen, "max-open", 64, "Head: at most `N` rounds in flight; beyond it chainsync open waits (or fails with --no-wait), --rounds-from stops reading and --every skips")
@@ -176,6 +182,11 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	// this node, after its predecessors ran theirs: refuse it up front.
 	if _, err := exec.LookPath(cmd[0]); err != nil {
 		return cfg, nil, usagef("task %q cannot be run: %v", cmd[0], err)
+	}
+	// An empty chain given (a runbook's unset $CHAIN) must not run the
+	// task at once, alone, as a node without neighbours would.
+	if o.chainGiven != "" && strings.TrimSpace(o.chain) == "" {
+		return cfg, nil, usagef("%s is empty: give the whole chain, NAME=HOST:PORT,... in order, the same on every node (an empty chain would run this node's task at once, in no chain)", o.chainGiven)
 	}
 	// Addresses first: a typo in a port is a usage error naming its flag,
 	// not a failure to listen or to dial once the node runs.
@@ -399,20 +410,24 @@ func runMain(args []string, stderr io.Writer) int {
 	return run(cfg, rounds, &o, fs.Args(), log)
 }
 
+// stopSignals stop a running node: it logs the signal, passes it to its
+// running task's process group, and exits 130.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 // run starts the node, makes it ready per round, and waits for every round.
 func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
 	role := cfg.Role()
-	rp, err := startReaper()
+	rp, err := taskrun.StartReaper()
 	if err != nil {
 		log.Warn("cannot start the task reaper: a task's children may outlive this node if it is killed", "err", err.Error())
 	}
-	defer rp.close()
-	tasks := newTaskRunner(cmd, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
-	tasks.cg = openTaskCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
-	defer tasks.cg.close()
-	rp.tell(tasks.cg.reaperLine()) // it removes the node's cgroup if the node dies
+	defer rp.Close()
+	cgroups := taskrun.OpenCgroups(o.stateDir, log) // a cgroup per task, where the node may make them
+	defer cgroups.Close()
+	tasks := taskrun.New(taskrun.Config{Cmd: cmd, Env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name},
+		Reaper: rp, Cgroups: cgroups, Log: log})
 	cfg.Task = func(ctx context.Context, round string) error {
-		return tasks.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round)
+		return tasks.Run(ctx, taskrun.Grace, "CHAINSYNC_ROUND="+round)
 	}
 	if o.undoCmd != "" {
 		cfg.Undo = undoFunc(o, rp, role, log) // undo.go
@@ -424,16 +439,14 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	// The fault hook runs for every fault the node reports, also those
 	// that, with --fault-policy wait, end no round.
-	hooks := newHookRunner(o.onFault, o.onFaultTimeout, o.name, log)
-	defer hooks.wait()               // each hook is bounded by --on-fault-timeout
-	hooks.recover = o.live.onRecover // liveness.go
+	hooks := taskrun.NewHooks(taskrun.HookConfig{OnFault: o.onFault, OnRecover: o.live.onRecover, OnHold: o.onHold,
+		Timeout: o.onFaultTimeout, Node: o.name, Log: log})
+	defer hooks.Wait() // each hook is bounded by --on-fault-timeout
 	if o.onFault != "" || o.live.onRecover != "" {
-		cfg.Trace = hooks.observe
+		cfg.Trace = hooks.Observe
 	}
-	holds := newHookRunner(o.onHold, o.onFaultTimeout, o.name, log) // --on-hold (steer.go)
-	defer holds.wait()
 	if o.onHold != "" {
-		cfg.OnHold = holds.holdHook
+		cfg.OnHold = hooks.Hold // --on-hold (steer.go)
 	}
 	// SIGHUP and SIGQUIT stop the node like SIGTERM: a node is never left
 	// half-stopped by a closed terminal, nor dumps its goroutines.
@@ -469,7 +482,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	}
 	// The state directory is ours now: kill what an earlier process's
 	// task left in its cgroup (cgroup_linux.go).
-	tasks.cg.reapEarlier()
+	cgroups.ReapEarlier()
 	obs.serve(node, log) // before READY=1, so the status endpoint is up by then
 	if o.control != "" {
 		// Every node's control socket takes steering requests; the
@@ -490,27 +503,26 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	defer cancel()
 	if role.HasPred() {
 		for _, r := range rounds {
-			goSafe(func() { becomeReady(ctx, node, r, o, log) })
+			bug.Go(func() { becomeReady(ctx, node, r, o, log) })
 		}
 	} else {
 		// The Head opens its rounds in the order given, which is then the
 		// order of the tasks on every node (--parallel 1).
-		goSafe(func() {
+		bug.Go(func() {
 			for _, r := range rounds {
 				becomeReady(ctx, node, r, o, log)
 			}
 		})
 	}
 	if o.statusInterval > 0 {
-		goSafe(func() { reportStatus(ctx, node, o.statusInterval, log) })
+		bug.Go(func() { reportStatus(ctx, node, o.statusInterval, log) })
 	}
 	stop := func(s os.Signal) int {
 		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
 		if ss, ok := s.(syscall.Signal); ok {
-			tasks.setStopSignal(ss)
+			tasks.SetStopSignal(ss)
 		}
-		hooks.stop()
-		holds.stop()
+		hooks.Stop()
 		cancel()
 		node.Close()
 		return ExitInterrupted
@@ -524,7 +536,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 	results := make(chan chainsync.Result, len(rounds))
 	for _, r := range rounds {
-		goSafe(func() {
+		bug.Go(func() {
 			res, _ := node.Wait(context.Background(), r)
 			results <- res
 		})
@@ -561,7 +573,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 
 func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
 	ch := make(chan error, 1)
-	goSafe(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
+	bug.Go(func() { ch <- node.Linger(ctx, 200*time.Millisecond) })
 	return ch
 }
 
@@ -666,4 +678,31 @@ func makeStateDir(dir string, log *slog.Logger) int {
 	}
 	log.Warn("--state-dir did not exist: created it, so this node starts afresh with nothing to resume; if that is a typo for an existing state directory, stop this node and correct --state-dir", "state_dir", abs)
 	return ExitOK
+}
+
+// verify runs --verify-cmd every --ready-interval until it exits 0: the
+// health gate between this node's task and its successor's ("the switch
+// is back and healthy before the next one restarts"). ctx bounds it
+// (--task-timeout, or the node stopping).
+func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) error {
+	t := time.NewTicker(o.readyInterval)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		err := taskrun.RunShell(ctx, o.verifyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
+		if ctx.Err() != nil {
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		}
+		if err == nil {
+			log.Info("verified: --verify-cmd succeeded; sending COMPLETE on", "round", round, "attempts", attempt)
+			return nil
+		}
+		if attempt == 1 {
+			log.Info("task done; not healthy yet (--verify-cmd failed), checking again every "+o.readyInterval.String(), "round", round, "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

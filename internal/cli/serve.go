@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/control"
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -38,11 +42,19 @@ const servedHeartbeat = 2 * time.Second
 // were given (on the command line or in the environment).
 func (o *runOpts) noteGiven(fs *flag.FlagSet) {
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "heartbeat" {
+		switch f.Name {
+		case "heartbeat":
 			o.heartbeatGiven = true
+		case "chain":
+			o.chainGiven = "--chain"
 		}
 		o.live.noteGiven(f)
 	})
+	// A variable set to nothing configures no flag (applyEnv), but an
+	// empty chain is no chain: say so rather than run alone.
+	if v, set := os.LookupEnv(envName("chain")); set && v == "" && o.chainGiven == "" {
+		o.chainGiven = envName("chain")
+	}
 }
 
 // serving reports whether the node runs as a long-lived node.
@@ -56,25 +68,20 @@ func (o *runOpts) opens() bool {
 	return o.roundsFrom != "" || o.every > 0 || o.control != "" && !o.hasPred
 }
 
-// outcome is how a round ended, as the Head reports it to chainsync open.
+// outcome is how a round ended, as the Head reports it to chainsync
+// open, and how it ended at this node.
 type outcome struct {
-	Round string `json:"round"`
-	// Status is how the round ended in the chain: done, task failed (at
-	// Node), fault (Node is the node blamed) or stopped.
-	Status string `json:"status"`
-	Node   string `json:"node,omitempty"`   // where it failed
-	Reason string `json:"reason,omitempty"` // why
-	Undo   string `json:"undo,omitempty"`   // how the undo wave ended (--undo)
+	control.Outcome
 	// Local is how it ended at this node: a task that failed elsewhere
 	// is a fault here (the chain halted, or the round ended).
-	Local chainsync.Status `json:"-"`
+	Local chainsync.Status
 }
 
 // outcomeOf describes res, a round's result at this node (name). A round
 // that failed elsewhere ended here by a fault notice, which says where
 // and how.
 func outcomeOf(res chainsync.Result, name string) outcome {
-	oc := outcome{Round: res.Round, Status: res.Status.String(), Local: res.Status, Undo: res.Undo}
+	oc := outcome{Outcome: control.Outcome{Round: res.Round, Status: res.Status.String(), Undo: res.Undo}, Local: res.Status}
 	if res.Status == chainsync.StatusDone {
 		return oc
 	}
@@ -179,7 +186,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 	// The Head's own readiness for the round (--ready-cmd, --ready-file)
 	// comes before the round is opened on the wire.
 	if err := waitReady(op.ctx, id, op.o, op.log); err != nil {
-		op.finish(outcome{Round: id, Status: chainsync.StatusStopped.String(), Local: chainsync.StatusStopped})
+		op.finish(outcome{Outcome: control.Outcome{Round: id, Status: chainsync.StatusStopped.String()}, Local: chainsync.StatusStopped})
 		return "", err
 	}
 	err := op.node.Ready(id)
@@ -198,7 +205,7 @@ func (op *opener) openRound(id string, wait bool, notify chan outcome) (string, 
 		return "", err
 	}
 	op.log.Info("round opened", "round", id, "in_flight", op.inFlight())
-	goSafe(func() { op.watch(id) })
+	bug.Go(func() { op.watch(id) })
 	return id, nil
 }
 
@@ -212,7 +219,39 @@ func (op *opener) adopt(id string) {
 	}
 	op.open[id] = nil
 	op.mu.Unlock()
-	goSafe(func() { op.watch(id) })
+	bug.Go(func() { op.watch(id) })
+}
+
+// waitFor has notify receive the outcome of round id, opened already
+// (chainsync open --wait-for): one in flight when it ends, one that ended
+// lately here at once. A round this Head neither has in flight nor ended
+// lately is refused: there is nothing to wait for.
+func (op *opener) waitFor(id string, notify chan outcome) (string, error) {
+	if !protocol.ValidRound(id) || id == "" {
+		return "", fmt.Errorf("round id %q: use 1-128 of A-Z a-z 0-9 - _ . (a dot, a dash, an underscore)", id)
+	}
+	op.mu.Lock()
+	if subs, ok := op.open[id]; ok {
+		op.open[id] = append(subs, notify)
+		op.mu.Unlock()
+		return id, nil
+	}
+	op.mu.Unlock()
+	for _, r := range op.node.Snapshot().Finished {
+		if r.Round != id {
+			continue
+		}
+		// Its result is kept at the node: Wait returns it at once.
+		ctx, cancel := context.WithTimeout(op.ctx, 10*time.Second)
+		defer cancel()
+		res, err := op.node.Wait(ctx, id)
+		if err != nil && res.Status == 0 {
+			return "", err
+		}
+		notify <- outcomeOf(res, op.o.name) // buffered
+		return id, nil
+	}
+	return "", fmt.Errorf("round %s is not in flight at this Head and did not end here lately: nothing to wait for (chainsync journal at the Head tells how an older round ended)", id)
 }
 
 // watch waits for the round's outcome at the Head, which is its outcome in
@@ -330,7 +369,7 @@ func waitReady(ctx context.Context, round string, o *runOpts, log *slog.Logger) 
 	switch {
 	case o.readyCmd != "":
 		check = func() bool {
-			return runShell(ctx, o.readyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name) == nil
+			return taskrun.RunShell(ctx, o.readyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name) == nil
 		}
 	case o.readyFile != "":
 		path := readyPath(o.readyFile, round)
@@ -372,7 +411,7 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			return
 		}
 		watched[id] = true
-		goSafe(func() {
+		bug.Go(func() {
 			res, _ := node.Wait(context.Background(), id)
 			select {
 			case results <- outcomeOf(res, o.name):
@@ -397,10 +436,10 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 		for _, r := range node.Snapshot().Rounds { // resumed from --state-dir
 			watch(r.Round)
 		}
-		goSafe(func() {
+		bug.Go(func() {
 			for id := range node.Rounds() {
 				watch(id)
-				goSafe(func() { becomeReady(ctx, node, id, o, log) })
+				bug.Go(func() { becomeReady(ctx, node, id, o, log) })
 			}
 		})
 	} else {
@@ -414,7 +453,7 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			op.adopt(r.Round)
 		}
 		if o.roundsFrom != "" {
-			goSafe(func() {
+			bug.Go(func() {
 				defer close(eof)
 				r, name := io.Reader(os.Stdin), "standard input"
 				if o.roundsFrom != "-" {
@@ -441,7 +480,7 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			})
 		}
 		if o.every > 0 {
-			goSafe(func() { op.tick(ctx, o.every) })
+			bug.Go(func() { op.tick(ctx, o.every) })
 		}
 		if o.ctl != nil {
 			o.ctl.setOpener(op) // started by run: chainsync open now opens rounds
@@ -514,9 +553,14 @@ func (o *runOpts) checkServe(hasPred bool) error {
 		return usagef("--max-open %d: use 1..100000", o.maxOpen)
 	}
 	if o.control != "" {
-		if _, _, err := controlNetwork(o.control); err != nil {
+		if _, _, err := control.Network(o.control); err != nil {
 			return usageError{err.Error()}
 		}
+		if !o.insecureControl && !control.Local(o.control) {
+			return usagef("--control %s: other machines can reach that address, and the control socket has no authentication: anyone who connects could open, hold, cancel or retry rounds. Use unix:PATH (mode 0600) or a loopback address such as 127.0.0.1:PORT (reach it over ssh), or add --insecure-control if everyone on that network may steer the chain", o.control)
+		}
+	} else if o.insecureControl {
+		return usagef("--insecure-control without --control: it lets --control listen beyond loopback")
 	}
 	if o.roundsFrom != "" && o.roundsFrom != "-" {
 		f, err := os.Open(o.roundsFrom)

@@ -52,8 +52,14 @@ Examples:
   chainsync status --json 127.0.0.1:9000,127.0.0.1:9001 | jq '.rounds'
   chainsync status --tls-cert me.pem --tls-key me-key.pem --pin sha256//... 10.0.0.2:9000
 
+Given several addresses, the nodes' own accounts must agree with the
+order given: an address given twice, one node at two addresses, the Head
+not first, the Tail not last, or a node whose neighbour (by name) is not
+the node given next to it is refused (exit 2), naming what contradicts
+the order and, when the nodes' names tell it, the chain order to give.
+
 Exit status: 0 every node answered; 1 one or more did not (the others are
-printed); 2 usage error.
+printed); 2 usage error, or addresses given twice or out of chain order.
 
 Flags:
 `
@@ -125,6 +131,14 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		client.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	nodes := fetchAll(client, addrs, o.timeout)
+	if len(nodes) > 1 {
+		// Given out of order, or a node twice: say so, rather than
+		// print a chain that is not the one running.
+		if err := status.CheckOrder(nodes); err != nil {
+			fmt.Fprintf(stderr, "chainsync status: %s\n(give each node's --status-addr once, in chain order: Head first)\n", status.Escape(err.Error()))
+			return ExitUsage
+		}
+	}
 	status.NameSilent(nodes)
 	verdicts := status.Diagnose(nodes)
 	// Whatever a node (or whoever answers at its address) sends reaches a
@@ -236,6 +250,8 @@ func waitText(d *status.Doc, r status.Round) string {
 		return "itself to become locally ready"
 	case w == protocol.WaitApproval:
 		return "approval at " + quoteName(d.Name) + " (chainsync approve or deny)"
+	case w == protocol.WaitHold && r.Doing != "":
+		return r.Doing // who holds it, and the command that lets it go on there (status.holdDoing)
 	case w == protocol.WaitHold:
 		return "release at " + quoteName(d.Name) + " (held: chainsync release)"
 	case side == 0:
@@ -275,12 +291,7 @@ func printNode(w io.Writer, n status.Node) {
 		fmt.Fprintf(w, "  rounds in flight: %d\n", len(d.Rounds))
 	}
 	for _, f := range d.Finished {
-		why := ""
-		if f.Error != "" {
-			why = ": " + f.Error
-		}
-		fmt.Fprintf(w, "  finished round %s: %s at %s (opened %s before)%s\n", status.RoundName(f.Round), f.Status,
-			f.Ended.Format("15:04:05.000"), f.Ended.Sub(f.Opened).Round(time.Millisecond), why)
+		fmt.Fprintf(w, "  finished round %s\n", finishedText(f))
 	}
 	for _, r := range groupRounds(d) { // rounds in one state waiting for one thing: one line
 		label := r.label
@@ -290,6 +301,27 @@ func printNode(w io.Writer, n status.Node) {
 		fmt.Fprintf(w, "  %s: %s for %s, waiting for %s\n", label, r.state, r.age, r.wait)
 	}
 	printFaults(w, d, "  ")
+}
+
+// finishedText says how and when a round ended at a node: "r1: done at
+// 10:02:03.512 (opened 1.2s before)". A round a node ended before it
+// restarted, which its journal gave back, has no end time (or no
+// opening time) known: that is said instead of the restart's time.
+func finishedText(f status.Finished) string {
+	why := ""
+	if f.Error != "" {
+		why = ": " + f.Error
+	}
+	when := ""
+	switch {
+	case f.Ended.IsZero():
+		when = " before this node restarted"
+	case f.Opened.IsZero():
+		when = fmt.Sprintf(" at %s, before this node restarted", f.Ended.Format("15:04:05.000"))
+	default:
+		when = fmt.Sprintf(" at %s (opened %s before)", f.Ended.Format("15:04:05.000"), f.Ended.Sub(f.Opened).Round(time.Millisecond))
+	}
+	return status.RoundName(f.Round) + ": " + f.Status + when + why
 }
 
 func printFaults(w io.Writer, d *status.Doc, indent string) {
@@ -412,26 +444,37 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 }
 
 // printSteering lists the holds, approval waits, pauses and denials the
-// nodes know of, each once (every node knows of every other's).
+// nodes know of, each once (every node knows of every other's): one
+// entry per node, kind and round, as the node it is about tells it (its
+// own account has the hold's own time, who asked and why), else as the
+// first node that knows of it.
 func printSteering(w io.Writer, nodes []status.Node) {
-	seen := map[string]bool{}
-	first := true
+	var order []string
+	byKey := map[string]status.Steer{}
 	for _, n := range nodes {
 		if n.Doc == nil {
 			continue
 		}
 		for _, s := range n.Doc.Steering {
-			key := s.Node + "\x00" + s.What + "\x00" + s.Since.String()
-			if seen[key] {
-				continue
+			key := s.Node + "\x00" + s.What
+			if s.Round != nil {
+				key += "\x00" + *s.Round
 			}
-			seen[key] = true
-			if first {
-				fmt.Fprintln(w, "\nsteering:")
-				first = false
+			prev, seen := byKey[key]
+			if !seen {
+				order = append(order, key)
 			}
-			fmt.Fprintf(w, "  %s\n", s.Text)
+			if !seen || s.Here && !prev.Here {
+				byKey[key] = s
+			}
 		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nsteering:")
+	for _, k := range order {
+		fmt.Fprintf(w, "  %s\n", byKey[k].Text)
 	}
 }
 

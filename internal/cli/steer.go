@@ -1,18 +1,18 @@
 package cli
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/user"
 	"strings"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/control"
 
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
@@ -203,8 +203,7 @@ func steerMain(sc steerCmd, args []string, stdout, stderr io.Writer) int {
 	if o.control == "" {
 		return usage("--control is required: the node's --control address")
 	}
-	network, address, err := controlNetwork(o.control)
-	if err != nil {
+	if _, _, err := control.Network(o.control); err != nil {
 		return usage("%v", err)
 	}
 	if o.roundSet && !protocol.ValidRound(o.round) {
@@ -222,11 +221,12 @@ func steerMain(sc steerCmd, args []string, stdout, stderr io.Writer) int {
 	if len(o.by) > protocol.MaxNoticeName || protocol.NoticeName(o.by) != o.by {
 		return usage("--by %q: at most %d of A-Z a-z 0-9 - _ . : @ [ ]", o.by, protocol.MaxNoticeName)
 	}
-	req := controlRequest{Op: sc.name, Round: o.round, HasRound: o.roundSet, Reason: o.reason, By: o.by}
-	rep, code := ask(network, address, o.control, req, o.timeout, sc.name, stderr)
+	req := control.Request{Op: sc.name, Round: o.round, HasRound: o.roundSet, Reason: o.reason, By: o.by}
+	c, rep, code := ask(o.control, req, o.timeout, sc.name, "the node", stderr)
 	if code != ExitOK {
 		return code
 	}
+	c.Close()
 	if rep.Error != "" {
 		fmt.Fprintf(stderr, "chainsync %s: refused: %s\n", sc.name, rep.Error)
 		return ExitError
@@ -237,32 +237,37 @@ func steerMain(sc steerCmd, args []string, stdout, stderr io.Writer) int {
 	return ExitOK
 }
 
-// ask sends req to the control socket and reads one answer.
-func ask(network, address, addr string, req controlRequest, timeout time.Duration, cmd string, stderr io.Writer) (controlReply, int) {
-	var rep controlReply
-	c, err := net.DialTimeout(network, address, timeout)
+// ask sends req to the control socket at addr and reads one answer; who
+// names what serves it (the Head, the node) in the errors it prints for
+// cmd. The connection stays open for a further answer (open --wait). A
+// steering request's answer comes within max(timeout, 30s); open, retry
+// and wait may wait for a free slot or a resume first.
+func ask(addr string, req control.Request, timeout time.Duration, cmd, who string, stderr io.Writer) (*control.Conn, control.Reply, int) {
+	c, err := control.Dial(addr, timeout)
 	if err != nil {
-		fmt.Fprintf(stderr, "chainsync %s: cannot reach the node at --control %s: %v (is chainsync run --control %s running?)\n", cmd, addr, err, addr)
-		return rep, ExitError
+		fmt.Fprintf(stderr, "chainsync %s: cannot reach %s at --control %s: %v (is chainsync run --control %s running?)\n", cmd, who, addr, err, addr)
+		return nil, control.Reply{}, ExitError
 	}
-	defer c.Close()
-	line, _ := json.Marshal(req)
-	if _, err := c.Write(append(line, '\n')); err != nil {
+	if err := c.Send(req); err != nil {
+		c.Close()
 		fmt.Fprintf(stderr, "chainsync %s: %v\n", cmd, err)
-		return rep, ExitError
+		return nil, control.Reply{}, ExitError
 	}
-	_ = c.SetReadDeadline(time.Now().Add(max(timeout, 30*time.Second)))
-	dec := json.NewDecoder(bufio.NewReader(c))
-	if err := dec.Decode(&rep); err != nil {
-		fmt.Fprintf(stderr, "chainsync %s: %s\n", cmd, notControl(addr, err, dec.Buffered()))
-		return rep, ExitError
+	if req.Op != control.OpOpen && req.Op != control.OpRetry && req.Op != control.OpWait {
+		_ = c.SetReadDeadline(time.Now().Add(max(timeout, 30*time.Second)))
 	}
-	return rep, ExitOK
+	rep, err := c.Receive()
+	if err != nil {
+		c.Close()
+		fmt.Fprintf(stderr, "chainsync %s: %v\n", cmd, err)
+		return nil, rep, ExitError
+	}
+	return c, rep, ExitOK
 }
 
 // steer carries out a steering request at this node; the reply's Error
 // says why it was refused.
-func (cs *controlServer) steer(req controlRequest, client string) controlReply {
+func (cs *controlServer) steer(req control.Request, client string) control.Reply {
 	node := cs.node
 	r := chainsync.Request{Round: req.Round, HasRound: req.HasRound, By: req.By, Reason: req.Reason}
 	var err error
@@ -300,55 +305,17 @@ func (cs *controlServer) steer(req controlRequest, client string) controlReply {
 			msg = "cancelled round " + roundLabel(req.Round) + " in the whole chain"
 		}
 	default:
-		return controlReply{Error: fmt.Sprintf("unknown request %q", req.Op)}
+		return control.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)}
 	}
 	if err != nil {
 		text := strings.TrimPrefix(err.Error(), chainsync.ErrRefused.Error()+": ")
 		if errors.Is(err, chainsync.ErrStopped) {
 			text = "the node is stopping"
 		}
-		return controlReply{Error: text}
+		return control.Reply{Error: text}
 	}
 	cs.log.Info("steering request taken: "+req.Op, "by", req.By, "client", client, "round", round, "reason", req.Reason)
-	return controlReply{Message: msg}
-}
-
-// holdHook runs --on-hold when a hold or an approval wait begins at this
-// node, with CHAINSYNC_HOLD (hold or approval), CHAINSYNC_ROUND,
-// CHAINSYNC_NODE and CHAINSYNC_REASON in its environment; like
-// --on-fault it runs in its own process group, bounded by
-// --on-fault-timeout, and never holds the node up.
-func (h *hookRunner) holdHook(ev chainsync.HoldEvent) {
-	if h.cmd == "" {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
-		return
-	}
-	env := []string{"CHAINSYNC_HOLD=" + ev.Kind, "CHAINSYNC_ROUND=" + ev.Round, "CHAINSYNC_NODE=" + h.node,
-		"CHAINSYNC_REASON=" + ev.Reason}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		timeout := h.timeout
-		if timeout <= 0 {
-			timeout = 30 * time.Second
-		}
-		ctx, cancel := context.WithTimeout(h.ctx, timeout)
-		defer cancel()
-		err := runShell(ctx, h.cmd, env...)
-		switch {
-		case err == nil:
-		case h.ctx.Err() != nil:
-			h.log.Warn("--on-hold command killed: the node is stopping")
-		case ctx.Err() != nil:
-			h.log.Error("--on-hold command killed after --on-fault-timeout", "timeout", timeout)
-		default:
-			h.log.Error("--on-hold command failed", "err", err.Error())
-		}
-	}()
+	return control.Reply{Message: msg}
 }
 
 // errPaused is opening a round while the chain is paused, without
@@ -377,7 +344,7 @@ func (op *opener) waitUnpaused(wait bool) error {
 // retry reopens req.Round at the Head (chainsync open --retry): it waits
 // while the chain is paused, refuses a round in flight, and watches the
 // reopened round's outcome like an opened one's.
-func (op *opener) retry(req controlRequest, notify chan outcome) (string, error) {
+func (op *opener) retry(req control.Request, notify chan outcome) (string, error) {
 	id := req.Round
 	if err := op.waitUnpaused(!req.NoWait); err != nil {
 		return "", err
@@ -402,7 +369,7 @@ func (op *opener) retry(req controlRequest, notify chan outcome) (string, error)
 		return "", errors.New(strings.TrimPrefix(err.Error(), chainsync.ErrRefused.Error()+": "))
 	}
 	op.log.Info("round reopened by chainsync open --retry", "round", id, "by", req.By)
-	goSafe(func() { op.watch(id) })
+	bug.Go(func() { op.watch(id) })
 	return id, nil
 }
 

@@ -4,31 +4,21 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/chainsync-go/chainsync/internal/taskrun"
+
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/protocol"
 )
-
-// exitStatusError is a task (or undo) that exited non-zero: its message
-// as before, and the status for the undo wave's outcome ("task exited
-// 1"; chainsync.ExitCoder).
-type exitStatusError struct {
-	msg  string
-	code int
-}
-
-func (e *exitStatusError) Error() string { return e.msg }
-
-// ExitCode returns the command's exit status.
-func (e *exitStatusError) ExitCode() int { return e.code }
 
 // undoFunc is Config.Undo for --undo CMD: sh -c CMD in its own process
 // group, like the task (the reaper kills it with the node), with
 // CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_ROLE, CHAINSYNC_FAILED_NODE
 // and CHAINSYNC_FAULT.
-func undoFunc(o *runOpts, rp *reaper, role protocol.Role, log *slog.Logger) func(context.Context, string, chainsync.UndoInfo) error {
-	undos := newTaskRunner([]string{"sh", "-c", o.undoCmd}, rp, []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, log)
+func undoFunc(o *runOpts, rp *taskrun.Reaper, role protocol.Role, log *slog.Logger) func(context.Context, string, chainsync.UndoInfo) error {
+	undos := taskrun.New(taskrun.Config{Cmd: []string{"sh", "-c", o.undoCmd},
+		Env: []string{"CHAINSYNC_ROLE=" + role.String(), "CHAINSYNC_NODE=" + o.name}, Reaper: rp, Log: log})
 	return func(ctx context.Context, round string, u chainsync.UndoInfo) error {
-		return undos.run(ctx, taskGrace, "CHAINSYNC_ROUND="+round, "CHAINSYNC_FAILED_NODE="+u.FailedNode, "CHAINSYNC_FAULT="+u.Fault)
+		return undos.Run(ctx, taskrun.Grace, "CHAINSYNC_ROUND="+round, "CHAINSYNC_FAILED_NODE="+u.FailedNode, "CHAINSYNC_FAULT="+u.Fault)
 	}
 }
 

@@ -49,13 +49,15 @@
 //
 // A task time record (times.go),
 //
-//	T :ROUND S|E UNIXMILLI
+//	T :ROUND S|E|I UNIXMILLI
 //
 // says when the round's task started (S) or ended (E) at this node, in
 // milliseconds of Unix time: SaveAll writes it right after the round
 // record that moves the round into StateStart or out of it, in the same
-// write. It is for people (State.TaskTimes); a journal without any loads
-// as before.
+// write; SaveTaskStart when a restarted node runs the task again. I
+// says a run was cut short by the death of the process running it: Open
+// writes it for a round it finds in StateStart. It is for people
+// (State.TaskTimes); a journal without any loads as before.
 //
 // Every file is opened relative to the open directory and without
 // following a symbolic link (openat with O_NOFOLLOW), the lock and the
@@ -200,7 +202,11 @@ func (j *Journal) sync(f *os.File) error {
 
 // Open creates dir (mode 0700) if needed, locks it, and loads its journal.
 // The journal must belong to a node with the same role and name.
-func Open(dir string, hdr Header) (*Journal, *State, error) {
+func Open(dir string, hdr Header) (*Journal, *State, error) { return openWith(dir, hdr, nil) }
+
+// openWith is Open with the clock of the task time records (nil:
+// time.Now).
+func openWith(dir string, hdr Header, now func() time.Time) (*Journal, *State, error) {
 	if err := supported(); err != nil {
 		return nil, nil, err
 	}
@@ -224,7 +230,7 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}, times: map[string]TaskTimes{}}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}, times: map[string]TaskTimes{}, now: now}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
@@ -232,7 +238,9 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 		return nil, nil, err
 	}
 	// Start from a compacted file: it drops a torn tail and old rounds,
-	// and writes the header of a new journal.
+	// writes the header of a new journal, and the runs of tasks that the
+	// death of the process before this one interrupted (times.go).
+	j.markInterrupted()
 	if err := j.compact(); err != nil {
 		lock.Close()
 		d.Close()
@@ -248,10 +256,9 @@ func Open(dir string, hdr Header) (*Journal, *State, error) {
 			delete(st.Faults, id)
 		}
 	}
-	for id := range st.TaskTimes {
-		if _, kept := j.last[id]; !kept {
-			delete(st.TaskTimes, id)
-		}
+	clear(st.TaskTimes)
+	for id, t := range j.times { // compaction kept the kept rounds' only
+		st.TaskTimes[id] = t
 	}
 	return j, st, nil
 }

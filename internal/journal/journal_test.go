@@ -75,13 +75,7 @@ func stateAfter(ops []op) *State {
 	for _, o := range ops {
 		if o.tt != nil {
 			if _, ok := pos[o.round]; ok {
-				t := st.TaskTimes[o.round]
-				if o.tt.Start {
-					t = TaskTimes{Started: o.tt.At}
-				} else {
-					t.Ended = o.tt.At
-				}
-				st.TaskTimes[o.round] = t
+				st.TaskTimes[o.round] = foldTaskTime(st.TaskTimes[o.round], *o.tt)
 			}
 			continue
 		}

@@ -212,3 +212,71 @@ func TestTaskTimeRecordFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskRunInterrupted: a task running when its node died, run again
+// by the restarted node, reads as two runs: the first started and was
+// interrupted (Open writes when it found it so), the second started
+// (SaveTaskStart) and ended; after another reopen (a compaction) too. A
+// round whose task ended is not marked, and SaveTaskStart of a round the
+// journal does not hold is refused. docs/DESIGN.md, "Restarts and
+// durable state" (a task interrupted by the restart).
+func TestTaskRunInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.UnixMilli(1_780_000_000_000)
+	tick := func() time.Time { clock = clock.Add(1500 * time.Millisecond); return clock }
+	open := func() (*Journal, *State) {
+		t.Helper()
+		j, st, err := openWith(dir, testHdr, func() time.Time { return clock })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j, st
+	}
+	j, _ := open()
+	start1 := tick()
+	save := func(j *Journal, recs ...protocol.Record) {
+		t.Helper()
+		if err := j.Save(recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(j, protocol.Record{Round: "r1", State: protocol.StateStart}, protocol.Record{Round: "r2", State: protocol.StateStart})
+	tick()
+	save(j, protocol.Record{Round: "r2", State: protocol.StateDone})
+	j.Close() // the process dies with r1's task running
+	gone := tick()
+	j, st := open()
+	want1 := TaskRun{Started: start1, Interrupted: gone}
+	if got := st.TaskTimes["r1"]; got.TaskRun != want1 || len(got.Earlier) != 0 {
+		t.Fatalf("after the restart, r1's task: %+v, want %+v", got, want1)
+	}
+	if got := st.TaskTimes["r2"]; !got.Interrupted.IsZero() {
+		t.Errorf("r2's task, which ended, is marked interrupted: %+v", got)
+	}
+	start2 := tick()
+	if err := j.SaveTaskStart("r1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SaveTaskStart("nope"); err == nil {
+		t.Error("SaveTaskStart of a round the journal does not hold: accepted")
+	}
+	end2 := tick()
+	save(j, protocol.Record{Round: "r1", State: protocol.StateDone})
+	want := TaskTimes{TaskRun: TaskRun{Started: start2, Ended: end2}, Earlier: []TaskRun{want1}}
+	check := func(what string, got TaskTimes) {
+		t.Helper()
+		if got.TaskRun != want.TaskRun || len(got.Earlier) != 1 || got.Earlier[0] != want1 {
+			t.Errorf("%s: r1's task runs %+v, want %+v", what, got, want)
+		}
+	}
+	snap, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Read", snap.State.TaskTimes["r1"])
+	j.Close()
+	tick()
+	j, st = open()
+	defer j.Close()
+	check("reopened", st.TaskTimes["r1"])
+}

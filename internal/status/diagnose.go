@@ -1,6 +1,7 @@
 package status
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -170,6 +171,9 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 		}
 		return v
 	}
+	if v, ok := diagnoseUndo(nodes, id, hold); ok {
+		return v
+	}
 	for steps := 0; steps <= len(nodes); steps++ {
 		n := nodes[cur]
 		r := findRound(n.Doc, id)
@@ -245,6 +249,57 @@ func diagnoseRound(nodes []Node, id string) Verdict {
 	return hold(cur, "", "", "the nodes' reports disagree (they may have moved on between the requests); ask again")
 }
 
+// diagnoseUndo finds the node holding up a round in its undo wave
+// (docs/UNDO.md), if a node that answered has it in one: the wave runs
+// backward from the node where the round failed, each node's undo after
+// its successor's, so the node running its undo holds the round, else
+// one whose undo failed, else the last one (in chain order) whose undo
+// waits for UNDO from its successor; when every undo here ended, the
+// nodes wait for the wave's outcome (UNDONE) from the Head's side.
+func diagnoseUndo(nodes []Node, id string, hold func(i int, waiting, from, why string) Verdict) (Verdict, bool) {
+	first, failed, await := -1, -1, -1
+	var failedAt string
+	for i, n := range nodes {
+		if n.Doc == nil {
+			continue
+		}
+		r := findRound(n.Doc, id)
+		if r == nil || r.Undo == "" {
+			continue
+		}
+		if first < 0 {
+			first = i
+			failedAt, _, _ = strings.Cut(r.Doing, "; ")
+		}
+		name := QuoteName(n.Label())
+		switch r.Undo {
+		case "running":
+			return hold(i, "", FromSelf, fmt.Sprintf("%s is undoing: its undo runs (the round %s)", name, failedAt)), true
+		case "failed":
+			failed = i
+		case "awaiting":
+			await = i
+		}
+	}
+	switch {
+	case first < 0:
+		return Verdict{}, false
+	case failed >= 0:
+		return hold(failed, "", FromSelf, fmt.Sprintf("%s's undo failed: the undo wave stopped there (the round %s)", QuoteName(nodes[failed].Label()), failedAt)), true
+	case await >= 0:
+		n := nodes[await]
+		why := fmt.Sprintf("%s waits for UNDO from %s: the nodes after it undo first (the round %s)", QuoteName(n.Label()), QuoteName(fromName(n, "succ")), failedAt)
+		if j := await + 1; j < len(nodes) && nodes[j].Doc == nil {
+			v := hold(await, "UNDO", fromName(n, "succ"), why)
+			v.At, v.Node = j, nodes[j].Label()
+			v.Why += fmt.Sprintf("; %s (status %s) does not answer (%v)", QuoteName(nodes[j].Label()), nodes[j].Addr, nodes[j].Err)
+			return v, true
+		}
+		return hold(await, "UNDO", fromName(n, "succ"), why), true
+	}
+	return hold(first, "UNDONE", "", fmt.Sprintf("every undo at the nodes asked has ended; %s waits for the undo wave's outcome (UNDONE) (the round %s)", QuoteName(nodes[first].Label()), failedAt)), true
+}
+
 // blamesUnanswering reports whether fault f of node i blames the
 // neighbour round r waits for, and that neighbour does not answer: then
 // the round is held there (a hung node is silent on its links and to
@@ -298,6 +353,100 @@ func sent(r *Round, w protocol.Wait, role string) bool {
 		return st == "COMPLETE" && (role == "tail" || role == "single")
 	}
 	return false
+}
+
+// CheckOrder reports whether nodes, asked as a chain (Head first), are
+// one: nil if nothing they say contradicts the order they were given in;
+// else an error saying what does (an address given twice, one node at
+// two addresses, the Head not first or the Tail not last, a node whose
+// neighbour by its name is not the node given next to it) and, when the
+// nodes that answered name their whole chain, its order. A node that
+// does not answer contradicts nothing, and a run of adjacent nodes
+// (not the whole chain) is a chain too.
+func CheckOrder(nodes []Node) error {
+	var why []string
+	at := map[string]int{}
+	named := map[string]int{}
+	for i, n := range nodes {
+		if j, ok := at[n.Addr]; ok {
+			why = append(why, fmt.Sprintf("%s is given twice (places %d and %d)", n.Addr, j+1, i+1))
+			continue
+		}
+		at[n.Addr] = i
+		if n.Doc == nil {
+			continue
+		}
+		d := n.Doc
+		if d.Name != "" {
+			if j, ok := named[d.Name]; ok {
+				why = append(why, fmt.Sprintf("%s answers at both %s and %s: one node given twice", QuoteName(d.Name), nodes[j].Addr, n.Addr))
+				continue
+			}
+			named[d.Name] = i
+		}
+		switch {
+		case d.Role == "single" && len(nodes) > 1:
+			why = append(why, fmt.Sprintf("%s (%s) runs alone (role single): it is in no chain", QuoteName(n.Label()), n.Addr))
+		case d.Role == "head" && i > 0:
+			why = append(why, fmt.Sprintf("%s is the Head, but is given in place %d", QuoteName(n.Label()), i+1))
+		case d.Role == "tail" && i < len(nodes)-1:
+			why = append(why, fmt.Sprintf("%s is the Tail, but is given in place %d of %d", QuoteName(n.Label()), i+1, len(nodes)))
+		}
+		if i == 0 || nodes[i-1].Doc == nil {
+			continue
+		}
+		p := nodes[i-1].Doc
+		if s := p.Links.Succ.Peer; s != "" && d.Name != "" && s != d.Name {
+			why = append(why, fmt.Sprintf("%s's successor is %s, but %s is given after it", QuoteName(nodes[i-1].Label()), QuoteName(s), QuoteName(d.Name)))
+		} else if q := d.Links.Pred.Peer; q != "" && p.Name != "" && q != p.Name {
+			why = append(why, fmt.Sprintf("%s's predecessor is %s, but %s is given before it", QuoteName(d.Name), QuoteName(q), QuoteName(p.Name)))
+		}
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	msg := "the addresses are not one chain in order (Head first): " + strings.Join(why, "; ")
+	if order := chainOrder(nodes, named); order != "" {
+		msg += "; in chain order: " + order
+	}
+	return errors.New(msg)
+}
+
+// chainOrder is the addresses of the nodes that answered, each once, in
+// the order their names and neighbours' names say (the Head first, then
+// each one's successor), or "" if they do not say it of them all.
+func chainOrder(nodes []Node, named map[string]int) string {
+	answered := map[string]bool{}
+	for _, n := range nodes {
+		if n.Doc != nil {
+			answered[n.Addr] = true
+		}
+	}
+	if len(answered) != len(named) {
+		return "" // a node without a name: its neighbours name it by another address
+	}
+	start := -1
+	for _, i := range named {
+		if d := nodes[i].Doc; d.Role == "head" {
+			start = i
+		}
+	}
+	if start < 0 {
+		return ""
+	}
+	var addrs []string
+	for i, seen := start, 0; seen <= len(named); seen++ {
+		addrs = append(addrs, nodes[i].Addr)
+		next, ok := named[nodes[i].Doc.Links.Succ.Peer]
+		if nodes[i].Doc.Role == "tail" || !ok {
+			break
+		}
+		i = next
+	}
+	if len(addrs) != len(named) || len(addrs) < 2 {
+		return "" // not all of them, or one node: no order to give
+	}
+	return strings.Join(addrs, ",")
 }
 
 // ChainLine is the chain's members joined by arrows, for headings.

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -53,13 +54,35 @@ type Metrics struct {
 	reconnects [3]uint64
 	violations [3]uint64
 	faults     map[string]uint64
+	silent     [3]bool              // the link is up but its neighbour silent (Live)
+	active     map[activeFault]bool // faults in force here (chainsync_faults_active)
+	ended      []string             // the last rounds that ended here, oldest first (at most keepEnded)
+}
+
+// keepEnded bounds Metrics.ended: a fault reported late for a round
+// that ended here is not in force.
+const keepEnded = 64
+
+// activeFault is a fault in force at a node: reported, and neither
+// cleared nor over with its round.
+type activeFault struct {
+	kind  string
+	peer  string        // the node it blames ("" this node's own)
+	round string        // the round it was reported in ("": a link's fault)
+	side  protocol.Side // the side it blames, for a link's fault
+}
+
+// liveKind reports whether faults of kind k outlast their round: a neighbour
+// gone is in force until it is heard from again (TraceFaultCleared).
+func liveKind(k string) bool {
+	return k == string(chainsync.FaultPeerSilent) || k == string(chainsync.FaultPeerUnreachable)
 }
 
 // NewMetrics returns the metrics of a node with role; version and
 // goversion label chainsync_build_info.
 func NewMetrics(role protocol.Role, version, goversion string) *Metrics {
 	m := &Metrics{role: role, version: version, goversion: goversion,
-		open: map[string]time.Time{}, tasks: map[string]time.Time{}, faults: map[string]uint64{},
+		open: map[string]time.Time{}, tasks: map[string]time.Time{}, faults: map[string]uint64{}, active: map[activeFault]bool{},
 		roundDur: newHistogram(DurationBuckets), taskDur: newHistogram(DurationBuckets)}
 	for _, k := range FaultKinds {
 		m.faults[string(k)] = 0
@@ -100,10 +123,22 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 			m.roundDur.observe(ev.Time.Sub(t0).Seconds())
 			delete(m.open, ev.Round)
 		}
-		if int(ev.Status) < len(m.outcomes) {
-			m.outcomes[ev.Status]++
+		if st := ev.Status; int(st) < len(m.outcomes) {
+			if failedByTask(ev) {
+				st = chainsync.StatusTaskFailed
+			}
+			m.outcomes[st]++
 		}
 		delete(m.tasks, ev.Round)
+		if len(m.ended) == keepEnded {
+			m.ended = slices.Delete(m.ended, 0, 1)
+		}
+		m.ended = append(m.ended, ev.Round)
+		for f := range m.active {
+			if f.round == ev.Round && !liveKind(f.kind) {
+				delete(m.active, f)
+			}
+		}
 	case chainsync.TraceTaskStart:
 		m.tasks[ev.Round] = ev.Time
 	case chainsync.TraceTaskEnd:
@@ -117,6 +152,11 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 				m.reconnects[s]++
 			}
 			m.linkSeen[s], m.linkUp[s] = true, true
+			for f := range m.active { // a new link was admitted: a link's fault on that side is over
+				if f.round == "" && f.side == s {
+					delete(m.active, f)
+				}
+			}
 		}
 	case chainsync.TraceLinkDown:
 		if s := ev.Side; s == protocol.Pred || s == protocol.Succ {
@@ -132,7 +172,39 @@ func (m *Metrics) Observe(ev chainsync.TraceEvent) {
 		if ev.Fault != "" && !ev.Resumed {
 			m.faults[string(ev.Fault)]++
 		}
+		if ev.Fault != "" && !ev.Again && !ev.Resumed && (!slices.Contains(m.ended, ev.Round) || liveKind(string(ev.Fault))) {
+			// A fault the journal remembers ended its round before this
+			// process: over. So is a late report of a round over here.
+			m.active[activeFault{kind: string(ev.Fault), peer: ev.Peer, round: ev.Round, side: ev.Side}] = true
+		}
+	case chainsync.TraceFaultCleared:
+		for f := range m.active {
+			if f.peer == ev.Peer {
+				delete(m.active, f)
+			}
+		}
 	}
+}
+
+// failedByTask reports whether a round that ended with a fault here
+// failed because a task failed at another node (a chain-halted fault
+// whose cause is a task's failure or timeout): the round's outcome, as
+// chainsync open --wait reports it (exit 3), is a task failure.
+func failedByTask(ev chainsync.TraceEvent) bool {
+	var fe *chainsync.FaultError
+	if ev.Status != chainsync.StatusFault || !errors.As(ev.Err, &fe) {
+		return false
+	}
+	return fe.Origin != "" && (fe.Cause == chainsync.FaultTaskFailed || fe.Cause == chainsync.FaultTaskTimeout)
+}
+
+// Live takes what only the node's state says now, not its trace: which
+// links are up but silent (Snapshot.PredSilent, SuccSilent). The
+// status endpoint calls it before every scrape.
+func (m *Metrics) Live(s chainsync.Snapshot) {
+	m.mu.Lock()
+	m.silent[protocol.Pred], m.silent[protocol.Succ] = s.PredSilent, s.SuccSilent
+	m.mu.Unlock()
 }
 
 var commands = []protocol.Command{protocol.Ready, protocol.Start, protocol.Complete}
@@ -178,10 +250,10 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	if m.role.HasSucc() {
 		sides = append(sides, protocol.Succ)
 	}
-	b.family("chainsync_link_up", "gauge", "1 if the link to the neighbour on this side is connected, else 0.")
+	b.family("chainsync_link_up", "gauge", "1 if the link to the neighbour on this side is connected and the neighbour heard from, else 0 (down, or silent: nothing heard for two heartbeat intervals).")
 	for _, s := range sides {
 		v := uint64(0)
-		if m.linkUp[s] {
+		if m.linkUp[s] && !m.silent[s] {
 			v = 1
 		}
 		b.sample("chainsync_link_up", v, "side", s.String())
@@ -202,6 +274,22 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	slices.Sort(kinds)
 	for _, k := range kinds {
 		b.sample("chainsync_faults_total", m.faults[k], "kind", k)
+	}
+	b.family("chainsync_faults_active", "gauge", "Faults in force here, by kind: reported and not yet over (a round's fault until the round ends here; a neighbour silent or unreachable until it is heard from again; a link's fault until a new link on that side is admitted).")
+	activeBy := map[string]uint64{}
+	for _, k := range kinds {
+		activeBy[k] = 0
+	}
+	for f := range m.active {
+		activeBy[f.kind]++
+	}
+	kinds = kinds[:0]
+	for k := range activeBy {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		b.sample("chainsync_faults_active", activeBy[k], "kind", k)
 	}
 	b.family("chainsync_build_info", "gauge", "Always 1; the labels say which chainsync is running.")
 	b.sample("chainsync_build_info", 1, "version", m.version, "goversion", m.goversion)

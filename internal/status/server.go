@@ -36,6 +36,7 @@ func Handler(snap func() chainsync.Snapshot, m *Metrics, version string) http.Ha
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", ContentType)
 			w.Header().Set("Cache-Control", "no-store")
+			m.Live(snap())
 			_, _ = m.WriteTo(w)
 		})
 	}

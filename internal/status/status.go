@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
@@ -41,10 +42,13 @@ type Steer struct {
 
 // Finished is one round that ended at a node.
 type Finished struct {
-	Round  string    `json:"round"`
-	Status string    `json:"status"` // done, task failed, fault, undelivered or stopped
-	Opened time.Time `json:"opened"` // when the node first heard of it
-	Ended  time.Time `json:"ended"`
+	Round  string `json:"round"`
+	Status string `json:"status"` // done, task failed, fault, undelivered or stopped
+	// Opened and Ended: when the node first heard of the round, and
+	// when it ended here; omitted when not known (a round ended before
+	// the node restarted, given back by its journal).
+	Opened time.Time `json:"opened,omitzero"`
+	Ended  time.Time `json:"ended,omitzero"`
 	Error  string    `json:"error,omitempty"` // why, unless done
 	// Undo: how the round's undo wave ended (--undo; docs/UNDO.md).
 	Undo string `json:"undo,omitempty"`
@@ -88,6 +92,15 @@ type Round struct {
 	Since      time.Time `json:"since"` // when the round entered State
 	Ready      bool      `json:"ready"` // this node is locally ready for the round
 	Doing      string    `json:"doing"` // the same in words
+	// PausedBy, for a round that waits on a hold ("hold"), names the
+	// Head whose pause holds it: chainsync resume at that Head, not
+	// chainsync release here, lets it go on.
+	PausedBy string `json:"paused_by,omitempty"`
+	// Undo: the round failed and its undo wave is under way here; where
+	// this node's part stands: awaiting (its undo waits for the nodes
+	// after it), running, done, failed, or nothing (nothing to undo
+	// here: waiting for the wave's outcome); "" no undo wave.
+	Undo string `json:"undo,omitempty"`
 }
 
 // Fault is one fault the node detected.
@@ -144,6 +157,12 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		} else if r.WaitingFor.Self() {
 			rd.From = FromSelf
 		}
+		if r.Undo != "" {
+			rd.Undo = undoPhaseOf(r.Undo)
+		}
+		if r.WaitingFor == protocol.WaitHold {
+			rd.PausedBy, rd.Doing = holdDoing(s, rd.Doing)
+		}
 		d.Rounds = append(d.Rounds, rd)
 	}
 	for _, st := range s.Steering {
@@ -163,4 +182,60 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 		d.Faults = append(d.Faults, ff)
 	}
 	return d
+}
+
+// holdDoing says, for a round of s that waits on a hold, who holds it and
+// what lets it go on: this node's own hold (chainsync release here), a
+// pause at the Head (chainsync resume at the Head), or both; and the Head
+// that paused the chain ("" when no pause holds it). doing is the
+// driver's words, kept when the snapshot names neither.
+func holdDoing(s chainsync.Snapshot, doing string) (pausedBy, words string) {
+	self := s.Name
+	if self == "" {
+		self = "this node"
+	}
+	held := false
+	for _, st := range s.Steering {
+		switch {
+		case st.What == "hold" && st.Here:
+			held = true
+		case st.What == "pause" && pausedBy == "":
+			pausedBy = st.Node
+		}
+	}
+	resume := "paused at the Head " + pausedBy + " (chainsync resume at " + pausedBy + ")"
+	if !s.Role.HasPred() {
+		resume = "paused here, at the Head (chainsync resume at " + self + ")"
+	}
+	release := "held at " + self + " (chainsync release at " + self + ")"
+	switch {
+	case held && pausedBy != "":
+		return pausedBy, release + ", and " + resume
+	case pausedBy != "":
+		return pausedBy, resume
+	case held:
+		return "", release
+	}
+	return "", doing
+}
+
+// undoPhases are the words the driver gives a round in its undo wave
+// (RoundStatus.Undo), by where this node's part stands.
+var undoPhases = []struct{ suffix, phase string }{
+	{"; waiting for UNDO from the successor (the nodes after this one undo first)", "awaiting"},
+	{"; running its undo", "running"},
+	{"; undone here; waiting for the nodes before it and the outcome", "done"},
+	{"; its undo failed", "failed"},
+}
+
+// undoPhaseOf reads where a node's part of an undo wave stands from the
+// driver's words for it: "nothing" (to undo here, waiting for the wave's
+// outcome) for words it does not know.
+func undoPhaseOf(words string) string {
+	for _, p := range undoPhases {
+		if strings.HasSuffix(words, p.suffix) {
+			return p.phase
+		}
+	}
+	return "nothing"
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package cli
+package taskrun
 
 import (
 	"bufio"
@@ -108,13 +108,13 @@ func TestReaperHelperNode(t *testing.T) {
 	}
 	syscall.CloseOnExec(3)
 	report := os.NewFile(3, "report")
-	rp, err := startReaper()
+	rp, err := StartReaper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	marker := filepath.Join(dir, "forked")
 	// The task forks a child in its group at once, then says so.
-	tr := newTaskRunner([]string{"sh", "-c", `sleep 3600 & echo $! > "$MARK.tmp" && mv "$MARK.tmp" "$MARK"; wait`}, rp, nil, nil)
+	tr := New(Config{Cmd: []string{"sh", "-c", `sleep 3600 & echo $! > "$MARK.tmp" && mv "$MARK.tmp" "$MARK"; wait`}, Reaper: rp})
 	testHookStarted = func(pid int) {
 		// Wait until the task has forked its child (a positive event;
 		// the bound is generous).
@@ -128,7 +128,7 @@ func TestReaperHelperNode(t *testing.T) {
 		fmt.Fprintf(report, "window %d %s\n", pid, how)
 		select {} // until the test kills this node
 	}
-	_ = tr.run(context.Background(), time.Second, "MARK="+marker)
+	_ = tr.Run(context.Background(), time.Second, "MARK="+marker)
 	t.Fatal("run returned")
 }
 

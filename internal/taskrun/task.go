@@ -1,4 +1,4 @@
-package cli
+package taskrun
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/bug"
 )
 
 // docs/DESIGN.md, "Restarts and durable state": a node's task does not
@@ -54,36 +56,36 @@ import (
 // variables that describe the task (CHAINSYNC_ROUND, ROLE and NODE).
 const taskTokenVar = "_chainsync_task_token"
 
-// reaperCommand is the hidden subcommand of the reaper.
-const reaperCommand = "_reaper"
+// ReaperCommand is the hidden subcommand of the reaper.
+const ReaperCommand = "_reaper"
 
-// reaper is the node's side of the reaper process.
-type reaper struct {
+// Reaper is the node's side of the reaper process.
+type Reaper struct {
 	mu sync.Mutex
 	w  io.WriteCloser // nil if the reaper could not start
 	c  *exec.Cmd
 }
 
-// startReaper starts the reaper process. Without one (the binary cannot
+// StartReaper starts the reaper process. Without one (the binary cannot
 // be found) tasks still run; only the node-death guarantee is weaker, and
 // the error says so.
-func startReaper() (*reaper, error) {
+func StartReaper() (*Reaper, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return &reaper{}, err
+		return &Reaper{}, err
 	}
-	c := exec.Command(self, reaperCommand)
+	c := exec.Command(self, ReaperCommand)
 	w, err := c.StdinPipe()
 	if err != nil {
-		return &reaper{}, err
+		return &Reaper{}, err
 	}
 	c.Stdout, c.Stderr = nil, os.Stderr
 	// Its own group: a Ctrl-C for the node's group does not reach it.
 	c.SysProcAttr = groupAttr()
 	if err := c.Start(); err != nil {
-		return &reaper{}, err
+		return &Reaper{}, err
 	}
-	return &reaper{w: w, c: c}, nil
+	return &Reaper{w: w, c: c}, nil
 }
 
 // tell sends the reaper one line: "?TOKEN" (a task with this token is
@@ -91,7 +93,7 @@ func startReaper() (*reaper, error) {
 // not start), "-PGID" (its group is gone), "cPATH" (it starts in the
 // cgroup PATH), "dPATH" (that cgroup is gone) or "pPATH" (the node's
 // cgroup, the parent of its tasks', removed at the end).
-func (r *reaper) tell(line string) {
+func (r *Reaper) tell(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.w != nil {
@@ -99,8 +101,8 @@ func (r *reaper) tell(line string) {
 	}
 }
 
-// close ends the reaper (it kills any group still registered).
-func (r *reaper) close() {
+// Close ends the reaper (it kills any group still registered).
+func (r *Reaper) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.w != nil {
@@ -110,11 +112,11 @@ func (r *reaper) close() {
 	}
 }
 
-// reaperMain is chainsync _reaper: it reads the lines of reaper.tell from
+// ReaperMain is chainsync _reaper: it reads the lines of reaper.tell from
 // its standard input and, at end of input (its node exited or died),
 // kills every process group still registered, and the groups of the
 // processes that carry the token of a start whose group it never heard.
-func reaperMain() int {
+func ReaperMain() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	// The node's own group (and the pipeline it may share with, say, a
 	// tee) is never a task's, whatever a process carrying a token did.
@@ -169,7 +171,7 @@ func reaperMain() int {
 	for token := range starting {
 		killToken(token, spare)
 	}
-	return ExitOK
+	return 0
 }
 
 // killToken kills the groups (but those in spare) of the processes whose
@@ -188,16 +190,26 @@ func killToken(token string, spare map[int]bool) {
 	}
 }
 
-// taskRunner runs this node's task command, one process group per run.
-type taskRunner struct {
-	cmd    []string
-	env    []string // added to the environment of every run
-	reaper *reaper
-	log    *slog.Logger // nil: silent
-	cg     *taskCgroups // a cgroup per run (cgroup_linux.go); nil: none
+// Config is what a Runner needs from the node: the command and what
+// surrounds each of its runs.
+type Config struct {
+	Cmd     []string     // the command and its arguments
+	Env     []string     // added to the environment of every run
+	Reaper  *Reaper      // told of every run (StartReaper); nil: none
+	Cgroups *Cgroups     // a cgroup per run (cgroup_linux.go); nil: none
+	Log     *slog.Logger // nil: silent
+}
 
-	// Descriptors held for starting tasks (newTaskRunner): null is the
-	// task's standard input, opened once so a start needs no open of
+// Runner runs this node's task command, one process group per run.
+type Runner struct {
+	cmd    []string
+	env    []string
+	reaper *Reaper
+	log    *slog.Logger
+	cg     *Cgroups
+
+	// Descriptors held for starting tasks (New): null is the task's
+	// standard input, opened once so a start needs no open of
 	// /dev/null; spare are held only to be closed when a start fails for
 	// want of descriptors, making room for it. Guarded by mu.
 	null    *os.File
@@ -213,17 +225,24 @@ type taskRunner struct {
 // exec error, a pidfd).
 const spareFDs = 8
 
-// newTaskRunner returns the runner of cmd, holding the descriptors a start
-// may need (see taskRunner).
-func newTaskRunner(cmd []string, rp *reaper, env []string, log *slog.Logger) *taskRunner {
-	t := &taskRunner{cmd: cmd, reaper: rp, env: env, log: log}
+// New returns the runner of c.Cmd, holding the descriptors a start may
+// need (see Runner). The reaper is told where the node's cgroups are, so
+// that it removes them if the node dies.
+func New(c Config) *Runner {
+	t := &Runner{cmd: c.Cmd, reaper: c.Reaper, env: c.Env, log: c.Log, cg: c.Cgroups}
+	if t.reaper == nil {
+		t.reaper = &Reaper{}
+	}
+	if line := t.cg.reaperLine(); line != "" {
+		t.reaper.tell(line)
+	}
 	t.null, _ = os.Open(os.DevNull)
 	t.refill()
 	return t
 }
 
 // refill reopens the spare descriptors a start used up, as far as it can.
-func (t *taskRunner) refill() {
+func (t *Runner) refill() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for len(t.spare) < spareFDs {
@@ -236,7 +255,7 @@ func (t *taskRunner) refill() {
 }
 
 // release closes the spare descriptors; false if there were none.
-func (t *taskRunner) release() bool {
+func (t *Runner) release() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, f := range t.spare {
@@ -258,7 +277,7 @@ func outOfFDs(err error) bool {
 // never ran): the runner closes its spare descriptors and tries again at
 // once, then every second until ctx ends, saying so at ERROR. Only if ctx
 // ends first is it an error, which says it was a local fault.
-func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.Cmd, error) {
+func (t *Runner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.Cmd, error) {
 	startFn := t.startFn
 	if startFn == nil {
 		startFn = (*exec.Cmd).Start
@@ -297,16 +316,17 @@ func (t *taskRunner) start(ctx context.Context, newCmd func() *exec.Cmd) (*exec.
 	}
 }
 
-// setStopSignal sets the signal a stopping node sends its running tasks.
-func (t *taskRunner) setStopSignal(s syscall.Signal) {
+// SetStopSignal sets the signal a stopping node sends its running tasks.
+func (t *Runner) SetStopSignal(s syscall.Signal) {
 	t.mu.Lock()
 	t.stopSig = s
 	t.mu.Unlock()
 }
 
-// run runs the task with extra environment. ctx ending stops it: the
-// group gets the stop signal, then SIGKILL after grace.
-func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string) error {
+// Run runs the task with extra environment. ctx ending stops it: the
+// group gets the stop signal, then SIGKILL after grace. A task that
+// exited non-zero is a *StatusError.
+func (t *Runner) Run(ctx context.Context, grace time.Duration, env ...string) error {
 	token := strconv.FormatUint(rand.Uint64(), 36)
 	cgPath, cgFD := "", -1 // the run's cgroup, if any (cgroup_linux.go)
 	newCmd := func() *exec.Cmd {
@@ -315,7 +335,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		if t.null != nil {
 			c.Stdin = t.null // no open of /dev/null at each start
 		}
-		c.Env = childEnv(append(append(t.env[:len(t.env):len(t.env)], env...), taskTokenVar+"="+token)...)
+		c.Env = ChildEnv(append(append(t.env[:len(t.env):len(t.env)], env...), taskTokenVar+"="+token)...)
 		c.SysProcAttr = taskAttr()
 		cgroupAttr(c.SysProcAttr, cgFD)
 		return c
@@ -325,7 +345,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	// task: keep this goroutine on it until the task is gone.
 	lockThread()
 	defer unlockThread()
-	t.cg.reapEarlier() // an earlier process's task never runs beside this one
+	t.cg.ReapEarlier() // an earlier process's task never runs beside this one
 	cgPath, cgFD = t.cg.create(token)
 	if cgPath != "" {
 		t.reaper.tell("c" + cgPath) // before the start, like the token
@@ -343,7 +363,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 	}
 	t.reaper.tell("+" + strconv.Itoa(pgid) + " " + token)
 	waited := make(chan error, 1)
-	goSafe(func() { waited <- c.Wait() })
+	bug.Go(func() { waited <- c.Wait() })
 	select {
 	case err = <-waited:
 	case <-ctx.Done():
@@ -385,7 +405,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return fmt.Errorf("%s was killed by signal %d (%v)", t.cmd[0], int(ws.Signal()), ws.Signal())
 		}
-		return &exitStatusError{msg: fmt.Sprintf("%s exited with status %d", t.cmd[0], ee.ExitCode()), code: ee.ExitCode()}
+		return &StatusError{msg: fmt.Sprintf("%s exited with status %d", t.cmd[0], ee.ExitCode()), code: ee.ExitCode()}
 	}
 	if err == nil && ctx.Err() != nil {
 		return fmt.Errorf("%s was stopped: %w", t.cmd[0], ctx.Err())
@@ -398,7 +418,7 @@ func (t *taskRunner) run(ctx context.Context, grace time.Duration, env ...string
 // same start without one works turns cgroups off for the runner (the
 // kernel or the delegation does not allow them); either way the cgroup
 // of a run that is not in one is removed and *path cleared.
-func (t *taskRunner) startIn(ctx context.Context, newCmd func() *exec.Cmd, path *string, fd *int) (*exec.Cmd, error) {
+func (t *Runner) startIn(ctx context.Context, newCmd func() *exec.Cmd, path *string, fd *int) (*exec.Cmd, error) {
 	c, err := t.start(ctx, newCmd)
 	if *fd < 0 {
 		return c, err
@@ -422,36 +442,9 @@ func (t *taskRunner) startIn(ctx context.Context, newCmd func() *exec.Cmd, path 
 // once it has started and before the reaper is told its group.
 var testHookStarted func(pid int)
 
-// taskGrace is how long a stopped or timed-out task's group has between
+// Grace is how long a stopped or timed-out task's group has between
 // the stop signal and SIGKILL.
-const taskGrace = 5 * time.Second
-
-// verify runs --verify-cmd every --ready-interval until it exits 0: the
-// health gate between this node's task and its successor's ("the switch
-// is back and healthy before the next one restarts"). ctx bounds it
-// (--task-timeout, or the node stopping).
-func verify(ctx context.Context, o *runOpts, round string, log *slog.Logger) error {
-	t := time.NewTicker(o.readyInterval)
-	defer t.Stop()
-	for attempt := 1; ; attempt++ {
-		err := runShell(ctx, o.verifyCmd, "CHAINSYNC_ROUND="+round, "CHAINSYNC_NODE="+o.name)
-		if ctx.Err() != nil {
-			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
-		}
-		if err == nil {
-			log.Info("verified: --verify-cmd succeeded; sending COMPLETE on", "round", round, "attempts", attempt)
-			return nil
-		}
-		if attempt == 1 {
-			log.Info("task done; not healthy yet (--verify-cmd failed), checking again every "+o.readyInterval.String(), "round", round, "err", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("--verify-cmd never succeeded (%d attempts): %w", attempt, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
+const Grace = 5 * time.Second
 
 // groupGoneWait bounds how long a task's killed process group may take to
 // die.
@@ -472,3 +465,16 @@ func groupGone(pgid int, bound time.Duration) bool {
 		time.Sleep(d)
 	}
 }
+
+// StatusError is a task (or undo) that exited non-zero: its message as
+// before, and the status for the undo wave's outcome ("task exited 1";
+// chainsync.ExitCoder).
+type StatusError struct {
+	msg  string
+	code int
+}
+
+func (e *StatusError) Error() string { return e.msg }
+
+// ExitCode returns the command's exit status.
+func (e *StatusError) ExitCode() int { return e.code }

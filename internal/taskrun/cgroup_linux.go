@@ -1,4 +1,4 @@
-package cli
+package taskrun
 
 // docs/DESIGN.md, "The task dies with its node": on Linux, where the node
 // may create cgroups (cgroup v2, its own cgroup delegated to it, or run as
@@ -26,8 +26,8 @@ import (
 	"time"
 )
 
-// taskCgroups is where a node's tasks get a cgroup each.
-type taskCgroups struct {
+// Cgroups is where a node's tasks get a cgroup each.
+type Cgroups struct {
 	dir     string // this node's: <the node's own cgroup>/chainsync-KEY
 	durable bool   // KEY names the --state-dir: a restart finds dir again
 	log     *slog.Logger
@@ -37,11 +37,11 @@ type taskCgroups struct {
 	once sync.Once
 }
 
-// openTaskCgroups returns where this node's tasks get their cgroups, or
+// OpenCgroups returns where this node's tasks get their cgroups, or
 // nil where the node cannot create them; it logs which is used. KEY is
 // derived from stateDir, so that a restarted node finds the cgroups its
 // earlier process left; without a state directory, from the pid.
-func openTaskCgroups(stateDir string, log *slog.Logger) *taskCgroups {
+func OpenCgroups(stateDir string, log *slog.Logger) *Cgroups {
 	if testNoCgroups {
 		return nil
 	}
@@ -70,10 +70,10 @@ func openTaskCgroups(stateDir string, log *slog.Logger) *taskCgroups {
 		return nil
 	}
 	log.Info("tasks run each in a cgroup of their own: the task's end, the node's stop and its reaper kill the whole cgroup, children that left the task's process group (setsid) included", "cgroup", dir)
-	return &taskCgroups{dir: dir, durable: durable, log: log}
+	return &Cgroups{dir: dir, durable: durable, log: log}
 }
 
-// testNoCgroups, set by tests, makes openTaskCgroups find none.
+// testNoCgroups, set by tests, makes OpenCgroups find none.
 var testNoCgroups bool
 
 // ownCgroupDir is the directory of this process's cgroup v2, from
@@ -144,7 +144,7 @@ func unescapeMount(s string) string {
 // create makes the cgroup of the task start named by token and returns
 // its path and an open descriptor of it for the start (CgroupFD); "" and
 // -1 without cgroups. The caller closes fd.
-func (g *taskCgroups) create(token string) (string, int) {
+func (g *Cgroups) create(token string) (string, int) {
 	if g == nil {
 		return "", -1
 	}
@@ -156,7 +156,7 @@ func (g *taskCgroups) create(token string) (string, int) {
 	}
 	path := filepath.Join(g.dir, "task-"+token)
 	// The node's cgroup may have been removed by an earlier process's
-	// reaper, after its node died, since openTaskCgroups made it.
+	// reaper, after its node died, since OpenCgroups made it.
 	err := os.MkdirAll(g.dir, 0o755)
 	if err == nil {
 		err = os.Mkdir(path, 0o755)
@@ -174,9 +174,9 @@ func (g *taskCgroups) create(token string) (string, int) {
 	return path, fd
 }
 
-// close removes the node's cgroup, once its tasks are over (a cgroup
+// Close removes the node's cgroup, once its tasks are over (a cgroup
 // that still has one stays).
-func (g *taskCgroups) close() {
+func (g *Cgroups) Close() {
 	if g != nil {
 		_ = os.Remove(g.dir)
 	}
@@ -184,7 +184,7 @@ func (g *taskCgroups) close() {
 
 // disable stops using cgroups: a start in one failed with err where the
 // same start without one worked.
-func (g *taskCgroups) disable(err error) {
+func (g *Cgroups) disable(err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.off {
@@ -193,11 +193,11 @@ func (g *taskCgroups) disable(err error) {
 	}
 }
 
-// reapEarlier kills, once, what the tasks of an earlier process of this
+// ReapEarlier kills, once, what the tasks of an earlier process of this
 // node (the same --state-dir) left running in their cgroups: a restarted
 // node never runs beside its old task's processes. Call it only while
 // holding the state directory's lock.
-func (g *taskCgroups) reapEarlier() {
+func (g *Cgroups) ReapEarlier() {
 	if g == nil || !g.durable {
 		return
 	}
@@ -317,7 +317,7 @@ func closeCgroupFD(fd int) { _ = syscall.Close(fd) }
 
 // reaperLine is the reaper's line naming the node's cgroup, which it
 // removes when its node is gone; "" (nothing to say) without one.
-func (g *taskCgroups) reaperLine() string {
+func (g *Cgroups) reaperLine() string {
 	if g == nil {
 		return ""
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package cli
+package taskrun
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // TestTaskGroupGoneWhenRunReturns: docs/DESIGN.md "Restarts and durable
 // state": a node's task does not outlive it, and tasks run in chain order
-// without overlapping. When taskRunner.run returns (and the node sends
+// without overlapping. When Runner.run returns (and the node sends
 // COMPLETE on, starting the successor's task), nothing the task left in
 // its process group may still be alive: a SIGKILL is delivered
 // asynchronously, so the runner must wait for the group to be gone, not
@@ -27,9 +27,9 @@ func TestTaskGroupGoneWhenRunReturns(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pgid")
 	// Leaves three children behind, each in the task's group.
-	tr := &taskRunner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30 & sleep 30 & exit 0`}, reaper: &reaper{}}
+	tr := &Runner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30 & sleep 30 & exit 0`}, reaper: &Reaper{}}
 	for i := range 20 {
-		if err := tr.run(context.Background(), time.Second, "PGID_FILE="+pidFile); err != nil {
+		if err := tr.Run(context.Background(), time.Second, "PGID_FILE="+pidFile); err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
 		b, err := os.ReadFile(pidFile)
@@ -56,11 +56,11 @@ func TestTaskGroupKilledOnStop(t *testing.T) {
 	if err := syscall.Mkfifo(pidFile, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tr := &taskRunner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30`}, reaper: &reaper{}}
+	tr := &Runner{cmd: []string{"sh", "-c", `echo $$ > "$PGID_FILE"; sleep 30 & sleep 30`}, reaper: &Reaper{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- tr.run(ctx, time.Second, "PGID_FILE="+pidFile) }()
+	go func() { done <- tr.Run(ctx, time.Second, "PGID_FILE="+pidFile) }()
 	up := make(chan string, 1)
 	go func() {
 		b, _ := os.ReadFile(pidFile) // blocks until the task opens the FIFO and ends at its close
@@ -114,7 +114,7 @@ func TestTaskStartOutOfDescriptors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	emfile := &os.PathError{Op: "fork/exec", Path: "true", Err: syscall.EMFILE}
 	fails := 0
-	tr := newTaskRunner([]string{"true"}, &reaper{}, nil, log)
+	tr := New(Config{Cmd: []string{"true"}, Reaper: &Reaper{}, Log: log})
 	tr.startFn = func(c *exec.Cmd) error {
 		if fails > 0 {
 			fails--
@@ -124,7 +124,7 @@ func TestTaskStartOutOfDescriptors(t *testing.T) {
 	}
 	// One failure: the spare descriptors make room, it starts at once.
 	fails = 1
-	if err := tr.run(context.Background(), time.Second); err != nil {
+	if err := tr.Run(context.Background(), time.Second); err != nil {
 		t.Fatalf("after one EMFILE: %v", err)
 	}
 	if len(tr.spare) != spareFDs {
@@ -135,7 +135,7 @@ func TestTaskStartOutOfDescriptors(t *testing.T) {
 	fails = 2
 	tr.release()
 	start := time.Now()
-	if err := tr.run(context.Background(), time.Second); err != nil {
+	if err := tr.Run(context.Background(), time.Second); err != nil {
 		t.Fatalf("after two EMFILEs: %v", err)
 	}
 	if d := time.Since(start); d < time.Second {
@@ -149,7 +149,7 @@ func TestTaskStartOutOfDescriptors(t *testing.T) {
 	tr.release()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	err := tr.run(ctx, time.Second)
+	err := tr.Run(ctx, time.Second)
 	if err == nil || !strings.Contains(err.Error(), "local fault") || !errors.Is(err, syscall.EMFILE) {
 		t.Errorf("error %v, want EMFILE named a local fault", err)
 	}

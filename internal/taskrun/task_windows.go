@@ -1,4 +1,4 @@
-package cli
+package taskrun
 
 import (
 	"os"
@@ -65,6 +65,3 @@ func killGroup(pgid int, sig syscall.Signal) error {
 
 // spareGroups: no group is ever found by token here, so none need sparing.
 func spareGroups() map[int]bool { return map[int]bool{} }
-
-// umask does nothing here (no umask); it returns 0.
-func umask(int) int { return 0 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package cli
+package taskrun
 
 import (
 	"os"
@@ -29,6 +29,3 @@ func spareGroups() map[int]bool {
 	}
 	return spare
 }
-
-// umask sets the process's file mode creation mask and returns the old one.
-func umask(mask int) int { return syscall.Umask(mask) }

@@ -1,4 +1,4 @@
-package cli
+package taskrun
 
 import (
 	"context"
@@ -20,10 +20,10 @@ func TestTaskCgroupFallBack(t *testing.T) {
 	dir, out := t.TempDir(), filepath.Join(t.TempDir(), "ran")
 	var logBuf syncWriter
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
-	tr := newTaskRunner([]string{"sh", "-c", "echo x >> " + out}, &reaper{}, nil, log)
-	tr.cg = &taskCgroups{dir: dir, log: log}
+	tr := New(Config{Cmd: []string{"sh", "-c", "echo x >> " + out}, Reaper: &Reaper{}, Log: log})
+	tr.cg = &Cgroups{dir: dir, log: log}
 	for range 2 {
-		if err := tr.run(context.Background(), time.Second); err != nil {
+		if err := tr.Run(context.Background(), time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,69 @@
+//go:build unix
+
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEmptyChainIsUsageErrorE2E: an empty --chain (a runbook's unset
+// $CHAIN), or CHAINSYNC_CHAIN set to nothing, is a usage error whenever it
+// is given: exit 2, and the task, which a node in no chain would run at
+// once, does not run (the draft's "Topology and Configuration": a node
+// knows its place in the chain before anything runs).
+func TestEmptyChainIsUsageErrorE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	task := []string{"--", "sh", "-c", `touch "$DIR/ran"`}
+	for _, tc := range []struct {
+		args, env []string
+		want      string
+	}{
+		{args: []string{"run", "--chain", "", "--name", "B"}, want: "--chain is empty"},
+		{args: []string{"run", "--chain", "", "--name", "B", "--next", "127.0.0.1:9"}, want: "--chain is empty"},
+		{args: []string{"run", "--name", "B"}, env: []string{"CHAINSYNC_CHAIN="}, want: "CHAINSYNC_CHAIN is empty"},
+		{args: []string{"run", "--chain", " ", "--name", "B"}, want: "--chain is empty"},
+		{args: []string{"check", "--chain", "", "--name", "B"}, want: "--chain is empty"},
+	} {
+		p := startProc(t, "B", append([]string{"DIR=" + dir}, tc.env...), append(tc.args, task...)...)
+		if code := p.wait(t, 10*time.Second); code != 2 {
+			t.Errorf("%v %q: exit %d, want 2", tc.env, tc.args, code)
+		}
+		if !strings.Contains(p.err.String(), tc.want) {
+			t.Errorf("%v %q: stderr does not say %q:\n%s", tc.env, tc.args, tc.want, p.err.String())
+		}
+	}
+	if exists(filepath.Join(dir, "ran")) {
+		t.Error("the task ran with an empty chain")
+	}
+}
+
+// TestCheckComparesHeartbeatE2E: A with --heartbeat 300ms and B with 3s
+// would blame a healthy B (A calls it silent after 900ms while B sends
+// every 3s): chainsync check on both exits 1 naming both values.
+func TestCheckComparesHeartbeatE2E(t *testing.T) {
+	t.Parallel()
+	addrs := freeAddrs(t, 2)
+	chain := chainOf([]string{"A", "B"}, addrs)
+	b := startProc(t, "B", nil, "check", "--chain", chain, "--name", "B", "--heartbeat", "3s", "--timeout", "10s", "--", "true")
+	a := startProc(t, "A", nil, "check", "--chain", chain, "--name", "A", "--heartbeat", "300ms", "--timeout", "10s", "--", "true")
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(t, 30*time.Second); code != 1 {
+			t.Errorf("check at %s exited %d, want 1", p.name, code)
+		}
+		if out := p.out.String() + p.err.String(); !strings.Contains(out, "--heartbeat is 300ms at the predecessor and 3s at the successor") {
+			t.Errorf("check at %s does not name both --heartbeat values:\n%s", p.name, out)
+		}
+	}
+	// The same interval on both: ok.
+	b = startProc(t, "B", nil, "check", "--chain", chain, "--name", "B", "--heartbeat", "300ms", "--timeout", "10s", "--", "true")
+	a = startProc(t, "A", nil, "check", "--chain", chain, "--name", "A", "--heartbeat", "300ms", "--timeout", "10s", "--", "true")
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("check at %s with the same --heartbeat exited %d, want 0:\n%s%s", p.name, code, p.out.String(), p.err.String())
+		}
+	}
+}
