@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/bug"
+	"github.com/chainsync-go/chainsync/internal/control"
 	"github.com/chainsync-go/chainsync/internal/dashboard"
 	"github.com/chainsync-go/chainsync/internal/status"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -125,8 +124,7 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var steer dashboard.Steerer
 	if o.control != "" {
-		network, address, err := controlNetwork(o.control)
-		if err != nil {
+		if _, _, err := control.Network(o.control); err != nil {
 			return bad("%v", err)
 		}
 		if o.node == "" && len(addrs) > 1 {
@@ -135,7 +133,7 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 		if o.node == "" {
 			o.node = addrs[0]
 		}
-		steer = controlSteerer{network: network, address: address, addr: o.control}
+		steer = controlSteerer{addr: o.control}
 	} else if o.node != "" {
 		return bad("--node names the node of --control: give --control too")
 	}
@@ -190,12 +188,12 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 	srv.Handler = dashboard.NewServer(poller, steer, o.user, loopback).Handler()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // event streams end on stop
 	done := make(chan struct{})
-	goSafe(func() {
+	bug.Go(func() {
 		defer close(done)
 		poller.Run(ctx)
 	})
 	served := make(chan error, 1)
-	goSafe(func() {
+	bug.Go(func() {
 		if pageTLS {
 			served <- srv.ServeTLS(ln, "", "")
 		} else {
@@ -226,40 +224,38 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 
 // controlSteerer sends the page's steering requests to a node's control
 // socket, as chainsync hold, approve, open ... do.
-type controlSteerer struct{ network, address, addr string }
+type controlSteerer struct{ addr string }
 
 func (c controlSteerer) Steer(ctx context.Context, req dashboard.Request) (string, error) {
-	creq := controlRequest{Op: req.Op, Round: req.Round, HasRound: req.HasRound, Reason: req.Reason, By: req.By}
+	creq := control.Request{Op: req.Op, Round: req.Round, HasRound: req.HasRound, Reason: req.Reason, By: req.By}
 	switch req.Op {
-	case "open":
-		creq = controlRequest{Op: "open", ID: req.Round, NoWait: true}
-	case "retry":
+	case control.OpOpen:
+		creq = control.Request{Op: control.OpOpen, ID: req.Round, NoWait: true}
+	case control.OpRetry:
 		creq.NoWait = true
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, c.network, c.address)
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	conn, err := control.Dial(c.addr, timeout)
 	if err != nil {
 		return "", fmt.Errorf("cannot reach the node at --control %s: %v", c.addr, err)
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	line, _ := json.Marshal(creq)
-	if _, err := conn.Write(append(line, '\n')); err != nil {
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
+	if err := conn.Send(creq); err != nil {
 		return "", fmt.Errorf("--control %s: %v", c.addr, err)
 	}
-	dec := json.NewDecoder(bufio.NewReader(conn))
-	var rep controlReply
-	if err := dec.Decode(&rep); err != nil {
-		return "", errors.New(notControl(c.addr, err, dec.Buffered()))
-	}
+	rep, err := conn.Receive()
 	switch {
+	case err != nil:
+		return "", err
 	case rep.Error != "":
 		return "", &dashboard.RefusedError{Reason: rep.Error}
-	case req.Op == "open":
+	case req.Op == control.OpOpen:
 		return "opened round " + status.RoundName(rep.Round), nil
-	case req.Op == "retry":
+	case req.Op == control.OpRetry:
 		return "round " + status.RoundName(rep.Round) + " reopened: it runs again from where it failed", nil
 	}
 	return rep.Message, nil
