@@ -52,7 +52,9 @@ client certificates: --tls-cert and --tls-key, and --tls-ca (people with a
 certificate from that CA) or --page-pin (people whose key has that pin).
 A steering request must come from the page itself (it carries the page's
 token; another site's request gets 403 and changes nothing), and only a
-POST changes anything.
+POST changes anything. With --control, whoever can open the page can
+steer the node, as whoever can reach a TCP --control can: on loopback,
+every user of this machine.
 
 Examples:
   chainsync dashboard 127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003
