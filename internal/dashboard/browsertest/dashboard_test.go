@@ -278,6 +278,17 @@ func dashboardURL(t *testing.T, p *proc) string {
 	return url
 }
 
+// toggleRow opens or closes round id's row in the grid. It clicks in
+// the page's script rather than with the mouse: rows move as rounds come
+// and go, and a mouse click aimed before a move could open another row.
+func toggleRow(t *testing.T, ctx context.Context, id string) {
+	t.Helper()
+	if !eval[bool](t, ctx, fmt.Sprintf(`(() => { const td = document.querySelector('#grid tr.row[data-round=%q] td.id');
+		if (td === null) return false; td.click(); return true; })()`, id)) {
+		t.Fatalf("no row for round %s in the grid", id)
+	}
+}
+
 // task records when each node's task starts and ends; it runs for a
 // second, so that a poll sees it.
 const task = `touch "$DIR/start-$CHAINSYNC_NODE-$CHAINSYNC_ROUND"; sleep 1; date +%s.%N > "$DIR/end-$CHAINSYNC_NODE-$CHAINSYNC_ROUND"`
@@ -299,7 +310,8 @@ func flightRows(id string, w, n int) string {
 //     shown as its characters and runs nothing;
 //   - a request the node refuses (a second hold) shows its reason;
 //   - a killed node is shown as not answering, and back once restarted;
-//   - the read-only page (no --control) has no buttons at all.
+//   - the read-only page (no --control) has no buttons at all, and it
+//     reconnects by itself when the dashboard comes back.
 func TestDashboardInBrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := t.TempDir()
@@ -398,7 +410,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// Open w1's row in the grid, to see its exit wave there once the
 	// round is over (it leaves the rounds in flight).
-	do(t, ctx, "open w1's row", chromedp.Click(chromedp.CSS(`#grid tr.row[data-round="w1"] td.id`)))
+	toggleRow(t, ctx, "w1")
 	waitPage(t, ctx, "w1's row opened", `document.querySelector('#grid tr.detail table.ladder') !== null`, 5*time.Second)
 	// Phase 4, the exit wave: D's task ends, COMPLETE D->C->B->A.
 	latency("the exit wave (COMPLETE D->C->B->A)", fileTime(t, filepath.Join(dir, "end-D-w1"), 20*time.Second),
@@ -462,8 +474,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if cells != "done done failed not-reached" {
 		t.Errorf("w2's cells: %s, want done done failed not-reached", cells)
 	}
-	do(t, ctx, "close w1's row", chromedp.Click(chromedp.CSS(`#grid tr.row[data-round="w1"] td.id`)))
-	do(t, ctx, "open w2's row", chromedp.Click(chromedp.CSS(`#grid tr.row[data-round="w2"] td.id`)))
+	toggleRow(t, ctx, "w1")
+	toggleRow(t, ctx, "w2")
 	waitPage(t, ctx, "w2's row opened, saying why it failed", `[...document.querySelectorAll('#grid tr.detail p.text')].some((p) =>
 		p.textContent.startsWith('failed at C (task-failed)') && p.textContent.includes('row count is 0'))`, 5*time.Second)
 	screenshot(t, ctx, "#sec-grid", "dashboard-grid.png")
@@ -487,5 +499,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		 document.getElementById('who').textContent === 'read-only'`, 20*time.Second)
 	if n := eval[int](t, ctx, `document.querySelectorAll('button, dialog, input').length`); n != 0 {
 		t.Fatalf("the read-only page has %d buttons, dialogs or inputs", n)
+	}
+
+	// The page reconnects by itself: the dashboard stops, the page says
+	// so, and once it is back on the same address the page is live again,
+	// not reloaded.
+	eval[bool](t, ctx, `window.notReloaded = true`)
+	roURL := dashboardURL(t, ro)
+	ro.kill()
+	waitPage(t, ctx, "the page saying it lost the dashboard", `document.getElementById('live').textContent === 'reconnecting…'`, 10*time.Second)
+	listen := strings.TrimSuffix(strings.TrimPrefix(roURL, "http://"), "/")
+	ro = start(t, "read-only dashboard again", nil, "dashboard", "--listen", listen, strings.Join(statuses, ","))
+	dashboardURL(t, ro)
+	waitPage(t, ctx, "the page live again", `document.getElementById('live').textContent === 'live' &&
+		document.querySelectorAll('.box').length === 4`, 20*time.Second)
+	if !eval[bool](t, ctx, `window.notReloaded === true`) {
+		t.Fatal("the read-only page was reloaded")
 	}
 }
