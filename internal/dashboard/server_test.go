@@ -98,7 +98,8 @@ func post(t *testing.T, h http.Handler, body string, hdr map[string]string) *htt
 // the dashboard served (its token) at its own origin: without the token,
 // with a wrong one, or from another origin it is refused with 403 and
 // never reaches the node's control socket (docs/STEERING.md: a hold or an
-// approval is a person's decision, not a web page's).
+// approval is a person's decision, not a web page's; the draft's Security
+// Considerations: only trusted parties may act on the chain).
 func TestSteerNeedsPageTokenAndOrigin(t *testing.T) {
 	s, st := steerServer(t)
 	h := s.Handler()
@@ -146,7 +147,8 @@ func TestSteerNeedsPageTokenAndOrigin(t *testing.T) {
 	}
 }
 
-// A read-only dashboard has no token on its page and refuses every POST.
+// A read-only dashboard has no token on its page and refuses every POST
+// (the draft's Security Considerations).
 func TestReadOnlyRefusesSteering(t *testing.T) {
 	p := NewPoller(nil, nil, time.Second, "", "ann")
 	p.take(chainDocs(time.Now()), time.Now())
@@ -164,7 +166,7 @@ func TestReadOnlyRefusesSteering(t *testing.T) {
 
 // A loopback dashboard answers only requests for a loopback host, so a
 // web page whose DNS name is rebound to 127.0.0.1 cannot read it (nor
-// its token).
+// its token). The draft's Security Considerations.
 func TestLoopbackRefusesOtherHosts(t *testing.T) {
 	s, _ := steerServer(t)
 	h := s.Handler()
@@ -181,6 +183,8 @@ func TestLoopbackRefusesOtherHosts(t *testing.T) {
 	}
 }
 
+// --listen :PORT is loopback, as the default is; any other host is not
+// (the draft's Security Considerations).
 func TestListenAddr(t *testing.T) {
 	for in, want := range map[string]struct {
 		addr     string
@@ -291,7 +295,8 @@ func TestEventStreamSendsChangeWithinASecond(t *testing.T) {
 }
 
 // However many pages are open, each node is asked once a second: the
-// pages share the poller.
+// pages share the poller. (The draft: a node's work is its task and its
+// two links; watching it must cost it next to nothing.)
 func TestOnePollerForEveryPage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex

@@ -104,7 +104,8 @@ func TestGridFailedRound(t *testing.T) {
 }
 
 // Who approved a round is in its cell at the node that approved it, with
-// the reason, as the node's status tells it.
+// the reason, as the node's status tells it (the draft's Error Handling:
+// organisations that handle faults by people).
 func TestGridShowsWhoApproved(t *testing.T) {
 	tr := newTracker("", "")
 	t0 := time.Now()
@@ -124,7 +125,8 @@ func TestGridShowsWhoApproved(t *testing.T) {
 // A node that does not answer keeps its box, says so and since when, and
 // is named after what its neighbours call it; when it answers again the
 // box is back. A silence fault that is gone from a node's list is shown
-// as cleared.
+// as cleared. (The draft's Error Handling: a switch that never comes
+// back; a hung node's silence.)
 func TestNodeNotAnsweringAndFaultCleared(t *testing.T) {
 	tr := newTracker("", "")
 	t0 := time.Now()
@@ -151,6 +153,7 @@ func TestNodeNotAnsweringAndFaultCleared(t *testing.T) {
 
 // With 1,000 rounds the view carries the newest GridRows, newest first,
 // and says how many are hidden; the tracker forgets beyond keepRounds.
+// (The draft's ROUND-ID: many rounds on the same chain.)
 func TestGridKeepsNewestRows(t *testing.T) {
 	tr := newTracker("", "")
 	t0 := time.Now()
@@ -176,6 +179,8 @@ func TestGridKeepsNewestRows(t *testing.T) {
 	}
 }
 
+// The undo wave's outcome names the nodes that undid their task (the
+// draft's Error Handling: preserving or resetting progress).
 func TestUndoneBy(t *testing.T) {
 	u := "failed at C (task exited 1); undone by B, A"
 	if !undoneBy(u, "A") || !undoneBy(u, "B") || undoneBy(u, "C") || undoneBy("", "A") {
@@ -186,6 +191,7 @@ func TestUndoneBy(t *testing.T) {
 // A retried round (chainsync open --retry) runs again under its own id:
 // once its nodes show it in flight again, its row follows the new run,
 // and the old run's failure is gone from it when the retry is done.
+// (The draft's Error Handling: only the faulty node reset, progress kept.)
 func TestGridFollowsARetry(t *testing.T) {
 	tr := newTracker("", "")
 	t0 := time.Now()
