@@ -258,12 +258,12 @@ func (t *tracker) ladder(r *roundRec, nodes []status.Node, now time.Time) {
 	add := func(wave, from, to int, cmd string, at time.Time) {
 		k := [3]int{wave, from, to}
 		if m := r.msgs[k]; m != nil {
-			if m.At.IsZero() && !at.IsZero() {
-				m.At = at
+			if m.At == 0 {
+				m.At = millis(at)
 			}
 			return
 		}
-		r.msgs[k] = &Msg{Wave: wave, From: from, To: to, Cmd: cmd, At: at, Seen: now}
+		r.msgs[k] = &Msg{Wave: wave, From: from, To: to, Cmd: cmd, At: millis(at), Seen: millis(now)}
 	}
 	for i, n := range nodes {
 		c := r.cells[n.Addr]
@@ -311,8 +311,8 @@ func (r *roundRec) msgList() []Msg {
 	out := make([]Msg, 0, len(r.msgs))
 	for _, m := range r.msgs {
 		mm := *m
-		if !mm.At.IsZero() {
-			mm.Seen = time.Time{} // the page needs it only without At
+		if mm.At != 0 {
+			mm.Seen = 0 // the page needs it only without At
 		}
 		out = append(out, mm)
 	}

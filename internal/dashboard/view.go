@@ -110,8 +110,20 @@ type Msg struct {
 	// At is when it was sent by the sender's clock, if a poll saw the
 	// sender in the state that sends it; else Seen, when a poll first
 	// showed it sent (the dashboard's clock).
-	At   time.Time `json:"at,omitzero"`
-	Seen time.Time `json:"seen,omitzero"`
+	At   Millis `json:"at,omitempty"`
+	Seen Millis `json:"seen,omitempty"`
+}
+
+// Millis is a time in Unix milliseconds, 0 for none: a ladder has many
+// times, and this keeps each view small.
+type Millis int64
+
+// millis returns t in Unix milliseconds, 0 for the zero time.
+func millis(t time.Time) Millis {
+	if t.IsZero() {
+		return 0
+	}
+	return Millis(t.UnixMilli())
 }
 
 // Grid is the recent rounds, one row each, newest first.
