@@ -34,9 +34,10 @@ type Poller struct {
 	tr      *tracker
 
 	mu      sync.Mutex
-	view    []byte        // the JSON of the last View; nil before the first poll
-	panel   *SteerPanel   // what the steered node takes, from the last poll
-	changed chan struct{} // closed, and replaced, when view changes
+	view    []byte           // the JSON of the last View; nil before the first poll
+	panel   *SteerPanel      // what the steered node takes, from the last poll
+	ladders map[string][]Msg // the ladders of the last view's grid rows
+	changed chan struct{}    // closed, and replaced, when view changes
 }
 
 // NewPoller returns a Poller reading the nodes at addrs (in chain order)
@@ -117,7 +118,7 @@ func (p *Poller) take(nodes []status.Node, at time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.panel = v.Steer
+	p.panel, p.ladders = v.Steer, p.tr.ladders
 	if string(b) == string(p.view) {
 		return
 	}
@@ -140,4 +141,13 @@ func (p *Poller) Panel() *SteerPanel {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.panel
+}
+
+// Ladder returns the ladder of round id's row in the last view; false if
+// the row is not in it.
+func (p *Poller) Ladder(id string) ([]Msg, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.ladders[id]
+	return m, ok
 }

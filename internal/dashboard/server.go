@@ -86,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /app.css", s.asset("web/app.css", "text/css; charset=utf-8"))
 	mux.HandleFunc("GET /events", s.events)
 	mux.HandleFunc("GET /view", s.viewJSON)
+	mux.HandleFunc("GET /ladder", s.ladder)
 	mux.HandleFunc("POST /steer", s.steerPost)
 	return s.guard(mux)
 }
@@ -157,6 +158,23 @@ func (s *Server) viewJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(v)
+}
+
+// ladder serves the ladder of one row of the grid (?round=ID), which the
+// page asks for when the row is opened.
+func (s *Server) ladder(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !q.Has("round") {
+		http.Error(w, "give ?round=ID", http.StatusBadRequest)
+		return
+	}
+	m, ok := s.poller.Ladder(q.Get("round"))
+	if !ok {
+		http.Error(w, "no such round in the grid", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(m)
 }
 
 // events streams the views to one page as server-sent events: the last

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -391,4 +392,31 @@ func TestHungNodeDoesNotHoldUpThePage(t *testing.T) {
 		cancel()
 		synctest.Wait()
 	})
+}
+
+// The page asks for a row's ladder when it opens the row: the views stay
+// small with many rounds (the draft's message ladder, 4(n-1) per round).
+func TestLadderOnDemand(t *testing.T) {
+	s, _ := steerServer(t)
+	h := s.Handler()
+	for q, want := range map[string]int{"?round=r1": 200, "?round=nope": 404, "": 400} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:3100/ladder"+q, nil))
+		if w.Code != want {
+			t.Errorf("GET /ladder%s: %d, want %d", q, w.Code, want)
+		}
+		if want == 200 && !strings.Contains(w.Body.String(), `"cmd":"READY"`) {
+			t.Errorf("GET /ladder%s: %s", q, w.Body)
+		}
+	}
+	v, _ := s.poller.Latest()
+	var view struct {
+		Grid struct{ Rows []map[string]any }
+	}
+	if err := json.Unmarshal(v, &view); err != nil || len(view.Grid.Rows) != 1 {
+		t.Fatalf("view: %v, %s", err, v)
+	}
+	if row := view.Grid.Rows[0]; row["ladder"] != nil || row["msgs"] != 4.0 {
+		t.Fatalf("the row carries its ladder, or not its length: %v", row)
+	}
 }

@@ -35,6 +35,8 @@ type tracker struct {
 	dropped int         // rounds forgotten beyond keepRounds
 	down    map[string]time.Time
 	faults  map[string]*nodeFaults // by node address
+	// ladders are the ladders of the rows of the last view's grid.
+	ladders map[string][]Msg
 	// control is the --node the dashboard steers (a name or an address);
 	// "" read-only. user is who its requests are sent as.
 	control, user string
@@ -470,8 +472,11 @@ func (t *tracker) grid(nodes []status.Node, head bool) Grid {
 	for _, n := range nodes {
 		g.Nodes = append(g.Nodes, n.Label())
 	}
+	t.ladders = map[string][]Msg{}
 	for k := len(t.order) - 1; k >= 0 && len(g.Rows) < GridRows; k-- {
-		g.Rows = append(g.Rows, t.row(t.order[k], nodes, head))
+		r := t.order[k]
+		g.Rows = append(g.Rows, t.row(r, nodes, head))
+		t.ladders[r.id] = r.msgList()
 	}
 	return g
 }
@@ -488,7 +493,7 @@ func failedAt(r *roundRec, nodes []status.Node) (int, string) {
 }
 
 func (t *tracker) row(r *roundRec, nodes []status.Node, head bool) Row {
-	row := Row{Round: r.id, Label: status.RoundName(r.id), Cells: []Cell{}, Text: []string{}, Ladder: r.msgList(), First: r.first}
+	row := Row{Round: r.id, Label: status.RoundName(r.id), Cells: []Cell{}, Text: []string{}, Msgs: len(r.msgs), First: r.first}
 	f, kind := failedAt(r, nodes)
 	// A task that failed at f means every task before it ran: the tasks
 	// run in chain order.

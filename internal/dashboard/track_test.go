@@ -55,7 +55,10 @@ func TestLadderIsTheDraftsFigure(t *testing.T) {
 		t.Fatalf("grid rows %d, want 1", len(v.Grid.Rows))
 	}
 	row := v.Grid.Rows[0]
-	if got := ladderText(row.Ladder); got != want {
+	if row.Msgs != 12 {
+		t.Fatalf("the row says its ladder has %d messages, want 12", row.Msgs)
+	}
+	if got := ladderText(tr.ladders["r1"]); got != want {
 		t.Fatalf("ladder:\n got %s\nwant %s", got, want)
 	}
 	if row.Outcome != "done" {

@@ -142,10 +142,13 @@ type Row struct {
 	Outcome string `json:"outcome"` // done, failed, cancelled, undone or in flight
 	// Text says how it ended: where it failed and why, how its undo
 	// ended, who approved or denied it.
-	Text   []string  `json:"text"`
-	Cells  []Cell    `json:"cells"`
-	Ladder []Msg     `json:"ladder"`
-	First  time.Time `json:"first"` // when the dashboard first saw it
+	Text  []string `json:"text"`
+	Cells []Cell   `json:"cells"`
+	// Msgs is how many messages its ladder has: the page asks for the
+	// ladder of a row it opens (GET /ladder?round=ID), and again when
+	// this changes, so that views stay small with many rows.
+	Msgs  int       `json:"msgs"`
+	First time.Time `json:"first"` // when the dashboard first saw it
 	// Retry: the dashboard steers the Head and the round may be retried
 	// (it failed, faulted, was denied or cancelled).
 	Retry bool `json:"retry,omitempty"`

@@ -193,6 +193,23 @@ function drawFlights(v) {
   }
 }
 
+// ladders are the ladders of the opened rows, as last fetched: a view
+// carries only how many messages each row's ladder has, and the page
+// asks for the ladder of a row it shows opened.
+const ladders = new Map();
+
+async function loadLadder(id, holder, names) {
+  try {
+    const res = await fetch("/ladder?round=" + encodeURIComponent(id));
+    if (!res.ok) return;
+    const msgs = await res.json();
+    ladders.set(id, msgs);
+    if (holder.isConnected) holder.replaceChildren(ladder(msgs, names));
+  } catch (e) {
+    // the next view asks again
+  }
+}
+
 function drawGrid(v) {
   const box = document.getElementById("grid");
   const t = el("table", "grid");
@@ -216,8 +233,10 @@ function drawGrid(v) {
     });
     tr.append(el("td", "outcome " + r.outcome.replace(" ", "-"), r.outcome));
     tr.onclick = () => {
-      if (open.has(r.round)) open.delete(r.round);
-      else open.add(r.round);
+      if (open.has(r.round)) {
+        open.delete(r.round);
+        ladders.delete(r.round);
+      } else open.add(r.round);
       drawn.grid = JSON.stringify([view.grid, view.steer, [...open]]);
       drawGrid(view);
     };
@@ -229,7 +248,10 @@ function drawGrid(v) {
       for (const line of r.text) td.append(el("p", "text", line));
       if (!r.text.length) td.append(el("p", "text quiet", r.outcome));
       if (r.retry && takes("retry")) td.append(button("retry", r.round));
-      td.append(ladder(r.ladder, v.grid.nodes));
+      const holder = el("div", "ladder-holder");
+      if (ladders.has(r.round)) holder.append(ladder(ladders.get(r.round), v.grid.nodes));
+      td.append(holder);
+      loadLadder(r.round, holder, v.grid.nodes);
       dt.append(td);
       t.append(dt);
     }
