@@ -477,7 +477,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	toggleRow(t, ctx, "w1")
 	toggleRow(t, ctx, "w2")
 	waitPage(t, ctx, "w2's row opened, saying why it failed", `[...document.querySelectorAll('#grid tr.detail p.text')].some((p) =>
-		p.textContent.startsWith('failed at C (task-failed)') && p.textContent.includes('row count is 0'))`, 5*time.Second)
+		p.textContent.startsWith('failed at C (task-failed)') && p.textContent.includes('row count is 0')) &&
+		document.querySelectorAll('#grid tr.detail tr[data-wave="3"]').length === 2`, 5*time.Second)
 	screenshot(t, ctx, "#sec-grid", "dashboard-grid.png")
 
 	// A killed node is shown as not answering, and back once restarted.
