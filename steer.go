@@ -483,9 +483,9 @@ func (n *Node) Approve(req Request) (string, error) {
 			return err
 		}
 		delete(n.sd.waiting, id)
-		n.log.Warn("approved: the task starts", "round", id, "by", req.By)
+		n.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
 		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
+		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
 		if err := n.step(protocol.Approve(id)); err != nil {
 			return err
 		}

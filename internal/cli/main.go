@@ -57,6 +57,8 @@ func init() {
 			usage: checkUsage, flags: func(fs *flag.FlagSet) { (&checkOpts{}).flags(fs) }, main: checkMain},
 		{name: "status", args: "ADDR[,ADDR...]", summary: "ask running nodes (--status-addr) where they stand",
 			usage: statusUsage, flags: statusFlags, main: statusMain},
+		{name: "dashboard", args: "[--listen ADDR] ADDR[,ADDR...]", summary: "serve a live web page of the chain (and steer your node)",
+			usage: dashboardUsage, flags: func(fs *flag.FlagSet) { (&dashboardOpts{}).flags(fs) }, main: dashboardMain},
 		{name: "journal", args: "DIR [--json]", summary: "show what a state directory (--state-dir) remembers; starts no node",
 			usage: journalUsage, flags: journalFlags, main: journalMain},
 		{name: "trace", args: "render FILE... -o OUT", summary: "draw nodes' --trace files as one ladder diagram (SVG)",

@@ -66,17 +66,19 @@ starts at once.
 Example:
   chainsync release --control unix:/run/chainsync/b.sock
 `},
-	{name: "approve", summary: "let the task waiting for an approval (run --approve) start", round: true,
-		usage: `Usage: chainsync approve --control ADDR [--round ID]
+	{name: "approve", summary: "let the task waiting for an approval (run --approve) start", round: true, reason: true,
+		usage: `Usage: chainsync approve --control ADDR [--round ID] [--reason TEXT]
 
 At a node started with --approve, each task waits, once its turn has come
 (its predecessor's COMPLETE arrived), for an approval. approve lets the
 round waiting now (or round ID) start its task. A round that is not
 waiting is refused, with the reason. With --state-dir the approval is
-journalled before the task starts.
+journalled before the task starts. Who approved and why show in the
+node's log and status ("approved at C (round batch-0042) at 10:02 (row
+counts checked), by ann").
 
 Example:
-  chainsync approve --control unix:/run/chainsync/c.sock --round batch-0042
+  chainsync approve --control unix:/run/chainsync/c.sock --round batch-0042 --reason "row counts checked"
 `},
 	{name: "deny", summary: "fail the round waiting for an approval, as a failed task would", round: true, reason: true,
 		usage: `Usage: chainsync deny --control ADDR [--round ID] [--reason TEXT]
