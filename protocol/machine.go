@@ -502,42 +502,150 @@ func (r *round) record() Record {
 
 // Machine is one node's ChainSync state machine for any number of rounds.
 // It does no I/O and is not safe for concurrent use.
+//
+// It is made of parts, each owning its own fields: the order of the
+// rounds (queue), the notices seen (noticeBook), the clock (time.go),
+// restart graces (liveness.go), steering (steer.go) and the undo wave
+// (undo.go). No part points back to the Machine: the Machine hands each
+// what it needs and applies what the part decided.
 type Machine struct {
 	cfg      Config
 	rounds   map[string]*round
 	active   int
 	finished []string // finished round ids, oldest first
-	seq      uint64   // rounds learned so far
-
-	// Config.Ordered: the rounds in the order this node learned them.
-	// Every round before order[readyAt] has left SYNC, and every round
-	// before order[taskAt] has run its task here or ended; the entries
-	// before both are dropped from time to time.
-	order           []*round
-	readyAt, taskAt int
-	moved           []*round // rounds pump moved in this step (Durable), once each
+	q        queue    // the rounds in the order this node learned them
+	moved    saves    // rounds moved in this step besides the event's (Durable)
 	// halted: PolicyHalt ended every unfinished round for a fault. A
 	// round opened after that ends at once, aborted: nobody runs a task
 	// after a halt.
 	halted  bool
-	notices map[Notice]bool
-	noticeQ []Notice // the notices in notices, oldest first
+	notices noticeBook
 
-	// Logical time (time.go).
-	timing bool            // some timeout is configured
-	now    time.Duration   // the latest Event.At seen
-	woke   time.Duration   // the driver resumed then: silence counts from here
-	sides  [3]sideClock    // per Side
-	armed  map[*round]bool // the rounds with a deadline
-	live   liveState       // restart graces, neighbours back (liveness.go)
+	clock clock    // logical time and the deadlines (time.go)
+	live  liveness // restart graces, neighbours back (liveness.go)
+	steer steering // the steering table (steer.go)
+	undo  undoWave // the undo wave (undo.go)
+}
 
-	st steerState // steering (steer.go)
+// saves is the rounds a step moved besides its event's, each once, to
+// be saved with the step (Config.Durable; off otherwise).
+type saves struct {
+	on bool
+	rs []*round
+}
 
-	// The undo wave (undo.go): per Side, the current connection began
-	// with UNDO ON; the failure of the task being reported (why: set).
-	undoHeard [3]bool
-	why       Failure
-	whySet    bool
+func (s *saves) add(r *round) {
+	if s.on && !slices.Contains(s.rs, r) {
+		s.rs = append(s.rs, r)
+	}
+}
+
+// queue keeps the rounds in the order this node learned them (see
+// learn) and, with Config.Ordered, whose turn it is: every round before
+// order[readyAt] has left SYNC, and every round before order[taskAt] has
+// run its task here or ended (settled); the entries before both are
+// dropped from time to time.
+type queue struct {
+	role    Role
+	ordered bool // Config.Ordered
+	undo    bool // Config.Undo: a failed round settles once its undo has
+	seq     uint64
+	order   []*round
+	readyAt int
+	taskAt  int
+}
+
+// learn notes when this node learned round r: from its local readiness
+// at the Head (or a one-node chain), from the predecessor's READY
+// elsewhere. That is the order of its READYs and re-sends and, with
+// Config.Ordered, of its tasks.
+func (q *queue) learn(r *round) {
+	if r.queued || r.state.Terminal() {
+		return
+	}
+	if q.role.HasPred() && !r.predReady || !q.role.HasPred() && !r.localReady {
+		return
+	}
+	if r.seq == 0 {
+		q.seq++
+		r.seq = q.seq
+	}
+	if !q.ordered {
+		return
+	}
+	r.queued = true
+	q.order = append(q.order, r)
+}
+
+// readyTurn reports whether every round learned before r has left SYNC.
+func (q *queue) readyTurn(r *round) bool {
+	for q.readyAt < len(q.order) && q.order[q.readyAt].state != StateSync {
+		q.readyAt++
+	}
+	return q.readyAt < len(q.order) && q.order[q.readyAt] == r
+}
+
+// taskTurn reports whether every round learned before r has run its task
+// here or ended.
+func (q *queue) taskTurn(r *round) bool {
+	for q.taskAt < len(q.order) && q.order[q.taskAt].settled(q.undo) {
+		q.taskAt++
+	}
+	return q.taskAt < len(q.order) && q.order[q.taskAt] == r
+}
+
+// turnCame reports whether r has what it needs to start its task here
+// but has not: in WATCH with the predecessor's COMPLETE (at the Head, in
+// READY with the successor's START), and its turn in the order.
+func (q *queue) turnCame(r *round) bool {
+	switch {
+	case r.state == StateWatch && r.completeRecv:
+	case r.state == StateReady && r.startRecv && !q.role.HasPred():
+	default:
+		return false
+	}
+	return !q.ordered || q.taskAt < len(q.order) && q.order[q.taskAt] == r
+}
+
+// trim drops the rounds that are past both turns.
+func (q *queue) trim() {
+	if k := min(q.readyAt, q.taskAt); k >= 64 && 2*k >= len(q.order) {
+		q.order = slices.Delete(q.order, 0, k)
+		q.readyAt -= k
+		q.taskAt -= k
+	}
+}
+
+// restored puts r, a round just restored and learned, back in the order
+// it was learned in, whatever the order of the records.
+func (q *queue) restored(r *round) {
+	if !r.queued {
+		return
+	}
+	for i := len(q.order) - 1; i > 0 && q.order[i-1].seq > r.seq; i-- {
+		q.order[i-1], q.order[i] = q.order[i], q.order[i-1]
+	}
+}
+
+// requeue puts r, reopened by a retry, at the task turn (Config.Ordered):
+// before every round whose task has not run here yet; the rounds after
+// it pass READY on after it.
+func (q *queue) requeue(r *round) {
+	if !q.ordered {
+		return
+	}
+	if k := slices.Index(q.order, r); k >= 0 {
+		q.order = slices.Delete(q.order, k, k+1)
+		if k < q.taskAt {
+			q.taskAt--
+		}
+		if k < q.readyAt {
+			q.readyAt--
+		}
+	}
+	q.order = slices.Insert(q.order, q.taskAt, r)
+	q.readyAt = q.taskAt
+	r.queued = true
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -551,9 +659,11 @@ func New(cfg Config) *Machine {
 	if cfg.Role == 0 {
 		cfg.Role = Single
 	}
-	m := &Machine{cfg: cfg, rounds: make(map[string]*round)}
-	m.timing = m.timed()
-	return m
+	return &Machine{cfg: cfg, rounds: make(map[string]*round),
+		q:     queue{role: cfg.Role, ordered: cfg.Ordered, undo: cfg.Undo},
+		moved: saves{on: cfg.Durable},
+		clock: newClock(&cfg), live: newLiveness(&cfg), undo: newUndoWave(&cfg),
+		steer: steering{role: cfg.Role, ext: cfg.Extensions}}
 }
 
 // Role returns the node's role.
@@ -633,19 +743,18 @@ func (m *Machine) abortAll(out []Action) []Action {
 // abortRound aborts r for the policy; with Config.Durable it is saved
 // with the step.
 func (m *Machine) abortRound(r *round, out []Action) []Action {
-	o := m.abortOutcome(r)
+	o := r.abortOutcome(m.cfg.Role)
 	out = m.set(r, StateAborted, out)
-	if m.cfg.Durable && !slices.Contains(m.moved, r) {
-		m.moved = append(m.moved, r)
-	}
+	m.moved.add(r)
 	return m.finish(r, o, out)
 }
 
-// abortOutcome is the outcome of aborting r now: NoExitWave once its
-// COMPLETE went on to the successor (the tasks after this node may have
-// run; only the exit wave would have said), else Aborted.
-func (m *Machine) abortOutcome(r *round) Outcome {
-	if r.state == StateComplete && m.cfg.Role.HasSucc() {
+// abortOutcome is the outcome of aborting r now at a node in role:
+// NoExitWave once its COMPLETE went on to the successor (the tasks after
+// this node may have run; only the exit wave would have said), else
+// Aborted.
+func (r *round) abortOutcome(role Role) Outcome {
+	if r.state == StateComplete && role.HasSucc() {
 		return NoExitWave
 	}
 	return Aborted
@@ -667,7 +776,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 		before = m.rounds[id].record()
 	}
 	start := len(out)
-	m.moved = m.moved[:0]
+	m.moved.rs = m.moved.rs[:0]
 	out, err := m.step(ev, out)
 	if err != nil {
 		return out, err
@@ -680,7 +789,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
 		}
 	}
-	for _, r := range m.moved {
+	for _, r := range m.moved.rs {
 		if !one || r.id != id {
 			saves = append(saves, Action{Kind: ActSave, Round: r.id, Record: r.record()})
 		}
@@ -706,15 +815,15 @@ func (m *Machine) Restore(rec Record) error {
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
 		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo}
-	m.seq = max(m.seq, r.seq)
+	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.state.Terminal() && r.undo.Held != 0 {
 		m.active++ // ended here, its undo wave's outcome still to come
 		return nil
 	}
-	if m.handingOver(r) {
+	if r.handingOver(m.cfg.Role) {
 		m.active++ // done here, its final COMPLETE still to be handed over
-		m.arm(r)
+		m.clock.arm(r)
 		return nil
 	}
 	if r.state.Terminal() {
@@ -723,21 +832,19 @@ func (m *Machine) Restore(rec Record) error {
 		return nil
 	}
 	m.active++
-	m.learn(r)
-	m.arm(r)
-	if r.queued {
-		// Back into the order it was learned in, whatever the order of
-		// the records.
-		for i := len(m.order) - 1; i > 0 && m.order[i-1].seq > r.seq; i-- {
-			m.order[i-1], m.order[i] = m.order[i], m.order[i-1]
-		}
-	}
+	m.q.learn(r)
+	m.clock.arm(r)
+	m.q.restored(r)
 	return nil
 }
 
 func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
-	if ev.At > 0 {
-		m.setNow(ev.At)
+	if ev.At > 0 && m.clock.setNow(ev.At) {
+		for _, r := range m.rounds {
+			if !r.over {
+				m.clock.arm(r) // restored before the time was known
+			}
+		}
 	}
 	start := len(out)
 	out, err := m.step1(ev, out)
@@ -745,10 +852,10 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 		out = m.pump(out)
 	}
 	if err == nil {
-		out = m.liveStep(ev, out[start:], out)
+		out = m.live.step(ev, out[start:], m.clock.now, out)
 	}
-	if err == nil && m.timing {
-		m.clockStep(ev, out[start:])
+	if err == nil && m.clock.timing {
+		m.clock.step(ev, out[start:])
 		m.regate()
 	}
 	return out, err
@@ -761,34 +868,52 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvLocalReady:
 		return m.localReady(ev.Round, out)
 	case EvTaskDone:
-		m.why, m.whySet = ev.Why, true
+		m.undo.why, m.undo.whySet = ev.Why, true
 		out, err := m.taskDone(ev.Round, ev.Failed, out)
-		m.why, m.whySet = Failure{}, false
+		m.undo.why, m.undo.whySet = Failure{}, false
 		return out, err
 	case EvUndoDone:
-		return m.undoEnded(ev.Round, ev.Failed, ev.Why.Code, out)
+		r := m.rounds[ev.Round]
+		out, v, err := m.undo.ended(r, ev.Failed, ev.Why.Code, out)
+		if v == undoOver {
+			out = m.undoEnd(r, out)
+		}
+		return out, err
 	case EvLinkUp:
 		if ev.Msg.Cmd != 0 {
 			return m.promote(ev.From, ev.Msg, out)
 		}
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
-		return m.abort(ev.Round, out)
+		r := m.rounds[ev.Round]
+		if r == nil {
+			return out, ErrBadRound
+		}
+		if !r.state.Terminal() {
+			out = m.abortRound(r, out)
+		}
+		return out, nil
 	case EvReport:
 		return m.report(ev.Note, ev.Halt, out)
 	case EvDelivered:
-		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
 			r.delivered = true
 			return m.finish(r, Done, out), nil
 		}
 		return out, nil // nothing to hand over (a re-send), or handed over already
 	case EvUndelivered:
-		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
 	case EvRerun:
-		return m.rerun(ev.Round, out) // liveness.go
+		// The task runs again: a node with a restart grace announces it
+		// again (liveness.go).
+		r := m.rounds[ev.Round]
+		if r == nil || r.state != StateStart {
+			return out, ErrNotRunning
+		}
+		return m.live.announce(r.id, m.cfg.RestartGrace.Truncate(time.Millisecond), m.clock.now, out), nil
 	case EvTick:
 		return m.tick(ev, out), nil
 	case EvLinkDown:
@@ -818,12 +943,12 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 // state and less what the answer to msg sends again anyway.
 func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error) {
 	start := len(out)
-	heard := m.undoHeard
+	heard := m.undo.heard
 	out = m.linkUp(side, out)
 	k := len(out)
 	out, err := m.recvNoted(side, msg, out)
 	if err != nil {
-		m.undoHeard = heard // the old connection stays
+		m.undo.heard = heard // the old connection stays
 		return out[:start], err
 	}
 	answer := slices.Clone(out[k:])
@@ -838,10 +963,11 @@ func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error
 	return append(append(out[:start], resends...), answer...), nil
 }
 
-// handingOver reports whether r is done at this node but its final
-// COMPLETE has not yet been handed to the predecessor: not over yet.
-func (m *Machine) handingOver(r *round) bool {
-	return r.state == StateDone && m.cfg.Role.HasPred() && !r.delivered && !r.over
+// handingOver reports whether r is done at this node (in role) but its
+// final COMPLETE has not yet been handed to the predecessor: not over
+// yet.
+func (r *round) handingOver(role Role) bool {
+	return r.state == StateDone && role.HasPred() && !r.delivered && !r.over
 }
 
 func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
@@ -862,18 +988,29 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return m.notice(from, msg, out)
 	}
 	if msg.Cmd == Grace {
-		return m.graceRecv(from, msg, out)
+		return m.live.recv(from, msg, m.clock.now, out)
 	}
 	if msg.Cmd == SteerLine {
-		return m.steerRecv(from, msg, out)
+		return m.steerStep(Event{Kind: EvSteer, From: from, Msg: msg}, out)
 	}
 	if msg.Cmd.IsUndo() {
-		return m.undoRecv(from, msg, out)
+		r := m.rounds[msg.Round]
+		out, v, err := m.undo.recv(from, msg, r, out)
+		switch v {
+		case undoRun:
+			if !r.state.Terminal() {
+				out = m.abortRound(r, out) // held until the outcome
+			}
+			out = append(out, Action{Kind: ActRunUndo, Round: r.id, Wave: r.undo.Wave})
+		case undoOver:
+			out = m.undoEnd(r, out)
+		}
+		return out, err
 	}
 	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
 		return violation(0, "malformed message")
 	}
-	if err := m.undoGate(from, msg); err != nil {
+	if err := m.undo.gate(from, msg); err != nil {
 		return out, err
 	}
 	r := m.rounds[msg.Round]
@@ -918,7 +1055,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return out, nil // duplicate
 		}
 		r.predReady = true
-		m.learn(r)
+		m.q.learn(r)
 		return m.advance(r, out), nil
 
 	case from == Pred && msg.Cmd == Complete:
@@ -995,11 +1132,11 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 	}
 	r.localReady = true
 	if !m.cfg.Role.HasPred() {
-		m.learn(r)
+		m.q.learn(r)
 	}
 	out = m.advance(r, out)
 	if r.state == StateSync {
-		m.arm(r) // now waiting for the predecessor's READY
+		m.clock.arm(r) // now waiting for the predecessor's READY
 	}
 	return out, nil
 }
@@ -1009,7 +1146,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	if r == nil || r.state != StateStart {
 		return out, ErrNotRunning
 	}
-	out = m.announce(r, 0, out) // this node is here: its grace is over
+	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
 	if failed {
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
@@ -1017,24 +1154,11 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	r.ran = m.cfg.Undo // the undo wave's to know (undo.go)
 	out = m.set(r, StateComplete, out)
 	if m.cfg.Role.HasSucc() {
-		out = m.send(r, Succ, Complete, out) // triggers the successor's task
+		out = r.send(Succ, Complete, out) // triggers the successor's task
 	} else {
 		r.exitRecv = true // the Tail starts the exit wave itself
 	}
 	return m.advance(r, out), nil
-}
-
-func (m *Machine) abort(id string, out []Action) ([]Action, error) {
-	r := m.rounds[id]
-	if r == nil {
-		return out, ErrBadRound
-	}
-	if r.state.Terminal() {
-		return out, nil
-	}
-	o := m.abortOutcome(r)
-	out = m.set(r, StateAborted, out)
-	return m.finish(r, o, out), nil
 }
 
 // linkUp re-sends the last message sent on the link for every unfinished
@@ -1042,11 +1166,11 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 // this node learned the rounds, so that the READYs and STARTs keep their
 // order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
-	out = m.undoLinkUp(side, out)   // first: UNDO ON, on a new connection
-	out = m.steerResends(side, out) // first: what holds the rounds below
+	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
+	out = m.steer.resends(side, out)         // first: what holds the rounds below
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
-		if !r.state.Terminal() || side == Pred && m.handingOver(r) {
+		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
 			rs = append(rs, r)
 		}
 	}
@@ -1078,12 +1202,12 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 	for {
 		switch r.state {
 		case StateSync:
-			if !r.localReady || role.HasPred() && !r.predReady || m.cfg.Ordered && !m.readyTurn(r) {
+			if !r.localReady || role.HasPred() && !r.predReady || m.cfg.Ordered && !m.q.readyTurn(r) {
 				return out
 			}
 			out = m.set(r, StateReady, out)
 			if role.HasSucc() {
-				out = m.send(r, Succ, Ready, out) // phase 1
+				out = r.send(Succ, Ready, out) // phase 1
 			} else {
 				r.startRecv = true // the Tail starts phase 2 itself
 			}
@@ -1093,9 +1217,9 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 			}
 			if role.HasPred() {
 				out = m.set(r, StateWatch, out)
-				out = m.send(r, Pred, Start, out) // phase 2
+				out = r.send(Pred, Start, out) // phase 2
 			} else {
-				if m.cfg.Ordered && !m.taskTurn(r) {
+				if m.cfg.Ordered && !m.q.taskTurn(r) {
 					return out
 				}
 				var gated bool
@@ -1103,10 +1227,10 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 					return out // held, paused or waiting for an approval (steer.go)
 				}
 				out = m.set(r, StateStart, out) // the Head starts phase 3
-				out = m.runTask(r, out)
+				out = m.live.runTask(r.id, m.clock.now, out)
 			}
 		case StateWatch:
-			if !r.completeRecv || m.cfg.Ordered && !m.taskTurn(r) {
+			if !r.completeRecv || m.cfg.Ordered && !m.q.taskTurn(r) {
 				return out
 			}
 			var gated bool
@@ -1114,7 +1238,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				return out // held, paused or waiting for an approval (steer.go)
 			}
 			out = m.set(r, StateStart, out)
-			out = m.runTask(r, out)
+			out = m.live.runTask(r.id, m.clock.now, out)
 		case StateComplete:
 			if !r.exitRecv {
 				return out
@@ -1122,7 +1246,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 			if role.HasPred() {
 				// Phase 4. The round is over here once this COMPLETE was
 				// handed to a live connection (EvDelivered).
-				out = m.send(r, Pred, Complete, out)
+				out = r.send(Pred, Complete, out)
 				return m.set(r, StateDone, out)
 			}
 			out = m.set(r, StateDone, out)
@@ -1137,7 +1261,7 @@ func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
 	m.rounds[id] = r
 	m.active++
-	m.arm(r)
+	m.clock.arm(r)
 	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
 }
 
@@ -1145,11 +1269,12 @@ func (m *Machine) set(r *round, s State, out []Action) []Action {
 	w := WaitIn(m.cfg.Role, s, r.localReady)
 	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s, Wait: w})
 	r.state = s
-	m.arm(r)
+	m.clock.arm(r)
 	return out
 }
 
-func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
+// send appends r's message c to side to, remembering it for re-sends.
+func (r *round) send(to Side, c Command, out []Action) []Action {
 	if to == Pred {
 		r.lastPred = c
 	} else {
@@ -1162,12 +1287,12 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 // finished rounds beyond KeepFinished.
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	var held bool
-	if out, held = m.undoFinish(r, &o, out); held {
+	if out, held = m.undo.finish(r, &o, out); held {
 		return out // until the undo wave's outcome (undo.go)
 	}
 	r.over = true
 	m.active--
-	m.disarm(r)
+	m.clock.disarm(r)
 	m.finished = append(m.finished, r.id)
 	out = append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
 	for len(m.finished) > m.cfg.KeepFinished {
@@ -1178,74 +1303,28 @@ func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	return out
 }
 
-// learn notes when this node learned round r: from its local readiness
-// at the Head (or a one-node chain), from the predecessor's READY
-// elsewhere. That is the order of its READYs and re-sends and, with
-// Config.Ordered, of its tasks.
-func (m *Machine) learn(r *round) {
-	if r.queued || r.state.Terminal() {
-		return
-	}
-	if m.cfg.Role.HasPred() && !r.predReady || !m.cfg.Role.HasPred() && !r.localReady {
-		return
-	}
-	if r.seq == 0 {
-		m.seq++
-		r.seq = m.seq
-	}
-	if !m.cfg.Ordered {
-		return
-	}
-	r.queued = true
-	m.order = append(m.order, r)
-}
-
-// readyTurn reports whether every round learned before r has left SYNC.
-func (m *Machine) readyTurn(r *round) bool {
-	for m.readyAt < len(m.order) && m.order[m.readyAt].state != StateSync {
-		m.readyAt++
-	}
-	return m.readyAt < len(m.order) && m.order[m.readyAt] == r
-}
-
-// taskTurn reports whether every round learned before r has run its task
-// here or ended.
-func (m *Machine) taskTurn(r *round) bool {
-	for m.taskAt < len(m.order) && m.undoSettled(m.order[m.taskAt]) {
-		m.taskAt++
-	}
-	return m.taskAt < len(m.order) && m.order[m.taskAt] == r
-}
-
 // pump moves the rounds whose turn has come since the step began: the
 // next round waiting to pass READY on, the next waiting to run its task
 // (Config.Ordered).
 func (m *Machine) pump(out []Action) []Action {
 	for moved := true; moved; {
 		moved = false
-		m.readyTurn(nil) // moves readyAt past the rounds that left SYNC
-		m.taskTurn(nil)
-		for _, at := range [...]int{m.readyAt, m.taskAt} {
-			if at >= len(m.order) {
+		m.q.readyTurn(nil) // moves readyAt past the rounds that left SYNC
+		m.q.taskTurn(nil)
+		for _, at := range [...]int{m.q.readyAt, m.q.taskAt} {
+			if at >= len(m.q.order) {
 				continue
 			}
-			r := m.order[at]
+			r := m.q.order[at]
 			st := r.state
 			out = m.advance(r, out)
 			if r.state != st {
 				moved = true
-				if m.cfg.Durable && !slices.Contains(m.moved, r) {
-					m.moved = append(m.moved, r)
-				}
+				m.moved.add(r)
 			}
 		}
 	}
-	// Drop the rounds that are past both turns.
-	if k := min(m.readyAt, m.taskAt); k >= 64 && 2*k >= len(m.order) {
-		m.order = slices.Delete(m.order, 0, k)
-		m.readyAt -= k
-		m.taskAt -= k
-	}
+	m.q.trim()
 	return out
 }
 
@@ -1258,7 +1337,7 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
-	if m.cfg.Extensions && m.remember(n) {
+	if m.cfg.Extensions && m.notices.remember(n) {
 		msg := Message{Cmd: FaultNotice, Note: &n}
 		for _, side := range []Side{Pred, Succ} {
 			if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
@@ -1267,7 +1346,7 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 		}
 	}
 	if n.Kind == KindCleared {
-		m.forgetBlaming(n.Blamed) // a later fault of that node is news again
+		m.notices.forgetBlaming(n.Blamed) // a later fault of that node is news again
 		return out, nil
 	}
 	if halt && m.cfg.Policy == PolicyHalt {
@@ -1285,7 +1364,7 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if msg.Note == nil || !msg.Note.Valid() {
 		return out, &Violation{From: from, Msg: msg, Reason: "malformed fault notice"}
 	}
-	if !m.remember(*msg.Note) {
+	if !m.notices.remember(*msg.Note) {
 		return out, nil // seen already: passed on once
 	}
 	to := Succ
@@ -1295,15 +1374,17 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
 		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
 	}
-	out = m.graceNoticed(msg.Note, out) // liveness.go
+	if g := m.live.noticed(msg.Note); g != nil {
+		out = m.timedOut(m.live.expire(g), out) // liveness.go
+	}
 	out = append(out, Action{Kind: ActNotice, To: from, Msg: msg})
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
-	m.undoNoticed(n)
+	m.undo.noticed(n, m.rounds[n.Round])
 	switch {
 	case n.Kind == KindCleared:
-		m.forgetBlaming(n.Blamed) // a fault that is over ends nothing
+		m.notices.forgetBlaming(n.Blamed) // a fault that is over ends nothing
 	case m.cfg.Policy == PolicyHalt:
 		out = m.abortAll(out)
 	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
@@ -1314,33 +1395,39 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	return out, nil
 }
 
-// remember records n as seen and reports whether it is new. The oldest
-// notices are forgotten beyond keepNotices.
-func (m *Machine) remember(n Notice) bool {
-	if m.notices[n] {
+// noticeBook is the notices a Machine has seen, so that each is passed
+// on once; the oldest are forgotten beyond keepNotices.
+type noticeBook struct {
+	seen map[Notice]bool
+	q    []Notice // the notices in seen, oldest first
+}
+
+// remember records n as seen and reports whether it is new.
+func (b *noticeBook) remember(n Notice) bool {
+	if b.seen[n] {
 		return false
 	}
-	if m.notices == nil {
-		m.notices = make(map[Notice]bool)
+	if b.seen == nil {
+		b.seen = make(map[Notice]bool)
 	}
-	m.notices[n] = true
-	m.noticeQ = append(m.noticeQ, n)
-	if len(m.noticeQ) > keepNotices {
-		delete(m.notices, m.noticeQ[0])
-		m.noticeQ = m.noticeQ[1:]
+	b.seen[n] = true
+	b.q = append(b.q, n)
+	if len(b.q) > keepNotices {
+		delete(b.seen, b.q[0])
+		b.q = b.q[1:]
 	}
 	return true
 }
 
 // forgetBlaming forgets the notices remembered that blame node: its
 // fault cleared, so a later one is passed on again (liveness.go).
-func (m *Machine) forgetBlaming(node string) {
+func (b *noticeBook) forgetBlaming(node string) {
 	if node == "" {
 		return
 	}
-	m.noticeQ = slices.DeleteFunc(m.noticeQ, func(n Notice) bool {
+	b.q = slices.DeleteFunc(b.q, func(n Notice) bool {
 		if n.Blamed == node {
-			delete(m.notices, n)
+			delete(b.seen, n)
 			return true
 		}
 		return false
