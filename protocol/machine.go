@@ -362,6 +362,12 @@ type Record struct {
 	// round's undo stands here (undo.go).
 	Ran  bool
 	Undo UndoRecord
+	// Retries counts the retries that reopened the round here (0:
+	// none); Prior is the last undo of this node's work for the round
+	// before the latest retry (Phase PhaseNone: none was undone): a
+	// retry starts the round afresh, and the undo stays on record.
+	Retries int
+	Prior   UndoRecord
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -488,6 +494,10 @@ type round struct {
 	// The undo wave (undo.go): the task succeeded here, and the undo.
 	ran  bool
 	undo UndoRecord
+	// A retry (steer.go): how many reopened it here, and the undo of
+	// this node's work before the latest.
+	retries int
+	prior   UndoRecord
 }
 
 func (r *round) record() Record {
@@ -497,7 +507,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -814,7 +824,7 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo}
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.state.Terminal() && r.undo.Held != 0 {

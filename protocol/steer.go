@@ -609,8 +609,10 @@ func (r *round) taskRan(role Role) bool {
 // line came from it, 0 at the Head): a round this node knows and that
 // ended (an unfinished one is ended first) starts again in SYNC, with
 // its readiness, in the place it had in the order: before every round
-// whose task has not run here yet. If its task had succeeded here it is
-// passed on without running again (ActSkip). ActOpened says it is open.
+// whose task has not run here yet. If its task had succeeded here, and
+// the undo wave did not undo it, it is passed on without running again
+// (ActSkip); work that was undone runs again. The undo stays on record
+// (Record.Prior). ActOpened says it is open.
 func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 	r := m.rounds[id]
 	if r == nil {
@@ -625,8 +627,15 @@ func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 			out = m.finish(r, Done, out)
 		}
 	}
-	ok := r.taskRan(m.cfg.Role)
-	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok}
+	// Work that the undo wave undid (or tried to) is not done: the task
+	// runs again. Work the wave left (it stopped before this node) is.
+	undone := r.undo.Phase == PhaseDone || r.undo.Phase == PhaseFailed || r.undo.Phase == PhaseRunning
+	ok := r.taskRan(m.cfg.Role) && !undone
+	prior := r.prior
+	if undone {
+		prior = r.undo
+	}
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior}
 	m.active++
 	if k := slices.Index(m.finished, id); k >= 0 {
 		m.finished = slices.Delete(m.finished, k, k+1)

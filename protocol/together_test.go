@@ -1,0 +1,141 @@
+package protocol_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/chainsync-go/chainsync/internal/sim"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// together is a chain on the simulated network for the tests of features
+// together (docs/STEERING.md, "Features together"): what each node did,
+// in order, as "run R", "skip R", "undo R", "done R OUTCOME".
+type together struct {
+	t   *testing.T
+	net *sim.Network
+	log [][]string
+}
+
+func newTogether(t *testing.T, names []string, cfg func(i int, c *protocol.Config)) *together {
+	tg := &together{t: t, log: make([][]string, len(names))}
+	tg.net = sim.New(sim.Config{Names: names, Machine: func(i int, c *protocol.Config) {
+		c.Ordered, c.Extensions, c.Durable, c.Name, c.Self = true, true, true, names[i], names[i]
+		if cfg != nil {
+			cfg(i, c)
+		}
+	}})
+	tg.net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+		for _, a := range acts {
+			switch a.Kind {
+			case protocol.ActRunTask:
+				tg.log[i] = append(tg.log[i], "run "+a.Round)
+			case protocol.ActSkip:
+				tg.log[i] = append(tg.log[i], "skip "+a.Round)
+			case protocol.ActRunUndo:
+				tg.log[i] = append(tg.log[i], "undo "+a.Round)
+			case protocol.ActDone:
+				tg.log[i] = append(tg.log[i], "done "+a.Round+" "+a.Outcome.String())
+			}
+		}
+	}
+	return tg
+}
+
+// drain delivers every line and finishes every task and undo, oldest
+// first; fail says which tasks fail (by node and round).
+func (tg *together) drain(fail func(node int, round string) bool) {
+	tg.t.Helper()
+	net := tg.net
+	for range 100000 {
+		switch {
+		case len(net.Busy()) > 0:
+			if _, _, _, err := net.Deliver(net.Oldest()); err != nil {
+				tg.t.Fatal(err)
+			}
+		case len(net.Tasks) > 0:
+			task := net.Tasks[0]
+			if _, _, err := net.FinishTask(0, fail != nil && fail(task.Node, task.Round)); err != nil {
+				tg.t.Fatal(err)
+			}
+		case len(net.Undos) > 0:
+			if _, _, err := net.FinishUndo(0, false, 0); err != nil {
+				tg.t.Fatal(err)
+			}
+		default:
+			return
+		}
+	}
+	tg.t.Fatal("the chain did not settle")
+}
+
+func (tg *together) steer(i int, s protocol.Steer) {
+	tg.t.Helper()
+	s.Origin = tg.net.Nodes[i].Name
+	if _, err := tg.net.Step(i, protocol.Steering(s)); err != nil {
+		tg.t.Fatal(err)
+	}
+}
+
+func (tg *together) want(want [][]string) {
+	tg.t.Helper()
+	for i := range want {
+		if !slices.Equal(tg.log[i], want[i]) {
+			tg.t.Errorf("%s did %q, want %q", tg.net.Nodes[i].Name, tg.log[i], want[i])
+		}
+	}
+}
+
+// record is node i's last saved Record of round.
+func (tg *together) record(i int, round string) protocol.Record {
+	for _, rec := range tg.net.Nodes[i].Journal {
+		if rec.Round == round {
+			return rec
+		}
+	}
+	tg.t.Fatalf("%s saved no record of %s", tg.net.Nodes[i].Name, round)
+	return protocol.Record{}
+}
+
+// docs/UNDO.md, "Retry after an undo" (draft section "Protocol
+// Operation", phase 3, runs each task in chain order): C's task fails in
+// u1, B and A undo their work; a retry of u1 runs the task again at
+// every node whose work was undone (A and B are not "already done"),
+// then at C and D. The round's outcome is the retry's, and the saved
+// records keep the undo (Prior) beside the retry's state.
+func TestRetryAfterUndoRunsAgain(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C", "D"}, func(i int, c *protocol.Config) { c.Undo = true })
+	for i := range 4 {
+		tg.net.Step(i, protocol.LocalReady("u1"))
+	}
+	failed := false
+	tg.drain(func(node int, round string) bool {
+		if node == 2 && !failed {
+			failed = true
+			return true
+		}
+		return false
+	})
+	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerRetry, HasRound: true, Round: "u1"})
+	tg.drain(nil)
+	tg.want([][]string{
+		{"run u1", "undo u1", "done u1 aborted", "run u1", "done u1 done"},
+		{"run u1", "undo u1", "done u1 aborted", "run u1", "done u1 done"},
+		{"run u1", "done u1 task failed", "run u1", "done u1 done"},
+		{"done u1 aborted", "run u1", "done u1 done"},
+	})
+	// A and B keep the undo of their work on record; C and D had none.
+	for i, phase := range []protocol.UndoPhase{protocol.PhaseDone, protocol.PhaseDone, protocol.PhaseNone, protocol.PhaseNone} {
+		rec := tg.record(i, "u1")
+		if rec.State != protocol.StateDone || rec.Retries != 1 || rec.Prior.Phase != phase {
+			t.Errorf("%s saved %+v: want DONE after 1 retry, prior undo %v", tg.net.Nodes[i].Name, rec, phase)
+		}
+		if ph, _, _ := tg.net.Nodes[i].M.Undo("u1"); ph != protocol.PhaseNone {
+			t.Errorf("%s: the retry's undo phase is %v, want none (its own)", tg.net.Nodes[i].Name, ph)
+		}
+	}
+	if t.Failed() {
+		t.Log(fmt.Sprint(tg.log))
+	}
+}
