@@ -368,6 +368,10 @@ type Record struct {
 	// retry starts the round afresh, and the undo stays on record.
 	Retries int
 	Prior   UndoRecord
+	// Cancelled: the Head cancelled the round while this node's task of
+	// it ran: the round ends, aborted, when the task ends (TaskDone,
+	// whatever its result), and the task is not run again.
+	Cancelled bool
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -498,6 +502,12 @@ type round struct {
 	// this node's work before the latest.
 	retries int
 	prior   UndoRecord
+	// A task of the round that outlives it here (steer.go): cancelled,
+	// the round ends when its running task ends; stale, a retry reopened
+	// it while the task of the attempt before still ran (the new
+	// attempt's task waits for that one's end); taskOpen, the round
+	// ended while its task ran (its end is still to be reported).
+	cancelled, stale, taskOpen bool
 }
 
 func (r *round) record() Record {
@@ -507,7 +517,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Cancelled: r.cancelled}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -754,6 +764,7 @@ func (m *Machine) abortAll(out []Action) []Action {
 // with the step.
 func (m *Machine) abortRound(r *round, out []Action) []Action {
 	o := r.abortOutcome(m.cfg.Role)
+	r.taskOpen = r.state == StateStart
 	out = m.set(r, StateAborted, out)
 	m.moved.add(r)
 	return m.finish(r, o, out)
@@ -824,7 +835,7 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior}
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, cancelled: rec.Cancelled}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.state.Terminal() && r.undo.Held != 0 {
@@ -1153,10 +1164,25 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 
 func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
 	r := m.rounds[id]
-	if r == nil || r.state != StateStart {
+	switch {
+	case r != nil && r.stale:
+		// The task of the attempt before a retry ended: the retry's own
+		// task may start now (steer.go).
+		r.stale = false
+		return m.ungate(out), nil
+	case r != nil && r.taskOpen:
+		r.taskOpen = false // the round ended while it ran: nothing follows
+		return out, nil
+	case r == nil || r.state != StateStart:
 		return out, ErrNotRunning
 	}
 	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
+	if r.cancelled {
+		// Cancelled while it ran: the round ends here now, whatever the
+		// task did; nothing goes on, and a cancel undoes nothing.
+		out = m.set(r, StateAborted, out)
+		return m.finish(r, Aborted, out), nil
+	}
 	if failed {
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil

@@ -445,6 +445,9 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		}
 		return true, m.advance(r, out)
 	}
+	if r.stale {
+		return true, out // the task of the attempt before a retry still runs
+	}
 	if m.cfg.Approve && !r.approved {
 		if !r.gateNoted {
 			r.gateNoted = true
@@ -506,7 +509,14 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		switch s.What {
 		case SteerCancel:
-			if r := m.rounds[s.Round]; r != nil && !r.state.Terminal() {
+			switch r := m.rounds[s.Round]; {
+			case r == nil || r.state.Terminal():
+			case r.state == StateStart:
+				// Its task runs here: the round ends when it ends, so
+				// no later task starts beside it (taskDone).
+				r.cancelled = true
+				m.moved.add(r)
+			default:
 				out = m.abortRound(r, out)
 			}
 		case SteerRetry:
@@ -635,7 +645,10 @@ func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 	if undone {
 		prior = r.undo
 	}
-	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior}
+	// A task of the attempt before that still runs here holds the
+	// retry's own until it ends (taskDone).
+	stale := r.stale || r.taskOpen
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior, stale: stale}
 	m.active++
 	if k := slices.Index(m.finished, id); k >= 0 {
 		m.finished = slices.Delete(m.finished, k, k+1)

@@ -139,3 +139,107 @@ func TestRetryAfterUndoRunsAgain(t *testing.T) {
 		t.Log(fmt.Sprint(tg.log))
 	}
 }
+
+// runUntil delivers lines and finishes tasks (oldest first) until node i
+// runs the task of round; tasks of other nodes succeed.
+func (tg *together) runUntil(i int, round string) {
+	tg.t.Helper()
+	net := tg.net
+	for range 100000 {
+		for _, task := range net.Tasks {
+			if task.Node == i && task.Round == round {
+				return
+			}
+		}
+		switch {
+		case len(net.Busy()) > 0:
+			if _, _, _, err := net.Deliver(net.Oldest()); err != nil {
+				tg.t.Fatal(err)
+			}
+		case len(net.Tasks) > 0:
+			if _, _, err := net.FinishTask(0, false); err != nil {
+				tg.t.Fatal(err)
+			}
+		default:
+			tg.t.Fatalf("%s never ran the task of %s", net.Nodes[i].Name, round)
+		}
+	}
+}
+
+// deliver delivers every line, finishing no task.
+func (tg *together) deliver() {
+	tg.t.Helper()
+	for len(tg.net.Busy()) > 0 {
+		if _, _, _, err := tg.net.Deliver(tg.net.Oldest()); err != nil {
+			tg.t.Fatal(err)
+		}
+	}
+}
+
+// docs/STEERING.md, "Features together" (draft section "Protocol
+// Operation", phase 3: one task at a time, in order): the Head cancels
+// c1 while B's task of it runs. A and C end c1 at once; B ends it when
+// its task ends (aborted, whatever the task did, no error), and B's task
+// of c2 starts only then.
+func TestCancelWhileTaskRuns(t *testing.T) {
+	for _, taskFails := range []bool{false, true} {
+		t.Run(fmt.Sprint("task fails ", taskFails), func(t *testing.T) {
+			tg := newTogether(t, []string{"A", "B", "C"}, nil)
+			for _, r := range []string{"c1", "c2"} {
+				for i := range 3 {
+					tg.net.Step(i, protocol.LocalReady(r))
+				}
+			}
+			tg.runUntil(1, "c1")
+			tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "c1"})
+			tg.deliver()
+			if st, _ := tg.net.Nodes[1].M.State("c1"); st != protocol.StateStart {
+				t.Fatalf("B while its task runs: c1 in %v, want START until the task ends", st)
+			}
+			if rec := tg.record(1, "c1"); !rec.Cancelled {
+				t.Errorf("B saved %+v: want Cancelled", rec)
+			}
+			for _, task := range tg.net.Tasks {
+				if task.Node == 1 && task.Round == "c2" {
+					t.Fatal("B started c2's task while c1's still ran")
+				}
+			}
+			k := slices.IndexFunc(tg.net.Tasks, func(task sim.Task) bool { return task.Node == 1 })
+			if _, _, err := tg.net.FinishTask(k, taskFails); err != nil {
+				t.Fatalf("B's task of c1 ended after the cancel: %v", err)
+			}
+			tg.drain(nil)
+			tg.want([][]string{
+				{"run c1", "run c2", "done c1 no exit wave", "done c2 done"}, // A had run c2 before the cancel
+				{"run c1", "done c1 aborted", "run c2", "done c2 done"},
+				{"done c1 aborted", "run c2", "done c2 done"},
+			})
+		})
+	}
+}
+
+// docs/STEERING.md, "Features together": a retry that reaches B while
+// B's task of the cancelled round still runs reopens the round, but B's
+// task of the retry starts only after the old one ended.
+func TestRetryWhileCancelledTaskRuns(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C"}, nil)
+	for i := range 3 {
+		tg.net.Step(i, protocol.LocalReady("c1"))
+	}
+	tg.runUntil(1, "c1")
+	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "c1"})
+	tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerRetry, HasRound: true, Round: "c1"})
+	tg.deliver()
+	if n := len(tg.net.Tasks); n != 1 {
+		t.Fatalf("%d tasks running, want B's old one only: %v", n, tg.net.Tasks)
+	}
+	if _, _, err := tg.net.FinishTask(0, false); err != nil {
+		t.Fatalf("B's old task ended: %v", err)
+	}
+	tg.drain(nil)
+	tg.want([][]string{
+		{"run c1", "done c1 no exit wave", "skip c1", "done c1 done"},
+		{"run c1", "done c1 aborted", "run c1", "done c1 done"},
+		{"done c1 aborted", "run c1", "done c1 done"},
+	})
+}
