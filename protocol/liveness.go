@@ -169,6 +169,10 @@ type liveness struct {
 	// ann: this node's own graces in force, by round: when each was
 	// announced, so that a link that comes back hears what is left.
 	ann map[string]time.Duration
+	// ended: the graces of other nodes that ended because the node is
+	// back, by node (the GRACE line of grace 0, and where it came from),
+	// so that a link that comes back hears of it too.
+	ended map[string]grace
 }
 
 func newLiveness(cfg *Config) liveness {
@@ -259,8 +263,9 @@ func (l *liveness) recv(from Side, msg Message, now time.Duration, out []Action)
 		if cur == nil {
 			return out, nil // over here already (or never known): passed on then
 		}
-		delete(l.graces, g.Node)
+		l.back(g, from)
 	} else {
+		delete(l.ended, g.Node)
 		gr := &grace{note: g, side: from, until: now + g.For}
 		if g.Hops == 1 {
 			gr.gen = l.gen[from]
@@ -317,9 +322,9 @@ func (l *liveness) heardNew(s Side, at, now time.Duration, out []Action) []Actio
 	}
 	slices.SortFunc(back, func(a, b *grace) int { return strings.Compare(a.note.Node, b.note.Node) })
 	for _, g := range back {
-		delete(l.graces, g.note.Node)
 		over := g.note
 		over.For = 0
+		l.back(over, s)
 		out = l.pass(s, over, out)
 	}
 	if rep := l.rep[s]; rep != nil && at > rep.at {
@@ -414,9 +419,25 @@ func (l *liveness) expire(g *grace) Action {
 	return Action{Kind: ActTimeout, Timeout: TimeoutGrace, To: g.side, After: note.For, Msg: Message{Cmd: Grace, Grace: &note}}
 }
 
+// back ends the grace of g.Node (g is its GRACE line of grace 0, which
+// came from side from) and keeps the line for the links that come back.
+func (l *liveness) back(g GraceNote, from Side) {
+	delete(l.graces, g.Node)
+	if l.ended == nil {
+		l.ended = make(map[string]grace)
+	}
+	if len(l.ended) >= maxSteerOrigins {
+		clear(l.ended)
+	}
+	l.ended[g.Node] = grace{note: g, side: from}
+}
+
 // reannounce sends on the new connection on side s what is left at time
-// now of this node's own graces in force: a neighbour that lost the link
-// meanwhile would otherwise take the grace for over.
+// now of this node's own graces in force (a neighbour that lost the link
+// meanwhile would otherwise take the grace for over), then the graces of
+// other nodes in force or ended that came from the other side, as this
+// node passed them on: a neighbour whose link was down when they passed
+// learns of them.
 func (l *liveness) reannounce(s Side, now time.Duration, out []Action) []Action {
 	ids := make([]string, 0, len(l.ann))
 	for id := range l.ann {
@@ -430,6 +451,25 @@ func (l *liveness) reannounce(s Side, now time.Duration, out []Action) []Action 
 		}
 		g := &GraceNote{HasRound: true, Round: id, Node: l.self, For: left, Hops: 1}
 		out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: g}, Resend: true})
+	}
+	var others []grace
+	for _, g := range l.graces {
+		if left := (g.until - now).Truncate(time.Millisecond); g.side != s && left > 0 {
+			gr := *g
+			gr.note.For = left
+			others = append(others, gr)
+		}
+	}
+	for _, g := range l.ended {
+		if g.side != s {
+			others = append(others, g)
+		}
+	}
+	slices.SortFunc(others, func(a, b grace) int { return strings.Compare(a.note.Node, b.note.Node) })
+	for _, g := range others {
+		fwd := g.note
+		fwd.Hops = min(fwd.Hops+1, MaxGraceHops)
+		out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: &fwd}, Resend: true})
 	}
 	return out
 }

@@ -1204,6 +1204,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 func (m *Machine) linkUp(side Side, out []Action) []Action {
 	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
 	out = m.steer.resends(side, out)         // first: what holds the rounds below
+	out = m.notices.resend(side, out)        // the notices it missed
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
 		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
@@ -1376,8 +1377,8 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if m.cfg.Extensions && m.notices.remember(n) {
 		msg := Message{Cmd: FaultNotice, Note: &n}
 		for _, side := range []Side{Pred, Succ} {
-			if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
-				out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+			if hasSide(m.cfg.Role, side) {
+				out = m.notices.send(side, msg, m.clock.sides[side].up, out)
 			}
 		}
 	}
@@ -1403,12 +1404,8 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if !m.notices.remember(*msg.Note) {
 		return out, nil // seen already: passed on once
 	}
-	to := Succ
-	if from == Succ {
-		to = Pred
-	}
-	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
-		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
+	if to := other(from); hasSide(m.cfg.Role, to) {
+		out = m.notices.send(to, msg, m.clock.sides[to].up, out)
 	}
 	if g := m.live.noticed(msg.Note); g != nil {
 		out = m.timedOut(m.live.expire(g), out) // liveness.go
@@ -1432,10 +1429,39 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 }
 
 // noticeBook is the notices a Machine has seen, so that each is passed
-// on once; the oldest are forgotten beyond keepNotices.
+// on once; the oldest are forgotten beyond keepNotices. It also keeps,
+// per side, the notices sent that way while the link was down, so that
+// the link carries them when it comes back (a neighbour whose link was
+// down when a notice passed learns of it too).
 type noticeBook struct {
-	seen map[Notice]bool
-	q    []Notice // the notices in seen, oldest first
+	seen   map[Notice]bool
+	q      []Notice     // the notices in seen, oldest first
+	missed [3][]Message // per Side: sent while the link was down, oldest first
+}
+
+// maxMissed bounds the notices kept for a link that is down.
+const maxMissed = 256
+
+// send appends the notice msg to side; up says whether that link is up
+// now (if not, msg is kept for resend).
+func (b *noticeBook) send(side Side, msg Message, up bool, out []Action) []Action {
+	if !up {
+		if len(b.missed[side]) >= maxMissed {
+			b.missed[side] = slices.Delete(b.missed[side], 0, 1)
+		}
+		b.missed[side] = append(b.missed[side], msg)
+	}
+	return append(out, Action{Kind: ActSend, To: side, Msg: msg})
+}
+
+// resend appends the notices sent to side while its link was down, for
+// the link that came up, and forgets them.
+func (b *noticeBook) resend(side Side, out []Action) []Action {
+	for _, msg := range b.missed[side] {
+		out = append(out, Action{Kind: ActSend, To: side, Msg: msg, Resend: true})
+	}
+	b.missed[side] = b.missed[side][:0]
+	return out
 }
 
 // remember records n as seen and reports whether it is new.
