@@ -368,6 +368,12 @@ type Record struct {
 	// retry starts the round afresh, and the undo stays on record.
 	Retries int
 	Prior   UndoRecord
+	// Started: this node's task of the round started (the round
+	// entered START) in its latest attempt. A round that waited at a
+	// gate (a hold, a pause, an approval) and ended there, or was
+	// denied, never started its task: only this says so, not the
+	// messages received.
+	Started bool
 	// Cancelled: the Head cancelled the round while this node's task of
 	// it ran: the round ends, aborted, when the task ends (TaskDone,
 	// whatever its result), and the task is not run again.
@@ -508,6 +514,7 @@ type round struct {
 	// attempt's task waits for that one's end); taskOpen, the round
 	// ended while its task ran (its end is still to be reported).
 	cancelled, stale, taskOpen bool
+	started                    bool // the task started (Record.Started)
 }
 
 func (r *round) record() Record {
@@ -517,7 +524,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Cancelled: r.cancelled}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Started: r.started, Cancelled: r.cancelled}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -835,7 +842,7 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, cancelled: rec.Cancelled}
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, started: rec.Started, cancelled: rec.Cancelled}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.state.Terminal() && r.undo.Held != 0 {
@@ -1306,6 +1313,7 @@ func (m *Machine) set(r *round, s State, out []Action) []Action {
 	w := WaitIn(m.cfg.Role, s, r.localReady)
 	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s, Wait: w})
 	r.state = s
+	r.started = r.started || s == StateStart
 	m.clock.arm(r)
 	return out
 }

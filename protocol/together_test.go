@@ -243,3 +243,65 @@ func TestRetryWhileCancelledTaskRuns(t *testing.T) {
 		{"done c1 aborted", "run c1", "done c1 done"},
 	})
 }
+
+// docs/STEERING.md, "Features together": a wait for a person is never a
+// started task. B's task waits for an approval, then B is held, then the
+// Head pauses the chain: every record B saves meanwhile says the task has
+// not started (Record.Started, and no START); a denial ends the round
+// FAILED with the task never started. Once approved, released and
+// resumed, the task starts and the record says so.
+func TestGateIsNeverAStartedTask(t *testing.T) {
+	for _, deny := range []bool{false, true} {
+		t.Run(fmt.Sprint("deny ", deny), func(t *testing.T) {
+			tg := newTogether(t, []string{"A", "B", "C"}, func(i int, c *protocol.Config) { c.Approve = i == 1 })
+			var saved []protocol.Record
+			hook := tg.net.Hook
+			tg.net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+				hook(i, ev, acts, err)
+				for _, a := range acts {
+					if i == 1 && a.Kind == protocol.ActSave && a.Round == "g1" {
+						saved = append(saved, a.Record)
+					}
+				}
+			}
+			for i := range 3 {
+				tg.net.Step(i, protocol.LocalReady("g1"))
+			}
+			tg.drain(nil)
+			tg.steer(1, protocol.Steer{At: 1, What: protocol.SteerHold})
+			tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerPause})
+			tg.deliver()
+			if g := tg.net.Nodes[1].M.Gate("g1"); g != protocol.WaitHold {
+				t.Fatalf("B's gate: %v, want held", g)
+			}
+			for _, rec := range saved {
+				if rec.Started || rec.State == protocol.StateStart {
+					t.Fatalf("B saved %+v while it waited at its gate", rec)
+				}
+			}
+			if deny {
+				if _, err := tg.net.Step(1, protocol.Deny("g1")); err != nil {
+					t.Fatal(err)
+				}
+				tg.drain(nil)
+				if rec := tg.record(1, "g1"); rec.Started || rec.State != protocol.StateFailed {
+					t.Fatalf("B saved %+v after the denial: want FAILED, never started", rec)
+				}
+				return
+			}
+			if _, err := tg.net.Step(1, protocol.Approve("g1")); err != nil {
+				t.Fatal(err)
+			}
+			tg.steer(1, protocol.Steer{At: 2, What: protocol.SteerNone})
+			tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerNone})
+			tg.deliver()
+			if rec := tg.record(1, "g1"); !rec.Started || rec.State != protocol.StateStart {
+				t.Fatalf("B saved %+v once its gate opened: want START, started", rec)
+			}
+			tg.drain(nil)
+			if rec := tg.record(1, "g1"); !rec.Started || rec.State != protocol.StateDone {
+				t.Fatalf("B saved %+v at the end: want DONE, started", rec)
+			}
+		})
+	}
+}
