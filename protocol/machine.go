@@ -938,8 +938,11 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		// The task runs again: a node with a restart grace announces it
 		// again (liveness.go).
 		r := m.rounds[ev.Round]
-		if r == nil || r.state != StateStart {
+		switch {
+		case r == nil || r.state != StateStart:
 			return out, ErrNotRunning
+		case r.cancelled:
+			return out, ErrCancelled // report its end instead (TaskDone)
 		}
 		return m.live.announce(r.id, m.cfg.RestartGrace.Truncate(time.Millisecond), m.clock.now, out), nil
 	case EvTick:
@@ -1174,8 +1177,10 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	switch {
 	case r != nil && r.stale:
 		// The task of the attempt before a retry ended: the retry's own
-		// task may start now (steer.go).
+		// task may start now (steer.go); if it succeeded, it is done
+		// here and the retry passes the round on.
 		r.stale = false
+		r.taskOK = r.taskOK || !failed
 		return m.ungate(out), nil
 	case r != nil && r.taskOpen:
 		r.taskOpen = false // the round ended while it ran: nothing follows
@@ -1186,7 +1191,9 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
 	if r.cancelled {
 		// Cancelled while it ran: the round ends here now, whatever the
-		// task did; nothing goes on, and a cancel undoes nothing.
+		// task did; nothing goes on, and a cancel undoes nothing. A task
+		// that succeeded is done here: a retry passes it on.
+		r.ran = r.ran || !failed
 		out = m.set(r, StateAborted, out)
 		return m.finish(r, Aborted, out), nil
 	}

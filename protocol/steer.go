@@ -263,6 +263,12 @@ var (
 	ErrNotGated     = fmt.Errorf("chainsync: the round does not wait for an approval here")
 	ErrTaskStarted  = fmt.Errorf("chainsync: the round's task has started or ended here")
 	ErrUnknownRound = fmt.Errorf("chainsync: no such round at this node")
+	// ErrUndoUnderWay: a retry of a round whose undo wave has not ended
+	// at this node; retry it once the wave's outcome is known.
+	ErrUndoUnderWay = fmt.Errorf("chainsync: the round's undo wave is under way here")
+	// ErrCancelled: Rerun of a round cancelled while its task ran: the
+	// task is not run again; report its end (TaskDone) instead.
+	ErrCancelled = fmt.Errorf("chainsync: the round was cancelled while its task ran here")
 )
 
 // maxSteerOrigins bounds the steering origins a Machine remembers.
@@ -289,6 +295,27 @@ type steering struct {
 	events map[string]int64       // by origin: the At of its latest event line
 	others map[string]*steerEntry // by origin: the latest line of every other node
 	order  []string               // the origins in others, oldest first
+	// cancels: the latest cancel lines, oldest first (at most
+	// maxCancels; a retry of the round drops its cancel), re-sent when a
+	// link comes back so that a node that missed one ends the round too.
+	cancels []steerEntry
+}
+
+// maxCancels bounds the cancel lines kept for links that come back.
+const maxCancels = 64
+
+// event notes an event line s (from side from, 0: this node's own): a
+// cancel is kept for re-sends, and a retry drops its round's cancel.
+func (st *steering) event(s Steer, from Side) {
+	switch s.What {
+	case SteerCancel:
+		if len(st.cancels) >= maxCancels {
+			st.cancels = slices.Delete(st.cancels, 0, 1)
+		}
+		st.cancels = append(st.cancels, steerEntry{s: s, from: from})
+	case SteerRetry:
+		st.cancels = slices.DeleteFunc(st.cancels, func(e steerEntry) bool { return e.s.Round == s.Round })
+	}
 }
 
 // held reports whether this node starts no task: it is held, or the
@@ -341,6 +368,8 @@ func (st *steering) setOwn(s Steer, out []Action) ([]Action, error) {
 	st.lastAt = s.At
 	if !s.What.Event() {
 		st.own = s
+	} else {
+		st.event(s, 0)
 	}
 	if st.ext {
 		msg := Message{Cmd: SteerLine, Steer: &s}
@@ -375,6 +404,7 @@ func (st *steering) recv(from Side, msg Message, out []Action) (_ []Action, fres
 			st.events = make(map[string]int64)
 		}
 		st.events[s.Origin] = s.At
+		st.event(s, from)
 	} else {
 		if e := st.others[s.Origin]; e != nil && e.s.At >= s.At {
 			return out, false, nil // seen already, or older: passed on once
@@ -422,6 +452,12 @@ func (st *steering) resends(side Side, out []Action) []Action {
 	}
 	for _, o := range st.order {
 		if e := st.others[o]; e.from != side {
+			s := e.s
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
+		}
+	}
+	for _, e := range st.cancels {
+		if e.from != side {
 			s := e.s
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
 		}
@@ -502,6 +538,9 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 			}
 			s, by = *ev.Msg.Steer, Pred
 		} else {
+			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
+				return out, ErrUndoUnderWay
+			}
 			var err error
 			if out, err = m.steer.setOwn(s, out); err != nil {
 				return out, err
@@ -602,12 +641,19 @@ func (m *Machine) TaskOK(round string) bool {
 	return r != nil && r.taskOK
 }
 
+// undoUnderWay reports whether r's undo wave has begun and its outcome
+// is not known here yet.
+func (r *round) undoUnderWay() bool {
+	return r.undo.Phase != PhaseNone && !r.undo.Ended
+}
+
 // taskRan reports whether r's task succeeded here (at a node in role):
 // its COMPLETE went on to the successor (at the Tail, back to the
-// predecessor), or the round is done.
+// predecessor), the round is done, or the task succeeded after a cancel
+// (ran).
 func (r *round) taskRan(role Role) bool {
 	switch {
-	case r.taskOK || r.state == StateDone:
+	case r.taskOK || r.state == StateDone || r.ran:
 		return true
 	case role.HasSucc():
 		return r.lastSucc == Complete
@@ -628,14 +674,20 @@ func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 	if r == nil {
 		return out // never seen here: its READY opens it as a new round
 	}
-	if !r.over {
-		if !r.state.Terminal() {
-			out = m.abortRound(r, out)
-		} else {
-			// Done here, its final COMPLETE not handed over: it is.
-			r.delivered = true
-			out = m.finish(r, Done, out)
-		}
+	switch {
+	case r.over:
+	case !r.state.Terminal():
+		out = m.abortRound(r, out)
+	case r.undo.Held != 0:
+		// Its undo wave's outcome is still to come here: the retry
+		// ends the wait (a retry at the Head waits for the outcome).
+		o := r.undo.Held
+		r.undo.Held, r.undo.Ended = 0, true
+		out = m.finish(r, o, out)
+	default:
+		// Done here, its final COMPLETE not handed over: it is.
+		r.delivered = true
+		out = m.finish(r, Done, out)
 	}
 	// Work that the undo wave undid (or tried to) is not done: the task
 	// runs again. Work the wave left (it stopped before this node) is.

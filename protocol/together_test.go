@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -220,88 +221,138 @@ func TestCancelWhileTaskRuns(t *testing.T) {
 
 // docs/STEERING.md, "Features together": a retry that reaches B while
 // B's task of the cancelled round still runs reopens the round, but B's
-// task of the retry starts only after the old one ended.
+// retry waits for the old task's end: if it succeeded, B's work is done
+// and the retry passes the round on; if it failed, B runs its task again.
 func TestRetryWhileCancelledTaskRuns(t *testing.T) {
+	for _, oldFails := range []bool{false, true} {
+		t.Run(fmt.Sprint("old task fails ", oldFails), func(t *testing.T) {
+			tg := newTogether(t, []string{"A", "B", "C"}, nil)
+			for i := range 3 {
+				tg.net.Step(i, protocol.LocalReady("c1"))
+			}
+			tg.runUntil(1, "c1")
+			tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "c1"})
+			tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerRetry, HasRound: true, Round: "c1"})
+			tg.deliver()
+			if n := len(tg.net.Tasks); n != 1 {
+				t.Fatalf("%d tasks running, want B's old one only: %v", n, tg.net.Tasks)
+			}
+			if _, _, err := tg.net.FinishTask(0, oldFails); err != nil {
+				t.Fatalf("B's old task ended: %v", err)
+			}
+			tg.drain(nil)
+			b := []string{"run c1", "done c1 aborted", "skip c1", "done c1 done"}
+			if oldFails {
+				b[2] = "run c1"
+			}
+			tg.want([][]string{
+				{"run c1", "done c1 no exit wave", "skip c1", "done c1 done"},
+				b,
+				{"done c1 aborted", "run c1", "done c1 done"},
+			})
+		})
+	}
+}
+
+// docs/STEERING.md, "Features together": B's task of c1 succeeds after
+// the Head cancelled c1; a later retry passes c1 on at B (its work is
+// done), as it does at A. A restarted B whose journal says its task was
+// cancelled while it ran does not run it again (ErrCancelled on Rerun);
+// its end ends the round.
+func TestCancelledTaskIsDoneForARetry(t *testing.T) {
 	tg := newTogether(t, []string{"A", "B", "C"}, nil)
 	for i := range 3 {
 		tg.net.Step(i, protocol.LocalReady("c1"))
 	}
 	tg.runUntil(1, "c1")
 	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "c1"})
-	tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerRetry, HasRound: true, Round: "c1"})
 	tg.deliver()
-	if n := len(tg.net.Tasks); n != 1 {
-		t.Fatalf("%d tasks running, want B's old one only: %v", n, tg.net.Tasks)
+	rec := tg.record(1, "c1")
+	m := protocol.New(protocol.Config{Role: protocol.Middle, Durable: true, Extensions: true, Ordered: true})
+	if err := m.Restore(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Step(protocol.Rerun("c1"), nil); !errors.Is(err, protocol.ErrCancelled) {
+		t.Errorf("Rerun of a task cancelled while it ran: %v, want ErrCancelled", err)
+	}
+	if acts, err := m.Step(protocol.TaskDone("c1", false), nil); err != nil || !hasDone(acts, protocol.Aborted) {
+		t.Errorf("its end after the restart: %v %v, want the round aborted", acts, err)
 	}
 	if _, _, err := tg.net.FinishTask(0, false); err != nil {
-		t.Fatalf("B's old task ended: %v", err)
+		t.Fatal(err)
 	}
+	tg.drain(nil)
+	tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerRetry, HasRound: true, Round: "c1"})
 	tg.drain(nil)
 	tg.want([][]string{
 		{"run c1", "done c1 no exit wave", "skip c1", "done c1 done"},
-		{"run c1", "done c1 aborted", "run c1", "done c1 done"},
+		{"run c1", "done c1 aborted", "skip c1", "done c1 done"},
 		{"done c1 aborted", "run c1", "done c1 done"},
 	})
 }
 
-// docs/STEERING.md, "Features together": a wait for a person is never a
-// started task. B's task waits for an approval, then B is held, then the
-// Head pauses the chain: every record B saves meanwhile says the task has
-// not started (Record.Started, and no START); a denial ends the round
-// FAILED with the task never started. Once approved, released and
-// resumed, the task starts and the record says so.
-func TestGateIsNeverAStartedTask(t *testing.T) {
-	for _, deny := range []bool{false, true} {
-		t.Run(fmt.Sprint("deny ", deny), func(t *testing.T) {
-			tg := newTogether(t, []string{"A", "B", "C"}, func(i int, c *protocol.Config) { c.Approve = i == 1 })
-			var saved []protocol.Record
-			hook := tg.net.Hook
-			tg.net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
-				hook(i, ev, acts, err)
-				for _, a := range acts {
-					if i == 1 && a.Kind == protocol.ActSave && a.Round == "g1" {
-						saved = append(saved, a.Record)
-					}
-				}
-			}
-			for i := range 3 {
-				tg.net.Step(i, protocol.LocalReady("g1"))
-			}
-			tg.drain(nil)
-			tg.steer(1, protocol.Steer{At: 1, What: protocol.SteerHold})
-			tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerPause})
-			tg.deliver()
-			if g := tg.net.Nodes[1].M.Gate("g1"); g != protocol.WaitHold {
-				t.Fatalf("B's gate: %v, want held", g)
-			}
-			for _, rec := range saved {
-				if rec.Started || rec.State == protocol.StateStart {
-					t.Fatalf("B saved %+v while it waited at its gate", rec)
-				}
-			}
-			if deny {
-				if _, err := tg.net.Step(1, protocol.Deny("g1")); err != nil {
-					t.Fatal(err)
-				}
-				tg.drain(nil)
-				if rec := tg.record(1, "g1"); rec.Started || rec.State != protocol.StateFailed {
-					t.Fatalf("B saved %+v after the denial: want FAILED, never started", rec)
-				}
-				return
-			}
-			if _, err := tg.net.Step(1, protocol.Approve("g1")); err != nil {
-				t.Fatal(err)
-			}
-			tg.steer(1, protocol.Steer{At: 2, What: protocol.SteerNone})
-			tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerNone})
-			tg.deliver()
-			if rec := tg.record(1, "g1"); !rec.Started || rec.State != protocol.StateStart {
-				t.Fatalf("B saved %+v once its gate opened: want START, started", rec)
-			}
-			tg.drain(nil)
-			if rec := tg.record(1, "g1"); !rec.Started || rec.State != protocol.StateDone {
-				t.Fatalf("B saved %+v at the end: want DONE, started", rec)
-			}
-		})
+func hasDone(acts []protocol.Action, o protocol.Outcome) bool {
+	return slices.ContainsFunc(acts, func(a protocol.Action) bool { return a.Kind == protocol.ActDone && a.Outcome == o })
+}
+
+// docs/UNDO.md, "Features together": the Head cannot retry a round
+// whose undo wave has not ended there (ErrUndoUnderWay, nothing sent);
+// once the wave's outcome is known it can.
+func TestRetryWaitsForTheUndoWave(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C"}, func(i int, c *protocol.Config) { c.Undo = true })
+	for i := range 3 {
+		tg.net.Step(i, protocol.LocalReady("u1"))
+	}
+	tg.drain(func(node int, round string) bool { return node == 2 })
+	tg.log = make([][]string, 3)
+	// A retry; C fails again and a new wave starts: stop at the Head's undo.
+	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerRetry, HasRound: true, Round: "u1"})
+	for len(tg.net.Undos) == 0 || tg.net.Undos[0].Node != 0 {
+		switch {
+		case len(tg.net.Busy()) > 0:
+			tg.net.Deliver(tg.net.Oldest())
+		case len(tg.net.Tasks) > 0:
+			tg.net.FinishTask(0, tg.net.Tasks[0].Node == 2)
+		case len(tg.net.Undos) > 0:
+			tg.net.FinishUndo(0, false, 0)
+		default:
+			t.Fatal("the Head's undo never started")
+		}
+	}
+	retry := protocol.Steering(protocol.Steer{Origin: "A", At: 2, What: protocol.SteerRetry, HasRound: true, Round: "u1"})
+	if acts, err := tg.net.Step(0, retry); !errors.Is(err, protocol.ErrUndoUnderWay) || len(acts) != 0 {
+		t.Fatalf("retry during the wave: %v %v, want ErrUndoUnderWay and nothing", acts, err)
+	}
+	tg.drain(nil)
+	if _, err := tg.net.Step(0, retry); err != nil {
+		t.Fatalf("retry once the wave ended: %v", err)
+	}
+	tg.drain(nil)
+	if st, _ := tg.net.Nodes[0].M.State("u1"); st != protocol.StateDone {
+		t.Fatalf("u1 at the Head: %v, want DONE", st)
+	}
+}
+
+// docs/STEERING.md, "Features together": C's link is down when the
+// Head's cancel of c1 passes B; when it comes back B sends the cancel
+// again and C ends c1 too (it would otherwise wait for ever).
+func TestCancelReachesALinkThatWasDown(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C"}, nil)
+	for i := range 3 {
+		tg.net.Step(i, protocol.LocalReady("c1"))
+	}
+	tg.deliver()
+	tg.net.SetLink(1, false)
+	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "c1"})
+	tg.deliver()
+	if st, _ := tg.net.Nodes[2].M.State("c1"); st.Terminal() {
+		t.Fatalf("C with its link down: c1 %v", st)
+	}
+	tg.net.SetLink(1, true)
+	tg.net.Step(1, protocol.LinkUp(protocol.Succ))
+	tg.net.Step(2, protocol.LinkUp(protocol.Pred))
+	tg.deliver()
+	if st, _ := tg.net.Nodes[2].M.State("c1"); st != protocol.StateAborted {
+		t.Fatalf("C after its link came back: c1 %v, want ABORTED", st)
 	}
 }
