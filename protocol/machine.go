@@ -256,6 +256,11 @@ const (
 	// side To, for the first time; the machine has passed it on to the
 	// other side (an ActSend before this action). The driver reports it;
 	// the rounds it ends under Config.Policy follow (ActDone, Aborted).
+	// For a notice about a round this node knows, Round is that round,
+	// From its state here before the notice, and Started says whether
+	// this node's task of it had started (From START: it runs still;
+	// COMPLETE or after: it succeeded; FAILED: it failed), so that what
+	// the driver says of this node's task is true.
 	ActNotice
 	// ActOpened: Round is new at this node, in StateSync: opened by the
 	// predecessor's READY (To is Pred) or by local readiness (To is 0).
@@ -334,6 +339,9 @@ type Action struct {
 	After   time.Duration
 	// Wave: ActRunUndo, ActUndone (undo.go).
 	Wave Wave
+	// Started (ActNotice): this node's task of Round had started
+	// before the notice arrived.
+	Started bool
 }
 
 // Record is everything durable about one round at one node: enough for a
@@ -1425,7 +1433,11 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if g := m.live.noticed(msg.Note); g != nil {
 		out = m.timedOut(m.live.expire(g), out) // liveness.go
 	}
-	out = append(out, Action{Kind: ActNotice, To: from, Msg: msg})
+	an := Action{Kind: ActNotice, To: from, Msg: msg}
+	if r := m.rounds[msg.Note.Round]; msg.Note.HasRound && r != nil {
+		an.Round, an.From, an.Started = r.id, r.state, r.started
+	}
+	out = append(out, an)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note

@@ -356,3 +356,43 @@ func TestCancelReachesALinkThatWasDown(t *testing.T) {
 		t.Fatalf("C after its link came back: c1 %v, want ABORTED", st)
 	}
 }
+
+// docs/FAULTS.md, under halt (draft section "Protocol Operation": a
+// node's task runs once, in order): C's task fails and its notice halts
+// A and B, whose tasks had run already; D's never started. The notice's
+// action says so at each node, so the driver's words can be true.
+func TestNoticeSaysWhetherTheTaskRan(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C", "D"}, nil)
+	type seen struct {
+		from    protocol.State
+		started bool
+	}
+	got := map[int]seen{}
+	hook := tg.net.Hook
+	tg.net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+		hook(i, ev, acts, err)
+		for _, a := range acts {
+			if a.Kind == protocol.ActNotice && a.Round == "h1" {
+				got[i] = seen{a.From, a.Started}
+			}
+		}
+	}
+	for i := range 4 {
+		tg.net.Step(i, protocol.LocalReady("h1"))
+	}
+	tg.runUntil(2, "h1")
+	k := slices.IndexFunc(tg.net.Tasks, func(task sim.Task) bool { return task.Node == 2 })
+	if _, _, err := tg.net.FinishTask(k, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.net.Step(2, protocol.Report(protocol.Notice{HasRound: true, Round: "h1", Kind: protocol.KindTaskFailed, Origin: "C", Blamed: "C"})); err != nil {
+		t.Fatal(err)
+	}
+	tg.drain(nil)
+	want := map[int]seen{0: {protocol.StateComplete, true}, 1: {protocol.StateComplete, true}, 3: {protocol.StateWatch, false}}
+	for i, w := range want {
+		if got[i] != w {
+			t.Errorf("%s's notice action: %+v, want %+v", tg.net.Nodes[i].Name, got[i], w)
+		}
+	}
+}
