@@ -376,6 +376,15 @@ type Record struct {
 	// retry starts the round afresh, and the undo stays on record.
 	Retries int
 	Prior   UndoRecord
+	// Retry is the retry line that reopened the round last (What 0:
+	// none): sent again to the successor when the link comes back while
+	// the round is unfinished, and known when it comes again (by its
+	// At), so that it changes nothing then.
+	Retry Steer
+	// Cancel is the cancel line that ended the round here (What 0:
+	// none): a restarted node sends it on again when a link comes back,
+	// as it did before (the last ones; steer.go).
+	Cancel Steer
 	// Started: this node's task of the round started (the round
 	// entered START) in its latest attempt. A round that waited at a
 	// gate (a hold, a pause, an approval) and ended there, or was
@@ -516,6 +525,12 @@ type round struct {
 	// this node's work before the latest.
 	retries int
 	prior   UndoRecord
+	retry   Steer // Record.Retry
+	cancel  Steer // Record.Cancel
+	// succRetried: the successor sent back the retry line that reopened
+	// the round (or there is none): until then a message of the round
+	// from it may be of the attempt before, and is not taken.
+	succRetried bool
 	// A task of the round that outlives it here (steer.go): cancelled,
 	// the round ends when its running task ends; stale, a retry reopened
 	// it while the task of the attempt before still ran (the new
@@ -532,7 +547,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Started: r.started, Cancelled: r.cancelled}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -662,12 +677,18 @@ func (q *queue) restored(r *round) {
 	}
 }
 
-// requeue puts r, reopened by a retry, at the task turn (Config.Ordered):
-// before every round whose task has not run here yet; the rounds after
-// it pass READY on after it.
-func (q *queue) requeue(r *round) {
+// requeue puts r, reopened by a retry, in the order (Config.Ordered):
+// after every round whose task has started here or that ended here,
+// before every other; the rounds after it pass READY on after it. The
+// Head retries only while no round whose task ran there is in flight
+// there (ErrRoundsInFlight), so every node places it alike: the rounds
+// that ran at the Head have ended or started everywhere its retry line
+// arrives, and those that did not have run nowhere. The rounds from r on
+// are numbered again (seq) so that a restart restores the same order;
+// it returns those whose number changed, to be saved.
+func (q *queue) requeue(r *round) []*round {
 	if !q.ordered {
-		return
+		return nil
 	}
 	if k := slices.Index(q.order, r); k >= 0 {
 		q.order = slices.Delete(q.order, k, k+1)
@@ -678,9 +699,27 @@ func (q *queue) requeue(r *round) {
 			q.readyAt--
 		}
 	}
-	q.order = slices.Insert(q.order, q.taskAt, r)
-	q.readyAt = q.taskAt
+	at := q.taskAt
+	for at < len(q.order) && (q.order[at].state >= StateStart || q.order[at].stale) {
+		at++
+	}
+	q.order = slices.Insert(q.order, at, r)
+	q.readyAt = min(q.readyAt, at)
 	r.queued = true
+	var renumbered []*round
+	var prev uint64
+	if at > 0 {
+		prev = q.order[at-1].seq
+	}
+	for _, o := range q.order[at:] {
+		if o.seq <= prev {
+			o.seq = prev + 1
+			renumbered = append(renumbered, o)
+		}
+		prev = o.seq
+	}
+	q.seq = max(q.seq, prev)
+	return renumbered
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -850,9 +889,17 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, started: rec.Started, cancelled: rec.Cancelled}
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
+		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc()}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
+	if r.cancel.What == SteerCancel {
+		from := Side(0)
+		if m.cfg.Role.HasPred() {
+			from = Pred // a cancel comes from the Head's side
+		}
+		m.steer.event(r.cancel, from)
+	}
 	if r.state.Terminal() && r.undo.Held != 0 {
 		m.active++ // ended here, its undo wave's outcome still to come
 		return nil
@@ -964,8 +1011,15 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 }
 
 // recvNoted is recv, noting the last command received on each side.
+//
+// After a retry reopened its round, a round message this attempt cannot
+// take is one of the attempt before (a re-send that crossed the retry
+// line on a link that came back): it changes nothing.
 func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, error) {
 	out, err := m.recv(from, msg, out)
+	if r := m.rounds[msg.Round]; err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
+		return out, nil
+	}
 	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() {
 		if from == Pred {
 			r.recvPred = max(r.recvPred, msg.Cmd)
@@ -974,6 +1028,13 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 		}
 	}
 	return out, err
+}
+
+// staleAttempt reports whether err, a message refused in a retried
+// round, is a peer's violation that is not a configuration mismatch.
+func staleAttempt(err error) bool {
+	var v *Violation
+	return errors.As(err, &v) && !v.Mismatch
 }
 
 // promote takes msg, the first line of a new connection on side's link,
@@ -1054,6 +1115,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	r := m.rounds[msg.Round]
 	var st State
+	if r != nil && from == Succ && !r.succRetried && r.retries > 0 {
+		return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
+	}
 	if r != nil {
 		st = r.state
 
@@ -1246,6 +1310,11 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 		last, lost := r.lastSucc, r.lostSucc
 		if side == Pred {
 			last, lost = r.lastPred, r.lostPred
+		}
+		if s := r.retry; side == Succ && s.What == SteerRetry && m.cfg.Extensions {
+			// The line that reopened it first: the successor may have
+			// missed it (steer.go).
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
 		}
 		if last != 0 && !lost {
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: last, Round: id}, Resend: true})

@@ -266,6 +266,10 @@ var (
 	// ErrUndoUnderWay: a retry of a round whose undo wave has not ended
 	// at this node; retry it once the wave's outcome is known.
 	ErrUndoUnderWay = fmt.Errorf("chainsync: the round's undo wave is under way here")
+	// ErrRoundsInFlight: a retry at the Head while a round whose task
+	// ran there is not over there yet: every node could not place the
+	// retried round alike; retry once those rounds are over.
+	ErrRoundsInFlight = fmt.Errorf("chainsync: a round whose task ran here is still in flight")
 	// ErrCancelled: Rerun of a round cancelled while its task ran: the
 	// task is not run again; report its end (TaskDone) instead.
 	ErrCancelled = fmt.Errorf("chainsync: the round was cancelled while its task ran here")
@@ -292,12 +296,13 @@ type steering struct {
 
 	own    Steer                  // this node's last own state line (What 0: none sent)
 	lastAt int64                  // the At of this node's last own line, state or event
-	events map[string]int64       // by origin: the At of its latest event line
+	events map[[2]string]int64    // by origin and round: the At of its latest event line
 	others map[string]*steerEntry // by origin: the latest line of every other node
 	order  []string               // the origins in others, oldest first
 	// cancels: the latest cancel lines, oldest first (at most
 	// maxCancels; a retry of the round drops its cancel), re-sent when a
 	// link comes back so that a node that missed one ends the round too.
+	// (A retry line is re-sent by its round: Record.Retry.)
 	cancels []steerEntry
 }
 
@@ -396,14 +401,18 @@ func (st *steering) recv(from Side, msg Message, out []Action) (_ []Action, fres
 	if s.Origin == st.own.Origin && st.lastAt != 0 {
 		return out, false, nil // this node's own line, come back (a name used twice)
 	}
+	if s.What == SteerRetry && from == Succ {
+		return out, false, nil // a retry travels forward: from the successor, it is its echo (Machine.retryLine)
+	}
 	if s.What.Event() {
-		if st.events[s.Origin] >= s.At {
+		key := [2]string{s.Origin, s.Round}
+		if st.events[key] >= s.At {
 			return out, false, nil // seen already: passed on once
 		}
 		if st.events == nil || len(st.events) >= maxSteerOrigins {
-			st.events = make(map[string]int64)
+			st.events = make(map[[2]string]int64)
 		}
-		st.events[s.Origin] = s.At
+		st.events[key] = s.At
 		st.event(s, from)
 	} else {
 		if e := st.others[s.Origin]; e != nil && e.s.At >= s.At {
@@ -533,13 +542,22 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		if ev.Msg.Cmd == SteerLine {
 			var fresh bool
 			var err error
-			if out, fresh, err = m.steer.recv(ev.From, ev.Msg, out); err != nil || !fresh {
+			if out, fresh, err = m.steer.recv(ev.From, ev.Msg, out); err != nil {
 				return out, err
 			}
 			s, by = *ev.Msg.Steer, Pred
+			if s.What == SteerRetry {
+				return m.retryLine(ev.From, s, fresh, out), nil
+			}
+			if !fresh {
+				return out, nil
+			}
 		} else {
 			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
 				return out, ErrUndoUnderWay
+			}
+			if s.What == SteerRetry && m.inFlight(s.Round) {
+				return out, ErrRoundsInFlight
 			}
 			var err error
 			if out, err = m.steer.setOwn(s, out); err != nil {
@@ -548,6 +566,10 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		switch s.What {
 		case SteerCancel:
+			if r := m.rounds[s.Round]; r != nil {
+				r.cancel = s // kept for re-sends after a restart
+				m.moved.add(r)
+			}
 			switch r := m.rounds[s.Round]; {
 			case r == nil || r.state.Terminal():
 			case r.state == StateStart:
@@ -559,7 +581,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 				out = m.abortRound(r, out)
 			}
 		case SteerRetry:
-			out = m.retryRound(s.Round, by, out)
+			out = m.retryRound(s, by, out)
 		}
 		return m.ungate(out), nil
 	case EvApprove:
@@ -661,7 +683,7 @@ func (r *round) taskRan(role Role) bool {
 	return r.lastPred == Complete
 }
 
-// retryRound reopens round id (a retry from the Head; by: Pred where the
+// retryRound reopens round s.Round (the retry line s from the Head; by: Pred where the
 // line came from it, 0 at the Head): a round this node knows and that
 // ended (an unfinished one is ended first) starts again in SYNC, with
 // its readiness, in the place it had in the order: before every round
@@ -669,10 +691,14 @@ func (r *round) taskRan(role Role) bool {
 // the undo wave did not undo it, it is passed on without running again
 // (ActSkip); work that was undone runs again. The undo stays on record
 // (Record.Prior). ActOpened says it is open.
-func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
+func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
+	id := s.Round
 	r := m.rounds[id]
-	if r == nil {
+	switch {
+	case r == nil:
 		return out // never seen here: its READY opens it as a new round
+	case r.retry.At >= s.At:
+		return out // this retry reopened it already (a re-send)
 	}
 	switch {
 	case r.over:
@@ -700,16 +726,55 @@ func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
 	// A task of the attempt before that still runs here holds the
 	// retry's own until it ends (taskDone).
 	stale := r.stale || r.taskOpen
-	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior, stale: stale}
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior,
+		retry: s, stale: stale, succRetried: !m.cfg.Role.HasSucc()}
 	m.active++
 	if k := slices.Index(m.finished, id); k >= 0 {
 		m.finished = slices.Delete(m.finished, k, k+1)
 	}
-	m.q.requeue(r)
+	for _, o := range m.q.requeue(r) {
+		m.moved.add(o)
+	}
 	m.moved.add(r)
 	m.clock.arm(r)
 	out = append(out, Action{Kind: ActOpened, Round: id, To: by})
 	return m.advance(r, out)
+}
+
+// retryLine takes a retry line from side from (fresh: the first time it
+// came). From the predecessor, the round is reopened here (once) and the
+// line goes back, so that the predecessor knows every message of the
+// round from here is of the retry: a message of the attempt before, re-
+// sent when a link came back, can cross the line on its way. From the
+// successor, it is that line coming back: the round takes the
+// successor's messages again.
+func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Action {
+	r := m.rounds[s.Round]
+	if from == Succ {
+		if r != nil && r.retry.At == s.At {
+			r.succRetried = true
+		}
+		return out
+	}
+	if fresh {
+		out = m.retryRound(s, Pred, out)
+		out = m.ungate(out)
+	}
+	if r := m.rounds[s.Round]; r == nil || r.retry.At >= s.At {
+		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
+	}
+	return out
+}
+
+// inFlight reports whether a round other than id whose task started
+// here is not over here yet.
+func (m *Machine) inFlight(id string) bool {
+	for _, r := range m.rounds {
+		if r.id != id && !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
+			return true
+		}
+	}
+	return false
 }
 
 // beforeTask checks that r (nil: unknown) has not started its task here:
