@@ -570,6 +570,10 @@ type Machine struct {
 	// after a halt.
 	halted  bool
 	notices noticeBook
+	// orphans counts the tasks running here whose round ended or was
+	// reopened meanwhile (round.taskOpen, round.stale): with
+	// Config.Ordered no other task starts until they have ended.
+	orphans int
 
 	clock clock    // logical time and the deadlines (time.go)
 	live  liveness // restart graces, neighbours back (liveness.go)
@@ -678,8 +682,9 @@ func (q *queue) restored(r *round) {
 }
 
 // requeue puts r, reopened by a retry, in the order (Config.Ordered):
-// after every round whose task has started here or that ended here,
-// before every other; the rounds after it pass READY on after it. The
+// after every round whose task has started here or that ended here, and
+// every round an earlier retry reopened, before every other; the rounds
+// after it pass READY on after it. The
 // Head retries only while no round whose task ran there is in flight
 // there (ErrRoundsInFlight), so every node places it alike: the rounds
 // that ran at the Head have ended or started everywhere its retry line
@@ -700,7 +705,13 @@ func (q *queue) requeue(r *round) []*round {
 		}
 	}
 	at := q.taskAt
-	for at < len(q.order) && (q.order[at].state >= StateStart || q.order[at].stale) {
+	for at < len(q.order) {
+		// After the rounds started or ended here, and the rounds an
+		// earlier retry reopened (whatever order the lines came in).
+		o := q.order[at]
+		if o.state < StateStart && (o.retry.What != SteerRetry || o.retry.At >= r.retry.At) {
+			break
+		}
 		at++
 	}
 	q.order = slices.Insert(q.order, at, r)
@@ -818,7 +829,10 @@ func (m *Machine) abortAll(out []Action) []Action {
 // with the step.
 func (m *Machine) abortRound(r *round, out []Action) []Action {
 	o := r.abortOutcome(m.cfg.Role)
-	r.taskOpen = r.state == StateStart
+	if r.state == StateStart {
+		r.taskOpen = true
+		m.orphans++
+	}
 	out = m.set(r, StateAborted, out)
 	m.moved.add(r)
 	return m.finish(r, o, out)
@@ -1095,7 +1109,13 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if msg.Cmd.IsUndo() {
 		r := m.rounds[msg.Round]
+		if msg.Cmd != UndoOn && r != nil && r.retries > 0 && from == Succ && !r.succRetried {
+			return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
+		}
 		out, v, err := m.undo.recv(from, msg, r, out)
+		if err != nil && msg.Cmd != UndoOn && r != nil && r.retries > 0 && staleAttempt(err) {
+			return out, nil // of the attempt before the retry
+		}
 		switch v {
 		case undoRun:
 			if !r.state.Terminal() {
@@ -1252,11 +1272,13 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 		// task may start now (steer.go); if it succeeded, it is done
 		// here and the retry passes the round on.
 		r.stale = false
+		m.orphans--
 		r.taskOK = r.taskOK || !failed
 		return m.ungate(out), nil
 	case r != nil && r.taskOpen:
 		r.taskOpen = false // the round ended while it ran: nothing follows
-		return out, nil
+		m.orphans--
+		return m.ungate(out), nil
 	case r == nil || r.state != StateStart:
 		return out, ErrNotRunning
 	}
@@ -1510,6 +1532,12 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
+		// A task after this node failed, but this node's task has not
+		// run in the round's retry yet: the failure is of the attempt
+		// before (tasks run in chain order), and ends nothing now.
+		return out, nil
+	}
 	m.undo.noticed(n, m.rounds[n.Round])
 	switch {
 	case n.Kind == KindCleared:

@@ -490,8 +490,10 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		}
 		return true, m.advance(r, out)
 	}
-	if r.stale {
-		return true, out // the task of the attempt before a retry still runs
+	if r.stale || m.cfg.Ordered && m.orphans > 0 {
+		// The task of the attempt before a retry still runs, or (one
+		// task at a time) that of a round that ended meanwhile.
+		return true, out
 	}
 	if m.cfg.Approve && !r.approved {
 		if !r.gateNoted {
@@ -556,7 +558,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
 				return out, ErrUndoUnderWay
 			}
-			if s.What == SteerRetry && m.inFlight(s.Round) {
+			if s.What == SteerRetry && m.inFlight() {
 				return out, ErrRoundsInFlight
 			}
 			var err error
@@ -599,7 +601,8 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
 	case EvAlreadyDone:
-		if r := m.rounds[ev.Round]; r != nil && !r.state.Terminal() && r.state < StateStart {
+		// Before its task's turn, or ended (a later retry passes it on).
+		if r := m.rounds[ev.Round]; r != nil && (r.state.Terminal() || r.state < StateStart) {
 			r.taskOK = true
 			return m.ungate(out), nil
 		}
@@ -762,15 +765,20 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 	}
 	if r := m.rounds[s.Round]; r == nil || r.retry.At >= s.At {
 		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
+		if r != nil && !fresh && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
+			// The predecessor asks again (it restarted, or lost the
+			// echo): what was sent it since may have been dropped.
+			out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: r.lastPred, Round: r.id}, Resend: true})
+		}
 	}
 	return out
 }
 
-// inFlight reports whether a round other than id whose task started
-// here is not over here yet.
-func (m *Machine) inFlight(id string) bool {
+// inFlight reports whether a round whose task started here (the one to
+// retry included) is not over here yet.
+func (m *Machine) inFlight() bool {
 	for _, r := range m.rounds {
-		if r.id != id && !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
+		if !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
 			return true
 		}
 	}
