@@ -558,7 +558,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
 				return out, ErrUndoUnderWay
 			}
-			if s.What == SteerRetry && m.inFlight() {
+			if s.What == SteerRetry && inFlight(m.rounds) {
 				return out, ErrRoundsInFlight
 			}
 			var err error
@@ -774,10 +774,10 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 	return out
 }
 
-// inFlight reports whether a round whose task started here (the one to
-// retry included) is not over here yet.
-func (m *Machine) inFlight() bool {
-	for _, r := range m.rounds {
+// inFlight reports whether one of rounds whose task started here (the
+// one to retry included) is not over here yet.
+func inFlight(rounds map[string]*round) bool {
+	for _, r := range rounds {
 		if !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
 			return true
 		}
