@@ -153,30 +153,53 @@ type reported struct {
 	last time.Duration // when it was last heard from (or healthy) then
 }
 
-// liveState is the machine's liveness state (Machine.live).
-type liveState struct {
+// liveness is the machine's part that keeps the restart graces (this
+// node's own and the other nodes') and the neighbours reported and not
+// heard from since. It is told the time with each call; what ran out it
+// hands back for the machine to apply the policy.
+type liveness struct {
+	role  Role
+	ext   bool          // Config.Extensions
+	self  string        // this node's name in GRACE lines ("" none)
+	grace time.Duration // Config.RestartGrace
+
 	graces map[string]*grace // by node
 	gen    [3]uint64         // per Side: connections so far
 	rep    [3]*reported      // per Side: reported and not heard from since
 	// ann: this node's own graces in force, by round: when each was
 	// announced, so that a link that comes back hears what is left.
 	ann map[string]time.Duration
+	// ended: the graces of other nodes that ended because the node is
+	// back, by node (the GRACE line of grace 0, and where it came from),
+	// so that a link that comes back hears of it too.
+	ended map[string]grace
 }
 
-// Graces returns the restart graces in force, by node name.
-func (m *Machine) Graces() []GraceView {
-	vs := make([]GraceView, 0, len(m.live.graces))
-	for _, g := range m.live.graces {
+func newLiveness(cfg *Config) liveness {
+	l := liveness{role: cfg.Role, ext: cfg.Extensions, grace: cfg.RestartGrace}
+	if cfg.Self != "" {
+		l.self = NoticeName(cfg.Self)
+	}
+	return l
+}
+
+// views returns the restart graces in force at time now, by node name.
+func (l *liveness) views(now time.Duration) []GraceView {
+	vs := make([]GraceView, 0, len(l.graces))
+	for _, g := range l.graces {
 		vs = append(vs, GraceView{Node: g.note.Node, HasRound: g.note.HasRound, Round: g.note.Round, Side: g.side,
-			Neighbor: g.note.Hops == 1, For: g.note.For, Left: max(g.until-m.now, 0)})
+			Neighbor: g.note.Hops == 1, For: g.note.For, Left: max(g.until-now, 0)})
 	}
 	slices.SortFunc(vs, func(a, b GraceView) int { return strings.Compare(a.Node, b.Node) })
 	return vs
 }
 
-// hasSide reports whether this node has a neighbour on side s.
-func (m *Machine) hasSide(s Side) bool {
-	return s == Pred && m.cfg.Role.HasPred() || s == Succ && m.cfg.Role.HasSucc()
+// Graces returns the restart graces in force, by node name.
+func (m *Machine) Graces() []GraceView { return m.live.views(m.clock.now) }
+
+// hasSide reports whether a node in role has a neighbour on side s.
+func hasSide(role Role, s Side) bool {
+	return s == Pred && role.HasPred() || s == Succ && role.HasSucc()
 }
 
 // other is the side opposite s.
@@ -187,73 +210,75 @@ func other(s Side) Side {
 	return Pred
 }
 
-// announce appends this node's GRACE line for round r (grace d, 0: back)
-// to both neighbours (Config.RestartGrace with extensions only).
-func (m *Machine) announce(r *round, d time.Duration, out []Action) []Action {
-	if m.cfg.RestartGrace <= 0 || !m.cfg.Extensions || m.cfg.Self == "" {
+// announce appends this node's GRACE line for round id (grace d, 0: back)
+// to both neighbours (Config.RestartGrace with extensions only), at time
+// now.
+func (l *liveness) announce(id string, d, now time.Duration, out []Action) []Action {
+	if l.grace <= 0 || !l.ext || l.self == "" {
 		return out
 	}
-	g := &GraceNote{HasRound: true, Round: r.id, Node: NoticeName(m.cfg.Self), For: d, Hops: 1}
+	g := &GraceNote{HasRound: true, Round: id, Node: l.self, For: d, Hops: 1}
 	if d > 0 {
-		if m.live.ann == nil {
-			m.live.ann = make(map[string]time.Duration)
+		if l.ann == nil {
+			l.ann = make(map[string]time.Duration)
 		}
-		m.live.ann[r.id] = m.now
-	} else if _, ok := m.live.ann[r.id]; !ok {
+		l.ann[id] = now
+	} else if _, ok := l.ann[id]; !ok {
 		return out // no grace of this process to end (a task resumed after a restart)
 	} else {
-		delete(m.live.ann, r.id)
+		delete(l.ann, id)
 	}
 	for _, s := range [...]Side{Pred, Succ} {
-		if m.hasSide(s) {
+		if hasSide(l.role, s) {
 			out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: g}})
 		}
 	}
 	return out
 }
 
-// runTask appends r's ActRunTask, after this node's restart grace.
-func (m *Machine) runTask(r *round, out []Action) []Action {
-	out = m.announce(r, m.cfg.RestartGrace.Truncate(time.Millisecond), out)
-	return append(out, Action{Kind: ActRunTask, Round: r.id})
+// runTask appends round id's ActRunTask, after this node's restart grace.
+func (l *liveness) runTask(id string, now time.Duration, out []Action) []Action {
+	out = l.announce(id, l.grace.Truncate(time.Millisecond), now, out)
+	return append(out, Action{Kind: ActRunTask, Round: id})
 }
 
-// graceRecv takes a GRACE line from side from: it begins, renews or ends
-// a grace and is passed on away from where it came.
-func (m *Machine) graceRecv(from Side, msg Message, out []Action) ([]Action, error) {
-	if !m.cfg.Extensions {
+// recv takes a GRACE line from side from at time now: it begins, renews
+// or ends a grace and is passed on away from where it came.
+func (l *liveness) recv(from Side, msg Message, now time.Duration, out []Action) ([]Action, error) {
+	if !l.ext {
 		return out, &Violation{From: from, Msg: msg, Reason: "a GRACE line, an extension line, at a node without extensions", Mismatch: true}
 	}
 	if msg.Grace == nil || !msg.Grace.Valid() {
 		return out, &Violation{From: from, Msg: msg, Reason: "malformed GRACE line"}
 	}
 	g := *msg.Grace
-	if g.Node == NoticeName(m.cfg.Self) && m.cfg.Self != "" {
+	if g.Node == l.self && l.self != "" {
 		return out, nil // its own, back again: nothing to do
 	}
-	if m.live.graces == nil {
-		m.live.graces = make(map[string]*grace)
+	if l.graces == nil {
+		l.graces = make(map[string]*grace)
 	}
-	cur := m.live.graces[g.Node]
+	cur := l.graces[g.Node]
 	if g.For == 0 {
 		if cur == nil {
 			return out, nil // over here already (or never known): passed on then
 		}
-		delete(m.live.graces, g.Node)
+		l.back(g, from)
 	} else {
-		gr := &grace{note: g, side: from, until: m.now + g.For}
+		delete(l.ended, g.Node)
+		gr := &grace{note: g, side: from, until: now + g.For}
 		if g.Hops == 1 {
-			gr.gen = m.live.gen[from]
+			gr.gen = l.gen[from]
 		}
-		m.live.graces[g.Node] = gr
+		l.graces[g.Node] = gr
 	}
-	return m.passGrace(from, g, out), nil
+	return l.pass(from, g, out), nil
 }
 
-// passGrace passes g, which arrived from side from (or was found there),
-// on to the other side and reports it (ActGrace).
-func (m *Machine) passGrace(from Side, g GraceNote, out []Action) []Action {
-	if to := other(from); m.hasSide(to) {
+// pass passes g, which arrived from side from (or was found there), on to
+// the other side and reports it (ActGrace).
+func (l *liveness) pass(from Side, g GraceNote, out []Action) []Action {
+	if to := other(from); hasSide(l.role, to) {
 		fwd := g
 		fwd.Hops = min(g.Hops+1, MaxGraceHops)
 		out = append(out, Action{Kind: ActSend, To: to, Msg: Message{Cmd: Grace, Grace: &fwd}})
@@ -262,8 +287,8 @@ func (m *Machine) passGrace(from Side, g GraceNote, out []Action) []Action {
 }
 
 // graced reports whether the neighbour on side s is in a restart grace.
-func (m *Machine) graced(s Side) bool {
-	for _, g := range m.live.graces {
+func (l *liveness) graced(s Side) bool {
+	for _, g := range l.graces {
 		if g.side == s && g.note.Hops == 1 {
 			return true
 		}
@@ -272,8 +297,8 @@ func (m *Machine) graced(s Side) bool {
 }
 
 // graceOn reports whether some node on side s is in a restart grace.
-func (m *Machine) graceOn(s Side) bool {
-	for _, g := range m.live.graces {
+func (l *liveness) graceOn(s Side) bool {
+	for _, g := range l.graces {
 		if g.side == s {
 			return true
 		}
@@ -281,54 +306,54 @@ func (m *Machine) graceOn(s Side) bool {
 	return false
 }
 
-// heardNew notes a line heard at time at from the neighbour on side s: a
-// grace of that neighbour announced on an earlier connection is over (it
-// restarted and is back), and a neighbour reported before is back
-// (ActBack).
-func (m *Machine) heardNew(s Side, at time.Duration, out []Action) []Action {
+// heardNew notes a line heard at time at from the neighbour on side s
+// (the time is now): a grace of that neighbour announced on an earlier
+// connection is over (it restarted and is back), and a neighbour
+// reported before is back (ActBack).
+func (l *liveness) heardNew(s Side, at, now time.Duration, out []Action) []Action {
 	if s != Pred && s != Succ {
 		return out
 	}
 	var back []*grace
-	for _, g := range m.live.graces {
-		if g.side == s && g.note.Hops == 1 && m.live.gen[s] > g.gen {
+	for _, g := range l.graces {
+		if g.side == s && g.note.Hops == 1 && l.gen[s] > g.gen {
 			back = append(back, g)
 		}
 	}
 	slices.SortFunc(back, func(a, b *grace) int { return strings.Compare(a.note.Node, b.note.Node) })
 	for _, g := range back {
-		delete(m.live.graces, g.note.Node)
 		over := g.note
 		over.For = 0
-		out = m.passGrace(s, over, out)
+		l.back(over, s)
+		out = l.pass(s, over, out)
 	}
-	if rep := m.live.rep[s]; rep != nil && at > rep.at {
-		m.live.rep[s] = nil
-		out = append(out, Action{Kind: ActBack, To: s, After: m.now - rep.last})
+	if rep := l.rep[s]; rep != nil && at > rep.at {
+		l.rep[s] = nil
+		out = append(out, Action{Kind: ActBack, To: s, After: now - rep.last})
 	}
 	return out
 }
 
-// liveStep keeps the liveness state after a successful step of ev with
-// the given actions, and appends what follows from it.
-func (m *Machine) liveStep(ev Event, acts []Action, out []Action) []Action {
+// step keeps the liveness state after a successful step of ev at time
+// now with the given actions, and appends what follows from it.
+func (l *liveness) step(ev Event, acts []Action, now time.Duration, out []Action) []Action {
 	s := ev.From
 	switch ev.Kind {
 	case EvLinkUp:
 		if s == Pred || s == Succ {
-			m.live.gen[s]++
-			out = m.reannounce(s, out)
+			l.gen[s]++
+			out = l.reannounce(s, now, out)
 			if ev.Msg.Cmd != 0 {
-				out = m.heardNew(s, m.now, out) // Promote: its first line
+				out = l.heardNew(s, now, now, out) // Promote: its first line
 			}
 		}
 	case EvRecv:
-		out = m.heardNew(s, m.now, out)
+		out = l.heardNew(s, now, now, out)
 	case EvTick:
 		for _, s := range [...]Side{Pred, Succ} {
-			if h := ev.Heard[s]; h > 0 && m.hasSide(s) {
-				if rep := m.live.rep[s]; rep != nil && h > rep.at || m.graceBack(s) {
-					out = m.heardNew(s, h, out)
+			if h := ev.Heard[s]; h > 0 && hasSide(l.role, s) {
+				if rep := l.rep[s]; rep != nil && h > rep.at || l.graceBack(s) {
+					out = l.heardNew(s, h, now, out)
 				}
 			}
 		}
@@ -338,8 +363,8 @@ func (m *Machine) liveStep(ev Event, acts []Action, out []Action) []Action {
 			if a.Timeout == TimeoutGrace && (a.Msg.Grace == nil || a.Msg.Grace.Hops != 1) {
 				continue // not the neighbour's
 			}
-			if m.live.rep[a.To] == nil {
-				m.live.rep[a.To] = &reported{at: m.now, last: m.now - a.After}
+			if l.rep[a.To] == nil {
+				l.rep[a.To] = &reported{at: now, last: now - a.After}
 			}
 		}
 	}
@@ -349,84 +374,102 @@ func (m *Machine) liveStep(ev Event, acts []Action, out []Action) []Action {
 // graceBack reports whether a line heard on the current connection on
 // side s ends a grace of the neighbour there: the connection is newer
 // than the announcement's.
-func (m *Machine) graceBack(s Side) bool {
-	for _, g := range m.live.graces {
-		if g.side == s && g.note.Hops == 1 && m.live.gen[s] > g.gen {
+func (l *liveness) graceBack(s Side) bool {
+	for _, g := range l.graces {
+		if g.side == s && g.note.Hops == 1 && l.gen[s] > g.gen {
 			return true
 		}
 	}
 	return false
 }
 
-// graceTick reports the graces that ran out (TimeoutGrace), in node
-// order.
-func (m *Machine) graceTick(out []Action) []Action {
+// due returns the graces that ran out by now, in node order.
+func (l *liveness) due(now time.Duration) []*grace {
 	var due []*grace
-	for _, g := range m.live.graces {
-		if m.now >= g.until {
+	for _, g := range l.graces {
+		if now >= g.until {
 			due = append(due, g)
 		}
 	}
 	slices.SortFunc(due, func(a, b *grace) int { return strings.Compare(a.note.Node, b.note.Node) })
-	for _, g := range due {
-		out = m.expire(g, out)
-	}
-	return out
+	return due
 }
 
 // KindUnreachable is the kind of the notice of a node that did not come
 // back within its grace (as of an unreachable neighbour).
 const KindUnreachable = "peer-unreachable"
 
-// graceNoticed: another node's notice says a node in a restart grace here
-// is unreachable, which it can only say once that grace ran out there:
-// the grace runs out here too, now, so that this node reports it as its
-// own (its grace was the same, announced moments apart).
-func (m *Machine) graceNoticed(n *Notice, out []Action) []Action {
-	if g := m.live.graces[n.Blamed]; g != nil && n.Kind == KindUnreachable {
-		out = m.expire(g, out)
+// noticed: another node's notice n says a node in a restart grace here is
+// unreachable, which it can only say once that grace ran out there: the
+// grace runs out here too, now (the grace returned, nil if none), so that
+// this node reports it as its own (its grace was the same, announced
+// moments apart).
+func (l *liveness) noticed(n *Notice) *grace {
+	if g := l.graces[n.Blamed]; g != nil && n.Kind == KindUnreachable {
+		return g
 	}
-	return out
+	return nil
 }
 
-// expire reports g, a grace that ran out (TimeoutGrace); for a
-// neighbour's, its silence or down link is then reported already. Under
-// PolicyHalt it ends every unfinished round.
-func (m *Machine) expire(g *grace, out []Action) []Action {
-	delete(m.live.graces, g.note.Node)
+// expire forgets g, a grace that ran out, and returns its TimeoutGrace
+// (Machine.timedOut applies it).
+func (l *liveness) expire(g *grace) Action {
+	delete(l.graces, g.note.Node)
 	note := g.note
-	if note.Hops == 1 {
-		c := &m.sides[g.side]
-		c.silent, c.unreach = c.up, !c.up
-	}
-	a := Action{Kind: ActTimeout, Timeout: TimeoutGrace, To: g.side, After: note.For, Msg: Message{Cmd: Grace, Grace: &note}}
-	if r := m.rounds[note.Round]; note.HasRound && r != nil && !r.state.Terminal() {
-		a.Round, a.From = r.id, r.state // the round it restarted in
-		out = append(out, a)
-		if m.cfg.Policy == PolicyHalt {
-			out = m.abortAll(out)
-		}
-		return out
-	}
-	return m.linkTimeout(a, out)
+	return Action{Kind: ActTimeout, Timeout: TimeoutGrace, To: g.side, After: note.For, Msg: Message{Cmd: Grace, Grace: &note}}
 }
 
-// reannounce sends on the new connection on side s what is left of this
-// node's own graces in force: a neighbour that lost the link meanwhile
-// would otherwise take the grace for over.
-func (m *Machine) reannounce(s Side, out []Action) []Action {
-	ids := make([]string, 0, len(m.live.ann))
-	for id := range m.live.ann {
+// back ends the grace of g.Node (g is its GRACE line of grace 0, which
+// came from side from) and keeps the line for the links that come back.
+func (l *liveness) back(g GraceNote, from Side) {
+	delete(l.graces, g.Node)
+	if l.ended == nil {
+		l.ended = make(map[string]grace)
+	}
+	if len(l.ended) >= maxSteerOrigins {
+		clear(l.ended)
+	}
+	l.ended[g.Node] = grace{note: g, side: from}
+}
+
+// reannounce sends on the new connection on side s what is left at time
+// now of this node's own graces in force (a neighbour that lost the link
+// meanwhile would otherwise take the grace for over), then the graces of
+// other nodes in force or ended that came from the other side, as this
+// node passed them on: a neighbour whose link was down when they passed
+// learns of them.
+func (l *liveness) reannounce(s Side, now time.Duration, out []Action) []Action {
+	ids := make([]string, 0, len(l.ann))
+	for id := range l.ann {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		left := (m.cfg.RestartGrace - (m.now - m.live.ann[id])).Truncate(time.Millisecond)
+		left := (l.grace - (now - l.ann[id])).Truncate(time.Millisecond)
 		if left <= 0 {
 			continue
 		}
-		g := &GraceNote{HasRound: true, Round: id, Node: NoticeName(m.cfg.Self), For: left, Hops: 1}
+		g := &GraceNote{HasRound: true, Round: id, Node: l.self, For: left, Hops: 1}
 		out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: g}, Resend: true})
+	}
+	var others []grace
+	for _, g := range l.graces {
+		if left := (g.until - now).Truncate(time.Millisecond); g.side != s && left > 0 {
+			gr := *g
+			gr.note.For = left
+			others = append(others, gr)
+		}
+	}
+	for _, g := range l.ended {
+		if g.side != s {
+			others = append(others, g)
+		}
+	}
+	slices.SortFunc(others, func(a, b grace) int { return strings.Compare(a.note.Node, b.note.Node) })
+	for _, g := range others {
+		fwd := g.note
+		fwd.Hops = min(fwd.Hops+1, MaxGraceHops)
+		out = append(out, Action{Kind: ActSend, To: s, Msg: Message{Cmd: Grace, Grace: &fwd}, Resend: true})
 	}
 	return out
 }
@@ -440,12 +483,3 @@ const EvRerun EventKind = 96
 // restart, runs again": the round stays in StateStart, and a node with a
 // restart grace announces it again (on the links as they come up).
 func Rerun(round string) Event { return Event{Kind: EvRerun, Round: round} }
-
-// rerun announces this node's grace for r's task run again.
-func (m *Machine) rerun(id string, out []Action) ([]Action, error) {
-	r := m.rounds[id]
-	if r == nil || r.state != StateStart {
-		return out, ErrNotRunning
-	}
-	return m.announce(r, m.cfg.RestartGrace.Truncate(time.Millisecond), out), nil
-}

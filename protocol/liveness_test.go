@@ -359,3 +359,87 @@ func TestGraceRerunAnnouncesAgain(t *testing.T) {
 	g.advance(testGrace-2*time.Second, 500*time.Millisecond)
 	g.noTimeouts("within the grace of the rerun")
 }
+
+// docs/DESIGN.md, "Liveness: a restart is not a death", with a link
+// down: B announces its grace while the link C-D is down, so the line C
+// passes on to D is lost; when the link comes back C sends it again.
+// B then never comes back: D reports B as not back within its grace
+// (TimeoutGrace naming B), as A and C do, rather than only hearing of a
+// fault elsewhere.
+func TestGraceReachesALinkThatWasDown(t *testing.T) {
+	g := newGraceNet(t, protocol.PolicyHalt, 1)
+	g.runTo(0)
+	g.net.SetLink(2, false)
+	if _, _, err := g.net.FinishTask(0, false); err != nil {
+		t.Fatal(err)
+	}
+	g.settle()
+	if len(g.net.Tasks) != 1 || g.net.Tasks[0].Node != 1 {
+		t.Fatalf("tasks %v, want B's", g.net.Tasks)
+	}
+	if gv := g.net.Nodes[3].M.Graces(); len(gv) != 0 {
+		t.Fatalf("D learned %+v with its link down", gv)
+	}
+	g.net.SetLink(2, true)
+	g.net.Step(2, protocol.LinkUp(protocol.Succ))
+	g.net.Step(3, protocol.LinkUp(protocol.Pred))
+	g.settle()
+	if gv := g.net.Nodes[3].M.Graces(); len(gv) != 1 || gv[0].Node != "B" {
+		t.Fatalf("D after its link came back: graces %+v, want B's", gv)
+	}
+	if _, err := g.net.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	g.net.Hang(1, true) // it never comes back
+	g.advance(testGrace+2*time.Second, 500*time.Millisecond)
+	for _, i := range []int{0, 2, 3} {
+		var named bool
+		for _, a := range g.timeouts[i] {
+			named = named || a.Timeout == protocol.TimeoutGrace && a.Msg.Grace.Node == "B"
+		}
+		if !named {
+			t.Errorf("node %d reported %d timeouts, none that B did not come back", i, len(g.timeouts[i]))
+		}
+	}
+}
+
+// docs/DESIGN.md, "Extension lines": a fault notice that passes a node
+// while its link onward is down is sent when the link comes back, once.
+func TestNoticeReachesALinkThatWasDown(t *testing.T) {
+	net := sim.New(sim.Config{Names: []string{"A", "B", "C"}, Machine: func(i int, c *protocol.Config) {
+		c.Extensions, c.Policy = true, protocol.PolicyWait
+	}})
+	var notices [3]int
+	net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+		for _, a := range acts {
+			if a.Kind == protocol.ActNotice {
+				notices[i]++
+			}
+		}
+	}
+	net.SetLink(0, false)
+	if _, err := net.Step(2, protocol.Report(protocol.Notice{Kind: "peer-silent", Origin: "C", Blamed: "D"})); err != nil {
+		t.Fatal(err)
+	}
+	deliverAll := func() {
+		for len(net.Busy()) > 0 {
+			if _, _, _, err := net.Deliver(net.Oldest()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deliverAll()
+	if notices != [3]int{0, 1, 0} {
+		t.Fatalf("with A's link down: notices %v, want B's only", notices)
+	}
+	for range 2 { // the second time, nothing is left to send
+		net.SetLink(0, false)
+		net.SetLink(0, true)
+		net.Step(0, protocol.LinkUp(protocol.Succ))
+		net.Step(1, protocol.LinkUp(protocol.Pred))
+		deliverAll()
+	}
+	if notices != [3]int{1, 1, 0} {
+		t.Fatalf("after A's link came back: notices %v, want A's and B's, once each", notices)
+	}
+}

@@ -256,6 +256,11 @@ const (
 	// side To, for the first time; the machine has passed it on to the
 	// other side (an ActSend before this action). The driver reports it;
 	// the rounds it ends under Config.Policy follow (ActDone, Aborted).
+	// For a notice about a round this node knows, Round is that round,
+	// From its state here before the notice, and Started says whether
+	// this node's task of it had started (From START: it runs still;
+	// COMPLETE or after: it succeeded; FAILED: it failed), so that what
+	// the driver says of this node's task is true.
 	ActNotice
 	// ActOpened: Round is new at this node, in StateSync: opened by the
 	// predecessor's READY (To is Pred) or by local readiness (To is 0).
@@ -334,6 +339,9 @@ type Action struct {
 	After   time.Duration
 	// Wave: ActRunUndo, ActUndone (undo.go).
 	Wave Wave
+	// Started (ActNotice): this node's task of Round had started
+	// before the notice arrived.
+	Started bool
 }
 
 // Record is everything durable about one round at one node: enough for a
@@ -362,6 +370,31 @@ type Record struct {
 	// round's undo stands here (undo.go).
 	Ran  bool
 	Undo UndoRecord
+	// Retries counts the retries that reopened the round here (0:
+	// none); Prior is the last undo of this node's work for the round
+	// before the latest retry (Phase PhaseNone: none was undone): a
+	// retry starts the round afresh, and the undo stays on record.
+	Retries int
+	Prior   UndoRecord
+	// Retry is the retry line that reopened the round last (What 0:
+	// none): sent again to the successor when the link comes back while
+	// the round is unfinished, and known when it comes again (by its
+	// At), so that it changes nothing then.
+	Retry Steer
+	// Cancel is the cancel line that ended the round here (What 0:
+	// none): a restarted node sends it on again when a link comes back,
+	// as it did before (the last ones; steer.go).
+	Cancel Steer
+	// Started: this node's task of the round started (the round
+	// entered START) in its latest attempt. A round that waited at a
+	// gate (a hold, a pause, an approval) and ended there, or was
+	// denied, never started its task: only this says so, not the
+	// messages received.
+	Started bool
+	// Cancelled: the Head cancelled the round while this node's task of
+	// it ran: the round ends, aborted, when the task ends (TaskDone,
+	// whatever its result), and the task is not run again.
+	Cancelled bool
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -488,6 +521,23 @@ type round struct {
 	// The undo wave (undo.go): the task succeeded here, and the undo.
 	ran  bool
 	undo UndoRecord
+	// A retry (steer.go): how many reopened it here, and the undo of
+	// this node's work before the latest.
+	retries int
+	prior   UndoRecord
+	retry   Steer // Record.Retry
+	cancel  Steer // Record.Cancel
+	// succRetried: the successor sent back the retry line that reopened
+	// the round (or there is none): until then a message of the round
+	// from it may be of the attempt before, and is not taken.
+	succRetried bool
+	// A task of the round that outlives it here (steer.go): cancelled,
+	// the round ends when its running task ends; stale, a retry reopened
+	// it while the task of the attempt before still ran (the new
+	// attempt's task waits for that one's end); taskOpen, the round
+	// ended while its task ran (its end is still to be reported).
+	cancelled, stale, taskOpen bool
+	started                    bool // the task started (Record.Started)
 }
 
 func (r *round) record() Record {
@@ -497,47 +547,190 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
 // It does no I/O and is not safe for concurrent use.
+//
+// It is made of parts, each owning its own fields: the order of the
+// rounds (queue), the notices seen (noticeBook), the clock (time.go),
+// restart graces (liveness.go), steering (steer.go) and the undo wave
+// (undo.go). No part points back to the Machine: the Machine hands each
+// what it needs and applies what the part decided.
 type Machine struct {
 	cfg      Config
 	rounds   map[string]*round
 	active   int
 	finished []string // finished round ids, oldest first
-	seq      uint64   // rounds learned so far
-
-	// Config.Ordered: the rounds in the order this node learned them.
-	// Every round before order[readyAt] has left SYNC, and every round
-	// before order[taskAt] has run its task here or ended; the entries
-	// before both are dropped from time to time.
-	order           []*round
-	readyAt, taskAt int
-	moved           []*round // rounds pump moved in this step (Durable), once each
+	q        queue    // the rounds in the order this node learned them
+	moved    saves    // rounds moved in this step besides the event's (Durable)
 	// halted: PolicyHalt ended every unfinished round for a fault. A
 	// round opened after that ends at once, aborted: nobody runs a task
 	// after a halt.
 	halted  bool
-	notices map[Notice]bool
-	noticeQ []Notice // the notices in notices, oldest first
+	notices noticeBook
+	// orphans counts the tasks running here whose round ended or was
+	// reopened meanwhile (round.taskOpen, round.stale): with
+	// Config.Ordered no other task starts until they have ended.
+	orphans int
 
-	// Logical time (time.go).
-	timing bool            // some timeout is configured
-	now    time.Duration   // the latest Event.At seen
-	woke   time.Duration   // the driver resumed then: silence counts from here
-	sides  [3]sideClock    // per Side
-	armed  map[*round]bool // the rounds with a deadline
-	live   liveState       // restart graces, neighbours back (liveness.go)
+	clock clock    // logical time and the deadlines (time.go)
+	live  liveness // restart graces, neighbours back (liveness.go)
+	steer steering // the steering table (steer.go)
+	undo  undoWave // the undo wave (undo.go)
+}
 
-	st steerState // steering (steer.go)
+// saves is the rounds a step moved besides its event's, each once, to
+// be saved with the step (Config.Durable; off otherwise).
+type saves struct {
+	on bool
+	rs []*round
+}
 
-	// The undo wave (undo.go): per Side, the current connection began
-	// with UNDO ON; the failure of the task being reported (why: set).
-	undoHeard [3]bool
-	why       Failure
-	whySet    bool
+func (s *saves) add(r *round) {
+	if s.on && !slices.Contains(s.rs, r) {
+		s.rs = append(s.rs, r)
+	}
+}
+
+// queue keeps the rounds in the order this node learned them (see
+// learn) and, with Config.Ordered, whose turn it is: every round before
+// order[readyAt] has left SYNC, and every round before order[taskAt] has
+// run its task here or ended (settled); the entries before both are
+// dropped from time to time.
+type queue struct {
+	role    Role
+	ordered bool // Config.Ordered
+	undo    bool // Config.Undo: a failed round settles once its undo has
+	seq     uint64
+	order   []*round
+	readyAt int
+	taskAt  int
+}
+
+// learn notes when this node learned round r: from its local readiness
+// at the Head (or a one-node chain), from the predecessor's READY
+// elsewhere. That is the order of its READYs and re-sends and, with
+// Config.Ordered, of its tasks.
+func (q *queue) learn(r *round) {
+	if r.queued || r.state.Terminal() {
+		return
+	}
+	if q.role.HasPred() && !r.predReady || !q.role.HasPred() && !r.localReady {
+		return
+	}
+	if r.seq == 0 {
+		q.seq++
+		r.seq = q.seq
+	}
+	if !q.ordered {
+		return
+	}
+	r.queued = true
+	q.order = append(q.order, r)
+}
+
+// readyTurn reports whether every round learned before r has left SYNC.
+func (q *queue) readyTurn(r *round) bool {
+	for q.readyAt < len(q.order) && q.order[q.readyAt].state != StateSync {
+		q.readyAt++
+	}
+	return q.readyAt < len(q.order) && q.order[q.readyAt] == r
+}
+
+// taskTurn reports whether every round learned before r has run its task
+// here or ended.
+func (q *queue) taskTurn(r *round) bool {
+	for q.taskAt < len(q.order) && q.order[q.taskAt].settled(q.undo) {
+		q.taskAt++
+	}
+	return q.taskAt < len(q.order) && q.order[q.taskAt] == r
+}
+
+// turnCame reports whether r has what it needs to start its task here
+// but has not: in WATCH with the predecessor's COMPLETE (at the Head, in
+// READY with the successor's START), and its turn in the order.
+func (q *queue) turnCame(r *round) bool {
+	switch {
+	case r.state == StateWatch && r.completeRecv:
+	case r.state == StateReady && r.startRecv && !q.role.HasPred():
+	default:
+		return false
+	}
+	return !q.ordered || q.taskAt < len(q.order) && q.order[q.taskAt] == r
+}
+
+// trim drops the rounds that are past both turns.
+func (q *queue) trim() {
+	if k := min(q.readyAt, q.taskAt); k >= 64 && 2*k >= len(q.order) {
+		q.order = slices.Delete(q.order, 0, k)
+		q.readyAt -= k
+		q.taskAt -= k
+	}
+}
+
+// restored puts r, a round just restored and learned, back in the order
+// it was learned in, whatever the order of the records.
+func (q *queue) restored(r *round) {
+	if !r.queued {
+		return
+	}
+	for i := len(q.order) - 1; i > 0 && q.order[i-1].seq > r.seq; i-- {
+		q.order[i-1], q.order[i] = q.order[i], q.order[i-1]
+	}
+}
+
+// requeue puts r, reopened by a retry, in the order (Config.Ordered):
+// after every round whose task has started here or that ended here, and
+// every round an earlier retry reopened, before every other; the rounds
+// after it pass READY on after it. The
+// Head retries only while no round whose task ran there is in flight
+// there (ErrRoundsInFlight), so every node places it alike: the rounds
+// that ran at the Head have ended or started everywhere its retry line
+// arrives, and those that did not have run nowhere. The rounds from r on
+// are numbered again (seq) so that a restart restores the same order;
+// it returns those whose number changed, to be saved.
+func (q *queue) requeue(r *round) []*round {
+	if !q.ordered {
+		return nil
+	}
+	if k := slices.Index(q.order, r); k >= 0 {
+		q.order = slices.Delete(q.order, k, k+1)
+		if k < q.taskAt {
+			q.taskAt--
+		}
+		if k < q.readyAt {
+			q.readyAt--
+		}
+	}
+	at := q.taskAt
+	for at < len(q.order) {
+		// After the rounds started or ended here, and the rounds an
+		// earlier retry reopened (whatever order the lines came in).
+		o := q.order[at]
+		if o.state < StateStart && (o.retry.What != SteerRetry || o.retry.At >= r.retry.At) {
+			break
+		}
+		at++
+	}
+	q.order = slices.Insert(q.order, at, r)
+	q.readyAt = min(q.readyAt, at)
+	r.queued = true
+	var renumbered []*round
+	var prev uint64
+	if at > 0 {
+		prev = q.order[at-1].seq
+	}
+	for _, o := range q.order[at:] {
+		if o.seq <= prev {
+			o.seq = prev + 1
+			renumbered = append(renumbered, o)
+		}
+		prev = o.seq
+	}
+	q.seq = max(q.seq, prev)
+	return renumbered
 }
 
 // New returns a Machine for a node in the given configuration.
@@ -551,9 +744,11 @@ func New(cfg Config) *Machine {
 	if cfg.Role == 0 {
 		cfg.Role = Single
 	}
-	m := &Machine{cfg: cfg, rounds: make(map[string]*round)}
-	m.timing = m.timed()
-	return m
+	return &Machine{cfg: cfg, rounds: make(map[string]*round),
+		q:     queue{role: cfg.Role, ordered: cfg.Ordered, undo: cfg.Undo},
+		moved: saves{on: cfg.Durable},
+		clock: newClock(&cfg), live: newLiveness(&cfg), undo: newUndoWave(&cfg),
+		steer: steering{role: cfg.Role, ext: cfg.Extensions}}
 }
 
 // Role returns the node's role.
@@ -633,19 +828,22 @@ func (m *Machine) abortAll(out []Action) []Action {
 // abortRound aborts r for the policy; with Config.Durable it is saved
 // with the step.
 func (m *Machine) abortRound(r *round, out []Action) []Action {
-	o := m.abortOutcome(r)
-	out = m.set(r, StateAborted, out)
-	if m.cfg.Durable && !slices.Contains(m.moved, r) {
-		m.moved = append(m.moved, r)
+	o := r.abortOutcome(m.cfg.Role)
+	if r.state == StateStart {
+		r.taskOpen = true
+		m.orphans++
 	}
+	out = m.set(r, StateAborted, out)
+	m.moved.add(r)
 	return m.finish(r, o, out)
 }
 
-// abortOutcome is the outcome of aborting r now: NoExitWave once its
-// COMPLETE went on to the successor (the tasks after this node may have
-// run; only the exit wave would have said), else Aborted.
-func (m *Machine) abortOutcome(r *round) Outcome {
-	if r.state == StateComplete && m.cfg.Role.HasSucc() {
+// abortOutcome is the outcome of aborting r now at a node in role:
+// NoExitWave once its COMPLETE went on to the successor (the tasks after
+// this node may have run; only the exit wave would have said), else
+// Aborted.
+func (r *round) abortOutcome(role Role) Outcome {
+	if r.state == StateComplete && role.HasSucc() {
 		return NoExitWave
 	}
 	return Aborted
@@ -667,7 +865,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 		before = m.rounds[id].record()
 	}
 	start := len(out)
-	m.moved = m.moved[:0]
+	m.moved.rs = m.moved.rs[:0]
 	out, err := m.step(ev, out)
 	if err != nil {
 		return out, err
@@ -680,7 +878,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
 		}
 	}
-	for _, r := range m.moved {
+	for _, r := range m.moved.rs {
 		if !one || r.id != id {
 			saves = append(saves, Action{Kind: ActSave, Round: r.id, Record: r.record()})
 		}
@@ -705,16 +903,24 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo}
-	m.seq = max(m.seq, r.seq)
+		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
+		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc()}
+	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
+	if r.cancel.What == SteerCancel {
+		from := Side(0)
+		if m.cfg.Role.HasPred() {
+			from = Pred // a cancel comes from the Head's side
+		}
+		m.steer.event(r.cancel, from)
+	}
 	if r.state.Terminal() && r.undo.Held != 0 {
 		m.active++ // ended here, its undo wave's outcome still to come
 		return nil
 	}
-	if m.handingOver(r) {
+	if r.handingOver(m.cfg.Role) {
 		m.active++ // done here, its final COMPLETE still to be handed over
-		m.arm(r)
+		m.clock.arm(r)
 		return nil
 	}
 	if r.state.Terminal() {
@@ -723,21 +929,19 @@ func (m *Machine) Restore(rec Record) error {
 		return nil
 	}
 	m.active++
-	m.learn(r)
-	m.arm(r)
-	if r.queued {
-		// Back into the order it was learned in, whatever the order of
-		// the records.
-		for i := len(m.order) - 1; i > 0 && m.order[i-1].seq > r.seq; i-- {
-			m.order[i-1], m.order[i] = m.order[i], m.order[i-1]
-		}
-	}
+	m.q.learn(r)
+	m.clock.arm(r)
+	m.q.restored(r)
 	return nil
 }
 
 func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
-	if ev.At > 0 {
-		m.setNow(ev.At)
+	if ev.At > 0 && m.clock.setNow(ev.At) {
+		for _, r := range m.rounds {
+			if !r.over {
+				m.clock.arm(r) // restored before the time was known
+			}
+		}
 	}
 	start := len(out)
 	out, err := m.step1(ev, out)
@@ -745,10 +949,10 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 		out = m.pump(out)
 	}
 	if err == nil {
-		out = m.liveStep(ev, out[start:], out)
+		out = m.live.step(ev, out[start:], m.clock.now, out)
 	}
-	if err == nil && m.timing {
-		m.clockStep(ev, out[start:])
+	if err == nil && m.clock.timing {
+		m.clock.step(ev, out[start:])
 		m.regate()
 	}
 	return out, err
@@ -761,34 +965,55 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvLocalReady:
 		return m.localReady(ev.Round, out)
 	case EvTaskDone:
-		m.why, m.whySet = ev.Why, true
+		m.undo.why, m.undo.whySet = ev.Why, true
 		out, err := m.taskDone(ev.Round, ev.Failed, out)
-		m.why, m.whySet = Failure{}, false
+		m.undo.why, m.undo.whySet = Failure{}, false
 		return out, err
 	case EvUndoDone:
-		return m.undoEnded(ev.Round, ev.Failed, ev.Why.Code, out)
+		r := m.rounds[ev.Round]
+		out, v, err := m.undo.ended(r, ev.Failed, ev.Why.Code, out)
+		if v == undoOver {
+			out = m.undoEnd(r, out)
+		}
+		return out, err
 	case EvLinkUp:
 		if ev.Msg.Cmd != 0 {
 			return m.promote(ev.From, ev.Msg, out)
 		}
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
-		return m.abort(ev.Round, out)
+		r := m.rounds[ev.Round]
+		if r == nil {
+			return out, ErrBadRound
+		}
+		if !r.state.Terminal() {
+			out = m.abortRound(r, out)
+		}
+		return out, nil
 	case EvReport:
 		return m.report(ev.Note, ev.Halt, out)
 	case EvDelivered:
-		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
 			r.delivered = true
 			return m.finish(r, Done, out), nil
 		}
 		return out, nil // nothing to hand over (a re-send), or handed over already
 	case EvUndelivered:
-		if r := m.rounds[ev.Round]; r != nil && m.handingOver(r) {
+		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
 	case EvRerun:
-		return m.rerun(ev.Round, out) // liveness.go
+		// The task runs again: a node with a restart grace announces it
+		// again (liveness.go).
+		r := m.rounds[ev.Round]
+		switch {
+		case r == nil || r.state != StateStart:
+			return out, ErrNotRunning
+		case r.cancelled:
+			return out, ErrCancelled // report its end instead (TaskDone)
+		}
+		return m.live.announce(r.id, m.cfg.RestartGrace.Truncate(time.Millisecond), m.clock.now, out), nil
 	case EvTick:
 		return m.tick(ev, out), nil
 	case EvLinkDown:
@@ -800,8 +1025,15 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 }
 
 // recvNoted is recv, noting the last command received on each side.
+//
+// After a retry reopened its round, a round message this attempt cannot
+// take is one of the attempt before (a re-send that crossed the retry
+// line on a link that came back): it changes nothing.
 func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, error) {
 	out, err := m.recv(from, msg, out)
+	if r := m.rounds[msg.Round]; err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
+		return out, nil
+	}
 	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() {
 		if from == Pred {
 			r.recvPred = max(r.recvPred, msg.Cmd)
@@ -812,18 +1044,25 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 	return out, err
 }
 
+// staleAttempt reports whether err, a message refused in a retried
+// round, is a peer's violation that is not a configuration mismatch.
+func staleAttempt(err error) bool {
+	var v *Violation
+	return errors.As(err, &v) && !v.Mismatch
+}
+
 // promote takes msg, the first line of a new connection on side's link,
 // and puts that link's re-sends first (see Promote): those of the state
 // before msg, less a round whose sender msg shows restarted without its
 // state and less what the answer to msg sends again anyway.
 func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error) {
 	start := len(out)
-	heard := m.undoHeard
+	heard := m.undo.heard
 	out = m.linkUp(side, out)
 	k := len(out)
 	out, err := m.recvNoted(side, msg, out)
 	if err != nil {
-		m.undoHeard = heard // the old connection stays
+		m.undo.heard = heard // the old connection stays
 		return out[:start], err
 	}
 	answer := slices.Clone(out[k:])
@@ -838,10 +1077,11 @@ func (m *Machine) promote(side Side, msg Message, out []Action) ([]Action, error
 	return append(append(out[:start], resends...), answer...), nil
 }
 
-// handingOver reports whether r is done at this node but its final
-// COMPLETE has not yet been handed to the predecessor: not over yet.
-func (m *Machine) handingOver(r *round) bool {
-	return r.state == StateDone && m.cfg.Role.HasPred() && !r.delivered && !r.over
+// handingOver reports whether r is done at this node (in role) but its
+// final COMPLETE has not yet been handed to the predecessor: not over
+// yet.
+func (r *round) handingOver(role Role) bool {
+	return r.state == StateDone && role.HasPred() && !r.delivered && !r.over
 }
 
 func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
@@ -862,22 +1102,42 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return m.notice(from, msg, out)
 	}
 	if msg.Cmd == Grace {
-		return m.graceRecv(from, msg, out)
+		return m.live.recv(from, msg, m.clock.now, out)
 	}
 	if msg.Cmd == SteerLine {
-		return m.steerRecv(from, msg, out)
+		return m.steerStep(Event{Kind: EvSteer, From: from, Msg: msg}, out)
 	}
 	if msg.Cmd.IsUndo() {
-		return m.undoRecv(from, msg, out)
+		r := m.rounds[msg.Round]
+		if msg.Cmd != UndoOn && r != nil && r.retries > 0 && from == Succ && !r.succRetried {
+			return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
+		}
+		out, v, err := m.undo.recv(from, msg, r, out)
+		if err != nil && msg.Cmd != UndoOn && r != nil && r.retries > 0 && staleAttempt(err) {
+			return out, nil // of the attempt before the retry
+		}
+		switch v {
+		case undoRun:
+			if !r.state.Terminal() {
+				out = m.abortRound(r, out) // held until the outcome
+			}
+			out = append(out, Action{Kind: ActRunUndo, Round: r.id, Wave: r.undo.Wave})
+		case undoOver:
+			out = m.undoEnd(r, out)
+		}
+		return out, err
 	}
 	if !msg.Cmd.Valid() || !ValidRound(msg.Round) {
 		return violation(0, "malformed message")
 	}
-	if err := m.undoGate(from, msg); err != nil {
+	if err := m.undo.gate(from, msg); err != nil {
 		return out, err
 	}
 	r := m.rounds[msg.Round]
 	var st State
+	if r != nil && from == Succ && !r.succRetried && r.retries > 0 {
+		return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
+	}
 	if r != nil {
 		st = r.state
 
@@ -918,7 +1178,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return out, nil // duplicate
 		}
 		r.predReady = true
-		m.learn(r)
+		m.q.learn(r)
 		return m.advance(r, out), nil
 
 	case from == Pred && msg.Cmd == Complete:
@@ -995,21 +1255,42 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 	}
 	r.localReady = true
 	if !m.cfg.Role.HasPred() {
-		m.learn(r)
+		m.q.learn(r)
 	}
 	out = m.advance(r, out)
 	if r.state == StateSync {
-		m.arm(r) // now waiting for the predecessor's READY
+		m.clock.arm(r) // now waiting for the predecessor's READY
 	}
 	return out, nil
 }
 
 func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
 	r := m.rounds[id]
-	if r == nil || r.state != StateStart {
+	switch {
+	case r != nil && r.stale:
+		// The task of the attempt before a retry ended: the retry's own
+		// task may start now (steer.go); if it succeeded, it is done
+		// here and the retry passes the round on.
+		r.stale = false
+		m.orphans--
+		r.taskOK = r.taskOK || !failed
+		return m.ungate(out), nil
+	case r != nil && r.taskOpen:
+		r.taskOpen = false // the round ended while it ran: nothing follows
+		m.orphans--
+		return m.ungate(out), nil
+	case r == nil || r.state != StateStart:
 		return out, ErrNotRunning
 	}
-	out = m.announce(r, 0, out) // this node is here: its grace is over
+	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
+	if r.cancelled {
+		// Cancelled while it ran: the round ends here now, whatever the
+		// task did; nothing goes on, and a cancel undoes nothing. A task
+		// that succeeded is done here: a retry passes it on.
+		r.ran = r.ran || !failed
+		out = m.set(r, StateAborted, out)
+		return m.finish(r, Aborted, out), nil
+	}
 	if failed {
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
@@ -1017,24 +1298,11 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	r.ran = m.cfg.Undo // the undo wave's to know (undo.go)
 	out = m.set(r, StateComplete, out)
 	if m.cfg.Role.HasSucc() {
-		out = m.send(r, Succ, Complete, out) // triggers the successor's task
+		out = r.send(Succ, Complete, out) // triggers the successor's task
 	} else {
 		r.exitRecv = true // the Tail starts the exit wave itself
 	}
 	return m.advance(r, out), nil
-}
-
-func (m *Machine) abort(id string, out []Action) ([]Action, error) {
-	r := m.rounds[id]
-	if r == nil {
-		return out, ErrBadRound
-	}
-	if r.state.Terminal() {
-		return out, nil
-	}
-	o := m.abortOutcome(r)
-	out = m.set(r, StateAborted, out)
-	return m.finish(r, o, out), nil
 }
 
 // linkUp re-sends the last message sent on the link for every unfinished
@@ -1042,11 +1310,12 @@ func (m *Machine) abort(id string, out []Action) ([]Action, error) {
 // this node learned the rounds, so that the READYs and STARTs keep their
 // order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
-	out = m.undoLinkUp(side, out)   // first: UNDO ON, on a new connection
-	out = m.steerResends(side, out) // first: what holds the rounds below
+	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
+	out = m.steer.resends(side, out)         // first: what holds the rounds below
+	out = m.notices.resend(side, out)        // the notices it missed
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
-		if !r.state.Terminal() || side == Pred && m.handingOver(r) {
+		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
 			rs = append(rs, r)
 		}
 	}
@@ -1064,6 +1333,11 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 		if side == Pred {
 			last, lost = r.lastPred, r.lostPred
 		}
+		if s := r.retry; side == Succ && s.What == SteerRetry && m.cfg.Extensions {
+			// The line that reopened it first: the successor may have
+			// missed it (steer.go).
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
+		}
 		if last != 0 && !lost {
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: last, Round: id}, Resend: true})
 		}
@@ -1078,12 +1352,12 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 	for {
 		switch r.state {
 		case StateSync:
-			if !r.localReady || role.HasPred() && !r.predReady || m.cfg.Ordered && !m.readyTurn(r) {
+			if !r.localReady || role.HasPred() && !r.predReady || m.cfg.Ordered && !m.q.readyTurn(r) {
 				return out
 			}
 			out = m.set(r, StateReady, out)
 			if role.HasSucc() {
-				out = m.send(r, Succ, Ready, out) // phase 1
+				out = r.send(Succ, Ready, out) // phase 1
 			} else {
 				r.startRecv = true // the Tail starts phase 2 itself
 			}
@@ -1093,9 +1367,9 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 			}
 			if role.HasPred() {
 				out = m.set(r, StateWatch, out)
-				out = m.send(r, Pred, Start, out) // phase 2
+				out = r.send(Pred, Start, out) // phase 2
 			} else {
-				if m.cfg.Ordered && !m.taskTurn(r) {
+				if m.cfg.Ordered && !m.q.taskTurn(r) {
 					return out
 				}
 				var gated bool
@@ -1103,10 +1377,10 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 					return out // held, paused or waiting for an approval (steer.go)
 				}
 				out = m.set(r, StateStart, out) // the Head starts phase 3
-				out = m.runTask(r, out)
+				out = m.live.runTask(r.id, m.clock.now, out)
 			}
 		case StateWatch:
-			if !r.completeRecv || m.cfg.Ordered && !m.taskTurn(r) {
+			if !r.completeRecv || m.cfg.Ordered && !m.q.taskTurn(r) {
 				return out
 			}
 			var gated bool
@@ -1114,7 +1388,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 				return out // held, paused or waiting for an approval (steer.go)
 			}
 			out = m.set(r, StateStart, out)
-			out = m.runTask(r, out)
+			out = m.live.runTask(r.id, m.clock.now, out)
 		case StateComplete:
 			if !r.exitRecv {
 				return out
@@ -1122,7 +1396,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 			if role.HasPred() {
 				// Phase 4. The round is over here once this COMPLETE was
 				// handed to a live connection (EvDelivered).
-				out = m.send(r, Pred, Complete, out)
+				out = r.send(Pred, Complete, out)
 				return m.set(r, StateDone, out)
 			}
 			out = m.set(r, StateDone, out)
@@ -1137,7 +1411,7 @@ func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
 	m.rounds[id] = r
 	m.active++
-	m.arm(r)
+	m.clock.arm(r)
 	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
 }
 
@@ -1145,11 +1419,13 @@ func (m *Machine) set(r *round, s State, out []Action) []Action {
 	w := WaitIn(m.cfg.Role, s, r.localReady)
 	out = append(out, Action{Kind: ActState, Round: r.id, From: r.state, State: s, Wait: w})
 	r.state = s
-	m.arm(r)
+	r.started = r.started || s == StateStart
+	m.clock.arm(r)
 	return out
 }
 
-func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
+// send appends r's message c to side to, remembering it for re-sends.
+func (r *round) send(to Side, c Command, out []Action) []Action {
 	if to == Pred {
 		r.lastPred = c
 	} else {
@@ -1162,12 +1438,12 @@ func (m *Machine) send(r *round, to Side, c Command, out []Action) []Action {
 // finished rounds beyond KeepFinished.
 func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	var held bool
-	if out, held = m.undoFinish(r, &o, out); held {
+	if out, held = m.undo.finish(r, &o, out); held {
 		return out // until the undo wave's outcome (undo.go)
 	}
 	r.over = true
 	m.active--
-	m.disarm(r)
+	m.clock.disarm(r)
 	m.finished = append(m.finished, r.id)
 	out = append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
 	for len(m.finished) > m.cfg.KeepFinished {
@@ -1178,74 +1454,28 @@ func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	return out
 }
 
-// learn notes when this node learned round r: from its local readiness
-// at the Head (or a one-node chain), from the predecessor's READY
-// elsewhere. That is the order of its READYs and re-sends and, with
-// Config.Ordered, of its tasks.
-func (m *Machine) learn(r *round) {
-	if r.queued || r.state.Terminal() {
-		return
-	}
-	if m.cfg.Role.HasPred() && !r.predReady || !m.cfg.Role.HasPred() && !r.localReady {
-		return
-	}
-	if r.seq == 0 {
-		m.seq++
-		r.seq = m.seq
-	}
-	if !m.cfg.Ordered {
-		return
-	}
-	r.queued = true
-	m.order = append(m.order, r)
-}
-
-// readyTurn reports whether every round learned before r has left SYNC.
-func (m *Machine) readyTurn(r *round) bool {
-	for m.readyAt < len(m.order) && m.order[m.readyAt].state != StateSync {
-		m.readyAt++
-	}
-	return m.readyAt < len(m.order) && m.order[m.readyAt] == r
-}
-
-// taskTurn reports whether every round learned before r has run its task
-// here or ended.
-func (m *Machine) taskTurn(r *round) bool {
-	for m.taskAt < len(m.order) && m.undoSettled(m.order[m.taskAt]) {
-		m.taskAt++
-	}
-	return m.taskAt < len(m.order) && m.order[m.taskAt] == r
-}
-
 // pump moves the rounds whose turn has come since the step began: the
 // next round waiting to pass READY on, the next waiting to run its task
 // (Config.Ordered).
 func (m *Machine) pump(out []Action) []Action {
 	for moved := true; moved; {
 		moved = false
-		m.readyTurn(nil) // moves readyAt past the rounds that left SYNC
-		m.taskTurn(nil)
-		for _, at := range [...]int{m.readyAt, m.taskAt} {
-			if at >= len(m.order) {
+		m.q.readyTurn(nil) // moves readyAt past the rounds that left SYNC
+		m.q.taskTurn(nil)
+		for _, at := range [...]int{m.q.readyAt, m.q.taskAt} {
+			if at >= len(m.q.order) {
 				continue
 			}
-			r := m.order[at]
+			r := m.q.order[at]
 			st := r.state
 			out = m.advance(r, out)
 			if r.state != st {
 				moved = true
-				if m.cfg.Durable && !slices.Contains(m.moved, r) {
-					m.moved = append(m.moved, r)
-				}
+				m.moved.add(r)
 			}
 		}
 	}
-	// Drop the rounds that are past both turns.
-	if k := min(m.readyAt, m.taskAt); k >= 64 && 2*k >= len(m.order) {
-		m.order = slices.Delete(m.order, 0, k)
-		m.readyAt -= k
-		m.taskAt -= k
-	}
+	m.q.trim()
 	return out
 }
 
@@ -1258,16 +1488,16 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
-	if m.cfg.Extensions && m.remember(n) {
+	if m.cfg.Extensions && m.notices.remember(n) {
 		msg := Message{Cmd: FaultNotice, Note: &n}
 		for _, side := range []Side{Pred, Succ} {
-			if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
-				out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+			if hasSide(m.cfg.Role, side) {
+				out = m.notices.send(side, msg, m.clock.sides[side].up, out)
 			}
 		}
 	}
 	if n.Kind == KindCleared {
-		m.forgetBlaming(n.Blamed) // a later fault of that node is news again
+		m.notices.forgetBlaming(n.Blamed) // a later fault of that node is news again
 		return out, nil
 	}
 	if halt && m.cfg.Policy == PolicyHalt {
@@ -1285,25 +1515,33 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	if msg.Note == nil || !msg.Note.Valid() {
 		return out, &Violation{From: from, Msg: msg, Reason: "malformed fault notice"}
 	}
-	if !m.remember(*msg.Note) {
+	if !m.notices.remember(*msg.Note) {
 		return out, nil // seen already: passed on once
 	}
-	to := Succ
-	if from == Succ {
-		to = Pred
+	if to := other(from); hasSide(m.cfg.Role, to) {
+		out = m.notices.send(to, msg, m.clock.sides[to].up, out)
 	}
-	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
-		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
+	if g := m.live.noticed(msg.Note); g != nil {
+		out = m.timedOut(m.live.expire(g), out) // liveness.go
 	}
-	out = m.graceNoticed(msg.Note, out) // liveness.go
-	out = append(out, Action{Kind: ActNotice, To: from, Msg: msg})
+	an := Action{Kind: ActNotice, To: from, Msg: msg}
+	if r := m.rounds[msg.Note.Round]; msg.Note.HasRound && r != nil {
+		an.Round, an.From, an.Started = r.id, r.state, r.started
+	}
+	out = append(out, an)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
-	m.undoNoticed(n)
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
+		// A task after this node failed, but this node's task has not
+		// run in the round's retry yet: the failure is of the attempt
+		// before (tasks run in chain order), and ends nothing now.
+		return out, nil
+	}
+	m.undo.noticed(n, m.rounds[n.Round])
 	switch {
 	case n.Kind == KindCleared:
-		m.forgetBlaming(n.Blamed) // a fault that is over ends nothing
+		m.notices.forgetBlaming(n.Blamed) // a fault that is over ends nothing
 	case m.cfg.Policy == PolicyHalt:
 		out = m.abortAll(out)
 	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
@@ -1314,33 +1552,68 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	return out, nil
 }
 
-// remember records n as seen and reports whether it is new. The oldest
-// notices are forgotten beyond keepNotices.
-func (m *Machine) remember(n Notice) bool {
-	if m.notices[n] {
+// noticeBook is the notices a Machine has seen, so that each is passed
+// on once; the oldest are forgotten beyond keepNotices. It also keeps,
+// per side, the notices sent that way while the link was down, so that
+// the link carries them when it comes back (a neighbour whose link was
+// down when a notice passed learns of it too).
+type noticeBook struct {
+	seen   map[Notice]bool
+	q      []Notice     // the notices in seen, oldest first
+	missed [3][]Message // per Side: sent while the link was down, oldest first
+}
+
+// maxMissed bounds the notices kept for a link that is down.
+const maxMissed = 256
+
+// send appends the notice msg to side; up says whether that link is up
+// now (if not, msg is kept for resend).
+func (b *noticeBook) send(side Side, msg Message, up bool, out []Action) []Action {
+	if !up {
+		if len(b.missed[side]) >= maxMissed {
+			b.missed[side] = slices.Delete(b.missed[side], 0, 1)
+		}
+		b.missed[side] = append(b.missed[side], msg)
+	}
+	return append(out, Action{Kind: ActSend, To: side, Msg: msg})
+}
+
+// resend appends the notices sent to side while its link was down, for
+// the link that came up, and forgets them.
+func (b *noticeBook) resend(side Side, out []Action) []Action {
+	for _, msg := range b.missed[side] {
+		out = append(out, Action{Kind: ActSend, To: side, Msg: msg, Resend: true})
+	}
+	b.missed[side] = b.missed[side][:0]
+	return out
+}
+
+// remember records n as seen and reports whether it is new.
+func (b *noticeBook) remember(n Notice) bool {
+	if b.seen[n] {
 		return false
 	}
-	if m.notices == nil {
-		m.notices = make(map[Notice]bool)
+	if b.seen == nil {
+		b.seen = make(map[Notice]bool)
 	}
-	m.notices[n] = true
-	m.noticeQ = append(m.noticeQ, n)
-	if len(m.noticeQ) > keepNotices {
-		delete(m.notices, m.noticeQ[0])
-		m.noticeQ = m.noticeQ[1:]
+	b.seen[n] = true
+	b.q = append(b.q, n)
+	if len(b.q) > keepNotices {
+		delete(b.seen, b.q[0])
+		b.q = b.q[1:]
 	}
 	return true
 }
 
 // forgetBlaming forgets the notices remembered that blame node: its
 // fault cleared, so a later one is passed on again (liveness.go).
-func (m *Machine) forgetBlaming(node string) {
+func (b *noticeBook) forgetBlaming(node string) {
 	if node == "" {
 		return
 	}
-	m.noticeQ = slices.DeleteFunc(m.noticeQ, func(n Notice) bool {
+	b.q = slices.DeleteFunc(b.q, func(n Notice) bool {
 		if n.Blamed == node {
-			delete(m.notices, n)
+			delete(b.seen, n)
 			return true
 		}
 		return false

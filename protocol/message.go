@@ -66,7 +66,7 @@ func (m Message) String() string {
 		return "STEER " + m.Steer.String()
 	}
 	if m.Cmd.IsUndo() && m.Undo != nil {
-		return m.Cmd.String() + " " + undoRoundName(m.Round) + ": " + m.Undo.String()
+		return m.Cmd.String() + " " + roundText(m.Round) + ": " + m.Undo.String()
 	}
 	if m.Round == "" {
 		return m.Cmd.String()

@@ -263,6 +263,16 @@ var (
 	ErrNotGated     = fmt.Errorf("chainsync: the round does not wait for an approval here")
 	ErrTaskStarted  = fmt.Errorf("chainsync: the round's task has started or ended here")
 	ErrUnknownRound = fmt.Errorf("chainsync: no such round at this node")
+	// ErrUndoUnderWay: a retry of a round whose undo wave has not ended
+	// at this node; retry it once the wave's outcome is known.
+	ErrUndoUnderWay = fmt.Errorf("chainsync: the round's undo wave is under way here")
+	// ErrRoundsInFlight: a retry at the Head while a round whose task
+	// ran there is not over there yet: every node could not place the
+	// retried round alike; retry once those rounds are over.
+	ErrRoundsInFlight = fmt.Errorf("chainsync: a round whose task ran here is still in flight")
+	// ErrCancelled: Rerun of a round cancelled while its task ran: the
+	// task is not run again; report its end (TaskDone) instead.
+	ErrCancelled = fmt.Errorf("chainsync: the round was cancelled while its task ran here")
 )
 
 // maxSteerOrigins bounds the steering origins a Machine remembers.
@@ -275,30 +285,193 @@ type steerEntry struct {
 	from Side
 }
 
-// steerState is the machine's steering table (a field of Machine).
-type steerState struct {
+// steering is the machine's part that keeps the steering table: this
+// node's own state line and the latest line of every other node. It says
+// whether this node is held and whether anything gates the chain; the
+// machine applies what a line does to its rounds (a cancel, a retry, a
+// gate that opened).
+type steering struct {
+	role Role
+	ext  bool // Config.Extensions: lines are sent
+
 	own    Steer                  // this node's last own state line (What 0: none sent)
 	lastAt int64                  // the At of this node's last own line, state or event
-	events map[string]int64       // by origin: the At of its latest event line
+	events map[[2]string]int64    // by origin and round: the At of its latest event line
 	others map[string]*steerEntry // by origin: the latest line of every other node
 	order  []string               // the origins in others, oldest first
-	// suspended: phase timeouts are off (some node is gated), as of the
-	// end of the last step.
-	suspended bool
+	// cancels: the latest cancel lines, oldest first (at most
+	// maxCancels; a retry of the round drops its cancel), re-sent when a
+	// link comes back so that a node that missed one ends the round too.
+	// (A retry line is re-sent by its round: Record.Retry.)
+	cancels []steerEntry
+}
+
+// maxCancels bounds the cancel lines kept for links that come back.
+const maxCancels = 64
+
+// event notes an event line s (from side from, 0: this node's own): a
+// cancel is kept for re-sends, and a retry drops its round's cancel.
+func (st *steering) event(s Steer, from Side) {
+	switch s.What {
+	case SteerCancel:
+		if len(st.cancels) >= maxCancels {
+			st.cancels = slices.Delete(st.cancels, 0, 1)
+		}
+		st.cancels = append(st.cancels, steerEntry{s: s, from: from})
+	case SteerRetry:
+		st.cancels = slices.DeleteFunc(st.cancels, func(e steerEntry) bool { return e.s.Round == s.Round })
+	}
 }
 
 // held reports whether this node starts no task: it is held, or the
 // chain is paused.
-func (m *Machine) held() bool {
-	if m.st.own.What == SteerHold || m.st.own.What == SteerPause {
+func (st *steering) held() bool {
+	if st.own.What == SteerHold || st.own.What == SteerPause {
 		return true
 	}
-	for _, e := range m.st.others {
+	for _, e := range st.others {
 		if e.s.What == SteerPause {
 			return true
 		}
 	}
 	return false
+}
+
+// gatesAny reports whether this node or another that it knows of is
+// gated (held, paused, or waiting for an approval).
+func (st *steering) gatesAny() bool {
+	if st.own.What.Gates() {
+		return true
+	}
+	for _, e := range st.others {
+		if e.s.What.Gates() {
+			return true
+		}
+	}
+	return false
+}
+
+// lines returns the latest steering line of every node known, this
+// node's own first, then by origin.
+func (st *steering) lines() []Steer {
+	var out []Steer
+	if st.own.What != 0 {
+		out = append(out, st.own)
+	}
+	for _, o := range st.order {
+		out = append(out, st.others[o].s)
+	}
+	return out
+}
+
+// setOwn takes s, this node's own new line, and sends it to both
+// neighbours (with extensions).
+func (st *steering) setOwn(s Steer, out []Action) ([]Action, error) {
+	if !s.Valid() || s.At <= st.lastAt {
+		return out, ErrBadSteer
+	}
+	st.lastAt = s.At
+	if !s.What.Event() {
+		st.own = s
+	} else {
+		st.event(s, 0)
+	}
+	if st.ext {
+		msg := Message{Cmd: SteerLine, Steer: &s}
+		for _, side := range [...]Side{Pred, Succ} {
+			if hasSide(st.role, side) {
+				out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
+			}
+		}
+	}
+	return out, nil
+}
+
+// recv takes a steering line from the neighbour on side from: the first
+// time the origin's line is this new (fresh), it is passed on away from
+// from, remembered and reported (ActSteer); the machine then applies it.
+func (st *steering) recv(from Side, msg Message, out []Action) (_ []Action, fresh bool, _ error) {
+	if !st.ext {
+		return out, false, &Violation{From: from, Msg: msg, Reason: "a steering line, an extension line, at a node without extensions", Mismatch: true}
+	}
+	if msg.Steer == nil || !msg.Steer.Valid() {
+		return out, false, &Violation{From: from, Msg: msg, Reason: "malformed steering line"}
+	}
+	s := *msg.Steer
+	if s.Origin == st.own.Origin && st.lastAt != 0 {
+		return out, false, nil // this node's own line, come back (a name used twice)
+	}
+	if s.What == SteerRetry && from == Succ {
+		return out, false, nil // a retry travels forward: from the successor, it is its echo (Machine.retryLine)
+	}
+	if s.What.Event() {
+		key := [2]string{s.Origin, s.Round}
+		if st.events[key] >= s.At {
+			return out, false, nil // seen already: passed on once
+		}
+		if st.events == nil || len(st.events) >= maxSteerOrigins {
+			st.events = make(map[[2]string]int64)
+		}
+		st.events[key] = s.At
+		st.event(s, from)
+	} else {
+		if e := st.others[s.Origin]; e != nil && e.s.At >= s.At {
+			return out, false, nil // seen already, or older: passed on once
+		}
+		st.remember(s, from)
+	}
+	if to := other(from); hasSide(st.role, to) {
+		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
+	}
+	return append(out, Action{Kind: ActSteer, To: from, Msg: msg}), true, nil
+}
+
+// remember makes s its origin's latest line.
+func (st *steering) remember(s Steer, from Side) {
+	if st.others == nil {
+		st.others = make(map[string]*steerEntry)
+	}
+	if e := st.others[s.Origin]; e != nil {
+		e.s, e.from = s, from
+		return
+	}
+	if len(st.order) >= maxSteerOrigins {
+		// Forget the oldest origin that gates nothing; if all gate, the
+		// oldest.
+		k := slices.IndexFunc(st.order, func(o string) bool { return !st.others[o].s.What.Gates() })
+		k = max(k, 0)
+		delete(st.others, st.order[k])
+		st.order = slices.Delete(st.order, k, k+1)
+	}
+	st.others[s.Origin] = &steerEntry{s: s, from: from}
+	st.order = append(st.order, s.Origin)
+}
+
+// resends returns the steering lines a link to side that came up must
+// carry, before any round's re-sends: this node's own state line, and
+// every other origin's latest state line that came from the other side
+// (a neighbour that restarted learns what gates the chain now, and one
+// that missed a release learns of it).
+func (st *steering) resends(side Side, out []Action) []Action {
+	if !st.ext {
+		return out
+	}
+	if own := st.own; own.What != 0 {
+		out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &own}, Resend: true})
+	}
+	for _, o := range st.order {
+		if e := st.others[o]; e.from != side {
+			s := e.s
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
+		}
+	}
+	for _, e := range st.cancels {
+		if e.from != side {
+			s := e.s
+			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
+		}
+	}
+	return out
 }
 
 // gated reports whether round r, whose turn has come, may not start its
@@ -311,11 +484,16 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		r.ran = m.cfg.Undo // its task did run, before the retry: the undo wave's to know
 		out = m.set(r, StateComplete, out)
 		if m.cfg.Role.HasSucc() {
-			out = m.send(r, Succ, Complete, out)
+			out = r.send(Succ, Complete, out)
 		} else {
 			r.exitRecv = true
 		}
 		return true, m.advance(r, out)
+	}
+	if r.stale || m.cfg.Ordered && m.orphans > 0 {
+		// The task of the attempt before a retry still runs, or (one
+		// task at a time) that of a round that ended meanwhile.
+		return true, out
 	}
 	if m.cfg.Approve && !r.approved {
 		if !r.gateNoted {
@@ -324,7 +502,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		}
 		return true, out
 	}
-	return m.held(), out
+	return m.steer.held(), out
 }
 
 // Gate returns what round waits for at this node beyond its messages:
@@ -332,46 +510,24 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 // WaitApproval if it waits for an approval, WaitNothing otherwise.
 func (m *Machine) Gate(round string) Wait {
 	r := m.rounds[round]
-	if r == nil || !m.turnCame(r) {
+	if r == nil || !m.q.turnCame(r) {
 		return WaitNothing
 	}
 	if m.cfg.Approve && !r.approved {
-		if m.held() {
+		if m.steer.held() {
 			return WaitHold
 		}
 		return WaitApproval
 	}
-	if m.held() {
+	if m.steer.held() {
 		return WaitHold
 	}
 	return WaitNothing
 }
 
-// turnCame reports whether r has what it needs to start its task here
-// but has not: in WATCH with the predecessor's COMPLETE (at the Head, in
-// READY with the successor's START), and its turn in the order.
-func (m *Machine) turnCame(r *round) bool {
-	switch {
-	case r.state == StateWatch && r.completeRecv:
-	case r.state == StateReady && r.startRecv && !m.cfg.Role.HasPred():
-	default:
-		return false
-	}
-	return !m.cfg.Ordered || m.taskAt < len(m.order) && m.order[m.taskAt] == r
-}
-
 // Steers returns the latest steering line of every node this node knows
 // of, its own first, then by origin: for status reports.
-func (m *Machine) Steers() []Steer {
-	var out []Steer
-	if m.st.own.What != 0 {
-		out = append(out, m.st.own)
-	}
-	for _, o := range m.st.order {
-		out = append(out, m.st.others[o].s)
-	}
-	return out
-}
+func (m *Machine) Steers() []Steer { return m.steer.lines() }
 
 // Approved reports whether round was approved here (Config.Approve).
 func (m *Machine) Approved(round string) bool {
@@ -379,49 +535,74 @@ func (m *Machine) Approved(round string) bool {
 	return r != nil && r.approved
 }
 
-// steerStep applies the steering events.
+// steerStep applies the steering events, and a steering line from a
+// neighbour (EvSteer with Msg, from Recv).
 func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 	switch ev.Kind {
 	case EvSteer:
-		s := ev.Steer
-		if !s.Valid() || s.At <= m.st.lastAt {
-			return out, ErrBadSteer
-		}
-		m.st.lastAt = s.At
-		if !s.What.Event() {
-			m.st.own = s
-		}
-		if m.cfg.Extensions {
-			msg := Message{Cmd: SteerLine, Steer: &s}
-			for _, side := range [...]Side{Pred, Succ} {
-				if side == Pred && m.cfg.Role.HasPred() || side == Succ && m.cfg.Role.HasSucc() {
-					out = append(out, Action{Kind: ActSend, To: side, Msg: msg})
-				}
+		s, by := ev.Steer, Side(0)
+		if ev.Msg.Cmd == SteerLine {
+			var fresh bool
+			var err error
+			if out, fresh, err = m.steer.recv(ev.From, ev.Msg, out); err != nil {
+				return out, err
+			}
+			s, by = *ev.Msg.Steer, Pred
+			if s.What == SteerRetry {
+				return m.retryLine(ev.From, s, fresh, out), nil
+			}
+			if !fresh {
+				return out, nil
+			}
+		} else {
+			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
+				return out, ErrUndoUnderWay
+			}
+			if s.What == SteerRetry && inFlight(m.rounds) {
+				return out, ErrRoundsInFlight
+			}
+			var err error
+			if out, err = m.steer.setOwn(s, out); err != nil {
+				return out, err
 			}
 		}
 		switch s.What {
 		case SteerCancel:
-			out = m.cancelRound(s.Round, out)
+			if r := m.rounds[s.Round]; r != nil {
+				r.cancel = s // kept for re-sends after a restart
+				m.moved.add(r)
+			}
+			switch r := m.rounds[s.Round]; {
+			case r == nil || r.state.Terminal():
+			case r.state == StateStart:
+				// Its task runs here: the round ends when it ends, so
+				// no later task starts beside it (taskDone).
+				r.cancelled = true
+				m.moved.add(r)
+			default:
+				out = m.abortRound(r, out)
+			}
 		case SteerRetry:
-			out = m.retryRound(s.Round, 0, out)
+			out = m.retryRound(s, by, out)
 		}
 		return m.ungate(out), nil
 	case EvApprove:
-		r, err := m.beforeTask(ev.Round)
-		if err != nil {
+		r := m.rounds[ev.Round]
+		if err := beforeTask(r); err != nil {
 			return out, err
 		}
 		r.approved = true
 		return m.ungate(out), nil
 	case EvDeny:
-		r, err := m.beforeTask(ev.Round)
-		if err != nil {
+		r := m.rounds[ev.Round]
+		if err := beforeTask(r); err != nil {
 			return out, err
 		}
 		out = m.set(r, StateFailed, out)
 		return m.finish(r, TaskFailed, out), nil
 	case EvAlreadyDone:
-		if r := m.rounds[ev.Round]; r != nil && !r.state.Terminal() && r.state < StateStart {
+		// Before its task's turn, or ended (a later retry passes it on).
+		if r := m.rounds[ev.Round]; r != nil && (r.state.Terminal() || r.state < StateStart) {
 			r.taskOK = true
 			return m.ungate(out), nil
 		}
@@ -430,155 +611,47 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
 
-// cancelRound ends round id here (a cancel), if it is unfinished.
-func (m *Machine) cancelRound(id string, out []Action) []Action {
-	if r := m.rounds[id]; r != nil && !r.state.Terminal() {
-		out = m.abortRound(r, out)
-	}
-	return out
-}
-
 // ungate moves every unfinished round as far as its facts allow: after a
 // gate opened (a release, an approval, a resume).
 func (m *Machine) ungate(out []Action) []Action {
 	for _, r := range m.unfinished() {
 		st := r.state
 		out = m.advance(r, out)
-		if r.state != st && m.cfg.Durable && !slices.Contains(m.moved, r) {
-			m.moved = append(m.moved, r)
+		if r.state != st {
+			m.moved.add(r)
 		}
 	}
 	return out
 }
 
-// steerRecv takes a steering line from the neighbour on side from: the
-// first time the origin's line is this new, it is passed on away from
-// from, remembered and applied.
-func (m *Machine) steerRecv(from Side, msg Message, out []Action) ([]Action, error) {
-	if !m.cfg.Extensions {
-		return out, &Violation{From: from, Msg: msg, Reason: "a steering line, an extension line, at a node without extensions", Mismatch: true}
-	}
-	if msg.Steer == nil || !msg.Steer.Valid() {
-		return out, &Violation{From: from, Msg: msg, Reason: "malformed steering line"}
-	}
-	s := *msg.Steer
-	if s.Origin == m.st.own.Origin && m.st.lastAt != 0 {
-		return out, nil // this node's own line, come back (a name used twice)
-	}
-	if s.What.Event() {
-		if m.st.events[s.Origin] >= s.At {
-			return out, nil // seen already: passed on once
-		}
-		if m.st.events == nil || len(m.st.events) >= maxSteerOrigins {
-			m.st.events = make(map[string]int64)
-		}
-		m.st.events[s.Origin] = s.At
-	} else {
-		if e := m.st.others[s.Origin]; e != nil && e.s.At >= s.At {
-			return out, nil // seen already, or older: passed on once
-		}
-		m.rememberSteer(s, from)
-	}
-	to := Succ
-	if from == Succ {
-		to = Pred
-	}
-	if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
-		out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
-	}
-	out = append(out, Action{Kind: ActSteer, To: from, Msg: msg})
-	switch s.What {
-	case SteerCancel:
-		out = m.cancelRound(s.Round, out)
-	case SteerRetry:
-		out = m.retryRound(s.Round, Pred, out)
-	}
-	return m.ungate(out), nil
-}
-
-// rememberSteer makes s its origin's latest line.
-func (m *Machine) rememberSteer(s Steer, from Side) {
-	if m.st.others == nil {
-		m.st.others = make(map[string]*steerEntry)
-	}
-	if e := m.st.others[s.Origin]; e != nil {
-		e.s, e.from = s, from
-		return
-	}
-	if len(m.st.order) >= maxSteerOrigins {
-		// Forget the oldest origin that gates nothing; if all gate, the
-		// oldest.
-		k := slices.IndexFunc(m.st.order, func(o string) bool { return !m.st.others[o].s.What.Gates() })
-		k = max(k, 0)
-		delete(m.st.others, m.st.order[k])
-		m.st.order = slices.Delete(m.st.order, k, k+1)
-	}
-	m.st.others[s.Origin] = &steerEntry{s: s, from: from}
-	m.st.order = append(m.st.order, s.Origin)
-}
-
-// steerResends returns the steering lines a link to side that came up
-// must carry, before any round's re-sends: this node's own state line,
-// and every other origin's latest state line that came from the other
-// side (a neighbour that restarted learns what gates the chain now, and
-// one that missed a release learns of it).
-func (m *Machine) steerResends(side Side, out []Action) []Action {
-	if !m.cfg.Extensions {
-		return out
-	}
-	if own := m.st.own; own.What != 0 {
-		out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &own}, Resend: true})
-	}
-	for _, o := range m.st.order {
-		e := m.st.others[o]
-		if e.from != side {
-			s := e.s
-			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})
-		}
-	}
-	return out
-}
-
-// suspendedNow reports whether phase timeouts are off: this node or another
-// that it knows of is gated, or one of its rounds waits at its gate.
-func (m *Machine) suspendedNow() bool {
-	if m.st.own.What.Gates() {
-		return true
-	}
-	for _, e := range m.st.others {
-		if e.s.What.Gates() {
-			return true
-		}
-	}
-	if !m.cfg.Approve && !m.held() {
-		return false
-	}
-	if m.cfg.Ordered {
-		// Only the round at the task turn can stand at the gate.
-		m.taskTurn(nil)
-		return m.taskAt < len(m.order) && m.turnCame(m.order[m.taskAt])
-	}
-	for _, r := range m.rounds {
-		if !r.state.Terminal() && m.turnCame(r) {
-			return true
-		}
-	}
-	return false
-}
-
-// regate turns phase timeouts off while some node is gated and, when the
-// last gate opens, re-arms every unfinished round's from now. Called at
-// the end of every step.
+// regate turns phase timeouts off while some node is gated, or one of
+// this node's rounds waits at its gate, and, when the last gate opens,
+// re-arms every unfinished round's from now. Called at the end of every
+// step.
 func (m *Machine) regate() {
-	now := m.suspendedNow()
-	if now == m.st.suspended {
+	now := m.steer.gatesAny()
+	if !now && (m.cfg.Approve || m.steer.held()) {
+		if m.cfg.Ordered {
+			// Only the round at the task turn can stand at the gate.
+			m.q.taskTurn(nil)
+			now = m.q.taskAt < len(m.q.order) && m.q.turnCame(m.q.order[m.q.taskAt])
+		} else {
+			for _, r := range m.rounds {
+				if !r.state.Terminal() && m.q.turnCame(r) {
+					now = true
+					break
+				}
+			}
+		}
+	}
+	if now == m.clock.suspended {
 		return
 	}
-	m.st.suspended = now
+	m.clock.suspended = now
 	for _, r := range m.rounds {
 		if !r.over {
 			exitBy := r.exitBy
-			m.arm(r)
+			m.clock.arm(r)
 			if exitBy != 0 && r.exitBy != 0 {
 				r.exitBy = exitBy // a gate does not move the exit wave's deadline
 			}
@@ -593,76 +666,133 @@ func (m *Machine) TaskOK(round string) bool {
 	return r != nil && r.taskOK
 }
 
-// taskRan reports whether r's task succeeded here: its COMPLETE went on
-// to the successor (at the Tail, back to the predecessor), or the round
-// is done.
-func (m *Machine) taskRan(r *round) bool {
+// undoUnderWay reports whether r's undo wave has begun and its outcome
+// is not known here yet.
+func (r *round) undoUnderWay() bool {
+	return r.undo.Phase != PhaseNone && !r.undo.Ended
+}
+
+// taskRan reports whether r's task succeeded here (at a node in role):
+// its COMPLETE went on to the successor (at the Tail, back to the
+// predecessor), the round is done, or the task succeeded after a cancel
+// (ran).
+func (r *round) taskRan(role Role) bool {
 	switch {
-	case r.taskOK || r.state == StateDone:
+	case r.taskOK || r.state == StateDone || r.ran:
 		return true
-	case m.cfg.Role.HasSucc():
+	case role.HasSucc():
 		return r.lastSucc == Complete
 	}
 	return r.lastPred == Complete
 }
 
-// retryRound reopens round id (a retry from the Head; by: Pred where the
+// retryRound reopens round s.Round (the retry line s from the Head; by: Pred where the
 // line came from it, 0 at the Head): a round this node knows and that
 // ended (an unfinished one is ended first) starts again in SYNC, with
 // its readiness, in the place it had in the order: before every round
-// whose task has not run here yet. If its task had succeeded here it is
-// passed on without running again (ActSkip). ActOpened says it is open.
-func (m *Machine) retryRound(id string, by Side, out []Action) []Action {
+// whose task has not run here yet. If its task had succeeded here, and
+// the undo wave did not undo it, it is passed on without running again
+// (ActSkip); work that was undone runs again. The undo stays on record
+// (Record.Prior). ActOpened says it is open.
+func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
+	id := s.Round
 	r := m.rounds[id]
-	if r == nil {
+	switch {
+	case r == nil:
 		return out // never seen here: its READY opens it as a new round
+	case r.retry.At >= s.At:
+		return out // this retry reopened it already (a re-send)
 	}
-	if !r.over {
-		if !r.state.Terminal() {
-			out = m.abortRound(r, out)
-		} else {
-			// Done here, its final COMPLETE not handed over: it is.
-			r.delivered = true
-			out = m.finish(r, Done, out)
-		}
+	switch {
+	case r.over:
+	case !r.state.Terminal():
+		out = m.abortRound(r, out)
+	case r.undo.Held != 0:
+		// Its undo wave's outcome is still to come here: the retry
+		// ends the wait (a retry at the Head waits for the outcome).
+		o := r.undo.Held
+		r.undo.Held, r.undo.Ended = 0, true
+		out = m.finish(r, o, out)
+	default:
+		// Done here, its final COMPLETE not handed over: it is.
+		r.delivered = true
+		out = m.finish(r, Done, out)
 	}
-	ok := m.taskRan(r)
-	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok}
+	// Work that the undo wave undid (or tried to) is not done: the task
+	// runs again. Work the wave left (it stopped before this node) is.
+	undone := r.undo.Phase == PhaseDone || r.undo.Phase == PhaseFailed || r.undo.Phase == PhaseRunning
+	ok := r.taskRan(m.cfg.Role) && !undone
+	prior := r.prior
+	if undone {
+		prior = r.undo
+	}
+	// A task of the attempt before that still runs here holds the
+	// retry's own until it ends (taskDone).
+	stale := r.stale || r.taskOpen
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior,
+		retry: s, stale: stale, succRetried: !m.cfg.Role.HasSucc()}
 	m.active++
 	if k := slices.Index(m.finished, id); k >= 0 {
 		m.finished = slices.Delete(m.finished, k, k+1)
 	}
-	if m.cfg.Ordered {
-		if k := slices.Index(m.order, r); k >= 0 {
-			m.order = slices.Delete(m.order, k, k+1)
-			if k < m.taskAt {
-				m.taskAt--
-			}
-			if k < m.readyAt {
-				m.readyAt--
-			}
-		}
-		m.order = slices.Insert(m.order, m.taskAt, r)
-		m.readyAt = m.taskAt // it is in SYNC: the rounds after it pass READY on after it
-		r.queued = true
+	for _, o := range m.q.requeue(r) {
+		m.moved.add(o)
 	}
-	if m.cfg.Durable && !slices.Contains(m.moved, r) {
-		m.moved = append(m.moved, r)
-	}
-	m.arm(r)
+	m.moved.add(r)
+	m.clock.arm(r)
 	out = append(out, Action{Kind: ActOpened, Round: id, To: by})
 	return m.advance(r, out)
 }
 
-// beforeTask is the round id names, if its task has not started here: an
-// approval or a denial acts on nothing else.
-func (m *Machine) beforeTask(id string) (*round, error) {
-	r := m.rounds[id]
+// retryLine takes a retry line from side from (fresh: the first time it
+// came). From the predecessor, the round is reopened here (once) and the
+// line goes back, so that the predecessor knows every message of the
+// round from here is of the retry: a message of the attempt before, re-
+// sent when a link came back, can cross the line on its way. From the
+// successor, it is that line coming back: the round takes the
+// successor's messages again.
+func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Action {
+	r := m.rounds[s.Round]
+	if from == Succ {
+		if r != nil && r.retry.At == s.At {
+			r.succRetried = true
+		}
+		return out
+	}
+	if fresh {
+		out = m.retryRound(s, Pred, out)
+		out = m.ungate(out)
+	}
+	if r := m.rounds[s.Round]; r == nil || r.retry.At >= s.At {
+		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
+		if r != nil && !fresh && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
+			// The predecessor asks again (it restarted, or lost the
+			// echo): what was sent it since may have been dropped.
+			out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: r.lastPred, Round: r.id}, Resend: true})
+		}
+	}
+	return out
+}
+
+// inFlight reports whether one of rounds whose task started here (the
+// one to retry included) is not over here yet.
+func inFlight(rounds map[string]*round) bool {
+	for _, r := range rounds {
+		if !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
+			return true
+		}
+	}
+	return false
+}
+
+// beforeTask checks that r (nil: unknown) has not started its task here:
+// an approval or a denial acts on nothing else.
+func beforeTask(r *round) error {
 	switch {
 	case r == nil:
-		return nil, ErrUnknownRound
+		return ErrUnknownRound
 	case r.state >= StateStart:
-		return nil, ErrTaskStarted
+		return ErrTaskStarted
 	}
-	return r, nil
+	return nil
 }

@@ -96,126 +96,215 @@ type sideClock struct {
 	unreach bool          // TimeoutUnreachable reported, until the link is up
 }
 
-// timed reports whether any timeout is configured.
-func (m *Machine) timed() bool {
-	c := &m.cfg
-	return c.PhaseTimeout > 0 || c.ExitWaveTimeout > 0 || c.Silence > 0 || c.ConnectTimeout > 0 || c.Extensions
+// clock is the machine's part that keeps time: the latest time seen, the
+// per-link clocks and the rounds' deadlines. It owns its fields; the
+// machine asks it what ran out and applies the policy itself.
+type clock struct {
+	role                              Role
+	phase, exitWave, silence, connect time.Duration // Config's timeouts
+	timing                            bool          // some timeout is configured
+
+	now   time.Duration   // the latest Event.At seen
+	woke  time.Duration   // the driver resumed then: silence counts from here
+	sides [3]sideClock    // per Side
+	armed map[*round]bool // the rounds with a deadline
+	// suspended: phase timeouts are off (some node is gated, steer.go),
+	// as of the end of the last step.
+	suspended bool
 }
 
-// setNow moves the machine's clock to at (never back). The first time
-// it learns the time, every neighbour counts as healthy from then and the
-// deadlines of the rounds restored before are set from then.
-func (m *Machine) setNow(at time.Duration) {
-	if at <= m.now {
-		return
+func newClock(cfg *Config) clock {
+	return clock{role: cfg.Role, phase: cfg.PhaseTimeout, exitWave: cfg.ExitWaveTimeout, silence: cfg.Silence,
+		connect: cfg.ConnectTimeout,
+		timing:  cfg.PhaseTimeout > 0 || cfg.ExitWaveTimeout > 0 || cfg.Silence > 0 || cfg.ConnectTimeout > 0 || cfg.Extensions}
+}
+
+// setNow moves the clock to at (never back), and reports whether this is
+// the first time it learns the time: every neighbour counts as healthy
+// from then, and the caller arms the rounds restored before.
+func (c *clock) setNow(at time.Duration) (first bool) {
+	if at <= c.now {
+		return false
 	}
-	first := m.now == 0
-	m.now = at
-	if !first {
-		return
-	}
-	for s := range m.sides {
-		m.sides[s].healthy = at
-	}
-	for _, r := range m.rounds {
-		if !r.over {
-			m.arm(r)
+	first = c.now == 0
+	c.now = at
+	if first {
+		for s := range c.sides {
+			c.sides[s].healthy = at
 		}
 	}
+	return first
 }
 
 // arm sets round r's deadlines for the state it has just entered (or its
 // new local readiness): PhaseTimeout if it waits for a neighbour, or if
 // the predecessor opened it and this node has not claimed it;
 // ExitWaveTimeout if it is handing its final COMPLETE over.
-func (m *Machine) arm(r *round) {
-	if !m.timing {
+func (c *clock) arm(r *round) {
+	if !c.timing {
 		return
 	}
 	r.deadline, r.exitBy = 0, 0
-	role := m.cfg.Role
-	if d := m.cfg.PhaseTimeout; d > 0 && !r.over && !m.st.suspended {
-		if _, side := WaitIn(role, r.state, r.localReady).Msg(); side != 0 || r.state == StateSync && role.HasPred() {
-			r.deadline = m.now + d
+	if c.phase > 0 && !r.over && !c.suspended {
+		if _, side := WaitIn(c.role, r.state, r.localReady).Msg(); side != 0 || r.state == StateSync && c.role.HasPred() {
+			r.deadline = c.now + c.phase
 		}
 	}
-	if d := m.cfg.ExitWaveTimeout; d > 0 && m.handingOver(r) {
-		r.exitBy = m.now + d
+	if c.exitWave > 0 && r.handingOver(c.role) {
+		r.exitBy = c.now + c.exitWave
 	}
 	if r.deadline != 0 || r.exitBy != 0 {
-		if m.armed == nil {
-			m.armed = make(map[*round]bool)
+		if c.armed == nil {
+			c.armed = make(map[*round]bool)
 		}
-		m.armed[r] = true
+		c.armed[r] = true
 	} else {
-		delete(m.armed, r)
+		delete(c.armed, r)
 	}
 }
 
 // disarm clears round r's deadlines (it is over).
-func (m *Machine) disarm(r *round) {
+func (c *clock) disarm(r *round) {
 	if r.deadline != 0 || r.exitBy != 0 {
 		r.deadline, r.exitBy = 0, 0
-		delete(m.armed, r)
+		delete(c.armed, r)
 	}
 }
 
-// clockStep keeps the per-link clocks after a successful step of ev with
-// the given actions.
-func (m *Machine) clockStep(ev Event, acts []Action) {
+// step keeps the per-link clocks after a successful step of ev with the
+// given actions.
+func (c *clock) step(ev Event, acts []Action) {
 	s := ev.From
 	switch ev.Kind {
 	case EvRecv:
-		m.heardFrom(s)
+		c.heardFrom(s)
 	case EvLinkUp:
 		if s != Pred && s != Succ {
 			break
 		}
-		m.sides[s] = sideClock{up: true, upAt: m.now, healthy: m.sides[s].healthy}
+		c.sides[s] = sideClock{up: true, upAt: c.now, healthy: c.sides[s].healthy}
 		if ev.Msg.Cmd != 0 {
-			m.heardFrom(s) // Promote: its first line
+			c.heardFrom(s) // Promote: its first line
 		}
 	case EvLinkDown:
 		if s != Pred && s != Succ {
 			break
 		}
-		c := &m.sides[s]
-		if c.up && (c.heard != 0 || ev.Heard[s] != 0 || m.now-c.upAt >= flapTime) {
-			c.healthy = m.now
-			if h := max(c.heard, ev.Heard[s]); m.cfg.Silence > 0 && h > 0 {
+		sc := &c.sides[s]
+		if sc.up && (sc.heard != 0 || ev.Heard[s] != 0 || c.now-sc.upAt >= flapTime) {
+			sc.healthy = c.now
+			if h := max(sc.heard, ev.Heard[s]); c.silence > 0 && h > 0 {
 				// With heartbeats a neighbour is heard from every interval:
 				// its link has been down since it was last heard from, not
 				// since the connection noticed (docs/DESIGN.md, "Liveness").
-				c.healthy = min(h, m.now)
+				sc.healthy = min(h, c.now)
 			}
 		}
-		*c = sideClock{healthy: c.healthy}
+		*sc = sideClock{healthy: sc.healthy}
 	}
-	if m.cfg.Silence > 0 {
+	if c.silence > 0 {
 		for i := range acts {
 			if a := &acts[i]; a.Kind == ActSend && (a.To == Pred || a.To == Succ) {
-				if c := &m.sides[a.To]; c.up && c.spoke == 0 {
-					c.spoke = m.now
+				if sc := &c.sides[a.To]; sc.up && sc.spoke == 0 {
+					sc.spoke = c.now
 				}
 			}
 		}
 	}
 }
 
-func (m *Machine) heardFrom(s Side) {
-	if (s == Pred || s == Succ) && m.now > 0 {
-		m.sides[s].heard = m.now
-		m.sides[s].silent = false
+func (c *clock) heardFrom(s Side) {
+	if (s == Pred || s == Succ) && c.now > 0 {
+		c.sides[s].heard = c.now
+		c.sides[s].silent = false
 	}
 }
 
-// linkTimeout appends a, a silent or unreachable neighbour, naming the
-// first unfinished round, and under PolicyHalt aborts every unfinished
-// round.
-func (m *Machine) linkTimeout(a Action, out []Action) []Action {
-	rs := m.unfinished()
-	if len(rs) > 0 {
-		a.Round, a.From = rs[0].id, rs[0].state
+// gone notes that the neighbour on side s did not come back within its
+// restart grace: its silence or down link counts as reported already.
+func (c *clock) gone(s Side) {
+	sc := &c.sides[s]
+	sc.silent, sc.unreach = sc.up, !sc.up
+}
+
+// link judges the link to the neighbour on side s at a tick: a silent
+// or unreachable neighbour (ActTimeout, once per silence or per down
+// link). graced: that neighbour is in a restart grace; active: the
+// rounds in progress.
+func (c *clock) link(s Side, ev Event, graced bool, active int) (Action, bool) {
+	sc := &c.sides[s]
+	if sc.up && ev.Heard[s] > sc.heard {
+		sc.heard = ev.Heard[s]
+		sc.silent = false
+	}
+	if graced {
+		// In its restart grace: neither its silence nor its down link is
+		// a fault (liveness.go); both count from its end.
+		sc.healthy, sc.silent = c.now, false
+		return Action{}, false
+	}
+	switch {
+	case sc.up && c.silence > 0:
+		// Silence counts from the neighbour's last line; on a connection
+		// it has not spoken on yet, from this node's first line there
+		// (before that a successor holds the connection pending and says
+		// nothing).
+		since := sc.heard
+		if since == 0 {
+			since = sc.spoke
+		}
+		if since == 0 {
+			break
+		}
+		since = max(since, c.woke)
+		if c.now-since < c.silence || active == 0 {
+			sc.silent = false
+		} else if !sc.silent {
+			sc.silent = true // once per silence
+			return Action{Kind: ActTimeout, Timeout: TimeoutSilence, To: s, After: c.now - since}, true
+		}
+	case !sc.up && c.connect > 0 && !sc.unreach && c.now-sc.healthy >= c.connect:
+		if active == 0 {
+			sc.healthy = c.now // nothing in progress: not a fault; keep watching
+			break
+		}
+		sc.unreach = true // once until the link is up
+		return Action{Kind: ActTimeout, Timeout: TimeoutUnreachable, To: s, After: c.now - sc.healthy}, true
+	}
+	return Action{}, false
+}
+
+// due returns the rounds a deadline of which has passed, by id.
+func (c *clock) due() []*round {
+	var due []*round
+	for r := range c.armed {
+		if r.deadline != 0 && c.now >= r.deadline || r.exitBy != 0 && c.now >= r.exitBy {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(a, b *round) int { return strings.Compare(a.id, b.id) })
+	return due
+}
+
+// timedOut appends a, a neighbour that is silent, unreachable or did not
+// come back within its restart grace, naming the round it restarted in
+// (a grace's, if unfinished) or the first unfinished round; under
+// PolicyHalt it aborts every unfinished round.
+func (m *Machine) timedOut(a Action, out []Action) []Action {
+	var r *round
+	if g := a.Msg.Grace; a.Timeout == TimeoutGrace {
+		if g.Hops == 1 {
+			m.clock.gone(a.To)
+		}
+		if r = m.rounds[g.Round]; !g.HasRound || r != nil && r.state.Terminal() {
+			r = nil
+		}
+	}
+	if rs := m.unfinished(); r == nil && len(rs) > 0 {
+		r = rs[0]
+	}
+	if r != nil {
+		a.Round, a.From = r.id, r.state
 	}
 	out = append(out, a)
 	if m.cfg.Policy == PolicyHalt {
@@ -226,80 +315,38 @@ func (m *Machine) linkTimeout(a Action, out []Action) []Action {
 
 // tick judges every timeout at the current time (EvTick).
 func (m *Machine) tick(ev Event, out []Action) []Action {
+	c := &m.clock
 	if ev.Resumed {
-		m.woke = m.now
+		c.woke = c.now
 	}
-	out = m.graceTick(out)
-	role := m.cfg.Role
+	for _, g := range m.live.due(c.now) {
+		out = m.timedOut(m.live.expire(g), out)
+	}
 	for _, s := range [...]Side{Pred, Succ} {
-		if s == Pred && !role.HasPred() || s == Succ && !role.HasSucc() {
-			continue
-		}
-		c := &m.sides[s]
-		if c.up && ev.Heard[s] > c.heard {
-			c.heard = ev.Heard[s]
-			c.silent = false
-		}
-		if m.graced(s) {
-			// In its restart grace: neither its silence nor its down
-			// link is a fault (liveness.go); both count from its end.
-			c.healthy, c.silent = m.now, false
-			continue
-		}
-		switch {
-		case c.up && m.cfg.Silence > 0:
-			// Silence counts from the neighbour's last line; on a
-			// connection it has not spoken on yet, from this node's first
-			// line there (before that a successor holds the connection
-			// pending and says nothing).
-			since := c.heard
-			if since == 0 {
-				since = c.spoke
+		if hasSide(m.cfg.Role, s) {
+			if a, ok := c.link(s, ev, m.live.graced(s), m.active); ok {
+				out = m.timedOut(a, out)
 			}
-			if since == 0 {
-				break
-			}
-			since = max(since, m.woke)
-			if m.now-since < m.cfg.Silence || m.active == 0 {
-				c.silent = false
-			} else if !c.silent {
-				c.silent = true // once per silence
-				out = m.linkTimeout(Action{Kind: ActTimeout, Timeout: TimeoutSilence, To: s, After: m.now - since}, out)
-			}
-		case !c.up && m.cfg.ConnectTimeout > 0 && !c.unreach && m.now-c.healthy >= m.cfg.ConnectTimeout:
-			if m.active == 0 {
-				c.healthy = m.now // nothing in progress: not a fault; keep watching
-				break
-			}
-			c.unreach = true // once until the link is up
-			out = m.linkTimeout(Action{Kind: ActTimeout, Timeout: TimeoutUnreachable, To: s, After: m.now - c.healthy}, out)
 		}
 	}
-	if len(m.armed) == 0 {
+	if len(c.armed) == 0 {
 		return out
 	}
-	var due []*round
-	for r := range m.armed {
-		if r.deadline != 0 && m.now >= r.deadline || r.exitBy != 0 && m.now >= r.exitBy {
-			due = append(due, r)
-		}
-	}
-	slices.SortFunc(due, func(a, b *round) int { return strings.Compare(a.id, b.id) })
-	for _, r := range due {
-		if r.exitBy != 0 && m.now >= r.exitBy && m.handingOver(r) {
+	for _, r := range c.due() {
+		if r.exitBy != 0 && c.now >= r.exitBy && r.handingOver(m.cfg.Role) {
 			out = m.finish(r, NotDelivered, out)
 			continue
 		}
-		if r.deadline != 0 && m.now >= r.deadline {
-			w := WaitIn(role, r.state, r.localReady)
+		if r.deadline != 0 && c.now >= r.deadline {
+			w := WaitIn(m.cfg.Role, r.state, r.localReady)
 			_, side := w.Msg()
-			if side != 0 && m.graceOn(side) {
+			if side != 0 && m.live.graceOn(side) {
 				// It waits on a node in its restart grace: counted again.
-				r.deadline = m.now + m.cfg.PhaseTimeout
+				r.deadline = c.now + c.phase
 				continue
 			}
 			r.deadline = 0 // once per state
-			out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutPhase, Round: r.id, From: r.state, Wait: w, To: side, After: m.cfg.PhaseTimeout})
+			out = append(out, Action{Kind: ActTimeout, Timeout: TimeoutPhase, Round: r.id, From: r.state, Wait: w, To: side, After: c.phase})
 			// A round this node never claimed must not hold a slot for
 			// ever, whatever the policy.
 			if m.cfg.Policy == PolicyHalt || w == WaitLocal {
@@ -308,7 +355,7 @@ func (m *Machine) tick(ev Event, out []Action) []Action {
 			}
 		}
 		if r.deadline == 0 && r.exitBy == 0 {
-			delete(m.armed, r)
+			delete(c.armed, r)
 		}
 	}
 	return out

@@ -326,16 +326,43 @@ type UndoRecord struct {
 	SentPred, SentSucc Command
 }
 
-// undoName is this node's name in the undo lines.
-func (m *Machine) undoSelf() string {
-	if m.cfg.Name != "" {
-		return strings.ReplaceAll(NoticeName(m.cfg.Name), ",", "_")
-	}
-	return m.cfg.Role.String()
+// undoWave is the machine's part that runs the undo wave: whether each
+// current connection began with UNDO ON, and the failure of the task
+// being reported. A round's own undo state is its UndoRecord; the
+// machine hands the round in, and the part says what follows (an
+// undoVerdict) for the machine to apply.
+type undoWave struct {
+	on   bool   // Config.Undo
+	role Role   //
+	self string // this node's name in the undo lines
+	// heard, per Side: the current connection began with UNDO ON.
+	heard [3]bool
+	// The failure of the task being reported (EvTaskDone), set for the
+	// step: the wave's to say why.
+	why    Failure
+	whySet bool
 }
 
-// undoMsg is the undo line c of r.
-func (m *Machine) undoMsg(r *round, c Command, to Side) Message {
+func newUndoWave(cfg *Config) undoWave {
+	self := cfg.Role.String()
+	if cfg.Name != "" {
+		self = strings.ReplaceAll(NoticeName(cfg.Name), ",", "_")
+	}
+	return undoWave{on: cfg.Undo, role: cfg.Role, self: self}
+}
+
+// undoVerdict is what an undo line means for its round, for the machine
+// to apply.
+type undoVerdict uint8
+
+const (
+	undoNothing undoVerdict = iota // nothing more
+	undoRun                        // run this node's undo (the round ends here first, held)
+	undoOver                       // the wave's outcome is known here (Machine.undoEnd)
+)
+
+// msg is the undo line c of r to side to.
+func (u *undoWave) msg(r *round, c Command, to Side) Message {
 	w := r.undo.Wave
 	switch {
 	case c == UndoLine:
@@ -347,10 +374,10 @@ func (m *Machine) undoMsg(r *round, c Command, to Side) Message {
 	return Message{Cmd: c, Round: r.id, Undo: &w}
 }
 
-// undoSend sends the undo line c of r to side, if the node has that
+// send sends the undo line c of r to side, if the node has that
 // neighbour, and remembers it for re-sends.
-func (m *Machine) undoSend(r *round, c Command, to Side, out []Action) []Action {
-	if to == Pred && !m.cfg.Role.HasPred() || to == Succ && !m.cfg.Role.HasSucc() {
+func (u *undoWave) send(r *round, c Command, to Side, out []Action) []Action {
+	if !hasSide(u.role, to) {
 		return out
 	}
 	if to == Pred {
@@ -358,20 +385,20 @@ func (m *Machine) undoSend(r *round, c Command, to Side, out []Action) []Action 
 	} else {
 		r.undo.SentSucc = c
 	}
-	return append(out, Action{Kind: ActSend, To: to, Msg: m.undoMsg(r, c, to)})
+	return append(out, Action{Kind: ActSend, To: to, Msg: u.msg(r, c, to)})
 }
 
-// undoLinkUp: with Config.Undo the first line on a new connection says
-// so, and the undo lines sent that way are sent again. Called first by
-// linkUp.
-func (m *Machine) undoLinkUp(side Side, out []Action) []Action {
-	if !m.cfg.Undo {
+// linkUp: with Config.Undo the first line on a new connection says so,
+// and the undo lines of rounds sent that way are sent again. Called
+// first by Machine.linkUp.
+func (u *undoWave) linkUp(side Side, rounds map[string]*round, out []Action) []Action {
+	if !u.on {
 		return out
 	}
-	m.undoHeard[side] = false
+	u.heard[side] = false
 	out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: UndoOn}})
 	var rs []*round
-	for _, r := range m.rounds {
+	for _, r := range rounds {
 		if side == Pred && r.undo.SentPred != 0 || side == Succ && r.undo.SentSucc != 0 {
 			rs = append(rs, r)
 		}
@@ -382,15 +409,15 @@ func (m *Machine) undoLinkUp(side Side, out []Action) []Action {
 		if side == Pred {
 			c = r.undo.SentPred
 		}
-		out = append(out, Action{Kind: ActSend, To: side, Msg: m.undoMsg(r, c, side), Resend: true})
+		out = append(out, Action{Kind: ActSend, To: side, Msg: u.msg(r, c, side), Resend: true})
 	}
 	return out
 }
 
-// undoGate is the check of every round message from side: with
-// Config.Undo, its connection must have begun with UNDO ON.
-func (m *Machine) undoGate(from Side, msg Message) error {
-	if !m.cfg.Undo || m.undoHeard[from] {
+// gate is the check of every round message from side: with Config.Undo,
+// its connection must have begun with UNDO ON.
+func (u *undoWave) gate(from Side, msg Message) error {
+	if !u.on || u.heard[from] {
 		return nil
 	}
 	return &Violation{From: from, Msg: msg, Reason: "the " + sideName(from) + " runs without --undo (its connection did not begin with UNDO ON); this node runs with it",
@@ -404,26 +431,26 @@ func sideName(s Side) string {
 	return "successor"
 }
 
-// undoRecv takes an undo line from side from.
-func (m *Machine) undoRecv(from Side, msg Message, out []Action) ([]Action, error) {
-	bad := func(reason string) ([]Action, error) {
-		return out, &Violation{From: from, Msg: msg, Reason: reason}
+// recv takes an undo line from side from; r is its round here (nil if
+// unknown).
+func (u *undoWave) recv(from Side, msg Message, r *round, out []Action) ([]Action, undoVerdict, error) {
+	bad := func(reason string) ([]Action, undoVerdict, error) {
+		return out, undoNothing, &Violation{From: from, Msg: msg, Reason: reason}
 	}
-	if !m.cfg.Undo {
-		return out, &Violation{From: from, Msg: msg, Reason: "the " + sideName(from) + " runs with --undo (it sent " + msg.Cmd.String() + "); this node runs without it",
+	if !u.on {
+		return out, undoNothing, &Violation{From: from, Msg: msg, Reason: "the " + sideName(from) + " runs with --undo (it sent " + msg.Cmd.String() + "); this node runs without it",
 			Mismatch: true, Setting: "undo"}
 	}
 	if msg.Cmd == UndoOn {
-		m.undoHeard[from] = true
-		return out, nil
+		u.heard[from] = true
+		return out, undoNothing, nil
 	}
 	if msg.Undo == nil || !msg.Undo.Valid(msg.Cmd) || !ValidRound(msg.Round) {
 		return bad("malformed undo line")
 	}
-	if err := m.undoGate(from, msg); err != nil {
-		return out, err
+	if err := u.gate(from, msg); err != nil {
+		return out, undoNothing, err
 	}
-	r := m.rounds[msg.Round]
 	if msg.Cmd == UndoLine {
 		switch {
 		case from != Succ:
@@ -435,41 +462,58 @@ func (m *Machine) undoRecv(from Side, msg Message, out []Action) ([]Action, erro
 		}
 		switch r.undo.Phase {
 		case PhaseRunning, PhaseDone, PhaseFailed, PhaseKept:
-			return out, nil // a re-send
+			return out, undoNothing, nil // a re-send
 		}
 		if r.undo.Ended {
-			return out, nil
+			return out, undoNothing, nil
 		}
 		r.undo.Phase, r.undo.Wave = PhaseRunning, *msg.Undo
-		if !r.state.Terminal() {
-			out = m.abortRound(r, out) // held until the outcome
-		}
-		return append(out, Action{Kind: ActRunUndo, Round: r.id, Wave: r.undo.Wave}), nil
+		return out, undoRun, nil
 	}
 	// UNDONE: pass it on, once.
-	to := Succ
-	if from == Succ {
-		to = Pred
-	}
+	to := other(from)
 	if r == nil {
-		if to == Pred && m.cfg.Role.HasPred() || to == Succ && m.cfg.Role.HasSucc() {
+		if hasSide(u.role, to) {
 			out = append(out, Action{Kind: ActSend, To: to, Msg: msg})
 		}
-		return out, nil
+		return out, undoNothing, nil
 	}
 	if r.undo.Ended {
-		return out, nil
+		return out, undoNothing, nil
 	}
 	r.undo.Wave = *msg.Undo
 	switch {
 	case r.undo.Phase == PhaseAwait || r.undo.Phase == PhaseNone && r.ran && from == Succ:
 		r.undo.Phase = PhaseKept
-		r.undo.Wave.Kept, r.undo.Wave.KeptN = addName(r.undo.Wave.Kept, r.undo.Wave.KeptN, m.undoSelf())
+		r.undo.Wave.Kept, r.undo.Wave.KeptN = addName(r.undo.Wave.Kept, r.undo.Wave.KeptN, u.self)
 	case r.undo.Phase == PhaseNone:
 		r.undo.Phase = PhaseNothing
 	}
-	out = m.undoSend(r, UndoEnd, to, out)
-	return m.undoEnd(r, out), nil
+	return u.send(r, UndoEnd, to, out), undoOver, nil
+}
+
+// ended takes the end of this node's undo of r (nil: unknown): undoOver
+// if the wave's outcome is known here now.
+func (u *undoWave) ended(r *round, failed bool, code int, out []Action) ([]Action, undoVerdict, error) {
+	if r == nil || r.undo.Phase != PhaseRunning {
+		return out, undoNothing, ErrNoUndo
+	}
+	w := &r.undo.Wave
+	if failed {
+		r.undo.Phase = PhaseFailed
+		w.Stop, w.StopCode, w.Kept, w.KeptN = u.self, code, "", -1
+		if !u.role.HasPred() {
+			w.KeptN = 0
+		}
+		out = u.send(r, UndoEnd, Succ, out)
+		return u.send(r, UndoEnd, Pred, out), undoOver, nil
+	}
+	r.undo.Phase = PhaseDone
+	w.Undone, w.UndoneN = addName(w.Undone, w.UndoneN, u.self)
+	if u.role.HasPred() {
+		return u.send(r, UndoLine, Pred, out), undoNothing, nil
+	}
+	return u.send(r, UndoEnd, Succ, out), undoOver, nil // the Head: the wave is over
 }
 
 // undoEnd reports the outcome of r's wave here and ends the round:
@@ -493,45 +537,19 @@ func (m *Machine) undoEnd(r *round, out []Action) []Action {
 	return out
 }
 
-// undoEnded takes the end of this node's undo of round id.
-func (m *Machine) undoEnded(id string, failed bool, code int, out []Action) ([]Action, error) {
-	r := m.rounds[id]
-	if r == nil || r.undo.Phase != PhaseRunning {
-		return out, ErrNoUndo
-	}
-	w := &r.undo.Wave
-	if failed {
-		r.undo.Phase = PhaseFailed
-		w.Stop, w.StopCode, w.Kept, w.KeptN = m.undoSelf(), code, "", -1
-		if !m.cfg.Role.HasPred() {
-			w.KeptN = 0
-		}
-		out = m.undoSend(r, UndoEnd, Succ, out)
-		out = m.undoSend(r, UndoEnd, Pred, out)
-		return m.undoEnd(r, out), nil
-	}
-	r.undo.Phase = PhaseDone
-	w.Undone, w.UndoneN = addName(w.Undone, w.UndoneN, m.undoSelf())
-	if m.cfg.Role.HasPred() {
-		return m.undoSend(r, UndoLine, Pred, out), nil
-	}
-	out = m.undoSend(r, UndoEnd, Succ, out) // the Head: the wave is over
-	return m.undoEnd(r, out), nil
-}
-
 // ErrNoUndo is an UndoDone for a round whose undo is not running.
 var ErrNoUndo = fmt.Errorf("chainsync: no undo is running for this round")
 
-// undoFinish is finish's hook: with Config.Undo a round that fails here
-// starts the wave (a failed task, or a denial), and a failed round's end
-// is withheld until the wave's outcome is known. held: finish must not end
-// the round now.
+// finish is Machine.finish's hook: with Config.Undo a round that fails
+// here starts the wave (a failed task, or a denial), and a failed round's
+// end is withheld until the wave's outcome is known. held: the round
+// must not end now.
 //
 // A round the wave ends after this node's COMPLETE went on ends Aborted,
 // not NoExitWave: the wave says what happened beyond this node.
-func (m *Machine) undoFinish(r *round, op *Outcome, out []Action) ([]Action, bool) {
+func (u *undoWave) finish(r *round, op *Outcome, out []Action) ([]Action, bool) {
 	o := *op
-	if !m.cfg.Undo || o == Done || o == NotDelivered {
+	if !u.on || o == Done || o == NotDelivered {
 		return out, false
 	}
 	defer func() {
@@ -543,20 +561,20 @@ func (m *Machine) undoFinish(r *round, op *Outcome, out []Action) ([]Action, boo
 		}
 	}()
 	if o == TaskFailed && r.undo.Phase == PhaseNone {
-		why := m.why
+		why := u.why
 		if why.Kind == "" {
 			why = Failure{Kind: KindTaskFailed, Code: -1}
-			if !m.whySet {
+			if !u.whySet {
 				why.Kind = "denied" // not a task's end: a denial
 			}
 		}
 		r.undo.Phase = PhaseNothing
-		r.undo.Wave = Wave{Failed: m.undoSelf(), Kind: why.Kind, Code: why.Code, StopCode: -1}
-		if m.cfg.Role.HasPred() {
-			out = m.undoSend(r, UndoLine, Pred, out)
+		r.undo.Wave = Wave{Failed: u.self, Kind: why.Kind, Code: why.Code, StopCode: -1}
+		if u.role.HasPred() {
+			out = u.send(r, UndoLine, Pred, out)
 		} else {
 			r.undo.Wave.KeptN = 0
-			out = m.undoSend(r, UndoEnd, Succ, out)
+			out = u.send(r, UndoEnd, Succ, out)
 			r.undo.Ended = true
 			out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.undo.Wave})
 		}
@@ -568,14 +586,14 @@ func (m *Machine) undoFinish(r *round, op *Outcome, out []Action) ([]Action, boo
 	return out, true
 }
 
-// undoNoticed is the notice's hook: with Config.Undo a round that a
-// neighbour's failed task ends here waits for the wave: to undo this
-// node's part if its task had succeeded, or only for the outcome.
-func (m *Machine) undoNoticed(n *Notice) {
-	if !m.cfg.Undo || !n.HasRound || n.Kind != KindTaskFailed && n.Kind != KindTaskTimeout && n.Kind != "denied" {
+// noticed is the notice's hook: with Config.Undo a round r that a
+// neighbour's failed task ends here (notice n) waits for the wave: to
+// undo this node's part if its task had succeeded, or only for the
+// outcome.
+func (u *undoWave) noticed(n *Notice, r *round) {
+	if !u.on || !n.HasRound || n.Kind != KindTaskFailed && n.Kind != KindTaskTimeout && n.Kind != "denied" {
 		return
 	}
-	r := m.rounds[n.Round]
 	if r == nil || r.state.Terminal() || r.undo.Phase != PhaseNone {
 		return
 	}
@@ -586,12 +604,11 @@ func (m *Machine) undoNoticed(n *Notice) {
 	r.undo.Wave = Wave{Failed: n.Origin, Kind: n.Kind, Code: -1, StopCode: -1}
 }
 
-// undoSettled reports whether r lets a later round's task run here
-// (Config.Ordered): without Config.Undo once r's task ran here or r
-// ended; with it once r is done here, or ended with no undo of this
-// node's to come.
-func (m *Machine) undoSettled(r *round) bool {
-	if !m.cfg.Undo {
+// settled reports whether r lets a later round's task run here
+// (Config.Ordered): without undo once r's task ran here or r ended; with
+// it once r is done here, or ended with no undo of this node's to come.
+func (r *round) settled(undo bool) bool {
+	if !undo {
 		return r.state >= StateComplete
 	}
 	switch {
@@ -611,11 +628,4 @@ func (m *Machine) Undo(round string) (UndoPhase, Wave, bool) {
 		return 0, Wave{}, false
 	}
 	return r.undo.Phase, r.undo.Wave, true
-}
-
-func undoRoundName(r string) string {
-	if r == "" {
-		return "(unnamed)"
-	}
-	return r
 }
