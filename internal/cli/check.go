@@ -165,6 +165,14 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	if pred == nil && succ == nil {
 		fmt.Fprintln(stdout, "no neighbours: a one-node chain has no links to check")
 	}
+	if o.worker && fs.NArg() > 0 { // the worker says hello (workercmd.go)
+		if r := checkWorker(&o.runOpts, fs.Args(), role.String(), o.timeout); r.ok {
+			fmt.Fprintf(stdout, "ok: %s\n", r.detail)
+		} else {
+			fmt.Fprintf(stdout, "FAIL: %s\n", r.detail)
+			code = ExitError
+		}
+	}
 	for _, r := range localChecks(&o.runOpts) {
 		verdict := "ok"
 		if !r.ok {

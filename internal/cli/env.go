@@ -29,13 +29,15 @@ var taskVars = map[string]bool{
 	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true, "CHAINSYNC_ORIGIN": true,
 	"CHAINSYNC_HOLD": true, "CHAINSYNC_REASON": true, // --on-hold (steer.go)
 	"CHAINSYNC_FAILED_NODE": true, // --undo (undo.go)
+	"CHAINSYNC_WORKER":      true, // a --worker's (workercmd.go)
 }
 
 // envRenames gives the flags whose CHAINSYNC_<FLAG> name is a task
 // variable another name. --round would be CHAINSYNC_ROUND, which is the
 // round a task runs for: as a setting it is CHAINSYNC_ROUND_ID.
 var envRenames = map[string]string{
-	"round": "CHAINSYNC_ROUND_ID",
+	"round":  "CHAINSYNC_ROUND_ID",
+	"worker": "CHAINSYNC_WORKER_TASK", // CHAINSYNC_WORKER=1 tells a process it is a worker
 }
 
 // envName returns the variable that configures flag name, or "" if it has

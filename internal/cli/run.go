@@ -21,6 +21,7 @@ import (
 
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/worker"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -108,7 +109,9 @@ type runOpts struct {
 	onHold                          string // steer.go
 	hasPred                         bool   // this node has a predecessor (set by config)
 	ctl                             *controlServer
-	live                            liveOpts // liveness.go
+	worker                          bool            // --worker (workercmd.go)
+	workers                         *worker.Manager // its worker, once started
+	live                            liveOpts        // liveness.go
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -141,6 +144,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "what to do with a task interrupted by a restart (needs --state-dir), `HOW`: fail the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
+	fs.BoolVar(&o.worker, "worker", false, "COMMAND is a persistent worker: started once, it takes each round's task as a JSON request on its standard input and answers on its standard output (docs/WORKERS.md); the node is locally ready once it answered hello (within --task-timeout, else 5m: otherwise exit 1); one that ends or hangs is started again")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
@@ -429,6 +433,11 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.Run(ctx, taskrun.Grace, "CHAINSYNC_ROUND="+round)
 	}
+	if o.worker {
+		w := o.newWorker(tasks, cmd[0], role.String(), o.taskTimeout, log) // workercmd.go
+		defer w.Close()
+		cfg.Task = w.Run
+	}
 	if o.undoCmd != "" {
 		cfg.Undo = undoFunc(o, rp, role, log) // undo.go
 	}
@@ -453,7 +462,8 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	sd := openNotify(log) // before Start: no task may inherit NOTIFY_SOCKET
+	sd := openNotify(log)     // before Start: no task may inherit NOTIFY_SOCKET
+	o.launchWorker(sigs, log) // --worker: after openNotify, for the same reason (workercmd.go)
 	obs, err := o.startObservers(&cfg)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
@@ -518,6 +528,13 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		bug.Go(func() { reportStatus(ctx, node, o.statusInterval, log) })
 	}
 	stop := func(s os.Signal) int {
+		if f, ok := s.(workerFailed); ok { // workercmd.go
+			log.Error("cannot start: the worker is not up, so this node cannot take part in any round", "err", f.err.Error())
+			_ = sd.Stopping("cannot start: " + f.err.Error())
+			cancel()
+			node.Close()
+			return ExitError
+		}
 		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
 		if ss, ok := s.(syscall.Signal); ok {
 			tasks.SetStopSignal(ss)
