@@ -255,29 +255,37 @@ func TestWorkerHelloGatesChainE2E(t *testing.T) {
 }
 
 // TestWorkerAnswersFailureE2E: C's worker answers ok:false for r3: r3
-// fails at C (no request for it reaches D) with the worker's error text
-// in every node's log; under --fault-policy wait the chain serves r4.
+// fails at C (no request for it reaches D), with the worker's error text
+// in C's log and its --on-fault hook, and every other node logs the
+// round failed at C; under --fault-policy wait the chain serves r4.
 //
 // Draft: Error Handling (a failed task); docs/DESIGN.md "Long-lived chains".
 func TestWorkerAnswersFailureE2E(t *testing.T) {
 	dir := t.TempDir()
-	wait := func(int) []string { return []string{"--fault-policy", "wait"} }
-	procs := workerChain(t, dir, 4, []string{"r1", "r2", "r3", "r4"}, nil, wait, func(i int) []string {
+	extra := func(i int) []string {
+		if i == 2 {
+			return []string{"--fault-policy", "wait", "--on-fault", `echo "$CHAINSYNC_ERROR" >> "$DIR/hook"`}
+		}
+		return []string{"--fault-policy", "wait"}
+	}
+	procs := workerChain(t, dir, 4, []string{"r1", "r2", "r3", "r4"}, nil, extra, func(i int) []string {
 		if i == 2 {
 			return shWorker(dir, "FAIL_ROUND=r3")
 		}
 		return shWorker(dir)
 	})
-	procs[0].wait(t, time.Minute)
+	procs[0].wait(t, time.Minute) // 4: a round failed elsewhere
+	procs[2].waitLog(t, 20*time.Second, "with its worker's error", containsAll("r3", "disk full at C"))
 	for _, p := range procs {
-		p.waitLog(t, 20*time.Second, "with C's worker's error", containsAll("disk full at C"))
+		p.waitLog(t, 20*time.Second, "saying r3 failed at C", containsAll("round failed", "round=r3", "node=C"))
 	}
+	waitFor(t, 20*time.Second, "C's hook with the worker's error", func() bool {
+		return slices.ContainsFunc(readLines(t, filepath.Join(dir, "hook")), func(l string) bool { return strings.Contains(l, "disk full at C") })
+	})
+	waitFor(t, 20*time.Second, "D running r4", func() bool { return hasRun(t, dir, "D", "r4") })
 	stopServed(t, procs)
 	if hasRun(t, dir, "D", "r3") {
 		t.Errorf("D ran r3, which failed at C")
-	}
-	if !hasRun(t, dir, "D", "r4") {
-		t.Errorf("D did not run r4: the chain did not go on after r3 failed")
 	}
 }
 
@@ -296,7 +304,8 @@ func TestWorkerExitsMidRequestE2E(t *testing.T) {
 		return shWorker(dir)
 	})
 	procs[0].wait(t, time.Minute)
-	procs[0].waitLog(t, 20*time.Second, "naming the worker's exit status", containsAll("r3", "exited with status 3"))
+	procs[2].waitLog(t, 20*time.Second, "naming the worker's exit status", containsAll("r3", "exited with status 3"))
+	procs[0].waitLog(t, 20*time.Second, "saying r3 failed at C", containsAll("round failed", "round=r3", "node=C"))
 	procs[2].waitLog(t, 20*time.Second, "C starting its worker again", containsAll("worker started again"))
 	waitFor(t, 20*time.Second, "D running r4", func() bool { return hasRun(t, dir, "D", "r4") })
 	stopServed(t, procs)
