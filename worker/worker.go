@@ -104,7 +104,7 @@ func (wk *Worker) Serve(r io.Reader, w io.Writer) error {
 			werr = e
 		}
 	}
-	sc := bufio.NewScanner(r)
+	sc := bufio.NewScanner(pollable(r))
 	sc.Buffer(make([]byte, 4096), 1<<20)
 	for sc.Scan() {
 		var m message

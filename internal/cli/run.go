@@ -64,11 +64,19 @@ each task runs in the order the Head opened the rounds, e.g.
   chainsync run --chain $CHAIN --name A --serve --control unix:/tmp/cs.sock -- ./extract-batch
   chainsync open --control unix:/tmp/cs.sock --wait
 
+A stage that stays up (--worker): COMMAND starts once and takes each
+round's task as one JSON line on its standard input, {"id":N,"op":"run",
+"round":ID}, answering {"id":N,"ok":true} or {"id":N,"ok":false,"error":
+TEXT} on its standard output, after a first {"id":0,"op":"hello",...}
+that it answers once loaded (docs/WORKERS.md), e.g.
+  chainsync run --chain $CHAIN --name B --serve --worker -- python3 stage.py
+
 ` + envHelp + `
-Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
-failed or ran past --task-timeout (the chain halts here); 4 fault (a
-neighbour silent or unreachable, or a timeout fired); 5 the round was
-cancelled at the Head (chainsync cancel); 130 interrupted.
+Exit status: 0 done; 1 could not start (also: the --worker did not
+answer hello); 2 usage error; 3 this node's task failed or ran past
+--task-timeout (the chain halts here); 4 fault (a neighbour silent or
+unreachable, or a timeout fired); 5 the round was cancelled at the Head
+(chainsync cancel); 130 interrupted.
 
 Flags:
 `
@@ -145,7 +153,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
 	fs.BoolVar(&o.worker, "worker", false, "COMMAND is a persistent worker: started once, it takes each round's task as a JSON request on its standard input and answers on its standard output (docs/WORKERS.md); the node is locally ready once it answered hello (within --task-timeout, else 5m: otherwise exit 1); one that ends or hangs is started again")
-	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
+	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds); with --worker, the requests outstanding at once")
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
