@@ -296,8 +296,14 @@ func TestWorkerAnswersFailureE2E(t *testing.T) {
 // Draft: Error Handling; docs/WORKERS.md, "Faults".
 func TestWorkerExitsMidRequestE2E(t *testing.T) {
 	dir := t.TempDir()
-	wait := func(int) []string { return []string{"--fault-policy", "wait"} }
-	procs := workerChain(t, dir, 4, []string{"r1", "r2", "r3", "r4"}, nil, wait, func(i int) []string {
+	saddr := freeAddrs(t, 1)[0]
+	extra := func(i int) []string {
+		if i == 2 {
+			return []string{"--fault-policy", "wait", "--status-addr", saddr}
+		}
+		return []string{"--fault-policy", "wait"}
+	}
+	procs := workerChain(t, dir, 4, []string{"r1", "r2", "r3", "r4"}, nil, extra, func(i int) []string {
 		if i == 2 {
 			return shWorker(dir, "EXIT_ROUND=r3")
 		}
@@ -308,6 +314,10 @@ func TestWorkerExitsMidRequestE2E(t *testing.T) {
 	procs[0].waitLog(t, 20*time.Second, "saying r3 failed at C", containsAll("round failed", "round=r3", "node=C"))
 	procs[2].waitLog(t, 20*time.Second, "C starting its worker again", containsAll("worker started again"))
 	waitFor(t, 20*time.Second, "D running r4", func() bool { return hasRun(t, dir, "D", "r4") })
+	out, _, code := runCLI(t, "status", saddr)
+	if code != 0 || !strings.Contains(out, "worker env: pid ") || !strings.Contains(out, "2 starts") || !strings.Contains(out, "exited with status 3") {
+		t.Errorf("chainsync status of C: exit %d\n%s\nwant its worker up, started twice, the first one's exit named", code, out)
+	}
 	stopServed(t, procs)
 	pid := map[string]string{}
 	for _, f := range records(t, dir, "run") {
@@ -502,4 +512,45 @@ func TestWorkerJunkE2E(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "D running r3", func() bool { return hasRun(t, dir, "D", "r3") })
 	stopServed(t, procs)
+}
+
+// TestWorkerNodeRestartResumesE2E: with --state-dir, a request that the
+// node's death interrupted is a task interrupted by it: B is killed (-9)
+// while its worker holds r1's request; started again with --resume-task
+// rerun, B sends r1's request to its new worker, and the Head's rounds
+// complete.
+//
+// docs/DESIGN.md, "Restarts and durable state"; docs/WORKERS.md, "Faults".
+func TestWorkerNodeRestartResumesE2E(t *testing.T) {
+	dir := t.TempDir()
+	names, addrs := nodeNames(2), freeAddrs(t, 2)
+	state := filepath.Join(dir, "stateB")
+	startB := func(vars ...string) *proc {
+		args := append([]string{"run", "--worker", "--serve", "--state-dir", state, "--resume-task", "rerun"}, placeArgs("chain", names, addrs, 1)...)
+		return startProc(t, "B", []string{"DIR=" + dir}, append(append(args, "--"), shWorker(dir, vars...)...)...)
+	}
+	b := startB("HANG_ROUND=r1")
+	if err := os.WriteFile(filepath.Join(dir, "ids"), []byte("r1\nr2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run", "--worker", "--rounds-from", filepath.Join(dir, "ids")}, placeArgs("chain", names, addrs, 0)...)
+	head := startProc(t, "A", []string{"DIR=" + dir}, append(append(args, "--"), shWorker(dir)...)...)
+	waitFor(t, 30*time.Second, "B's worker holding r1", func() bool { return hasRun(t, dir, "B", "r1") })
+	b.signal(t, syscall.SIGKILL)
+	b.wait(t, 5*time.Second)
+	b = startB()
+	if code := head.wait(t, time.Minute); code != 0 {
+		t.Fatalf("Head exited %d, want 0", code)
+	}
+	var pids []string
+	for _, f := range records(t, dir, "run") {
+		if f[0] == "B" && f[1] == "r1" {
+			pids = append(pids, f[2])
+		}
+	}
+	if len(pids) != 2 || pids[0] == pids[1] {
+		t.Fatalf("B's workers took r1 as pids %v: want the interrupted request sent again to the new worker", pids)
+	}
+	b.signal(t, syscall.SIGTERM)
+	b.wait(t, 20*time.Second)
 }
