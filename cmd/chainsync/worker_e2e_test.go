@@ -554,3 +554,31 @@ func TestWorkerNodeRestartResumesE2E(t *testing.T) {
 	b.signal(t, syscall.SIGTERM)
 	b.wait(t, 20*time.Second)
 }
+
+// TestWorkerCannotStartE2E: a worker that refuses hello, or does not
+// answer it within --task-timeout, cannot start: the node says why and
+// exits 1, and the worker (its group) is gone.
+//
+// docs/WORKERS.md, "The protocol, version 1" (hello).
+func TestWorkerCannotStartE2E(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, script, want string
+	}{
+		{"refuses", `read -r line; echo '{"id":0,"ok":false,"error":"no GPU here"}'; cat >/dev/null`, "no GPU here"},
+		{"silent", `echo $$ > "$DIR/silent.pid"; exec sleep 100`, "did not answer hello within 1s"},
+	} {
+		p := startProc(t, c.name, []string{"DIR=" + dir}, "run", "--worker", "--task-timeout", "1s", "--", "sh", "-c", c.script)
+		if code := p.wait(t, 30*time.Second); code != 1 {
+			t.Fatalf("%s: exit %d, want 1", c.name, code)
+		}
+		p.waitLog(t, time.Second, "saying why", containsAll("cannot start", c.want))
+	}
+	pid, err := os.ReadFile(filepath.Join(dir, "silent.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(strings.TrimSpace(string(pid))) {
+		t.Errorf("the silent worker (pid %s) outlived its node", pid)
+	}
+}

@@ -29,7 +29,8 @@ const checkUsage = `Usage: chainsync check [run flags] [--timeout D] [-- COMMAND
 Preflight for chainsync run, with the same flags (and CHAINSYNC_ variables):
 validates the configuration, then reaches both neighbours exactly as run
 would, through the same TLS, pins and pre-shared key, and sends no protocol
-line, so no round starts. It listens for the predecessor and dials the
+line, so no round starts. With --worker, the task is started, must answer
+hello within --timeout, and is stopped. It listens for the predecessor and dials the
 successor at the same time, so neighbours that both run check see each
 other: start check on every node within --timeout. A task after -- is
 checked to be runnable. Two neighbours that both run check also compare
