@@ -386,6 +386,8 @@ func (m *Manager) Run(ctx context.Context, round string) error {
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return ctx.Err() // the node is stopping: Close stops the worker
 		}
+		m.log.Warn("the task ran past its timeout: asked the worker to cancel the request; its process group is stopped unless it answers within the grace",
+			"round", round, "id", id, "worker", m.cfg.Command, "pid", p.pid, "grace", m.cfg.CancelGrace)
 		go func() { _ = p.write(fmt.Appendf(nil, `{"id":%d,"op":"cancel"}`+"\n", id)) }()
 		t := time.NewTimer(m.cfg.CancelGrace)
 		select {
