@@ -17,7 +17,8 @@ import (
 // BenchmarkWorkerChain measures a served four-node chain on loopback with
 // 64 rounds in flight (the Head's --max-open), every node's task one of:
 // a process per round (true), the Go example worker, the Python example
-// worker (docs/WORKERS.md, docs/BENCHMARKS.md). b.N is the number of
+// worker (docs/WORKERS.md, docs/BENCHMARKS.md); and, for comparison, the
+// Go worker with --parallel 8. b.N is the number of
 // rounds the Head opens (--rounds-from); the time runs from the Head's
 // start to its exit, its start-up and its worker's hello included, and
 // rounds/s is b.N over it. Run it as
@@ -38,25 +39,29 @@ func BenchmarkWorkerChain(b *testing.B) {
 	}
 	pyWorker, _ := filepath.Abs("../../examples/workers/worker.py")
 	for _, mode := range []struct {
-		name   string
-		worker bool
-		cmd    []string
+		name  string
+		flags []string
+		cmd   []string
 	}{
-		{"process-per-round", false, []string{"true"}},
-		{"go-worker", true, []string{goWorker}},
-		{"python-worker", true, []string{py, pyWorker}},
+		{"process-per-round", nil, []string{"true"}},
+		{"go-worker", []string{"--worker"}, []string{goWorker}},
+		{"python-worker", []string{"--worker"}, []string{py, pyWorker}},
+		// Not the comparison: a node's requests overlap, so its
+		// tasks no longer run one at a time in the order opened.
+		{"go-worker-parallel-8", []string{"--worker", "--parallel", "8"}, []string{goWorker}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			if mode.cmd[0] == "" {
 				b.Skip("python3 is not on PATH")
 			}
-			benchChain(b, dir, mode.worker, mode.cmd)
+			benchChain(b, dir, mode.flags, mode.cmd)
 		})
 	}
 }
 
-// benchChain runs one served chain of four nodes for b.N rounds.
-func benchChain(b *testing.B, dir string, worker bool, task []string) {
+// benchChain runs one served chain of four nodes, each with flags, for
+// b.N rounds.
+func benchChain(b *testing.B, dir string, flags, task []string) {
 	ids := filepath.Join(dir, "ids")
 	if err := os.WriteFile(ids, bytes.Repeat([]byte("\n"), b.N), 0o600); err != nil { // generated ids
 		b.Fatal(err)
@@ -78,10 +83,7 @@ func benchChain(b *testing.B, dir string, worker bool, task []string) {
 		}
 	}()
 	start := func(i int) *exec.Cmd {
-		args := []string{"run", "--quiet", "--chain", chain, "--name", names[i], "--max-open", "64"}
-		if worker {
-			args = append(args, "--worker")
-		}
+		args := append([]string{"run", "--quiet", "--chain", chain, "--name", names[i], "--max-open", "64"}, flags...)
 		if i == 0 {
 			args = append(args, "--rounds-from", ids)
 		} else {
