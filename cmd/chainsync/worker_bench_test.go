@@ -18,10 +18,10 @@ import (
 // 64 rounds in flight (the Head's --max-open), every node's task one of:
 // a process per round (true), the Go example worker, the Python example
 // worker (docs/WORKERS.md, docs/BENCHMARKS.md); and, for comparison, the
-// Go worker with --parallel 8. b.N is the number of
-// rounds the Head opens (--rounds-from); the time runs from the Head's
-// start to its exit, its start-up and its worker's hello included, and
-// rounds/s is b.N over it. Run it as
+// Go worker with --parallel 8. b.N is the number of rounds the Head opens
+// (--rounds-from); the time runs from the Head's start to its exit, its
+// start-up and its worker's hello included, and rounds/s is b.N over it.
+// Run it as
 //
 //	go test -run '^$' -bench WorkerChain -benchtime 5s ./cmd/chainsync/
 func BenchmarkWorkerChain(b *testing.B) {
