@@ -193,8 +193,8 @@ CHAINSYNC_PHASE_TIMEOUT=10m, CHAINSYNC_QUIET=true); a flag on the command
 line wins, empty variables are ignored. --round is CHAINSYNC_ROUND_ID and
 --worker CHAINSYNC_WORKER_TASK: CHAINSYNC_ROUND, _ROLE, _NODE, _WORKER,
 _FAULT, _PEER, _SIDE and _ERROR are what a node tells its task and hooks,
-and never configure a chainsync. The task
-and hooks get no other CHAINSYNC_ variable: the node's settings stay its own.
+and never configure a chainsync. The task and hooks get no other
+CHAINSYNC_ variable: the node's settings stay its own.
 With --chain, --name defaults to this machine's host name (a Kubernetes
 StatefulSet pod's name-0, name-1, ...).
 `
