@@ -97,6 +97,6 @@ func checkWorker(o *runOpts, task []string, role string, timeout time.Duration) 
 	case <-w.Up():
 		return linkCheck{true, "worker " + task[0] + ": answered hello (protocol version 1) in " + time.Since(t0).Round(time.Millisecond).String()}
 	case err := <-w.Failed():
-		return linkCheck{false, "worker: " + err.Error()}
+		return linkCheck{false, err.Error()}
 	}
 }
