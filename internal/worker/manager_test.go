@@ -309,3 +309,21 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 }
+
+// TestStatusText: the one-line status chainsync status prints.
+func TestStatusText(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 2, 3, 0, time.UTC)
+	for _, c := range []struct {
+		s    Status
+		want string
+	}{
+		{Status{PID: 42, Since: at, Starts: 1}, "pid 42, up since 10:02:03, 1 start"},
+		{Status{PID: 43, Since: at, Starts: 2, Outstanding: 1, LastEnd: "worker w exited with status 3", LastEndAt: at.Add(-2 * time.Second)},
+			"pid 43, up since 10:02:03, 2 starts, 1 request(s) outstanding (last ended 10:02:01: worker w exited with status 3)"},
+		{Status{Starts: 3, NextStart: at, LastEnd: "x", LastEndAt: at}, "not up, starting again at 10:02:03, 3 starts (last ended 10:02:03: x)"},
+	} {
+		if got := c.s.Text(); got != c.want {
+			t.Errorf("Text() = %q, want %q", got, c.want)
+		}
+	}
+}
