@@ -76,6 +76,9 @@ func helperMain(mode string) int {
 			os.Exit(3)
 		case "hang":
 			select {}
+		case "close":
+			os.Stdout.Close() // and live on, answering nothing
+			select {}
 		}
 		return nil
 	}}
@@ -230,6 +233,23 @@ func TestWorkerDies(t *testing.T) {
 	}
 	if !strings.Contains(lb.String(), "worker ended; starting it again") {
 		t.Fatal("the restart was not logged")
+	}
+}
+
+// TestStdoutClosed: a worker that closes its standard output holding a
+// request fails it and is stopped, then started again.
+func TestStdoutClosed(t *testing.T) {
+	m, _ := start(t, "ok", Config{})
+	pid := m.Status().PID
+	err := m.Run(context.Background(), "close")
+	if err == nil || !strings.Contains(err.Error(), "it closed its standard output") {
+		t.Fatalf("request held by a worker that closed its output: %v", err)
+	}
+	if syscall.Kill(-pid, 0) != syscall.ESRCH {
+		t.Fatalf("the worker's group %d is still there", pid)
+	}
+	if err := m.Run(context.Background(), "r2"); err != nil {
+		t.Fatalf("the next request: %v", err)
 	}
 }
 
