@@ -26,20 +26,20 @@ import (
 
 const checkUsage = `Usage: chainsync check [run flags] [--timeout D] [-- COMMAND [ARG...]]
 
-Preflight for chainsync run, with the same flags (and CHAINSYNC_ variables):
-validates the configuration, then reaches both neighbours exactly as run
-would, through the same TLS, pins and pre-shared key, and sends no protocol
-line, so no round starts. It listens for the predecessor and dials the
-successor at the same time, so neighbours that both run check see each
-other: start check on every node within --timeout. A task after -- is
-checked to be runnable. Two neighbours that both run check also compare
-their round settings (--round, --rounds), --heartbeat (on or off, and its
-interval), --serve, --undo and --chain ("C's --chain is A,C,B; this node's
-is A,B,C"). A predecessor
-connection from the address --chain gives another node is never "ok": it
-names that node. Prints one line per link, "ok" or the reason (wrong CA,
-pin mismatch, PSK mismatch, configuration mismatch, refused, unreachable,
-...).
+Preflight for chainsync run, with the same flags (and CHAINSYNC_
+variables): validates the configuration, then reaches both neighbours
+exactly as run would, through the same TLS, pins and pre-shared key, and
+sends no protocol line, so no round starts. It listens for the predecessor
+and dials the successor at the same time, so neighbours that both run check
+see each other: start check on every node within --timeout. A task after --
+is checked to be runnable; with --worker it is started, must answer hello
+within --timeout, and is stopped. Two neighbours that both run check also
+compare their round settings (--round, --rounds), --heartbeat (on or off,
+and its interval), --serve, --undo and --chain ("C's --chain is A,C,B; this
+node's is A,B,C"). A predecessor connection from the address --chain gives
+another node is never "ok": it names that node. Prints one line per link,
+"ok" or the reason (wrong CA, pin mismatch, PSK mismatch, configuration
+mismatch, refused, unreachable, ...).
 
 Example, before the maintenance window, on every node:
   chainsync check --chain A=10.0.0.1:7000,B=10.0.0.2:7000,C=10.0.0.3:7000 --name B \
@@ -164,6 +164,14 @@ func checkMain(args []string, stdout, stderr io.Writer) int {
 	report(fmt.Sprintf("%s at %s", labelled("successor", peerName(o.chain, cfg.Next)), cfg.Next), succ)
 	if pred == nil && succ == nil {
 		fmt.Fprintln(stdout, "no neighbours: a one-node chain has no links to check")
+	}
+	if o.worker && fs.NArg() > 0 { // the worker says hello (workercmd.go)
+		if r := checkWorker(&o.runOpts, fs.Args(), role.String(), o.timeout); r.ok {
+			fmt.Fprintf(stdout, "ok: %s\n", r.detail)
+		} else {
+			fmt.Fprintf(stdout, "FAIL: %s\n", r.detail)
+			code = ExitError
+		}
 	}
 	for _, r := range localChecks(&o.runOpts) {
 		verdict := "ok"

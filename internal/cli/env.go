@@ -29,13 +29,15 @@ var taskVars = map[string]bool{
 	"CHAINSYNC_FAULT": true, "CHAINSYNC_PEER": true, "CHAINSYNC_SIDE": true, "CHAINSYNC_ERROR": true, "CHAINSYNC_ORIGIN": true,
 	"CHAINSYNC_HOLD": true, "CHAINSYNC_REASON": true, // --on-hold (steer.go)
 	"CHAINSYNC_FAILED_NODE": true, // --undo (undo.go)
+	"CHAINSYNC_WORKER":      true, // a --worker's (workercmd.go)
 }
 
 // envRenames gives the flags whose CHAINSYNC_<FLAG> name is a task
 // variable another name. --round would be CHAINSYNC_ROUND, which is the
 // round a task runs for: as a setting it is CHAINSYNC_ROUND_ID.
 var envRenames = map[string]string{
-	"round": "CHAINSYNC_ROUND_ID",
+	"round":  "CHAINSYNC_ROUND_ID",
+	"worker": "CHAINSYNC_WORKER_TASK", // CHAINSYNC_WORKER=1 tells a process it is a worker
 }
 
 // envName returns the variable that configures flag name, or "" if it has
@@ -188,10 +190,11 @@ func editDistance(a, b string) int {
 const envHelp = `Every flag may also be set in the environment as CHAINSYNC_<FLAG>, upper
 case with dashes as underscores (CHAINSYNC_CHAIN, CHAINSYNC_TLS_CERT,
 CHAINSYNC_PHASE_TIMEOUT=10m, CHAINSYNC_QUIET=true); a flag on the command
-line wins, empty variables are ignored. --round is CHAINSYNC_ROUND_ID:
-CHAINSYNC_ROUND, _ROLE, _NODE, _FAULT, _PEER, _SIDE and _ERROR are what a
-node tells its task and hooks, and never configure a chainsync. The task
-and hooks get no other CHAINSYNC_ variable: the node's settings stay its own.
+line wins, empty variables are ignored. --round is CHAINSYNC_ROUND_ID and
+--worker CHAINSYNC_WORKER_TASK: CHAINSYNC_ROUND, _ROLE, _NODE, _WORKER,
+_FAULT, _PEER, _SIDE and _ERROR are what a node tells its task and hooks,
+and never configure a chainsync. The task and hooks get no other
+CHAINSYNC_ variable: the node's settings stay its own.
 With --chain, --name defaults to this machine's host name (a Kubernetes
 StatefulSet pod's name-0, name-1, ...).
 `

@@ -23,13 +23,14 @@ type observers struct {
 	ln      net.Listener
 	tls     *tls.Config // HTTPS for a node with a certificate; nil: plain HTTP
 	srv     *status.Server
+	extra   []func(*status.Doc) // what /status adds to the node's state (its worker)
 }
 
 // startObservers opens the --trace file and binds --status-addr before the
 // node starts (so a bad path or a taken port stops the node from starting
 // at all), and points cfg.Trace at them, after any hook already there.
 func (o *runOpts) startObservers(cfg *chainsync.Config) (*observers, error) {
-	ob := &observers{}
+	ob := &observers{extra: []func(*status.Doc){o.workerStatus}} // workercmd.go
 	role := protocol.RoleOf(cfg.Listen != "" || cfg.Listener != nil, cfg.Next != "")
 	var hooks fanout
 	if cfg.Trace != nil {
@@ -87,7 +88,7 @@ func (ob *observers) serve(node *chainsync.Node, log *slog.Logger) {
 	if ob.ln == nil {
 		return
 	}
-	ob.srv = status.ServeTLS(ob.ln, status.Handler(node.Snapshot, ob.metrics, Version), ob.tls)
+	ob.srv = status.ServeTLS(ob.ln, status.Handler(node.Snapshot, ob.metrics, Version, ob.extra...), ob.tls)
 	scheme := "http://"
 	if ob.tls != nil {
 		scheme = "https://" // clients show a certificate from --tls-ca or a --status-pin key

@@ -21,6 +21,7 @@ import (
 
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/worker"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -63,11 +64,19 @@ each task runs in the order the Head opened the rounds, e.g.
   chainsync run --chain $CHAIN --name A --serve --control unix:/tmp/cs.sock -- ./extract-batch
   chainsync open --control unix:/tmp/cs.sock --wait
 
+A stage that stays up (--worker): COMMAND starts once and takes each
+round's task as one JSON line on its standard input, {"id":N,"op":"run",
+"round":ID}, answering {"id":N,"ok":true} or {"id":N,"ok":false,"error":
+TEXT} on its standard output, after a first {"id":0,"op":"hello",...}
+that it answers once loaded (docs/WORKERS.md), e.g.
+  chainsync run --chain $CHAIN --name B --serve --worker -- python3 stage.py
+
 ` + envHelp + `
-Exit status: 0 done; 1 could not start; 2 usage error; 3 this node's task
-failed or ran past --task-timeout (the chain halts here); 4 fault (a
-neighbour silent or unreachable, or a timeout fired); 5 the round was
-cancelled at the Head (chainsync cancel); 130 interrupted.
+Exit status: 0 done; 1 could not start (also: the --worker did not
+answer hello); 2 usage error; 3 this node's task failed or ran past
+--task-timeout (the chain halts here); 4 fault (a neighbour silent or
+unreachable, or a timeout fired); 5 the round was cancelled at the Head
+(chainsync cancel); 130 interrupted.
 
 Flags:
 `
@@ -108,7 +117,9 @@ type runOpts struct {
 	onHold                          string // steer.go
 	hasPred                         bool   // this node has a predecessor (set by config)
 	ctl                             *controlServer
-	live                            liveOpts // liveness.go
+	worker                          bool            // --worker (workercmd.go)
+	workers                         *worker.Manager // its worker, once started
+	live                            liveOpts        // liveness.go
 }
 
 func (o *runOpts) flags(fs *flag.FlagSet) {
@@ -141,7 +152,8 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "what to do with a task interrupted by a restart (needs --state-dir), `HOW`: fail the round (exit 3), take it as done (the restart was the task), or rerun it")
 	fs.IntVar(&o.maxPending, "max-pending", 16, "connections to --listen that have not yet sent a protocol line; when full, a new one evicts the one that made the least progress")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", 10*time.Second, "time a new connection to --listen has to authenticate (at most 3s of it) and send its first line")
-	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds)")
+	fs.BoolVar(&o.worker, "worker", false, "COMMAND is a persistent worker: started once, it takes each round's task as a JSON request on its standard input and answers on its standard output (docs/WORKERS.md); the node is locally ready once it answered hello (within --task-timeout, else 5m: otherwise exit 1); one that ends or hangs is started again")
+	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds); with --worker, the requests outstanding at once")
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
 	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
@@ -429,6 +441,11 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	cfg.Task = func(ctx context.Context, round string) error {
 		return tasks.Run(ctx, taskrun.Grace, "CHAINSYNC_ROUND="+round)
 	}
+	if o.worker {
+		w := o.newWorker(tasks, cmd[0], role.String(), o.taskTimeout, log) // workercmd.go
+		defer w.Close()
+		cfg.Task = w.Run
+	}
 	if o.undoCmd != "" {
 		cfg.Undo = undoFunc(o, rp, role, log) // undo.go
 	}
@@ -453,7 +470,8 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	sd := openNotify(log) // before Start: no task may inherit NOTIFY_SOCKET
+	sd := openNotify(log)     // before Start: no task may inherit NOTIFY_SOCKET
+	o.launchWorker(sigs, log) // --worker: after openNotify, for the same reason (workercmd.go)
 	obs, err := o.startObservers(&cfg)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
@@ -518,6 +536,13 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		bug.Go(func() { reportStatus(ctx, node, o.statusInterval, log) })
 	}
 	stop := func(s os.Signal) int {
+		if f, ok := s.(workerFailed); ok { // workercmd.go
+			log.Error("cannot start: the worker is not up, so this node cannot take part in any round", "err", f.err.Error())
+			_ = sd.Stopping("cannot start: " + f.err.Error())
+			cancel()
+			node.Close()
+			return ExitError
+		}
 		log.Warn("interrupted; stopping (a running task's process group gets the signal too)", "signal", s.String())
 		if ss, ok := s.(syscall.Signal); ok {
 			tasks.SetStopSignal(ss)

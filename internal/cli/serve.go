@@ -365,6 +365,9 @@ func (op *opener) tick(ctx context.Context, d time.Duration) {
 // or --ready-file, {round} replaced by the id); at once without either.
 // It fails only when ctx ends.
 func waitReady(ctx context.Context, round string, o *runOpts, log *slog.Logger) error {
+	if err := o.workerUp(ctx); err != nil { // --worker: its hello first (workercmd.go)
+		return err
+	}
 	check := func() bool { return true }
 	switch {
 	case o.readyCmd != "":

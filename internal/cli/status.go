@@ -285,6 +285,9 @@ func printNode(w io.Writer, n status.Node) {
 	for _, g := range d.Restarting {
 		fmt.Fprintf(w, "  %s\n", g.Text) // liveness.go
 	}
+	if d.Worker != nil {
+		fmt.Fprintf(w, "  worker %s: %s\n", d.Worker.Command, d.Worker.Text()) // run --worker
+	}
 	if len(d.Rounds) == 0 {
 		fmt.Fprintln(w, "  rounds: none in progress (all done here, or none started)")
 	} else {
@@ -381,6 +384,11 @@ func printChain(w io.Writer, nodes []status.Node, verdicts []status.Verdict) {
 	}
 	printSteering(w, nodes)
 	printRestarting(w, nodes) // liveness.go
+	for _, n := range nodes {
+		if d := n.Doc; d != nil && d.Worker != nil { // run --worker
+			fmt.Fprintf(w, "\n%s's worker %s: %s\n", n.Label(), d.Worker.Command, d.Worker.Text())
+		}
+	}
 	for _, n := range nodes {
 		if n.Doc != nil && len(n.Doc.Faults) > 0 {
 			fmt.Fprintf(w, "\n%s:\n", n.Label())

@@ -16,11 +16,15 @@ import (
 )
 
 // Handler serves /status, /healthz and /metrics for one node. snap reports
-// the node's state (Node.Snapshot); m, if not nil, is the node's metrics.
-func Handler(snap func() chainsync.Snapshot, m *Metrics, version string) http.Handler {
+// the node's state (Node.Snapshot); m, if not nil, is the node's metrics;
+// extra add what the command knows besides the node (its worker).
+func Handler(snap func() chainsync.Snapshot, m *Metrics, version string, extra ...func(*Doc)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		doc := FromSnapshot(snap(), version, time.Now())
+		for _, add := range extra {
+			add(&doc)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		enc := json.NewEncoder(w)

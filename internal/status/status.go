@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/worker"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -26,6 +27,9 @@ type Doc struct {
 	// Restarting: the nodes in a restart grace, as this node knows
 	// (liveness.go).
 	Restarting []Restarting `json:"restarting,omitempty"`
+	// Worker: the node's persistent worker (run --worker), its pid, its
+	// starts and how the last one ended (docs/WORKERS.md).
+	Worker *worker.Status `json:"worker,omitempty"`
 }
 
 // Steer is one node's steering state, as a node knows it.

@@ -327,6 +327,13 @@ func (t *Runner) SetStopSignal(s syscall.Signal) {
 // group gets the stop signal, then SIGKILL after grace. A task that
 // exited non-zero is a *StatusError.
 func (t *Runner) Run(ctx context.Context, grace time.Duration, env ...string) error {
+	return t.RunPiped(ctx, grace, nil, nil, nil, env...)
+}
+
+// RunPiped is Run with the process's standard input and output on stdin
+// and stdout where not nil (a persistent worker's pipes, internal/worker),
+// and started, if not nil, told the process's pid once it runs.
+func (t *Runner) RunPiped(ctx context.Context, grace time.Duration, stdin, stdout *os.File, started func(pid int), env ...string) error {
 	token := strconv.FormatUint(rand.Uint64(), 36)
 	cgPath, cgFD := "", -1 // the run's cgroup, if any (cgroup_linux.go)
 	newCmd := func() *exec.Cmd {
@@ -334,6 +341,9 @@ func (t *Runner) Run(ctx context.Context, grace time.Duration, env ...string) er
 		c.Stdin, c.Stdout, c.Stderr = nil, os.Stdout, os.Stderr
 		if t.null != nil {
 			c.Stdin = t.null // no open of /dev/null at each start
+		}
+		if stdin != nil {
+			c.Stdin, c.Stdout = stdin, stdout
 		}
 		c.Env = ChildEnv(append(append(t.env[:len(t.env):len(t.env)], env...), taskTokenVar+"="+token)...)
 		c.SysProcAttr = taskAttr()
@@ -362,6 +372,9 @@ func (t *Runner) Run(ctx context.Context, grace time.Duration, env ...string) er
 		testHookStarted(pgid)
 	}
 	t.reaper.tell("+" + strconv.Itoa(pgid) + " " + token)
+	if started != nil {
+		started(pgid)
+	}
 	waited := make(chan error, 1)
 	bug.Go(func() { waited <- c.Wait() })
 	select {
