@@ -300,56 +300,71 @@ func TestRunObserverErrorsE2E(t *testing.T) {
 // cannot write any of them to the terminal: the text output holds no
 // control character but its own newlines, and no line of it starts with
 // the forged text. --json is valid JSON that decodes to exactly what the
-// node sent. Two addresses (the chain view) as well as one.
+// node sent. Two hostile nodes that are a chain (the chain view) as well
+// as one; the same address twice is refused (it is no chain), and the
+// refusal, which quotes what the node sent, is escaped as well.
 func TestStatusEscapesHostileNode(t *testing.T) {
 	evil := func(s string) string { return s + "\x1b[2J\x1b]0;pwned\x07\r\nFORGED line\u009b31m\u202e\xff" }
-	doc := map[string]any{
-		"name": evil("A"), "role": "middle", "version": evil("v"), "time": time.Now(),
-		"links": map[string]any{
-			"pred": map[string]any{"exists": true, "up": false, "peer": evil("P")},
-			"succ": map[string]any{"exists": true, "up": true, "peer": evil("S")},
-		},
-		"rounds": []any{map[string]any{"round": evil("r"), "state": evil("READY"), "waiting_for": evil("START"),
-			"from": "pred", "since": time.Now(), "doing": evil("d")}},
-		"faults": []any{map[string]any{"kind": evil("k"), "peer": evil("P"), "side": "pred", "round": evil("r"),
-			"time": time.Now(), "error": evil("e")}},
-		"finished": []any{},
-	}
-	body, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(body)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	addr := ln.Addr().String()
-	for _, addrs := range []string{addr, addr + "," + addr} {
-		out, stderr, code := runCLI(t, "status", addrs)
-		if code != 0 {
-			t.Fatalf("status %s: exit %d: %s", addrs, code, stderr)
+	serve := func(name, pred, succ string) string {
+		doc := map[string]any{
+			"name": evil(name), "role": "middle", "version": evil("v"), "time": time.Now(),
+			"links": map[string]any{
+				"pred": map[string]any{"exists": true, "up": false, "peer": evil(pred)},
+				"succ": map[string]any{"exists": true, "up": true, "peer": evil(succ)},
+			},
+			"rounds": []any{map[string]any{"round": evil("r"), "state": evil("READY"), "waiting_for": evil("START"),
+				"from": "pred", "since": time.Now(), "doing": evil("d")}},
+			"faults": []any{map[string]any{"kind": evil("k"), "peer": evil("P"), "side": "pred", "round": evil("r"),
+				"time": time.Now(), "error": evil("e")}},
+			"finished": []any{},
 		}
+		body, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(body)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
+	}
+	addr := serve("A", "P", "B")
+	addrB := serve("B", "A", "S")
+	noControl := func(what, out string) {
+		t.Helper()
 		for i, c := range []byte(out) {
 			if c < 0x20 && c != '\n' || c == 0x7f {
-				t.Fatalf("status %s wrote control byte %#x at %d:\n%q", addrs, c, i, out)
+				t.Fatalf("%s wrote control byte %#x at %d:\n%q", what, c, i, out)
 			}
 		}
 		for _, bad := range []string{"\u009b", "\u202e", "\xff"} {
 			if strings.Contains(out, bad) {
-				t.Errorf("status %s wrote %q unescaped", addrs, bad)
+				t.Errorf("%s wrote %q unescaped", what, bad)
 			}
 		}
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, "FORGED") {
-				t.Errorf("status %s printed a forged line: %q", addrs, l)
+				t.Errorf("%s printed a forged line: %q", what, l)
 			}
 		}
+	}
+	if _, stderr, code := runCLI(t, "status", addr+","+addr); code != 2 || !strings.Contains(stderr, "given twice") {
+		t.Errorf("status with one address twice: exit %d, stderr %q; want 2 saying it is given twice", code, stderr)
+	} else {
+		noControl("status's refusal", stderr)
+	}
+	for _, addrs := range []string{addr, addr + "," + addrB} {
+		out, stderr, code := runCLI(t, "status", addrs)
+		if code != 0 {
+			t.Fatalf("status %s: exit %d: %s", addrs, code, stderr)
+		}
+		noControl("status "+addrs, out)
 		if !strings.Contains(out, `A\x1b[2J\x1b]0;pwned\x07\r\nFORGED line\u009b31m\u202e\ufffd`) {
 			t.Errorf("status %s does not show the name escaped:\n%s", addrs, out)
 		}
