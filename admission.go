@@ -216,7 +216,8 @@ type pendingReader struct {
 func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 	pr := &pendingReader{a: a, l: l, r: r}
 	if track {
-		a.n.call(func() { pr.p = a.conns[l] })
+		r, _ := a.n.ask(input{kind: inTrack, l: l})
+		pr.p = r.pc
 	}
 	return pr
 }
@@ -249,23 +250,23 @@ func (a *admission) keepIdle(l *link, err error) bool {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
 	}
-	n := a.n
-	keep := false
-	n.call(func() {
-		if n.closed || !a.pending[l] || n.pred != nil {
-			return
-		}
-		_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
-		keep = true
-	})
-	return keep
+	r, _ := a.n.ask(input{kind: inKeepIdle, l: l})
+	return r.ok
+}
+
+// keepIdle is admission.keepIdle, on the loop. Loop only.
+func (n *Node) keepIdle(l *link) bool {
+	if n.closed || !n.adm.pending[l] || n.pred != nil {
+		return false
+	}
+	_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
+	return true
 }
 
 // ended reports a pending connection whose stream ended before its first
 // protocol line; nothing if l is no longer pending.
 func (a *admission) ended(l *link, err error) {
-	n := a.n
-	n.call(func() { a.endedNow(l, err) })
+	a.n.post(input{kind: inPendingEnd, l: l, err: err})
 }
 
 // endedNow is ended, on the loop.

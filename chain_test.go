@@ -451,7 +451,7 @@ func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
 				kept = append(kept, id)
 			}
 			for r := range rounds {
-				if _, ok := nd.m.State(fmt.Sprintf("r%d", r)); ok {
+				if _, ok := nd.view.State(fmt.Sprintf("r%d", r)); ok {
 					machine = append(machine, fmt.Sprintf("r%d", r))
 				}
 			}

@@ -48,61 +48,79 @@ func (n *Node) acceptLoop() {
 		transport.Tune(c)
 		l := n.newLink(c, protocol.Pred)
 		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
-			n.post(func() {
-				n.stray(err) // identity.go
-				if adm.refused(l, err) {
-					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-				}
-			})
+			n.post(input{kind: inStray, l: l, err: err})
 			c.Close()
 			continue
 		}
-		var evicted <-chan struct{}
-		ok := false
-		n.call(func() {
-			if n.closed {
-				return
-			}
-			evicted = adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
-			n.wg.Add(1)
-			ok = true
-		})
-		if !ok {
+		r, _ := n.ask(input{kind: inAccepted, l: l})
+		if !r.ok {
 			c.Close()
 			return
 		}
 		goSafe(func() { n.servePred(l, adm) })
-		adm.settle(evicted)
+		adm.settle(r.gone)
 	}
+}
+
+// accepted admits l, a connection the acceptor took, as pending: it
+// evicts another if MaxPending are (admission.go). Loop only.
+func (n *Node) accepted(l *link) reply {
+	if n.closed {
+		return reply{}
+	}
+	gone := n.adm.admit(l)
+	n.wg.Add(1) // servePred
+	return reply{ok: true, gone: gone}
+}
+
+// secured is the end of l's TLS handshake: true if l, still pending and
+// authenticated, now reads from sc. Loop only.
+func (n *Node) secured(l *link, sc net.Conn, err error) bool {
+	adm := n.adm
+	if err != nil || n.closed || !adm.authenticated(l) {
+		if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
+			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+		}
+		delete(adm.pending, l)
+		return false
+	}
+	l.c = sc
+	return true
+}
+
+// dialed makes l, a connection the dialer made, the current successor
+// link. Loop only.
+func (n *Node) dialed(l *link) bool {
+	if n.closed {
+		return false
+	}
+	n.succ = l
+	l.startWriter()
+	n.sendHello(l) // the identity line goes first (identity.go)
+	n.linkUp(l)
+	return true
 }
 
 // servePred secures a pending connection and reads from it.
 func (n *Node) servePred(l *link, adm *admission) {
 	defer n.wg.Done()
-	defer n.post(func() { adm.done(l) })
+	defer n.post(input{kind: inServeEnd, l: l})
 	start := time.Now()
 	deadline := start.Add(n.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
 	if n.cfg.Secure != nil {
-		var raw net.Conn
-		n.call(func() { raw = adm.watch(l, l.c) })
+		r, _ := n.ask(input{kind: inWatch, l: l})
+		raw := r.conn
 		if raw == nil {
 			raw = l.c
 		}
 		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
-		ok := false
-		n.call(func() {
-			if err != nil || n.closed || !adm.authenticated(l) {
-				if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
-					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-				}
-				delete(adm.pending, l)
-				return
-			}
-			l.c = sc
-			ok = true
-		})
-		if !ok {
+		var in input
+		in.kind, in.l, in.err = inSecured, l, err
+		if sc != nil {
+			in.conn = sc
+		}
+		if r, _ := n.ask(in); !r.ok {
 			l.c.Close()
 			if sc != nil {
 				sc.Close()
@@ -139,7 +157,7 @@ func (n *Node) dialLoop() {
 			}
 			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
 				"next", n.cfg.Next, "reason", err.Error()) {
-				n.post(func() { n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err}) })
+				n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err}})
 			}
 			if !n.sleep(b.Next()) {
 				return
@@ -148,18 +166,7 @@ func (n *Node) dialLoop() {
 		}
 		l := n.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
-		ok := false
-		n.call(func() {
-			if n.closed {
-				return
-			}
-			n.succ = l
-			l.startWriter()
-			n.sendHello(l) // the identity line goes first (identity.go)
-			n.linkUp(l)
-			ok = true
-		})
-		if !ok {
+		if r, _ := n.ask(input{kind: inDialed, l: l}); !r.ok {
 			c.Close()
 			return
 		}
@@ -197,7 +204,7 @@ func (n *Node) readLoop(l *link) {
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
-			n.post(func() { n.readFailed(l, err) })
+			n.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 		l.heard()
@@ -205,7 +212,7 @@ func (n *Node) readLoop(l *link) {
 			// The identity line (identity.go), read as a HEARTBEAT.
 			isFirst := first
 			first = false
-			if !n.post(func() { n.helloArrived(l, h, isFirst) }) {
+			if !n.post(input{kind: inHello, l: l, hello: &h, flag: isFirst}) {
 				return
 			}
 			continue
@@ -213,7 +220,7 @@ func (n *Node) readLoop(l *link) {
 		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
 			// A would-be predecessor that says only that it is alive may
 			// claim a live one's place (duplicate.go).
-			if !n.post(func() { n.aliveFirst(l) }) {
+			if !n.post(input{kind: inAlive, l: l}) {
 				return
 			}
 		}
@@ -238,14 +245,14 @@ func (n *Node) readLoop(l *link) {
 		}
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
-		if !n.post(func() { n.handleAll(l, msgs) }) {
+		if !n.post(input{kind: inLines, l: l, msgs: msgs}) {
 			return
 		}
-		if hello != nil && !n.post(func() { n.helloArrived(l, *hello, false) }) {
+		if hello != nil && !n.post(input{kind: inHello, l: l, hello: hello}) {
 			return
 		}
 		if err != nil {
-			n.post(func() { n.readFailed(l, err) })
+			n.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 	}
@@ -284,7 +291,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 			return false
 		}
 		n.received(l, msg)
-		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
+		if err := n.step(protocol.Recv(l.side, msg), nil); err != nil {
 			n.violation(l, err)
 			return false
 		}
@@ -305,15 +312,14 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 // (rate-limited) bad input it may turn out to be: a stranger's junk line
 // must not cost a log line and a trace record each. Loop only.
 func (n *Node) promotePred(l *link, msg protocol.Message) bool {
-	acts, err := n.stepSaved(protocol.Promote(l.side, msg), n.acts[:0])
+	err := n.stepThen(protocol.Promote(l.side, msg), nil, func() {
+		n.received(l, msg)
+		n.takePred(l)
+	})
 	if err != nil {
 		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
 		return false
 	}
-	n.acts = acts
-	n.received(l, msg)
-	n.takePred(l)
-	n.perform(acts)
 	return true
 }
 
@@ -343,10 +349,8 @@ func (n *Node) received(l *link, msg protocol.Message) {
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
 func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.post(func() {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
-			Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
-	})
+	n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)}})
 }
 
 // violation reports bad input on l and closes it; the log line and the
@@ -413,7 +417,7 @@ func (n *Node) drop(l *link, err error) {
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
 	// not restart the count.
-	if err := n.step(protocol.LinkDown(l.side, n.since(l.heardAt()))); err != nil && n.broken == nil {
+	if err := n.step(protocol.LinkDown(l.side, n.st.since(l.heardAt())), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: link down", "err", err)
 	}
 }
@@ -422,7 +426,7 @@ func (n *Node) drop(l *link, err error) {
 // machine says. Loop only.
 func (n *Node) linkUp(l *link) {
 	n.announceUp(l)
-	if err := n.step(protocol.LinkUp(l.side)); err != nil {
+	if err := n.step(protocol.LinkUp(l.side), nil); err != nil {
 		n.log.Error("internal error: link up", "err", err)
 	}
 }

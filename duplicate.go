@@ -99,7 +99,7 @@ func (n *Node) admitPred(l *link) {
 		return
 	}
 	n.takePred(l)
-	if err := n.step(protocol.LinkUp(protocol.Pred)); err != nil && n.broken == nil {
+	if err := n.step(protocol.LinkUp(protocol.Pred), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: link up", "err", err)
 	}
 }
@@ -139,7 +139,7 @@ func (n *Node) armHeld() {
 		d.timer.Reset(every)
 		return
 	}
-	d.timer = time.AfterFunc(every, func() { n.post(n.checkHeld) })
+	d.timer = time.AfterFunc(every, func() { n.post(input{kind: inCheckHeld}) })
 }
 
 // releaseHeld forgets the held connection (it got in, or was closed).
@@ -173,7 +173,7 @@ func (n *Node) checkHeld() {
 		n.releaseHeld()
 		if len(queue) == 0 {
 			n.takePred(l)
-			if err := n.step(protocol.LinkUp(protocol.Pred)); err != nil && n.broken == nil {
+			if err := n.step(protocol.LinkUp(protocol.Pred), nil); err != nil && n.st.broken == nil {
 				n.log.Error("internal error: link up", "err", err)
 			}
 			return
@@ -238,12 +238,10 @@ func (n *Node) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 	}
 	slices.Sort(open)
 	for _, id := range open {
-		n.cause = fe // each step's actions end with it cleared
-		if err := n.step(protocol.Abort(id)); err != nil && n.broken == nil {
+		if err := n.step(protocol.Abort(id), fe); err != nil && n.st.broken == nil {
 			n.log.Error("internal error: abort", "round", id, "err", err)
 		}
 	}
-	n.cause = nil
 	return true
 }
 

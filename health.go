@@ -83,7 +83,7 @@ func (n *Node) onTick() {
 			}
 		}
 	}
-	if err := n.step(n.tick(resumed)); err != nil && n.broken == nil {
+	if err := n.step(n.tick(resumed), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: tick", "err", err)
 	}
 }
@@ -93,29 +93,21 @@ func (n *Node) onTick() {
 func (n *Node) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
 	if l := n.pred; l != nil {
-		heard[protocol.Pred] = n.since(l.heardAt())
+		heard[protocol.Pred] = n.st.since(l.heardAt())
 	}
 	if l := n.succ; l != nil {
-		heard[protocol.Succ] = n.since(l.heardAt())
+		heard[protocol.Succ] = n.st.since(l.heardAt())
 	}
-	return protocol.Tick(time.Since(n.epoch), heard, resumed)
-}
-
-// since converts a UnixNano time (0: none) to the machine's time.
-func (n *Node) since(unixNano int64) time.Duration {
-	if unixNano == 0 {
-		return 0
-	}
-	return max(time.Unix(0, unixNano).Sub(n.epoch), 1)
+	return protocol.Tick(n.st.now(), heard, resumed)
 }
 
 var heartbeatLine = []byte("HEARTBEAT\n")
 
 // timedOut reports the machine's timeout a as a fault. The machine has
 // applied the fault policy itself: under halt the rounds the fault ends
-// follow as their own actions, and take this fault as their cause
-// (n.cause). Loop only.
-func (n *Node) timedOut(a *protocol.Action) {
+// follow as their own actions, and take this fault as their cause (the
+// fault returned). Loop only.
+func (n *Node) timedOut(a *protocol.Action) *FaultError {
 	after := a.After.Round(time.Millisecond)
 	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: n.peerName(a.To), After: after}
 	wait := n.cfg.FaultPolicy == FaultWait
@@ -150,9 +142,8 @@ func (n *Node) timedOut(a *protocol.Action) {
 			fe.Reason += fmt.Sprintf(" since it was last heard from, %s ago", fmtSecs(a.After))
 		}
 	default:
-		return
+		return nil
 	}
-	n.cause = fe
 	n.recordFault(fe.fault())
 	switch {
 	case wait && a.Timeout == protocol.TimeoutPhase:
@@ -160,4 +151,5 @@ func (n *Node) timedOut(a *protocol.Action) {
 	case wait:
 		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
 	}
+	return fe
 }

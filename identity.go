@@ -215,7 +215,7 @@ func (n *Node) helloMismatch(l *link, who, reason string) {
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		l.enqueue(n.wbuf, false, "")
 	}
-	n.later(func() { n.announce(f, true, fe) })
+	n.announceLater(f, true, fe)
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused

@@ -181,7 +181,7 @@ func (l *link) drain(block bool) {
 	l.writing = false
 	if err != nil {
 		l.wmu.Unlock()
-		l.tell(block, func() { l.n.writeFailed(l, err) })
+		l.tell(block, input{kind: inWriteFailed, l: l, err: err})
 		return
 	}
 	if wrote < len(batch) {
@@ -199,17 +199,17 @@ func (l *link) drain(block bool) {
 		l.kick()
 	}
 	if len(marks) > 0 {
-		l.tell(block, func() { l.n.delivered(marks) })
+		l.tell(block, input{kind: inDelivered, rounds: marks})
 	}
 }
 
 // tell runs f on the loop: after the current event if the caller is the
 // loop (flush), as an event of its own from the writer (block).
-func (l *link) tell(writer bool, f func()) {
+func (l *link) tell(writer bool, in input) {
 	if writer {
-		l.n.post(f)
+		l.n.post(in)
 	} else {
-		l.n.later(f)
+		l.n.later(in)
 	}
 }
 

@@ -153,11 +153,15 @@ func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by str
 		Err: fmt.Errorf("%s is back after %s", who, fmtSecs(after))})
 	if by == "" && n.extensions() {
 		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: n.selfName(), Blamed: who}
-		n.later(func() {
-			if err := n.step(protocol.Report(note)); err != nil && n.broken == nil {
-				n.log.Error("internal error: fault-cleared notice", "err", err.Error())
-			}
-		})
+		n.later(input{kind: inReport, note: &note})
+	}
+}
+
+// stepNote steps note, a notice this node sends (fault-cleared). Loop
+// only.
+func (n *Node) stepNote(note protocol.Notice) {
+	if err := n.step(protocol.Report(note), nil); err != nil && n.st.broken == nil {
+		n.log.Error("internal error: fault-cleared notice", "err", err.Error())
 	}
 }
 

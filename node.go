@@ -35,21 +35,28 @@ type Node struct {
 	tasks  chan struct{}  // semaphore: MaxParallelTasks
 
 	// The loop (loop.go): its inbox, the channel that stops it, the one
-	// it closes when it has ended, and its goroutine's id.
-	in       chan func()
+	// it closes when it has ended; loopG is its goroutine's id, known
+	// only to this package's tests (loopCheck).
+	in       chan input
 	stop     chan struct{}
 	loopDone chan struct{}
 	loopG    atomic.Uint64
+	// inCallback is set while the loop is in a Config.Trace or OnHold
+	// callback, which may call Snapshot: the loop is parked in it, and
+	// cbMu holds it there until such a Snapshot has read the node.
+	inCallback atomic.Bool
+	cbMu       sync.Mutex
+	closeOnce  sync.Once
 
 	// Everything below belongs to the loop: only its goroutine reads or
 	// writes it.
 	closed bool
-	m      *protocol.Machine
-	acts   []protocol.Action // scratch for Step
-	wbuf   []byte            // scratch for encoding
-	pred   *link             // the current predecessor connection, nil when down
-	succ   *link             // the current successor connection, nil when down
-	adm    *admission        // the pending predecessor connections (admission.go)
+	st     stepper     // the one caller of Machine.Step (step.go)
+	view   machineView // the machine, read-only
+	wbuf   []byte      // scratch for encoding
+	pred   *link       // the current predecessor connection, nil when down
+	succ   *link       // the current successor connection, nil when down
+	adm    *admission  // the pending predecessor connections (admission.go)
 	// rounds is what the driver keeps for each round the machine keeps
 	// (its waiters and result), created when the round is first asked
 	// about or opened and dropped when the machine forgets the round
@@ -58,16 +65,16 @@ type Node struct {
 	recent   []string // the last keepHistory rounds that ended, oldest first, for Snapshot
 	faults   []Fault  // the most recent faults, for Snapshot (at most keepFaults)
 	j        *journal.Journal
-	broken   error       // the journal failed: the node acts no more
 	cur      *batch      // what the turn's steps queued (loop.go)
 	spare    *batch      // the other batch, reused
-	queued   []func()    // reactions to run later in this turn (loop.go)
+	queued   []input     // follow-ups to react to later in this turn (loop.go)
 	flushing []*link     // links with lines queued in this turn
 	quickRun []string    // scratch for runQuick
 	starting []taskStart // tasks to start at the end of the turn
-	cause    *FaultError // the fault whose policy the machine is carrying out (health.go)
 	clock    *clockState // the clock's state (health.go); nil without timing
 	final    Snapshot    // the last Snapshot, taken by Close for calls after it
+	// resumeFrom is the journal's state, for the loop's first input.
+	resumeFrom *journal.State
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for handOutRounds, which hands them to the application.
@@ -75,11 +82,6 @@ type Node struct {
 	roundsSig chan struct{}
 	rmu       sync.Mutex // guards roundsQ, shared by the loop and handOutRounds
 	roundsQ   []string
-	// timing: some timeout or heartbeats are configured, so every event
-	// carries the time since epoch (a second before Start) and the loop
-	// ticks the machine (health.go).
-	timing bool
-	epoch  time.Time
 	// mismatched: the configuration mismatches reported, each once.
 	mismatched map[mismatchKey]bool
 	// refusedOnce: the successor's refusal of a first line was logged.
@@ -94,31 +96,12 @@ type Node struct {
 	live   liveFaults // liveness faults in force and cleared (liveness.go)
 }
 
-// restore reinstates the journal's rounds in the machine (Start, before
-// the loop runs).
-func (n *Node) restore(recs []protocol.Record) error {
-	for _, rec := range recs {
-		if err := n.m.Restore(rec); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // stateOf returns round id's state in the machine, 0 if it does not keep
-// the round (a read-only view, for a fault's message). Loop only.
+// the round (for a fault's message). Loop only.
 func (n *Node) stateOf(id string) protocol.State {
-	st, _ := n.m.State(id)
+	st, _ := n.view.State(id)
 	return st
 }
-
-// steerView, gateOf and viewRounds are the machine's read-only views
-// that steering needs (steer.go): every origin's latest steering line,
-// the gate round id waits at, the rounds not over. Loop only.
-func (n *Node) steerView() []protocol.Steer      { return n.m.Steers() }
-func (n *Node) gateOf(id string) protocol.Wait   { return n.m.Gate(id) }
-func (n *Node) viewRounds() []protocol.RoundView { return n.m.View() }
-func (n *Node) taskOKOf(id string) bool          { return n.m.TaskOK(id) }
 
 // keepFault keeps f for Snapshot. Loop only.
 func (n *Node) keepFault(f Fault) {
@@ -129,8 +112,24 @@ func (n *Node) keepFault(f Fault) {
 }
 
 // loopCheck is set by this package's tests only: every step and fsync
-// then checks that it runs on its node's loop.
-var loopCheck atomic.Pointer[func(n *Node, what string)]
+// then checks, with the test's goroutine ids, that it runs on its node's
+// loop.
+var loopCheck atomic.Pointer[loopProbe]
+
+// loopProbe is loopCheck's: goid returns the calling goroutine's id, bad
+// reports what ran off its node's loop.
+type loopProbe struct {
+	goid func() uint64
+	bad  func(n *Node, what string)
+}
+
+// checkOnLoop reports what to loopCheck if it runs off n's loop (an
+// fsync may run after the loop has ended: Close's end record).
+func (n *Node) checkOnLoop(what string) {
+	if p := loopCheck.Load(); p != nil && p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
+		p.bad(n, what)
+	}
+}
 
 // keepFaults is how many recent faults Snapshot reports.
 const keepFaults = 64
@@ -173,9 +172,9 @@ func (n *Node) recordFault(f Fault) {
 		// report, with or without the extension lines).
 		fe := &FaultError{Round: f.Round, Kind: f.Kind,
 			Reason: "the task of round " + roundName(f.Round) + " failed at this node; halting the chain here"}
-		n.later(func() { n.announce(f, true, fe) })
+		n.announceLater(f, true, fe)
 	case n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
-		n.later(func() { n.announce(f, false) })
+		n.announceLater(f, false, nil)
 	}
 }
 
@@ -219,7 +218,7 @@ func Start(cfg Config) (*Node, error) {
 		cur:      new(batch),
 		spare:    new(batch),
 		prev:     newPrevHost(&cfg),
-		in:       make(chan func(), inboxSize),
+		in:       make(chan input, inboxSize),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		log:      cfg.Logger,
@@ -248,9 +247,11 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Heartbeat > 0 {
 		pc.Silence = 3 * cfg.Heartbeat
 	}
-	n.timing = pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0
-	n.epoch = time.Now().Add(-time.Second) // so that every At is positive
-	n.m = protocol.New(pc)
+	m := protocol.New(pc)
+	n.st = stepper{m: m, durable: cfg.StateDir != "",
+		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
+		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
+	n.view = m
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.roundsCh = make(chan string)
 	n.roundsSig = make(chan struct{}, 1)
@@ -312,23 +313,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.log.Info("node started", attrs...)
 
-	if n.timing {
+	if n.st.timing {
 		n.startClock()
 	}
 	goSafe(n.run)
-	n.call(func() {
-		n.restoreSteer() // a node restarted while held is held (steer.go)
-		if n.timing {
-			// The machine learns the time: its timeouts count from now,
-			// for the rounds restored from the journal too.
-			if err := n.step(n.tick(false)); err != nil {
-				n.log.Error("internal error: first tick", "err", err)
-			}
-		}
-		if st != nil {
-			n.resume(st)
-		}
-	})
+	n.resumeFrom = st
+	n.ask(input{kind: inInit})
 	if n.ln != nil {
 		n.wg.Add(1)
 		goSafe(n.acceptLoop)
@@ -352,25 +342,48 @@ func (n *Node) Addr() net.Addr {
 	return n.ln.Addr()
 }
 
+// initLoop is the loop's first input (Start): the steering state, the
+// first tick and the rounds the journal kept. Loop only.
+func (n *Node) initLoop() {
+	n.restoreSteer() // a node restarted while held is held (steer.go)
+	if n.st.timing {
+		// The machine learns the time: its timeouts count from now,
+		// for the rounds restored from the journal too.
+		if err := n.step(n.tick(false), nil); err != nil {
+			n.log.Error("internal error: first tick", "err", err)
+		}
+	}
+	if st := n.resumeFrom; st != nil {
+		n.resumeFrom = nil
+		n.resume(st)
+	}
+}
+
 // Ready tells the node it is locally ready for round ("" is the unnamed
 // round). The node moves as soon as its predecessor is ready too.
 func (n *Node) Ready(round string) error {
 	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
-	err := ErrStopped
-	n.call(func() {
-		if n.closed {
-			return
-		}
-		if ri := n.rounds[round]; ri != nil && ri.finished() {
-			err = protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
-			return
-		}
-		if err = n.step(protocol.LocalReady(round)); err == nil {
-			n.round(round)
-		}
-	})
+	r, ok := n.ask(input{kind: inReady, round: round})
+	if !ok {
+		return ErrStopped
+	}
+	return r.err
+}
+
+// ready is Ready, on the loop.
+func (n *Node) ready(round string) error {
+	if n.closed {
+		return ErrStopped
+	}
+	if ri := n.rounds[round]; ri != nil && ri.finished() {
+		return protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
+	}
+	err := n.step(protocol.LocalReady(round), nil)
+	if err == nil {
+		n.round(round)
+	}
 	return err
 }
 
@@ -382,37 +395,46 @@ func (n *Node) Ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	var ri *roundInfo
-	n.call(func() {
-		ri = n.rounds[round]
-		if ri == nil && n.closed {
-			return
-		}
-		if ri == nil {
-			ri = n.round(round)
-		}
-		ri.waiters++
-	})
+	r, _ := n.ask(input{kind: inWait, round: round})
+	ri := r.ri
 	if ri == nil {
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
 	select {
 	case <-ri.done:
-		n.post(func() { ri.waiters-- })
+		n.post(input{kind: inUnwait, round: round, ri: ri})
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.post(func() {
-			ri.waiters--
-			// A round nobody started and nobody waits for any more leaves
-			// no trace (a Wait on a mistyped round id must not leak).
-			if _, known := n.m.State(round); !known && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
-				delete(n.rounds, round)
-			}
-		})
+		n.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
+	}
+}
+
+// waitOn is the start of a Wait on round: its record, nil if the node is
+// closed and has none. Loop only.
+func (n *Node) waitOn(round string) *roundInfo {
+	ri := n.rounds[round]
+	if ri == nil && n.closed {
+		return nil
+	}
+	if ri == nil {
+		ri = n.round(round)
+	}
+	ri.waiters++
+	return ri
+}
+
+// unwait is the end of a Wait on ri; gaveUp: its context ended first.
+// Loop only.
+func (n *Node) unwait(round string, ri *roundInfo, gaveUp bool) {
+	ri.waiters--
+	// A round nobody started and nobody waits for any more leaves no
+	// trace (a Wait on a mistyped round id must not leak).
+	if _, known := n.view.State(round); gaveUp && !known && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
+		delete(n.rounds, round)
 	}
 }
 
@@ -451,14 +473,34 @@ type Snapshot struct {
 // where each unfinished round stands. A Config.Trace callback may call
 // it.
 func (n *Node) Snapshot() Snapshot {
-	if n.onLoop() {
-		return n.snapshot()
+	if n.inCallback.Load() {
+		// The loop is in a callback: parked there until cbMu is
+		// unlocked, so the node is read as if on the loop.
+		n.cbMu.Lock()
+		defer n.cbMu.Unlock()
+		if n.inCallback.Load() {
+			return n.snapshot()
+		}
 	}
-	var st Snapshot
-	if !n.call(func() { st = n.snapshot() }) {
-		st = n.final
+	r, ok := n.ask(input{kind: inSnapshot})
+	if !ok {
+		<-n.loopDone
+		return n.final
 	}
-	return st
+	return *r.snap
+}
+
+// callback runs f, a Config callback, on the loop: a Snapshot called
+// meanwhile (by f, or by a goroutine f waits for) reads the node at once,
+// the loop being parked in f. Loop only.
+func (n *Node) callback(f func()) {
+	n.inCallback.Store(true)
+	defer func() {
+		n.cbMu.Lock()
+		n.inCallback.Store(false)
+		n.cbMu.Unlock()
+	}()
+	f()
 }
 
 // snapshot is Snapshot, on the loop.
@@ -475,20 +517,20 @@ func (n *Node) snapshot() Snapshot {
 	if l := n.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
-	for _, v := range n.m.View() {
+	for _, v := range n.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
 			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
 		if ri := n.rounds[v.Round]; ri != nil {
 			rs.Since = ri.since
 		}
-		if ph, w, _ := n.m.Undo(v.Round); ph != protocol.PhaseNone {
+		if ph, w, _ := n.view.Undo(v.Round); ph != protocol.PhaseNone {
 			rs.Undo = undoDoing(ph, w) // undo.go
 		}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	n.steerSnapshot(&st)
-	n.graceSnapshot(&st, n.m.Graces())
+	n.graceSnapshot(&st, n.view.Graces())
 	for _, id := range n.recent {
 		ri := n.rounds[id]
 		if ri == nil || !ri.finished() {
@@ -515,8 +557,8 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		up := false
-		n.call(func() { up = n.pred != nil })
+		r, _ := n.ask(input{kind: inPredUp})
+		up := r.ok
 		switch {
 		case !n.role.HasPred():
 			return nil
@@ -538,37 +580,25 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 // Close stops the node: it cancels running tasks' contexts, closes every
 // connection and the listener, and waits for all its goroutines (so tasks
 // must honour their context). Unfinished rounds end with StatusStopped.
+// A node whose loop died of a panic (SetPanicHandler) is released all
+// the same.
 func (n *Node) Close() error {
 	first := false
-	end := false
-	n.call(func() {
-		if n.closed {
-			return
-		}
-		first, n.closed = true, true
-		end = n.endedNormally()
-		for _, l := range []*link{n.pred, n.succ} {
-			if l != nil {
-				l.shut() // what is queued (a fault notice) still goes out
-			}
-		}
-		n.adm.closeAll()
-	})
+	n.closeOnce.Do(func() { first = true })
 	if !first {
 		<-n.loopDone
 		return nil
 	}
+	r, _ := n.ask(input{kind: inClose})
+	end := r.ok
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
 	n.wg.Wait() // the loop goes on meanwhile: what they post is taken
-	n.call(func() {
-		for id, ri := range n.rounds {
-			n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
-		}
-	})
-	n.call(func() { n.final = n.snapshot() })
+	if r, ok := n.ask(input{kind: inStopAll}); ok {
+		n.final = *r.snap
+	}
 	close(n.stop)
 	<-n.loopDone // its last turn carried everything out: the journal is free
 	if n.j != nil {
@@ -581,45 +611,48 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// step feeds ev to the machine, stamped with the time if the node keeps
-// time, and carries out the actions. Loop only.
-func (n *Node) step(ev protocol.Event) error {
-	if f := loopCheck.Load(); f != nil && !n.onLoop() {
-		(*f)(n, "step")
+// closeLoop is the start of Close on the loop: nothing new starts, the
+// links are shut (what is queued on them still goes out); true if the
+// journal is to record a normal end. Loop only.
+func (n *Node) closeLoop() bool {
+	n.closed = true
+	end := n.endedNormally()
+	for _, l := range []*link{n.pred, n.succ} {
+		if l != nil {
+			l.shut() // what is queued (a fault notice) still goes out
+		}
 	}
-	if n.timing && ev.At == 0 {
-		ev.At = time.Since(n.epoch)
+	n.adm.closeAll()
+	return end
+}
+
+// stopAll ends every unfinished round stopped (Close). Loop only.
+func (n *Node) stopAll() {
+	for id, ri := range n.rounds {
+		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
-	acts, err := n.stepSaved(ev, n.acts[:0])
+}
+
+// step feeds ev to the machine (through the stepper) and carries out the
+// actions; cause is the fault the machine's policy carries out in them,
+// if the caller knows it already (a halting report). Loop only.
+func (n *Node) step(ev protocol.Event, cause *FaultError) error {
+	return n.stepThen(ev, cause, nil)
+}
+
+// stepThen is step with before run between the step and its actions
+// (promotePred makes the link current there). Loop only.
+func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
+	n.checkOnLoop("step")
+	acts, err := n.st.step(ev, &n.cur.recs)
 	if err != nil {
 		return err
 	}
-	n.acts = acts
-	n.perform(acts)
+	if before != nil {
+		before()
+	}
+	n.perform(acts, cause)
 	return nil
-}
-
-// stepSaved feeds ev to the machine and, with a state directory, queues
-// the step's records ahead of its actions: unlock writes and syncs them
-// before it carries out anything queued after them (docs/DESIGN.md,
-// "Restarts and durable state": fsync, then act). Once the journal has
-// failed the node stops acting: it returns the error and no actions.
-// Loop only.
-func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
-	if n.broken != nil {
-		return out, n.broken
-	}
-	start := len(out)
-	out, err := n.m.Step(ev, out)
-	if err != nil || n.j == nil {
-		return out, err
-	}
-	for _, a := range out[start:] {
-		if a.Kind == protocol.ActSave {
-			n.cur.recs = append(n.cur.recs, a.Record)
-		}
-	}
-	return out, nil
 }
 
 // journalFailed stops a node whose journal cannot be written: acting on a
@@ -627,26 +660,30 @@ func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.A
 // every unfinished round ends with a fault and the node does nothing more.
 // Loop only.
 func (n *Node) journalFailed(err error) {
-	n.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
+	n.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
 	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
 		"dir", n.cfg.StateDir, "err", err.Error())
 	for id, ri := range n.rounds {
 		ri.reported = true // the line above
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.broken})
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.st.broken})
 	}
 }
 
-// perform carries out actions in order; the fault that the machine's
-// policy is carrying out in them (n.cause) lasts until their end. Loop
-// only.
-func (n *Node) perform(acts []protocol.Action) {
+// perform carries out one step's actions in order. cause, the fault the
+// machine's policy is carrying out, travels with them: given by the
+// caller, or found by an action (a timeout, a notice) for those after it.
+// Loop only.
+func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
 	for i := range acts {
-		n.act(&acts[i])
+		if fe := n.act(&acts[i], cause); fe != nil {
+			cause = fe
+		}
 	}
-	n.cause = nil
 }
 
-func (n *Node) act(a *protocol.Action) {
+// act carries out one action; it returns the fault the action found, if
+// any, the cause of the rounds the policy ends in the actions after it.
+func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	switch a.Kind {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
@@ -659,7 +696,7 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActOpened:
 		n.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
-		n.timedOut(a)
+		return n.timedOut(a)
 	case protocol.ActForget:
 		delete(n.rounds, a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
@@ -675,10 +712,10 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
-		n.undoAct(a)
+		return n.undoAct(a)
 	case protocol.ActNotice:
 		if !n.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			n.noticeArrived(*a.Msg.Note)
+			return n.noticeArrived(*a.Msg.Note)
 		}
 	case protocol.ActGrace:
 		n.graceAct(a)
@@ -694,12 +731,12 @@ func (n *Node) act(a *protocol.Action) {
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
 		case protocol.Aborted, protocol.NoExitWave:
 			res.Status = StatusFault
-			if ri.cause == nil && n.cause != nil {
+			if ri.cause == nil && cause != nil {
 				// The machine's policy ends the round for this fault.
-				fe := *n.cause
+				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				if n.j != nil && n.broken == nil {
+				if n.j != nil && n.st.broken == nil {
 					// Written with the turn's records: a restarted node
 					// then knows the fault the round really ended with.
 					n.cur.faults = append(n.cur.faults, journal.Fault{Round: a.Round, Kind: string(fe.Kind)})
@@ -722,6 +759,7 @@ func (n *Node) act(a *protocol.Action) {
 		}
 		n.resolve(a.Round, ri, n.steerResult(ri, res)) // steer.go: a cancelled round
 	}
+	return nil
 }
 
 // send writes msg to the neighbour on side, if that link is up; if it is
@@ -796,7 +834,7 @@ func (n *Node) trace(ev TraceEvent) {
 	if n.cfg.Trace != nil {
 		ev.Time = time.Now()
 		ev.Node = n.cfg.Name
-		n.cfg.Trace(ev)
+		n.callback(func() { n.cfg.Trace(ev) })
 	}
 }
 

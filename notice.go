@@ -48,18 +48,20 @@ func reports(kind FaultKind) bool {
 // halt policy the machine ends every unfinished round for it, taking
 // cause as their fault. Stepped as an event of its own, after the step
 // that found the fault. Loop only.
-func (n *Node) announce(f Fault, halt bool, cause ...*FaultError) {
+func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
 	ev := protocol.Report(n.noticeOf(f))
 	if halt {
 		ev = protocol.ReportHalt(ev.Note)
 	}
-	if len(cause) > 0 {
-		n.cause = cause[0]
-	}
-	if err := n.step(ev); err != nil && n.broken == nil {
+	if err := n.step(ev, cause); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: fault notice", "err", err.Error())
 	}
-	n.cause = nil
+}
+
+// announceLater queues the announcement of f after the current input's
+// actions (an input of its own, inAnnounce). Loop only.
+func (n *Node) announceLater(f Fault, halt bool, cause *FaultError) {
+	n.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
@@ -80,7 +82,7 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 // (chain-halted), under FaultWait it is reported (chain-fault); the
 // rounds the machine's policy ends for it follow, with it as their cause.
 // Loop only.
-func (n *Node) noticeArrived(note protocol.Notice) {
+func (n *Node) noticeArrived(note protocol.Notice) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
 	if why, ok := n.deniedReason(note.Origin, note.Round); ok && note.HasRound {
@@ -92,8 +94,8 @@ func (n *Node) noticeArrived(note protocol.Notice) {
 	if note.HasRound {
 		fe.State = n.stateOf(note.Round)
 	}
-	n.cause = fe
 	n.recordFault(fe.fault())
+	return fe
 }
 
 // describeNotice says in words who found what: "C reported B silent".
@@ -158,7 +160,7 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 		l.enqueue(n.wbuf, false, "")
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	n.later(func() { n.announce(f, true, fe) })
+	n.announceLater(f, true, fe)
 }
 
 // runs says which rounds this node runs, for a mismatch's message.

@@ -188,11 +188,11 @@ func sideWord(side protocol.Side) string {
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here. Loop only.
 func (n *Node) delivered(rounds []string) {
-	if n.closed || n.broken != nil {
+	if n.closed || n.st.broken != nil {
 		return
 	}
 	for _, id := range rounds {
-		if err := n.step(protocol.Delivered(id)); err != nil {
+		if err := n.step(protocol.Delivered(id), nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}

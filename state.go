@@ -24,16 +24,12 @@ func (n *Node) openState() (*journal.State, error) {
 		n.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
 			"dir", n.cfg.StateDir, "bytes", st.Dropped)
 	}
-	if err := n.restore(st.Rounds); err != nil {
+	if err := n.st.restore(st.Rounds); err != nil {
 		j.Close()
 		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
-	j.OnSync = func() {
-		if f := loopCheck.Load(); f != nil && !n.onLoop() && !n.loopEnded() {
-			(*f)(n, "fsync")
-		}
-	}
+	j.OnSync = func() { n.checkOnLoop("fsync") }
 	n.j = j
 	return st, nil
 }
@@ -117,7 +113,7 @@ func (n *Node) restoredFault(f Fault) {
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})
 	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
-		n.later(func() { n.announce(f, false) })
+		n.announceLater(f, false, nil)
 	}
 }
 
@@ -132,12 +128,12 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 			return
 		}
 		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
-		if err := n.step(protocol.TaskDone(id, false)); err != nil {
+		if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
 			n.log.Error("internal error: resume done", "round", id, "err", err)
 		}
 	case ResumeRerun:
 		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
-		if err := n.step(protocol.Rerun(id)); err != nil { // its restart grace again (liveness.go)
+		if err := n.step(protocol.Rerun(id), nil); err != nil { // its restart grace again (liveness.go)
 			n.log.Error("internal error: rerun", "round", id, "err", err)
 		}
 		n.startTask(id)
@@ -145,7 +141,7 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
 		n.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
 		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
-		if err := n.step(protocol.TaskDone(id, true)); err != nil {
+		if err := n.step(protocol.TaskDone(id, true), nil); err != nil {
 			n.log.Error("internal error: resume fail", "round", id, "err", err)
 		}
 	}
@@ -199,7 +195,7 @@ func (n *Node) refuseRerun(st *journal.State) error {
 // Not for a served node, nor one that stops with rounds unfinished (it
 // resumes them). Loop only.
 func (n *Node) endedNormally() bool {
-	if n.j == nil || n.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
+	if n.j == nil || n.st.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
 		return false
 	}
 	for _, ri := range n.rounds {

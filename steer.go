@@ -149,8 +149,8 @@ func (n *Node) saveSteer() error {
 	if n.j == nil {
 		return nil
 	}
-	if n.broken != nil {
-		return n.broken
+	if n.st.broken != nil {
+		return n.st.broken
 	}
 	data, err := json.Marshal(n.sd.file)
 	if err != nil {
@@ -186,14 +186,14 @@ func (n *Node) restoreSteer() {
 	if cp := n.sd.file.ChainPause; cp != nil && n.role.HasPred() && n.extensions() && cp.Valid() {
 		// As heard before the restart; the link to the predecessor
 		// re-sends the Head's latest line when it is up.
-		_ = n.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}))
+		_ = n.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}), nil)
 	}
 	n.announceSteer() // the hold first: no approval below may start a task of a held node
 	for _, id := range n.sd.file.Skip {
-		_ = n.step(protocol.AlreadyDone(id)) // a round since ended: nothing to do
+		_ = n.step(protocol.AlreadyDone(id), nil) // a round since ended: nothing to do
 	}
 	for _, id := range n.sd.file.Approved {
-		_ = n.step(protocol.Approve(id)) // a round since ended, or forgotten: nothing to do
+		_ = n.step(protocol.Approve(id), nil) // a round since ended, or forgotten: nothing to do
 	}
 }
 
@@ -246,8 +246,8 @@ func (n *Node) announceSteer() {
 func (n *Node) stepSteer(s protocol.Steer) {
 	s.At = n.nextAt()
 	s = s.FitReason()
-	if err := n.step(protocol.Steering(s)); err != nil {
-		if n.broken == nil {
+	if err := n.step(protocol.Steering(s), nil); err != nil {
+		if n.st.broken == nil {
 			n.log.Error("internal error: steering line", "err", err.Error())
 		}
 		return
@@ -286,9 +286,9 @@ func (n *Node) steerAct(a *protocol.Action) {
 		n.log.Warn("waiting for approval: the round's turn has come; its task starts after chainsync approve (or fails at chainsync deny)", "round", a.Round)
 		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
 		if n.cfg.OnHold != nil {
-			n.cfg.OnHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now})
+			n.callback(func() { n.cfg.OnHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now}) })
 		}
-		n.later(n.announceSteer)
+		n.later(input{kind: inAnnounceSteer})
 	case protocol.ActSkip:
 		n.log.Info("already done here: this node's task for the round succeeded before the retry; passing the round on without running it again", "round", a.Round)
 		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
@@ -336,7 +336,7 @@ func steerStatus(s protocol.Steer, here bool) SteerStatus {
 // steerSnapshot fills st's steering: every node this node knows to be
 // gated (itself first), and the denials it heard of. Loop only.
 func (n *Node) steerSnapshot(st *Snapshot) {
-	for i, s := range n.steerView() {
+	for i, s := range n.view.Steers() {
 		own := i == 0 && s.Origin == n.sd.sent.Origin && n.sd.sent.What != 0
 		if !s.What.Gates() {
 			continue
@@ -351,7 +351,7 @@ func (n *Node) steerSnapshot(st *Snapshot) {
 	st.Steering = append(st.Steering, n.sd.events...)
 	for i := range st.Rounds {
 		r := &st.Rounds[i]
-		if g := n.gateOf(r.Round); g != protocol.WaitNothing {
+		if g := n.view.Gate(r.Round); g != protocol.WaitNothing {
 			r.WaitingFor = g
 			r.Gate = n.selfName()
 		}
@@ -372,31 +372,36 @@ func (n *Node) deniedReason(origin, round string) (string, bool) {
 // a node restarted while held is held. Holding a held node is refused
 // (ErrRefused).
 func (n *Node) Hold(req Request) error {
-	return n.steerCall(func() error {
-		if h := n.sd.file.Hold; h != nil {
-			return refused("this node is held already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
-		}
-		old := n.sd.file.Hold
-		n.sd.file.Hold = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Hold = old
-			return err
-		}
-		n.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
-		if n.cfg.OnHold != nil {
-			n.cfg.OnHold(HoldEvent{Kind: "hold", Round: n.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()})
-		}
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opHold, req)
+	return err
+}
+
+// holdReq is Hold, on the loop.
+func (n *Node) holdReq(req Request) error {
+	if h := n.sd.file.Hold; h != nil {
+		return refused("this node is held already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+	}
+	old := n.sd.file.Hold
+	n.sd.file.Hold = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.Hold = old
+		return err
+	}
+	n.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
+	n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
+	if n.cfg.OnHold != nil {
+		ev := HoldEvent{Kind: "hold", Round: n.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()}
+		n.callback(func() { n.cfg.OnHold(ev) })
+	}
+	n.announceSteer()
+	return nil
 }
 
 // turnRound returns the round whose task would start next here, if its
 // turn has come ("" if none). Loop only.
 func (n *Node) turnRound() string {
-	for _, v := range n.viewRounds() {
-		if n.gateOf(v.Round) != protocol.WaitNothing {
+	for _, v := range n.view.View() {
+		if n.view.Gate(v.Round) != protocol.WaitNothing {
 			return v.Round
 		}
 	}
@@ -406,22 +411,26 @@ func (n *Node) turnRound() string {
 // Release undoes Hold: the tasks whose turn has come start. Releasing a
 // node that is not held is refused.
 func (n *Node) Release(req Request) error {
-	return n.steerCall(func() error {
-		h := n.sd.file.Hold
-		if h == nil {
-			return refused("this node is not held")
-		}
-		n.sd.file.Hold = nil
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Hold = h
-			return err
-		}
-		n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opRelease, req)
+	return err
+}
+
+// releaseReq is Release, on the loop.
+func (n *Node) releaseReq(req Request) error {
+	h := n.sd.file.Hold
+	if h == nil {
+		return refused("this node is not held")
+	}
+	n.sd.file.Hold = nil
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.Hold = h
+		return err
+	}
+	n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
+	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
+	n.announceSteer()
+	return nil
 }
 
 // waitingRound picks the round an Approve or Deny is about: req's, or
@@ -468,31 +477,31 @@ func (n *Node) waitingText() string {
 // It returns the round approved. With Config.StateDir the approval is
 // journalled before the task starts.
 func (n *Node) Approve(req Request) (string, error) {
-	var id string
-	err := n.steerCall(func() error {
-		var err error
-		if id, err = n.waitingRound(req, "approve"); err != nil {
-			return err
-		}
-		n.sd.file.Approved = append(n.sd.file.Approved, id)
-		if k := len(n.sd.file.Approved) - keepApprovals; k > 0 {
-			n.sd.file.Approved = slices.Delete(n.sd.file.Approved, 0, k)
-		}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Approved = n.sd.file.Approved[:len(n.sd.file.Approved)-1]
-			return err
-		}
-		delete(n.sd.waiting, id)
-		n.log.Warn("approved: the task starts", "round", id, "by", req.By)
-		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
-		if err := n.step(protocol.Approve(id)); err != nil {
-			return err
-		}
-		n.announceSteer()
-		return nil
-	})
-	return id, err
+	return n.steerAsk(opApprove, req)
+}
+
+// approveReq is Approve, on the loop.
+func (n *Node) approveReq(req Request) (id string, err error) {
+	if id, err = n.waitingRound(req, "approve"); err != nil {
+		return id, err
+	}
+	n.sd.file.Approved = append(n.sd.file.Approved, id)
+	if k := len(n.sd.file.Approved) - keepApprovals; k > 0 {
+		n.sd.file.Approved = slices.Delete(n.sd.file.Approved, 0, k)
+	}
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.Approved = n.sd.file.Approved[:len(n.sd.file.Approved)-1]
+		return id, err
+	}
+	delete(n.sd.waiting, id)
+	n.log.Warn("approved: the task starts", "round", id, "by", req.By)
+	n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
+	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
+	if err := n.step(protocol.Approve(id), nil); err != nil {
+		return id, err
+	}
+	n.announceSteer()
+	return id, nil
 }
 
 // Deny fails the round waiting for an approval here (req.Round, or the
@@ -500,31 +509,31 @@ func (n *Node) Approve(req Request) (string, error) {
 // with a *DeniedError, the fault is task-failed, and the chain learns the
 // reason from a steering line before the fault notice.
 func (n *Node) Deny(req Request) (string, error) {
-	var id string
-	err := n.steerCall(func() error {
-		var err error
-		if id, err = n.waitingRound(req, "deny"); err != nil {
-			return err
-		}
-		delete(n.sd.waiting, id)
-		reason := req.Reason
-		if reason == "" {
-			reason = "no reason given"
-		}
-		de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
-			By: protocol.NoticeName(req.By), Reason: reason})
-		ri := n.round(id)
-		ri.cause = de
-		te := &TaskError{Round: id, Err: de}
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + n.failedHere()})
-		if err := n.step(protocol.Deny(id)); err != nil {
-			return err
-		}
-		n.announceSteer()
-		return nil
-	})
-	return id, err
+	return n.steerAsk(opDeny, req)
+}
+
+// denyReq is Deny, on the loop.
+func (n *Node) denyReq(req Request) (id string, err error) {
+	if id, err = n.waitingRound(req, "deny"); err != nil {
+		return id, err
+	}
+	delete(n.sd.waiting, id)
+	reason := req.Reason
+	if reason == "" {
+		reason = "no reason given"
+	}
+	de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
+	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
+		By: protocol.NoticeName(req.By), Reason: reason})
+	ri := n.round(id)
+	ri.cause = de
+	te := &TaskError{Round: id, Err: de}
+	n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + n.failedHere()})
+	if err := n.step(protocol.Deny(id), nil); err != nil {
+		return id, err
+	}
+	n.announceSteer()
+	return id, nil
 }
 
 // DeniedError is the task error of a round denied at a node (Deny).
@@ -546,30 +555,67 @@ func byText(by string) string {
 	return " by " + by
 }
 
-// steerCall runs f on the loop and waits until what it wrote is carried
-// out (its journal records on disk, its lines queued): a request is
-// answered only once it has been taken.
-func (n *Node) steerCall(f func() error) error {
-	err := ErrStopped
-	done := make(chan struct{})
-	ok := n.call(func() {
-		if n.closed {
-			close(done)
-			return
-		}
-		err = f()
-		// Released once the turn's records are on disk (an effect like a
-		// round's result).
-		n.queue(effect{kind: effDone, ri: &roundInfo{done: done}})
-	})
+// steerOp is which steering request a steerReq is.
+type steerOp uint8
+
+const (
+	opHold steerOp = iota + 1
+	opRelease
+	opApprove
+	opDeny
+	opPause
+	opResume
+	opCancel
+	opRetry
+)
+
+// steerReq is a steering request for the loop (inSteer).
+type steerReq struct {
+	op  steerOp
+	req Request
+}
+
+// steerAsk hands a steering request to the loop and waits until what it
+// changed is carried out (its journal records on disk, its lines
+// queued): a request is answered only once it has been taken. It returns
+// the round an approval or a denial was about.
+func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
+	r, ok := n.ask(input{kind: inSteer, steer: &steerReq{op: op, req: req}})
 	if !ok {
-		return ErrStopped
+		return "", ErrStopped
 	}
-	select {
-	case <-done:
-	case <-n.loopDone:
+	return r.id, r.err
+}
+
+// steerRequest carries out a steering request; its answer is an effect
+// of the turn, given once the turn's records are on disk. Loop only.
+func (n *Node) steerRequest(in *input) {
+	if n.closed {
+		in.answer(reply{err: ErrStopped})
+		return
 	}
-	return err
+	var id string
+	var err error
+	switch req := in.steer.req; in.steer.op {
+	case opHold:
+		err = n.holdReq(req)
+	case opRelease:
+		err = n.releaseReq(req)
+	case opApprove:
+		id, err = n.approveReq(req)
+	case opDeny:
+		id, err = n.denyReq(req)
+	case opPause:
+		err = n.pauseReq(req)
+	case opResume:
+		err = n.resumeReq(req)
+	case opCancel:
+		err = n.cancelReq(req)
+	case opRetry:
+		err = n.retryReq(req)
+	}
+	n.queue(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
+	in.reply = nil
 }
 
 // TraceSteer is the trace event of a steering change, here (Origin "")
@@ -637,7 +683,7 @@ func (n *Node) cancelled(round string, ce *CancelledError) {
 	}
 	if ri.cause == nil {
 		ri.cause, ri.reported = ce, true
-		if n.j != nil && n.broken == nil {
+		if n.j != nil && n.st.broken == nil {
 			// Written with the turn's records: a restarted node knows the
 			// round was cancelled, not faulted.
 			n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: string(FaultCancelled)})
@@ -645,7 +691,7 @@ func (n *Node) cancelled(round string, ce *CancelledError) {
 	}
 	if _, ok := n.sd.waiting[round]; ok {
 		delete(n.sd.waiting, round)
-		n.later(n.announceSteer)
+		n.later(input{kind: inAnnounceSteer})
 	}
 }
 
@@ -666,61 +712,71 @@ func (n *Node) steerResult(ri *roundInfo, res Result) Result {
 // journalled. Pausing a paused chain, or pausing at another node, is
 // refused.
 func (n *Node) Pause(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("pause is the Head's: this node has a predecessor")
-		}
-		if h := n.sd.file.Pause; h != nil {
-			return refused("the chain is paused already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
-		}
-		n.sd.file.Pause = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Pause = nil
-			return err
-		}
-		n.sd.resumed = make(chan struct{})
-		n.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opPause, req)
+	return err
+}
+
+// pauseReq is Pause, on the loop.
+func (n *Node) pauseReq(req Request) error {
+	if n.role.HasPred() {
+		return refused("pause is the Head's: this node has a predecessor")
+	}
+	if h := n.sd.file.Pause; h != nil {
+		return refused("the chain is paused already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+	}
+	n.sd.file.Pause = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.Pause = nil
+		return err
+	}
+	n.sd.resumed = make(chan struct{})
+	n.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
+	n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
+	n.announceSteer()
+	return nil
 }
 
 // Resume undoes Pause: rounds open again and every node's tasks start.
 func (n *Node) Resume(req Request) error {
-	return n.steerCall(func() error {
-		h := n.sd.file.Pause
-		if h == nil {
-			return refused("the chain is not paused")
-		}
-		n.sd.file.Pause = nil
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Pause = h
-			return err
-		}
-		if n.sd.resumed != nil {
-			close(n.sd.resumed)
-			n.sd.resumed = nil
-		}
-		n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opResume, req)
+	return err
+}
+
+// resumeReq is Resume, on the loop.
+func (n *Node) resumeReq(req Request) error {
+	h := n.sd.file.Pause
+	if h == nil {
+		return refused("the chain is not paused")
+	}
+	n.sd.file.Pause = nil
+	if err := n.saveSteer(); err != nil {
+		n.sd.file.Pause = h
+		return err
+	}
+	if n.sd.resumed != nil {
+		close(n.sd.resumed)
+		n.sd.resumed = nil
+	}
+	n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
+	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
+	n.announceSteer()
+	return nil
 }
 
 // Paused reports whether this node (the Head) paused the chain, and if so
 // a channel closed when it resumes.
 func (n *Node) Paused() (bool, <-chan struct{}) {
-	var ch chan struct{}
-	paused := false
-	n.call(func() {
-		if n.sd.file.Pause != nil {
-			paused, ch = true, n.sd.resumed
-		}
-	})
-	return paused, ch
+	r, _ := n.ask(input{kind: inPaused})
+	return r.ok, r.ch
+}
+
+// paused is Paused, on the loop.
+func (n *Node) paused() (bool, <-chan struct{}) {
+	if n.sd.file.Pause == nil {
+		return false, nil
+	}
+	return true, n.sd.resumed
 }
 
 // Cancel, at the Head, ends round req.Round everywhere: no task of it
@@ -728,26 +784,30 @@ func (n *Node) Paused() (bool, <-chan struct{}) {
 // their results), and it ends StatusCancelled with a *CancelledError. A
 // round that is not in flight at the Head is refused.
 func (n *Node) Cancel(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("cancel is the Head's: this node has a predecessor")
-		}
-		if !req.HasRound {
-			return refused("give the round to cancel (--round)")
-		}
-		switch st := n.stateOf(req.Round); {
-		case st == 0:
-			return refused("round %s is not in flight here", roundName(req.Round))
-		case st.Terminal():
-			return refused("round %s is over already (%s)", roundName(req.Round), strings.ToLower(st.String()))
-		}
-		n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
-		n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
-			By: protocol.NoticeName(req.By), Reason: req.Reason})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opCancel, req)
+	return err
+}
+
+// cancelReq is Cancel, on the loop.
+func (n *Node) cancelReq(req Request) error {
+	if n.role.HasPred() {
+		return refused("cancel is the Head's: this node has a predecessor")
+	}
+	if !req.HasRound {
+		return refused("give the round to cancel (--round)")
+	}
+	switch st := n.stateOf(req.Round); {
+	case st == 0:
+		return refused("round %s is not in flight here", roundName(req.Round))
+	case st.Terminal():
+		return refused("round %s is over already (%s)", roundName(req.Round), strings.ToLower(st.String()))
+	}
+	n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
+	n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
+	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	n.announceSteer()
+	return nil
 }
 
 // retried notes that round was reopened by a retry (the machine resets
@@ -755,14 +815,17 @@ func (n *Node) Cancel(req Request) error {
 // the round has a record of its own again (the old result stays with
 // those who waited for it), and if its task had succeeded here that is
 // journalled, so that a restarted node passes it on too. Loop only.
-func (n *Node) retried(round string) {
-	n.later(func() {
+func (n *Node) retried(round string) { n.later(input{kind: inRetried, round: round}) }
+
+// retriedNow is retried, after the step's actions. Loop only.
+func (n *Node) retriedNow(round string) {
+	{
 		st := n.stateOf(round)
 		if ri := n.rounds[round]; ri != nil && ri.finished() && st != 0 && !st.Terminal() {
 			delete(n.rounds, round)
 			n.round(round)
 		}
-		if !n.taskOKOf(round) || slices.Contains(n.sd.file.Skip, round) {
+		if !n.view.TaskOK(round) || slices.Contains(n.sd.file.Skip, round) {
 			return
 		}
 		n.sd.file.Skip = append(n.sd.file.Skip, round)
@@ -772,7 +835,7 @@ func (n *Node) retried(round string) {
 		if err := n.saveSteer(); err != nil {
 			n.log.Error("cannot journal that the round's task is done here", "round", round, "err", err.Error())
 		}
-	})
+	}
 }
 
 // Retry, at the Head, reopens round req.Round, which failed, faulted, was
@@ -783,28 +846,32 @@ func (n *Node) retried(round string) {
 // there yet waits for it). A round that ended done is refused ("done
 // already"), and so is one in flight or not known here.
 func (n *Node) Retry(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("retry is the Head's: this node has a predecessor")
-		}
-		if !req.HasRound {
-			return refused("give the round to retry")
-		}
-		switch st := n.stateOf(req.Round); {
-		case st == 0:
-			return refused("round %s is not known here (never opened, or long forgotten)", roundName(req.Round))
-		case !st.Terminal():
-			return refused("round %s is still in flight", roundName(req.Round))
-		case st == protocol.StateDone:
-			return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
-		}
-		n.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
-		n.retried(req.Round)
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerRetry, HasRound: true, Round: req.Round,
-			By: protocol.NoticeName(req.By), Reason: req.Reason})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opRetry, req)
+	return err
+}
+
+// retryReq is Retry, on the loop.
+func (n *Node) retryReq(req Request) error {
+	if n.role.HasPred() {
+		return refused("retry is the Head's: this node has a predecessor")
+	}
+	if !req.HasRound {
+		return refused("give the round to retry")
+	}
+	switch st := n.stateOf(req.Round); {
+	case st == 0:
+		return refused("round %s is not known here (never opened, or long forgotten)", roundName(req.Round))
+	case !st.Terminal():
+		return refused("round %s is still in flight", roundName(req.Round))
+	case st == protocol.StateDone:
+		return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
+	}
+	n.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
+	n.retried(req.Round)
+	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	n.announceSteer()
+	return nil
 }
 
 // steerWhy says who asked and why, for a trace record.

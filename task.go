@@ -72,7 +72,7 @@ func (n *Node) runTask(t taskStart) {
 		case <-n.ctx.Done():
 			return
 		}
-		n.post(func() { n.taskStarted(round) })
+		n.post(input{kind: inTaskStarted, round: round})
 	}
 	ctx, cancel := n.ctx, context.CancelFunc(func() {})
 	if n.cfg.TaskTimeout > 0 {
@@ -89,11 +89,7 @@ func (n *Node) runTask(t taskStart) {
 	cancel()
 	<-n.tasks
 
-	n.post(func() {
-		if !n.closed {
-			n.taskFinished(round, err, timedOut)
-		}
-	})
+	n.post(input{kind: inTaskEnd, round: round, err: err, flag: timedOut})
 }
 
 // failedHere is what a failed task's fault adds: this node sends no
@@ -130,7 +126,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := n.step(ev); err != nil {
+	if err := n.step(ev, nil); err != nil {
 		n.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }

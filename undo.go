@@ -65,13 +65,14 @@ func taskFailure(err error, timedOut bool) protocol.Failure {
 }
 
 // undoAct carries out the machine's undo actions. Loop only.
-func (n *Node) undoAct(a *protocol.Action) {
+func (n *Node) undoAct(a *protocol.Action) *FaultError {
 	switch a.Kind {
 	case protocol.ActRunUndo:
 		n.startUndo(a.Round, a.Wave)
 	case protocol.ActUndone:
-		n.undone(a.Round, a.Wave)
+		return n.undone(a.Round, a.Wave)
 	}
+	return nil
 }
 
 // startUndo runs this node's undo of round on a goroutine of its own,
@@ -106,11 +107,7 @@ func (n *Node) runUndo(round string, info UndoInfo) {
 	if n.ctx.Err() != nil && !timedOut {
 		return // the node is closing: its undo is resumed after a restart
 	}
-	n.post(func() {
-		if !n.closed {
-			n.undoFinished(round, err, timedOut)
-		}
-	})
+	n.post(input{kind: inUndoEnd, round: round, err: err, flag: timedOut})
 }
 
 // undoFinished reports the end of this node's undo to the machine. Loop
@@ -130,7 +127,7 @@ func (n *Node) undoFinished(round string, err error, timedOut bool) {
 		n.log.Warn("undo ended", "round", round)
 	}
 	n.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
-	if serr := n.step(protocol.UndoDone(round, err != nil, code)); serr != nil && n.broken == nil {
+	if serr := n.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && n.st.broken == nil {
 		n.log.Error("internal error: undo done", "round", round, "err", serr)
 	}
 }
@@ -138,7 +135,7 @@ func (n *Node) undoFinished(round string, err error, timedOut bool) {
 // undone reports how round's undo wave ended: in the log, the trace, the
 // round's Result and, when an undo failed, as an undo-failed fault naming
 // that node. Loop only.
-func (n *Node) undone(round string, w protocol.Wave) {
+func (n *Node) undone(round string, w protocol.Wave) *FaultError {
 	if w.Stop != "" && w.KeptN < 0 {
 		// The wave stopped at a node before this one's predecessors heard
 		// of it: with the chain's names known, name the nodes it left.
@@ -166,18 +163,19 @@ func (n *Node) undone(round string, w protocol.Wave) {
 	if w.Stop == "" {
 		n.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
 		n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
-		return
+		return nil
 	}
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
 		Err: fmt.Sprintf("chainsync: undo-failed in round %s: the undo failed at %s, which stopped the undo wave: %s", roundName(round), w.Stop, line)}
 	n.keepFault(f)
 	// Under FaultHalt the machine ends every other unfinished round for
 	// it, in the actions that follow: this is their cause.
-	n.cause = &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
+	cause := &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
 		Reason: "the undo failed at " + w.Stop + " in round " + roundName(round) + ", which halts the chain (" + line + ")"}
 	n.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
 	n.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
 	n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+	return cause
 }
 
 // undoOutcome is round's undo wave's outcome in words, "" if none.
@@ -196,7 +194,7 @@ func (n *Node) resumeUndo(rec protocol.Record) bool {
 	case protocol.PhaseRunning:
 		if n.cfg.ResumeTask == ResumeDone {
 			n.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
-			if err := n.step(protocol.UndoDone(rec.Round, false, 0)); err != nil {
+			if err := n.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
 				n.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
 			}
 			return true
@@ -244,7 +242,7 @@ func (n *Node) undoRefused(l *link) {
 		Reason: "the successor closed the connection right after this node's first lines (UNDO ON) without a word: it runs without --undo (and without --heartbeat); set --undo on every node of the chain, or on none"}
 	f := fe.fault()
 	n.recordFault(f)
-	n.later(func() { n.announce(f, true, fe) })
+	n.announceLater(f, true, fe)
 }
 
 // undoDoing says in words where a failed round's undo wave stands here,
