@@ -130,7 +130,9 @@ func (a *admission) evictOne(newPeer string) <-chan struct{} {
 	}
 	victim, vp := links[i], cands[i]
 	delete(a.pending, victim)
-	goSafe(func() { vp.raw.Close() }) // a TLS close writes: never on the loop
+	if !a.n.crew.spawn(func() { vp.raw.Close() }) { // a TLS close writes: never on the loop
+		vp.raw.Close()
+	}
 	a.lim.note(kindEvicted, slog.LevelWarn,
 		"evicted a pending connection to make room for a new one: too many connections have not sent a protocol line yet",
 		"peer", victim.peer, "stage", stageNames[vp.stage()], "age", time.Since(vp.since).Round(time.Millisecond),

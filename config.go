@@ -239,6 +239,9 @@ type Config struct {
 	// listen, for tests on a simulated network: binds Listen when the
 	// node starts, instead of a TCP listener.
 	listen func(ctx context.Context, addr string) (net.Listener, error)
+	// lookupHost, for tests: resolves a host name for PrevHostOnly and
+	// the chain's addresses (prevhost.go); nil: the system's resolver.
+	lookupHost func(ctx context.Context, host string) ([]net.IPAddr, error)
 }
 
 // FaultPolicy is what a node does about a fault caused by a neighbour

@@ -29,8 +29,10 @@ import (
 // protocol line is accepted by the machine; only then does it replace the
 // current predecessor connection.
 func (n *Node) acceptLoop() {
-	defer n.wg.Done()
 	adm := n.adm
+	// Connections whose host is being checked (prevhost.go), each on a
+	// goroutine of its own: a slow resolver holds up only them.
+	checks := make(chan struct{}, n.cfg.MaxPending)
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
 		c, err := n.ln.Accept()
@@ -47,19 +49,55 @@ func (n *Node) acceptLoop() {
 		b.Reset()
 		transport.Tune(c)
 		l := n.newLink(c, protocol.Pred)
-		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
-			n.post(input{kind: inStray, l: l, err: err})
-			c.Close()
+		if !n.prev.on() {
+			if !n.admitConn(l, adm, nil) {
+				return
+			}
 			continue
 		}
-		r, _ := n.ask(input{kind: inAccepted, l: l})
-		if !r.ok {
+		select {
+		case checks <- struct{}{}:
+		case <-n.ctx.Done():
 			c.Close()
 			return
 		}
-		goSafe(func() { n.servePred(l, adm) })
-		adm.settle(r.gone)
+		if !n.crew.spawn(func() {
+			if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
+				<-checks
+				n.post(input{kind: inStray, l: l, err: err})
+				c.Close()
+				return
+			}
+			n.admitConn(l, adm, checks)
+		}) {
+			c.Close()
+			return
+		}
 	}
+}
+
+// admitConn makes l a pending predecessor connection and serves it on a
+// goroutine of its own, once any connection it evicted has gone (a flood
+// of them is slowed down here); it takes its place off checks, if given,
+// once admitted. False if the node is closing.
+func (n *Node) admitConn(l *link, adm *admission, checks chan struct{}) bool {
+	r, _ := n.ask(input{kind: inAccepted, l: l})
+	if r.ok && !n.crew.spawn(func() { n.servePred(l, adm) }) {
+		r.ok = false
+		n.post(input{kind: inServeEnd, l: l})
+	}
+	if !r.ok {
+		if checks != nil {
+			<-checks
+		}
+		l.c.Close()
+		return false
+	}
+	adm.settle(r.gone)
+	if checks != nil {
+		<-checks
+	}
+	return true
 }
 
 // accepted admits l, a connection the acceptor took, as pending: it
@@ -68,9 +106,7 @@ func (n *Node) accepted(l *link) reply {
 	if n.closed {
 		return reply{}
 	}
-	gone := n.adm.admit(l)
-	n.wg.Add(1) // servePred
-	return reply{ok: true, gone: gone}
+	return reply{ok: true, gone: n.adm.admit(l)}
 }
 
 // secured is the end of l's TLS handshake: true if l, still pending and
@@ -103,7 +139,6 @@ func (n *Node) dialed(l *link) bool {
 
 // servePred secures a pending connection and reads from it.
 func (n *Node) servePred(l *link, adm *admission) {
-	defer n.wg.Done()
 	defer n.post(input{kind: inServeEnd, l: l})
 	start := time.Now()
 	deadline := start.Add(n.cfg.PendingTimeout)
@@ -138,7 +173,6 @@ func (n *Node) servePred(l *link, adm *admission) {
 // lost. After a link that worked, the backoff starts again from its
 // minimum, so the first retry after a loss is attempt 1.
 func (n *Node) dialLoop() {
-	defer n.wg.Done()
 	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
 	attempts := 0
 	onRetry := func(err error, attempt int, next time.Duration) {

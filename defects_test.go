@@ -2,12 +2,19 @@ package chainsync
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/testnet"
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
 // Close releases a node whose loop died of a panic (SetPanicHandler kept
@@ -113,4 +120,106 @@ func TestSnapshotFromCallbackHelper(t *testing.T) {
 	if reads != 1 {
 		t.Fatalf("the helper read the node %d times, want 1", reads)
 	}
+}
+
+// Every goroutine the package starts runs under the panic handler
+// (SetPanicHandler): its one go statement is goSafe's, and every
+// time.AfterFunc callback goes through safely. A goroutine outside it
+// would crash the process with a panic a command meant to report.
+func TestEveryGoroutineUnderPanicHandler(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fd, func(x ast.Node) bool {
+				switch x := x.(type) {
+				case *ast.GoStmt:
+					if fd.Name.Name != "goSafe" {
+						t.Errorf("%s: a go statement in %s, not through goSafe", fset.Position(x.Pos()), fd.Name.Name)
+					}
+				case *ast.CallExpr:
+					sel, ok := x.Fun.(*ast.SelectorExpr)
+					if !ok || sel.Sel.Name != "AfterFunc" || types(sel.X) != "time" || len(x.Args) != 2 {
+						return true
+					}
+					if !callsSafely(x.Args[1]) {
+						t.Errorf("%s: a time.AfterFunc callback in %s not run through safely", fset.Position(x.Pos()), fd.Name.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+// callsSafely reports whether f is a function literal whose body is one
+// call of safely.
+func callsSafely(f ast.Expr) bool {
+	lit, ok := f.(*ast.FuncLit)
+	if !ok || len(lit.Body.List) != 1 {
+		return false
+	}
+	es, ok := lit.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == "safely"
+}
+
+// Draft "Roles" (a node's predecessor is one fixed node), with
+// PrevHostOnly naming the predecessor by host name: a resolver that hangs
+// on one connection's check holds up that connection only. The next one,
+// whose check is answered, is served as the predecessor at once.
+func TestSlowResolverStallsNoAccept(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls sync.Mutex
+	first := true
+	lookup := func(ctx context.Context, host string) ([]net.IPAddr, error) {
+		calls.Lock()
+		hang := first
+		first = false
+		calls.Unlock()
+		if hang {
+			close(entered)
+			<-release // a resolver that hangs, whatever its context says
+		}
+		return []net.IPAddr{{IP: net.IPv4(127, 0, 0, 1)}}, nil
+	}
+	w := startWatched(t, Config{Name: "B", Listen: "127.0.0.1:0", Prev: "pred.test:7000", PrevHostOnly: true, lookupHost: lookup})
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the lookup
+	if err := w.Ready(""); err != nil {
+		t.Fatal(err)
+	}
+	stuck := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	defer stuck.Close()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first connection's host was never looked up")
+	}
+	s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	s.Send(t, "READY\n")
+	if err := s.ExpectErr("START\n", 10*time.Second); err != nil {
+		t.Fatalf("the second connection was not served while the first one's lookup hung: %v", err)
+	}
+	w.waitState(t, "", protocol.StateWatch)
 }

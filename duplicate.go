@@ -139,8 +139,11 @@ func (n *Node) armHeld() {
 		d.timer.Reset(every)
 		return
 	}
-	d.timer = time.AfterFunc(every, func() { n.post(input{kind: inCheckHeld}) })
+	d.timer = time.AfterFunc(every, func() { safely(n.postCheckHeld) })
 }
+
+// postCheckHeld is the held connection's timer: time for checkHeld.
+func (n *Node) postCheckHeld() { n.post(input{kind: inCheckHeld}) }
 
 // releaseHeld forgets the held connection (it got in, or was closed).
 // Loop only.

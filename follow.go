@@ -54,7 +54,6 @@ func (n *Node) announceRound(id string) {
 // handOutRounds hands the queued rounds to the application, in order, until
 // the node closes; then it closes the Rounds channel.
 func (n *Node) handOutRounds() {
-	defer n.wg.Done()
 	defer close(n.roundsCh)
 	var batch []string
 	for {

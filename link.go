@@ -65,10 +65,7 @@ func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
 }
 
 // startWriter starts l's writer goroutine. Loop only.
-func (l *link) startWriter() {
-	l.n.wg.Add(1)
-	goSafe(l.writer)
-}
+func (l *link) startWriter() { l.n.crew.spawn(l.writer) }
 
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
@@ -98,11 +95,9 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 // closeConn closes l's connection on a goroutine of its own: a TLS close
 // writes close_notify, and the loop never waits on a socket.
 func (l *link) closeConn() {
-	l.n.wg.Add(1)
-	goSafe(func() {
-		defer l.n.wg.Done()
-		l.c.Close()
-	})
+	if !l.n.crew.spawn(func() { l.c.Close() }) {
+		l.c.Close() // Close is waiting: it waits for this too
+	}
 }
 
 // shut closes l; what is still queued on it (a fault notice) is written
@@ -124,13 +119,13 @@ func (l *link) shut() {
 		l.closeConn()
 		return
 	}
-	l.n.wg.Add(1)
-	goSafe(func() {
-		defer l.n.wg.Done()
+	if !l.n.crew.spawn(func() {
 		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
 		_, _ = l.c.Write(rest)
 		l.c.Close()
-	})
+	}) {
+		l.c.Close()
+	}
 }
 
 // shutWait and shutMax bound what a closing link still writes: a few
@@ -145,7 +140,6 @@ const (
 func (l *link) flush() { l.drain(false) }
 
 func (l *link) writer() {
-	defer l.n.wg.Done()
 	for {
 		select {
 		case <-l.wake:

@@ -378,16 +378,22 @@ func (n *Node) endTurn() {
 			if t.slot {
 				<-n.tasks
 			}
-			n.wg.Done()
 			n.starting[i] = taskStart{}
 			if n.infoOn() {
 				n.log.Info("task not started: the round ended before it could start", "round", t.round)
 			}
 			continue
 		}
-		if n.cfg.ownTaskGoroutines {
+		switch {
+		case !n.crew.add():
+			// Close waits: the task does not start (its round ends
+			// stopped; a restarted node resumes it).
+			if t.slot {
+				<-n.tasks
+			}
+		case n.cfg.ownTaskGoroutines:
 			goSafe(func() { n.runTask(t) })
-		} else {
+		default:
 			taskWorkers.run(n, t)
 		}
 		n.starting[i] = taskStart{}
@@ -431,7 +437,6 @@ func (n *Node) carryOut(b *batch, broken bool) {
 				if e.task.slot {
 					<-n.tasks
 				}
-				n.wg.Done()
 				continue
 			}
 			n.starting = append(n.starting, e.task)

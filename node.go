@@ -31,8 +31,8 @@ type Node struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine of the node but the loop
-	tasks  chan struct{}  // semaphore: MaxParallelTasks
+	crew   crew          // every goroutine of the node but the loop (crew.go)
+	tasks  chan struct{} // semaphore: MaxParallelTasks
 
 	// The loop (loop.go): its inbox, the channel that stops it, the one
 	// it closes when it has ended; loopG is its goroutine's id, known
@@ -255,16 +255,14 @@ func Start(cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.roundsCh = make(chan string)
 	n.roundsSig = make(chan struct{}, 1)
-	n.wg.Add(1)
-	goSafe(n.handOutRounds)
+	n.crew.spawn(n.handOutRounds)
 	n.plim = newAdmitLimiter(n.log)
 	if cfg.peerLogBurst > 0 {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
 	n.adm = newAdmission(n)
-	n.wg.Add(1)
-	goSafe(func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) })
+	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
@@ -320,12 +318,10 @@ func Start(cfg Config) (*Node, error) {
 	n.resumeFrom = st
 	n.ask(input{kind: inInit})
 	if n.ln != nil {
-		n.wg.Add(1)
-		goSafe(n.acceptLoop)
+		n.crew.spawn(n.acceptLoop)
 	}
 	if n.role.HasSucc() {
-		n.wg.Add(1)
-		goSafe(n.dialLoop)
+		n.crew.spawn(n.dialLoop)
 	}
 	return n, nil
 }
@@ -595,7 +591,7 @@ func (n *Node) Close() error {
 	if n.ln != nil {
 		n.ln.Close()
 	}
-	n.wg.Wait() // the loop goes on meanwhile: what they post is taken
+	n.crew.wait() // the loop goes on meanwhile: what they post is taken
 	if r, ok := n.ask(input{kind: inStopAll}); ok {
 		n.final = *r.snap
 	}

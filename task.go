@@ -29,7 +29,6 @@ func (n *Node) startTask(round string) { n.startRun(round, false) }
 func (n *Node) startRun(round string, verifyOnly bool) {
 	// The task starts at the end of the turn, once the step's records
 	// are on disk.
-	n.wg.Add(1)
 	start := taskStart{round: round, verifyOnly: verifyOnly}
 	select {
 	case n.tasks <- struct{}{}: // a task slot is free: start now
@@ -60,7 +59,7 @@ func (n *Node) runTask(t taskStart) {
 		n.runUndo(t.round, *t.undo)
 		return
 	}
-	defer n.wg.Done()
+	defer n.crew.done()
 	round := t.round
 	if t.slot && n.ctx.Err() != nil { // closed before the task could start
 		<-n.tasks
@@ -223,7 +222,7 @@ func (p *workerPool) wait(w *taskWorker) bool {
 	if !p.armed {
 		p.armed = true
 		if p.sweep == nil {
-			p.sweep = time.AfterFunc(workerIdle, p.sweepIdle)
+			p.sweep = time.AfterFunc(workerIdle, func() { safely(p.sweepIdle) })
 		} else {
 			p.sweep.Reset(workerIdle)
 		}

@@ -83,14 +83,13 @@ func (n *Node) startUndo(round string, w protocol.Wave) {
 	n.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
 	// are on disk (loop.go), on a task worker (runTask).
-	n.wg.Add(1)
 	n.queue(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
 }
 
 // runUndo runs Config.Undo, bounded by TaskTimeout, and reports its end.
 // It runs on a task worker (runTask).
 func (n *Node) runUndo(round string, info UndoInfo) {
-	defer n.wg.Done()
+	defer n.crew.done()
 	select {
 	case n.tasks <- struct{}{}: // one task (or undo) at a time
 	case <-n.ctx.Done():
