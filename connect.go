@@ -433,7 +433,9 @@ func (n *Node) readFailed(l *link, err error) {
 // drop closes l and, if it was a current link, marks that link down.
 // Loop only.
 func (n *Node) drop(l *link, err error) {
-	l.shut()
+	if !l.closing {
+		l.shut()
+	}
 	delete(n.adm.pending, l)
 	if n.pred != l && n.succ != l {
 		return

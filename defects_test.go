@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +223,49 @@ func TestSlowResolverStallsNoAccept(t *testing.T) {
 		t.Fatalf("the second connection was not served while the first one's lookup hung: %v", err)
 	}
 	w.waitState(t, "", protocol.StateWatch)
+}
+
+// Restarts and durable state (docs/DESIGN.md): no line leaves before the
+// records its turn saved are on disk. A would-be predecessor that opens a
+// round this node does not run is told so with a fault notice, and under
+// the halt policy the node's own round ends for that fault in the same
+// turn: the notice waits for that round's record to be synced.
+func TestNoticeLeavesAfterItsTurnsRecords(t *testing.T) {
+	var armed atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	loopCheck.Store(&loopProbe{goid: curGoid, bad: func(*Node, string) {}, fsync: func(*Node) {
+		if armed.Load() {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}})
+	t.Cleanup(func() { loopCheck.Store(nil) })
+	w := startWatched(t, Config{Name: "B", Listen: "127.0.0.1:0", Prev: "127.0.0.1:1", StateDir: t.TempDir(),
+		Heartbeat: time.Second, Rounds: []string{"r1"}})
+	var once sync.Once
+	free := func() { once.Do(func() { armed.Store(false); close(release) }) }
+	t.Cleanup(free) // before Close, which syncs
+	if err := w.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	s.Send(t, wireLine("READY", "r2"))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mismatch's turn saved nothing")
+	}
+	// The turn's records are being synced now: nothing of it has left.
+	if line, err := s.Line(2 * time.Second); err == nil {
+		t.Fatalf("%q left before the records of its turn were on disk", line)
+	}
+	free()
+	line, err := s.Line(10 * time.Second)
+	if err != nil || !strings.HasPrefix(line, "FAULT") {
+		t.Fatalf("got %q (%v), want the fault notice once the records are on disk", line, err)
+	}
 }

@@ -211,7 +211,7 @@ func (n *Node) duplicate(l *link) {
 	if n.extensions() {
 		note := protocol.Notice{Kind: kindDuplicateNode, Origin: n.selfName(), Blamed: protocol.NoticeName(place)}
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+		n.lastWords(l, n.wbuf)
 	}
 	n.drop(l, fmt.Errorf("refused: another live connection holds the predecessor's place"))
 }

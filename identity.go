@@ -213,7 +213,7 @@ func (n *Node) helloMismatch(l *link, who, reason string) {
 	if l != n.pred && l != n.succ {
 		note := n.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+		n.lastWords(l, n.wbuf)
 	}
 	n.announceLater(f, true, fe)
 }

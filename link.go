@@ -45,6 +45,7 @@ type link struct {
 	wdl     time.Time // writer only: when to refresh the write deadline
 
 	helloSent bool         // this node's identity line was queued on it (loop only)
+	closing   bool         // its last words are queued: closed after them (loop only)
 	firstLine string       // the first line queued on it, HEARTBEAT included (wmu)
 	firstAt   time.Time    // when (zero: none yet)
 	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)

@@ -55,6 +55,7 @@ const (
 	effQuick                     // run round's quick task on the loop
 	effDone                      // release ri's result to Wait
 	effAnswer                    // answer a request (steer.go) once its records are on disk
+	effShut                      // close l, after its last words (lastWords)
 )
 
 // effect is one thing a step asked for, carried out once the turn's
@@ -448,6 +449,8 @@ func (n *Node) carryOut(b *batch, broken bool) {
 			close(e.ri.done)
 		case effAnswer:
 			e.reply <- reply{err: e.err, id: e.id}
+		case effShut:
+			e.l.shut() // what it was sent in this turn still goes out
 		}
 	}
 	if len(quick) > 0 {
@@ -482,6 +485,15 @@ func (n *Node) queueLine(l *link, line []byte, exitWave bool, round string) {
 	off := len(b.buf)
 	b.buf = append(b.buf, line...)
 	b.effs = append(b.effs, effect{kind: effSend, l: l, off: off, end: len(b.buf), exit: exitWave, round: round})
+}
+
+// lastWords queues line (a fault notice) as the last on l, which the
+// caller then drops: it leaves with the turn's other lines, once the
+// turn's records are on disk, and l is closed after it. Loop only.
+func (n *Node) lastWords(l *link, line []byte) {
+	n.queueLine(l, line, false, "")
+	l.closing = true
+	n.queue(effect{kind: effShut, l: l})
 }
 
 // queue appends an effect to the turn. Loop only.

@@ -119,15 +119,23 @@ var loopCheck atomic.Pointer[loopProbe]
 // loopProbe is loopCheck's: goid returns the calling goroutine's id, bad
 // reports what ran off its node's loop.
 type loopProbe struct {
-	goid func() uint64
-	bad  func(n *Node, what string)
+	goid  func() uint64
+	bad   func(n *Node, what string)
+	fsync func(n *Node) // if set, called before every fsync
 }
 
 // checkOnLoop reports what to loopCheck if it runs off n's loop (an
 // fsync may run after the loop has ended: Close's end record).
 func (n *Node) checkOnLoop(what string) {
-	if p := loopCheck.Load(); p != nil && p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
+	p := loopCheck.Load()
+	if p == nil {
+		return
+	}
+	if p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
 		p.bad(n, what)
+	}
+	if what == "fsync" && p.fsync != nil {
+		p.fsync(n)
 	}
 }
 

@@ -157,7 +157,7 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 		// closed: it is the only way to the neighbour that sent the line.
 		note := n.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+		n.lastWords(l, n.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
 	n.announceLater(f, true, fe)
