@@ -377,7 +377,7 @@ func (n *Node) endTurn() {
 			// (the halt policy ended it for a task that failed in the
 			// same turn): its task does not run.
 			if t.slot {
-				<-n.tasks
+				n.tasks.give()
 			}
 			n.starting[i] = taskStart{}
 			if n.infoOn() {
@@ -385,18 +385,9 @@ func (n *Node) endTurn() {
 			}
 			continue
 		}
-		switch {
-		case !n.crew.add():
-			// Close waits: the task does not start (its round ends
-			// stopped; a restarted node resumes it).
-			if t.slot {
-				<-n.tasks
-			}
-		case n.cfg.ownTaskGoroutines:
-			goSafe(func() { n.runTask(t) })
-		default:
-			taskWorkers.run(n, t)
-		}
+		// Once Close waits, it does not start (its round ends stopped; a
+		// restarted node resumes it).
+		n.tasks.launch(t)
 		n.starting[i] = taskStart{}
 	}
 	n.starting = n.starting[:0]
@@ -436,7 +427,7 @@ func (n *Node) carryOut(b *batch, broken bool) {
 		case effTask:
 			if broken {
 				if e.task.slot {
-					<-n.tasks
+					n.tasks.give()
 				}
 				continue
 			}
@@ -464,15 +455,12 @@ func (n *Node) carryOut(b *batch, broken bool) {
 // rest of the turn's, in one write per link.
 func (n *Node) runQuick(rounds []string) {
 	for _, round := range rounds {
-		select {
-		case n.tasks <- struct{}{}:
-		default:
+		if !n.tasks.take() {
 			n.startTask(round) // a slot is busy: wait for it like any task
 			continue
 		}
 		n.taskStarted(round)
-		err := n.cfg.Task(n.ctx, round)
-		<-n.tasks
+		err := n.tasks.runHere(round)
 		if !n.closed {
 			n.taskFinished(round, err, false)
 		}

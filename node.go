@@ -31,8 +31,8 @@ type Node struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	crew   crew          // every goroutine of the node but the loop (crew.go)
-	tasks  chan struct{} // semaphore: MaxParallelTasks
+	crew   crew        // every goroutine of the node but the loop (crew.go)
+	tasks  *taskRunner // runs the tasks and undos (task.go)
 
 	// The loop (loop.go): its inbox, the channel that stops it, the one
 	// it closes when it has ended; loopG is its goroutine's id, known
@@ -221,7 +221,6 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		role:     cfg.Role(),
-		tasks:    make(chan struct{}, cfg.MaxParallelTasks),
 		rounds:   make(map[string]*roundInfo),
 		cur:      new(batch),
 		spare:    new(batch),
@@ -261,6 +260,7 @@ func Start(cfg Config) (*Node, error) {
 		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
 	n.view = m
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.tasks = newTaskRunner(&cfg, n.ctx, &n.crew, n)
 	n.roundsCh = make(chan string)
 	n.roundsSig = make(chan struct{}, 1)
 	n.crew.spawn(n.handOutRounds)
@@ -692,7 +692,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		if n.quickTasks() {
+		if n.tasks.quick {
 			n.queue(effect{kind: effQuick, round: a.Round}) // run by unlock, without mu
 		} else {
 			n.startTask(a.Round)

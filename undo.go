@@ -86,29 +86,6 @@ func (n *Node) startUndo(round string, w protocol.Wave) {
 	n.queue(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
 }
 
-// runUndo runs Config.Undo, bounded by TaskTimeout, and reports its end.
-// It runs on a task worker (runTask).
-func (n *Node) runUndo(round string, info UndoInfo) {
-	defer n.crew.done()
-	select {
-	case n.tasks <- struct{}{}: // one task (or undo) at a time
-	case <-n.ctx.Done():
-		return
-	}
-	ctx, cancel := n.ctx, context.CancelFunc(func() {})
-	if n.cfg.TaskTimeout > 0 {
-		ctx, cancel = context.WithTimeout(n.ctx, n.cfg.TaskTimeout)
-	}
-	err := n.cfg.Undo(ctx, round, info)
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && n.ctx.Err() == nil
-	cancel()
-	<-n.tasks
-	if n.ctx.Err() != nil && !timedOut {
-		return // the node is closing: its undo is resumed after a restart
-	}
-	n.post(input{kind: inUndoEnd, round: round, err: err, flag: timedOut})
-}
-
 // undoFinished reports the end of this node's undo to the machine. Loop
 // only.
 func (n *Node) undoFinished(round string, err error, timedOut bool) {
