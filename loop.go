@@ -79,15 +79,16 @@ type batch struct {
 	buf    []byte            // the encoded lines of effSend
 	recs   []protocol.Record // journal records
 	faults []journal.Fault   // journal fault records, written before recs
+	steer  []byte            // the steering file's new content (nil: unchanged)
 }
 
 func (b *batch) empty() bool {
-	return len(b.effs) == 0 && len(b.recs) == 0 && len(b.faults) == 0
+	return len(b.effs) == 0 && len(b.recs) == 0 && len(b.faults) == 0 && b.steer == nil
 }
 
 func (b *batch) reset() {
 	clear(b.effs)
-	b.effs, b.buf, b.recs, b.faults = b.effs[:0], b.buf[:0], b.recs[:0], b.faults[:0]
+	b.effs, b.buf, b.recs, b.faults, b.steer = b.effs[:0], b.buf[:0], b.recs[:0], b.faults[:0], nil
 }
 
 // inKind is what one input to the loop is: the list of everything a node
@@ -355,9 +356,9 @@ func (n *Node) endTurn() {
 			b := n.cur
 			n.cur, n.spare = n.spare, b
 			broken := n.st.broken != nil
-			if !broken && (len(b.recs) > 0 || len(b.faults) > 0) {
+			if !broken && (len(b.recs) > 0 || len(b.faults) > 0 || b.steer != nil) {
 				n.flush() // what is queued already is on disk: out with it first
-				if err := n.j.SaveAll(b.faults, b.recs); err != nil {
+				if err := n.store.save(b); err != nil {
 					n.journalFailed(err)
 					broken = true
 				}
@@ -439,6 +440,9 @@ func (n *Node) carryOut(b *batch, broken bool) {
 		case effDone:
 			close(e.ri.done)
 		case effAnswer:
+			if broken && e.err == nil {
+				e.err = n.st.broken // what it changed is not on disk
+			}
 			e.reply <- reply{err: e.err, id: e.id}
 		case effShut:
 			e.l.shut() // what it was sent in this turn still goes out

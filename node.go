@@ -62,9 +62,9 @@ type Node struct {
 	// about or opened and dropped when the machine forgets the round
 	// (ActForget), plus rounds that only a Wait has asked about.
 	rounds   map[string]*roundInfo
-	recent   []string // the last keepHistory rounds that ended, oldest first, for Snapshot
-	faults   []Fault  // the most recent faults, for Snapshot (at most keepFaults)
-	j        *journal.Journal
+	recent   []string    // the last keepHistory rounds that ended, oldest first, for Snapshot
+	faults   []Fault     // the most recent faults, for Snapshot (at most keepFaults)
+	store    *store      // the state directory (store.go); nil without one
 	cur      *batch      // what the turn's steps queued (loop.go)
 	spare    *batch      // the other batch, reused
 	queued   []input     // follow-ups to react to later in this turn (loop.go)
@@ -279,8 +279,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if err != nil {
 		n.cancel()
-		if n.j != nil {
-			n.j.Close()
+		if n.store != nil {
+			n.store.j.Close()
 		}
 		return nil, err
 	}
@@ -295,8 +295,8 @@ func Start(cfg Config) (*Node, error) {
 			ln, err := listen(n.ctx, cfg.Listen)
 			if err != nil {
 				n.cancel()
-				if n.j != nil {
-					n.j.Close()
+				if n.store != nil {
+					n.store.j.Close()
 				}
 				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
 			}
@@ -512,8 +512,8 @@ func (n *Node) snapshot() Snapshot {
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(n.faults)
-	if n.j != nil {
-		st.JournalSyncs = n.j.Syncs()
+	if n.store != nil {
+		st.JournalSyncs = n.store.syncs()
 	}
 	if l := n.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
@@ -605,11 +605,8 @@ func (n *Node) Close() error {
 	}
 	close(n.stop)
 	<-n.loopDone // its last turn carried everything out: the journal is free
-	if n.j != nil {
-		if end {
-			n.recordEnd(n.j)
-		}
-		n.j.Close()
+	if n.store != nil {
+		n.store.close(end, n.log)
 	}
 	n.log.Info("node stopped")
 	return nil
@@ -740,7 +737,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				if n.j != nil && n.st.broken == nil {
+				if n.store != nil && n.st.broken == nil {
 					// Written with the turn's records: a restarted node
 					// then knows the fault the round really ended with.
 					n.cur.faults = append(n.cur.faults, journal.Fault{Round: a.Round, Kind: string(fe.Kind)})

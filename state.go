@@ -30,7 +30,7 @@ func (n *Node) openState() (*journal.State, error) {
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
 	j.OnSync = func() { n.checkOnLoop("fsync") }
-	n.j = j
+	n.store = &store{j: j}
 	return st, nil
 }
 
@@ -195,7 +195,7 @@ func (n *Node) refuseRerun(st *journal.State) error {
 // Not for a served node, nor one that stops with rounds unfinished (it
 // resumes them). Loop only.
 func (n *Node) endedNormally() bool {
-	if n.j == nil || n.st.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
+	if n.store == nil || n.st.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
 		return false
 	}
 	for _, ri := range n.rounds {
@@ -204,13 +204,4 @@ func (n *Node) endedNormally() bool {
 		}
 	}
 	return true
-}
-
-// recordEnd writes the end record once Close has carried everything out
-// (its records are on disk before it), without n.mu: the fsync is not
-// made under the lock.
-func (n *Node) recordEnd(j *journal.Journal) {
-	if err := j.SaveEnd(time.Now().Unix()); err != nil {
-		n.log.Warn("cannot record the node's end in the state journal; a rerun on it would resume instead of refusing", "err", err.Error())
-	}
 }

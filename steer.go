@@ -143,10 +143,11 @@ func (n *Node) nextAt() int64 {
 	return at
 }
 
-// saveSteer writes the steering file (with a state directory) before the
-// change it records acts. Loop only.
+// saveSteer queues the steering file (with a state directory) for the
+// turn's write, before anything the change it records does acts (the
+// request that made it is answered after that write). Loop only.
 func (n *Node) saveSteer() error {
-	if n.j == nil {
+	if n.store == nil {
 		return nil
 	}
 	if n.st.broken != nil {
@@ -156,17 +157,18 @@ func (n *Node) saveSteer() error {
 	if err != nil {
 		return err
 	}
-	return n.j.SaveSteer(data)
+	n.cur.steer = data // written with the turn's records (store.go)
+	return nil
 }
 
 // restoreSteer reinstates what the steering file says (Start, on the
 // loop, before the first tick): a node restarted while held is held, and
 // the approvals given stand.
 func (n *Node) restoreSteer() {
-	if n.j == nil {
+	if n.store == nil {
 		return
 	}
-	data, err := n.j.LoadSteer()
+	data, err := n.store.loadSteer()
 	if err == nil && len(data) > 0 {
 		err = json.Unmarshal(data, &n.sd.file)
 	}
@@ -683,7 +685,7 @@ func (n *Node) cancelled(round string, ce *CancelledError) {
 	}
 	if ri.cause == nil {
 		ri.cause, ri.reported = ce, true
-		if n.j != nil && n.st.broken == nil {
+		if n.store != nil && n.st.broken == nil {
 			// Written with the turn's records: a restarted node knows the
 			// round was cancelled, not faulted.
 			n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: string(FaultCancelled)})
