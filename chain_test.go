@@ -447,7 +447,7 @@ func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
 	for i, nd := range nodes {
 		var kept, machine []string
 		nd.call(func() {
-			for id := range nd.rounds {
+			for id := range nd.book.byID {
 				kept = append(kept, id)
 			}
 			for r := range rounds {

@@ -234,7 +234,7 @@ func (n *Node) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 		n.recordFault(fe.fault())
 	}
 	var open []string
-	for id, ri := range n.rounds {
+	for id, ri := range n.book.byID {
 		if st := n.stateOf(id); st != 0 && !st.Terminal() && !ri.finished() {
 			open = append(open, id)
 		}

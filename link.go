@@ -32,7 +32,11 @@ type link struct {
 	side protocol.Side
 	peer string
 	r    *wire.Reader
-	n    *Node
+	// The node, as far as a link reaches it: its loop, its goroutines'
+	// crew, and how long a write may wait for the peer.
+	loop         linkLoop
+	crew         *crew
+	writeTimeout time.Duration
 
 	wmu     sync.Mutex
 	out     []byte   // queued lines, not yet written
@@ -58,15 +62,22 @@ func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
 // heardAt is when the last line arrived from the peer (UnixNano, 0: never).
 func (l *link) heardAt() int64 { return l.lastRecv.Load() }
 
+// linkLoop is how a link reaches its node's loop: an input from its
+// writer, or a follow-up from a flush on the loop itself.
+type linkLoop interface {
+	inbox
+	later(in input)
+}
+
 func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
-	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n,
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), loop: n, crew: &n.crew, writeTimeout: n.cfg.WriteTimeout,
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	l.lastSent.Store(time.Now().UnixNano())
 	return l
 }
 
 // startWriter starts l's writer goroutine. Loop only.
-func (l *link) startWriter() { l.n.crew.spawn(l.writer) }
+func (l *link) startWriter() { l.crew.spawn(l.writer) }
 
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
@@ -96,7 +107,7 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 // closeConn closes l's connection on a goroutine of its own: a TLS close
 // writes close_notify, and the loop never waits on a socket.
 func (l *link) closeConn() {
-	if !l.n.crew.spawn(func() { l.c.Close() }) {
+	if !l.crew.spawn(func() { l.c.Close() }) {
 		l.c.Close() // Close is waiting: it waits for this too
 	}
 }
@@ -120,7 +131,7 @@ func (l *link) shut() {
 		l.closeConn()
 		return
 	}
-	if !l.n.crew.spawn(func() {
+	if !l.crew.spawn(func() {
 		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
 		_, _ = l.c.Write(rest)
 		l.c.Close()
@@ -202,9 +213,9 @@ func (l *link) drain(block bool) {
 // loop (flush), as an event of its own from the writer (block).
 func (l *link) tell(writer bool, in input) {
 	if writer {
-		l.n.post(in)
+		l.loop.post(in)
 	} else {
-		l.n.later(in)
+		l.loop.later(in)
 	}
 }
 
@@ -220,8 +231,8 @@ func (l *link) writeBlocking(b []byte) (int, error) {
 	// Refresh the deadline only when half of it is used up: setting it
 	// costs more than the write on the fast path.
 	if now := time.Now(); now.After(l.wdl) {
-		l.wdl = now.Add(l.n.cfg.WriteTimeout / 2)
-		_ = l.c.SetWriteDeadline(now.Add(l.n.cfg.WriteTimeout))
+		l.wdl = now.Add(l.writeTimeout / 2)
+		_ = l.c.SetWriteDeadline(now.Add(l.writeTimeout))
 	}
 	return l.c.Write(b)
 }

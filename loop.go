@@ -373,7 +373,7 @@ func (n *Node) endTurn() {
 		}
 	}
 	for i, t := range n.starting {
-		if ri := n.rounds[t.round]; t.undo == nil && ri != nil && ri.finished() {
+		if ri := n.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
 			// The round ended in this turn after its task was asked for
 			// (the halt policy ended it for a task that failed in the
 			// same turn): its task does not run.

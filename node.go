@@ -50,19 +50,14 @@ type Node struct {
 
 	// Everything below belongs to the loop: only its goroutine reads or
 	// writes it.
-	closed bool
-	st     stepper     // the one caller of Machine.Step (step.go)
-	view   machineView // the machine, read-only
-	wbuf   []byte      // scratch for encoding
-	pred   *link       // the current predecessor connection, nil when down
-	succ   *link       // the current successor connection, nil when down
-	adm    *admission  // the pending predecessor connections (admission.go)
-	// rounds is what the driver keeps for each round the machine keeps
-	// (its waiters and result), created when the round is first asked
-	// about or opened and dropped when the machine forgets the round
-	// (ActForget), plus rounds that only a Wait has asked about.
-	rounds   map[string]*roundInfo
-	recent   []string    // the last keepHistory rounds that ended, oldest first, for Snapshot
+	closed   bool
+	st       stepper     // the one caller of Machine.Step (step.go)
+	view     machineView // the machine, read-only
+	wbuf     []byte      // scratch for encoding
+	pred     *link       // the current predecessor connection, nil when down
+	succ     *link       // the current successor connection, nil when down
+	adm      *admission  // the pending predecessor connections (admission.go)
+	book     roundBook   // the rounds' waiters and results (rounds.go)
 	faults   []Fault     // the most recent faults, for Snapshot (at most keepFaults)
 	store    *store      // the state directory (store.go); nil without one
 	cur      *batch      // what the turn's steps queued (loop.go)
@@ -77,11 +72,8 @@ type Node struct {
 	resumeFrom *journal.State
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
-	// queued for handOutRounds, which hands them to the application.
-	roundsCh  chan string
-	roundsSig chan struct{}
-	rmu       sync.Mutex // guards roundsQ, shared by the loop and handOutRounds
-	roundsQ   []string
+	// queued for the application (follow.go).
+	feed *roundFeed
 	// mismatched: the configuration mismatches reported, each once.
 	mismatched map[mismatchKey]bool
 	// refusedOnce: the successor's refusal of a first line was logged.
@@ -166,7 +158,7 @@ func (n *Node) recordFault(f Fault) {
 		n.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
 	default:
 		n.log.Error("fault: "+f.Err, args...)
-		if ri := n.rounds[f.Round]; ri != nil {
+		if ri := n.book.find(f.Round); ri != nil {
 			ri.reported = true
 		}
 	}
@@ -221,7 +213,7 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		role:     cfg.Role(),
-		rounds:   make(map[string]*roundInfo),
+		book:     roundBook{byID: make(map[string]*roundInfo)},
 		cur:      new(batch),
 		spare:    new(batch),
 		prev:     newPrevHost(&cfg),
@@ -261,15 +253,14 @@ func Start(cfg Config) (*Node, error) {
 	n.view = m
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.tasks = newTaskRunner(&cfg, n.ctx, &n.crew, n)
-	n.roundsCh = make(chan string)
-	n.roundsSig = make(chan struct{}, 1)
-	n.crew.spawn(n.handOutRounds)
+	n.feed = newRoundFeed()
+	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
 	n.plim = newAdmitLimiter(n.log)
 	if cfg.peerLogBurst > 0 {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(n)
+	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), &n.crew, n)
 	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
@@ -381,12 +372,12 @@ func (n *Node) ready(round string) error {
 	if n.closed {
 		return ErrStopped
 	}
-	if ri := n.rounds[round]; ri != nil && ri.finished() {
+	if ri := n.book.find(round); ri != nil && ri.finished() {
 		return protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
 	}
 	err := n.step(protocol.LocalReady(round), nil)
 	if err == nil {
-		n.round(round)
+		n.book.get(round)
 	}
 	return err
 }
@@ -419,27 +410,13 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 
 // waitOn is the start of a Wait on round: its record, nil if the node is
 // closed and has none. Loop only.
-func (n *Node) waitOn(round string) *roundInfo {
-	ri := n.rounds[round]
-	if ri == nil && n.closed {
-		return nil
-	}
-	if ri == nil {
-		ri = n.round(round)
-	}
-	ri.waiters++
-	return ri
-}
+func (n *Node) waitOn(round string) *roundInfo { return n.book.waitOn(round, n.closed) }
 
 // unwait is the end of a Wait on ri; gaveUp: its context ended first.
 // Loop only.
 func (n *Node) unwait(round string, ri *roundInfo, gaveUp bool) {
-	ri.waiters--
-	// A round nobody started and nobody waits for any more leaves no
-	// trace (a Wait on a mistyped round id must not leak).
-	if _, known := n.view.State(round); gaveUp && !known && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
-		delete(n.rounds, round)
-	}
+	_, known := n.view.State(round)
+	n.book.unwait(round, ri, gaveUp, known)
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -524,7 +501,7 @@ func (n *Node) snapshot() Snapshot {
 	for _, v := range n.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
 			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
-		if ri := n.rounds[v.Round]; ri != nil {
+		if ri := n.book.find(v.Round); ri != nil {
 			rs.Since = ri.since
 		}
 		if ph, w, _ := n.view.Undo(v.Round); ph != protocol.PhaseNone {
@@ -535,17 +512,7 @@ func (n *Node) snapshot() Snapshot {
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	n.steerSnapshot(&st)
 	n.graceSnapshot(&st, n.view.Graces())
-	for _, id := range n.recent {
-		ri := n.rounds[id]
-		if ri == nil || !ri.finished() {
-			continue // the id was used again since
-		}
-		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended, Undo: ri.res.Undo}
-		if ri.res.Err != nil {
-			rr.Err = ri.res.Err.Error()
-		}
-		st.Finished = append(st.Finished, rr)
-	}
+	st.Finished = n.book.finished()
 	return st
 }
 
@@ -629,7 +596,7 @@ func (n *Node) closeLoop() bool {
 
 // stopAll ends every unfinished round stopped (Close). Loop only.
 func (n *Node) stopAll() {
-	for id, ri := range n.rounds {
+	for id, ri := range n.book.byID {
 		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
 }
@@ -664,7 +631,7 @@ func (n *Node) journalFailed(err error) {
 	n.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
 	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
 		"dir", n.cfg.StateDir, "err", err.Error())
-	for id, ri := range n.rounds {
+	for id, ri := range n.book.byID {
 		ri.reported = true // the line above
 		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.st.broken})
 	}
@@ -699,9 +666,9 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActTimeout:
 		return n.timedOut(a)
 	case protocol.ActForget:
-		delete(n.rounds, a.Round) // its waiters, if any, hold their record
+		n.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
-		ri := n.round(a.Round)
+		ri := n.book.get(a.Round)
 		ri.since = time.Now()
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
@@ -725,7 +692,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
 		n.steerAct(a)
 	case protocol.ActDone:
-		ri := n.round(a.Round)
+		ri := n.book.get(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undoOutcome(a.Round)}
 		switch a.Outcome {
 		case protocol.TaskFailed:
@@ -788,7 +755,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.
-		n.round(msg.Round).unsent[side] = msg.Cmd
+		n.book.get(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {
 			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
@@ -804,7 +771,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		// The machine re-sends the last message of each round when a link
 		// comes up; one that never went out (the link was down when it was
 		// sent) goes out for the first time now: not a re-send.
-		if ri := n.rounds[msg.Round]; ri != nil && ri.unsent[side] != 0 {
+		if ri := n.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
 			resend = ri.unsent[side] != msg.Cmd
 			ri.unsent[side] = 0
 		}

@@ -49,7 +49,7 @@ func (n *Node) resume(st *journal.State) {
 	}
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
-		ri := n.round(rec.Round)
+		ri := n.book.get(rec.Round)
 		if n.resumeUndo(rec) {
 			continue // its undo wave is under way (undo.go)
 		}
@@ -93,7 +93,7 @@ func (n *Node) resume(st *journal.State) {
 		default:
 			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
 			if n.cfg.Follow && !rec.LocalReady && rec.PredReady {
-				n.announceRound(rec.Round) // the application learns it again
+				n.feed.add(rec.Round) // the application learns it again
 			}
 		}
 	}
@@ -195,13 +195,5 @@ func (n *Node) refuseRerun(st *journal.State) error {
 // Not for a served node, nor one that stops with rounds unfinished (it
 // resumes them). Loop only.
 func (n *Node) endedNormally() bool {
-	if n.store == nil || n.st.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
-		return false
-	}
-	for _, ri := range n.rounds {
-		if !ri.finished() {
-			return false
-		}
-	}
-	return true
+	return n.store != nil && n.st.broken == nil && !n.cfg.Follow && n.book.allOver()
 }

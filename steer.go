@@ -527,7 +527,7 @@ func (n *Node) denyReq(req Request) (id string, err error) {
 	de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
 	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
 		By: protocol.NoticeName(req.By), Reason: reason})
-	ri := n.round(id)
+	ri := n.book.get(id)
 	ri.cause = de
 	te := &TaskError{Round: id, Err: de}
 	n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + n.failedHere()})
@@ -679,7 +679,7 @@ func (n *Node) cancelled(round string, ce *CancelledError) {
 	if n.stateOf(round) == 0 {
 		return // not a round of this node's
 	}
-	ri := n.round(round)
+	ri := n.book.get(round)
 	if ri.finished() {
 		return // it ended before the cancel came
 	}
@@ -823,9 +823,9 @@ func (n *Node) retried(round string) { n.later(input{kind: inRetried, round: rou
 func (n *Node) retriedNow(round string) {
 	{
 		st := n.stateOf(round)
-		if ri := n.rounds[round]; ri != nil && ri.finished() && st != 0 && !st.Terminal() {
-			delete(n.rounds, round)
-			n.round(round)
+		if ri := n.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
+			n.book.forget(round)
+			n.book.get(round)
 		}
 		if !n.view.TaskOK(round) || slices.Contains(n.sd.file.Skip, round) {
 			return

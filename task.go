@@ -193,7 +193,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
 	}
 	if err != nil {
-		ri := n.round(round)
+		ri := n.book.get(round)
 		ri.cause, ri.timedOut = err, timedOut
 		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
 		kind := FaultTaskFailed

@@ -126,7 +126,7 @@ func (n *Node) undone(round string, w protocol.Wave) *FaultError {
 		n.undo.outcomes = make(map[string]string)
 	}
 	n.undo.outcomes[round] = line
-	if ri := n.round(round); ri.cause == nil {
+	if ri := n.book.get(round); ri.cause == nil {
 		// The round's end here was withheld until now: its cause is the
 		// failure the wave undid, as the notice of it said.
 		fe := &FaultError{Round: round, State: n.stateOf(round), Kind: FaultChainHalted, Peer: w.Failed, Origin: w.Failed,
