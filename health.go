@@ -20,12 +20,12 @@ import (
 
 // tickEvery is how often the clock ticks: half a heartbeat interval, and
 // at least ten times per timeout, within [5ms, 1s].
-func (n *Node) tickEvery() time.Duration {
+func tickEvery(cfg *Config) time.Duration {
 	d := time.Second
-	if hb := n.cfg.Heartbeat; hb > 0 {
+	if hb := cfg.Heartbeat; hb > 0 {
 		d = min(d, hb/2)
 	}
-	for _, t := range []time.Duration{n.cfg.PhaseTimeout, n.cfg.ExitWaveTimeout, n.cfg.ConnectTimeout} {
+	for _, t := range []time.Duration{cfg.PhaseTimeout, cfg.ExitWaveTimeout, cfg.ConnectTimeout} {
 		if t > 0 {
 			d = min(d, t/10)
 		}
@@ -33,38 +33,54 @@ func (n *Node) tickEvery() time.Duration {
 	return max(d, 5*time.Millisecond)
 }
 
-// clockState is the loop's clock: its ticker and when it last ticked.
+// clockState is the loop's clock: its ticker and when it last ticked. A
+// node without timing has none (nil), and its loop never ticks.
 type clockState struct {
 	t       *time.Ticker
 	last    time.Time
 	stalled time.Duration
 }
 
-// startClock makes the loop tick every tickEvery (Config timeouts or
+// newClock makes the loop tick every tickEvery (Config timeouts or
 // heartbeats): each tick sends HEARTBEAT on links idle for an interval
 // and steps a Tick, so a silent neighbour is reported within 3 intervals
 // and a half, a timeout within a tenth of it. Called by Start before the
 // loop runs.
-func (n *Node) startClock() {
-	every := n.tickEvery()
+func newClock(cfg *Config) *clockState {
+	every := tickEvery(cfg)
 	// A gap between ticks longer than stalled means this process itself
 	// did not run (stopped with SIGSTOP, or starved): what its neighbours
 	// sent meanwhile may still be unread, so the tick says Resumed and
 	// their silence is counted from then, never blamed on them.
 	stalled := 4 * every
-	if n.cfg.Heartbeat > 0 {
-		stalled = n.cfg.Heartbeat
+	if cfg.Heartbeat > 0 {
+		stalled = cfg.Heartbeat
 	}
-	n.clock = &clockState{t: time.NewTicker(every), last: time.Now(), stalled: stalled}
+	return &clockState{t: time.NewTicker(every), last: time.Now(), stalled: stalled}
 }
 
-// clockC is the channel the loop's ticks arrive on; nil (never) without
+// C is the channel the loop's ticks arrive on; nil (never) without
 // timing.
-func (n *Node) clockC() <-chan time.Time {
-	if n.clock == nil {
+func (c *clockState) C() <-chan time.Time {
+	if c == nil {
 		return nil
 	}
-	return n.clock.t.C
+	return c.t.C
+}
+
+// stop stops the ticker, if any.
+func (c *clockState) stop() {
+	if c != nil {
+		c.t.Stop()
+	}
+}
+
+// tick notes a tick at now: true if the process itself did not run for a
+// while before it (resumed).
+func (c *clockState) tick(now time.Time) (resumed bool) {
+	resumed = now.Sub(c.last) > c.stalled
+	c.last = now
+	return resumed
 }
 
 // onTick is the clock's event. Loop only.
@@ -72,10 +88,8 @@ func (n *Node) onTick() {
 	if n.closed {
 		return
 	}
-	c := n.clock
 	now := time.Now()
-	resumed := now.Sub(c.last) > c.stalled
-	c.last = now
+	resumed := n.clock.tick(now)
 	if hb := n.cfg.Heartbeat; hb > 0 {
 		for _, l := range []*link{n.pred, n.succ} {
 			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {

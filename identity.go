@@ -199,13 +199,9 @@ func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, erro
 // round ends. The caller closes l. Loop only.
 func (n *Node) helloMismatch(l *link, who, reason string) {
 	key := mismatchKey{l.side, "chain", ""}
-	if n.mismatched[key] {
+	if !n.faults.firstMismatch(key) {
 		return
 	}
-	if n.mismatched == nil {
-		n.mismatched = make(map[mismatchKey]bool)
-	}
-	n.mismatched[key] = true
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
 		Reason: reason + "; compare the nodes' flags (chainsync check compares them)"}
 	f := fe.fault()

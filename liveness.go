@@ -55,20 +55,20 @@ func liveKind(f Fault) (FaultKind, string, bool) {
 	return kind, protocol.NoticeName(f.Peer), true
 }
 
-// pageOnce notes f, a fault being recorded, and reports whether it is a
+// page notes f, a fault being recorded, and reports whether it is a
 // further report of a liveness fault in force here (no page). Loop only.
-func (n *Node) pageOnce(f Fault) (again bool) {
+func (lv *liveFaults) page(f Fault) (again bool) {
 	kind, who, ok := liveKind(f)
 	if !ok {
 		return false
 	}
-	if n.live.active[who] != nil {
+	if lv.active[who] != nil {
 		return true
 	}
-	if n.live.active == nil {
-		n.live.active = make(map[string]*liveFault)
+	if lv.active == nil {
+		lv.active = make(map[string]*liveFault)
 	}
-	n.live.active[who] = &liveFault{kind: kind, round: f.Round, since: time.Now(), found: f.Origin == ""}
+	lv.active[who] = &liveFault{kind: kind, round: f.Round, since: time.Now(), found: f.Origin == ""}
 	return false
 }
 
@@ -92,19 +92,19 @@ func (n *Node) staleWindow() time.Duration {
 func (n *Node) noticeLive(note protocol.Notice) bool {
 	who := protocol.NoticeName(note.Blamed)
 	if note.Kind == protocol.KindCleared {
-		if lf := n.live.active[who]; lf != nil && n.cfg.FaultPolicy == FaultWait {
+		if lf := n.faults.live.active[who]; lf != nil && n.cfg.FaultPolicy == FaultWait {
 			n.clearFault(who, lf, time.Since(lf.since), note.Origin)
 		}
 		return true
 	}
-	if n.cfg.FaultPolicy != FaultWait || n.live.active[who] != nil {
+	if n.cfg.FaultPolicy != FaultWait || n.faults.live.active[who] != nil {
 		return false
 	}
 	k := FaultKind(note.Kind)
 	if k != FaultPeerSilent && k != FaultPeerUnreachable {
 		return false
 	}
-	if at, ok := n.live.cleared[who]; ok && time.Since(at) < n.staleWindow() {
+	if at, ok := n.faults.live.cleared[who]; ok && time.Since(at) < n.staleWindow() {
 		n.log.Info("late notice of a fault that has cleared; nothing to do", "notice", note.String(), "cleared", time.Since(at).Round(time.Millisecond).String()+" ago")
 		return true
 	}
@@ -115,7 +115,7 @@ func (n *Node) noticeLive(note protocol.Notice) bool {
 // this node reported, is heard from again. Loop only.
 func (n *Node) back(a *protocol.Action) {
 	who := protocol.NoticeName(n.peerName(a.To))
-	lf := n.live.active[who]
+	lf := n.faults.live.active[who]
 	if lf == nil {
 		return
 	}
@@ -131,11 +131,7 @@ func (n *Node) back(a *protocol.Action) {
 // Snapshot reports and, if this node heard the node back itself, tells
 // the chain with a fault-cleared notice. Loop only.
 func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by string) {
-	delete(n.live.active, who)
-	if n.live.cleared == nil {
-		n.live.cleared = make(map[string]time.Time)
-	}
-	n.live.cleared[who] = time.Now()
+	n.faults.live.clear(who)
 	args := []any{"kind", string(lf.kind), "peer", who, "round", lf.round}
 	if by != "" {
 		args = append(args, "origin", by)
@@ -145,7 +141,7 @@ func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by str
 		msg = fmt.Sprintf("fault cleared: %s (this node) is back: %s hears from it again", who, by)
 	}
 	n.log.Warn(msg, args...)
-	n.faults = slices.DeleteFunc(n.faults, func(f Fault) bool {
+	n.faults.recent = slices.DeleteFunc(n.faults.recent, func(f Fault) bool {
 		_, b, ok := liveKind(f)
 		return ok && b == who
 	})
@@ -163,6 +159,15 @@ func (n *Node) stepNote(note protocol.Notice) {
 	if err := n.step(protocol.Report(note), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: fault-cleared notice", "err", err.Error())
 	}
+}
+
+// clear notes that the fault blaming who cleared now.
+func (lv *liveFaults) clear(who string) {
+	delete(lv.active, who)
+	if lv.cleared == nil {
+		lv.cleared = make(map[string]time.Time)
+	}
+	lv.cleared[who] = time.Now()
 }
 
 // graceAct reports the machine's ActGrace: a restart grace began or

@@ -221,13 +221,11 @@ func (n *Node) later(in input) { n.queued = append(n.queued, in) }
 // run is the loop. It ends when n.stop is closed, after the last turn.
 func (n *Node) run() {
 	defer close(n.loopDone)
-	if n.clock != nil {
-		defer n.clock.t.Stop()
-	}
+	defer n.clock.stop()
 	if p := loopCheck.Load(); p != nil {
 		n.loopG.Store(p.goid())
 	}
-	tick := n.clockC()
+	tick := n.clock.C()
 	for {
 		select {
 		case in := <-n.in:
@@ -320,7 +318,7 @@ func (n *Node) react(in *input) {
 	case inSteer:
 		n.steerRequest(in)
 	case inPaused:
-		ok, ch := n.paused()
+		ok, ch := n.sd.paused()
 		in.answer(reply{ok: ok, ch: ch})
 	case inClose:
 		in.answer(reply{ok: n.closeLoop()})

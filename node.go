@@ -58,7 +58,7 @@ type Node struct {
 	succ     *link       // the current successor connection, nil when down
 	adm      *admission  // the pending predecessor connections (admission.go)
 	book     roundBook   // the rounds' waiters and results (rounds.go)
-	faults   []Fault     // the most recent faults, for Snapshot (at most keepFaults)
+	faults   faultBook   // the recent faults, liveness, mismatches
 	store    *store      // the state directory (store.go); nil without one
 	cur      *batch      // what the turn's steps queued (loop.go)
 	spare    *batch      // the other batch, reused
@@ -74,8 +74,6 @@ type Node struct {
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for the application (follow.go).
 	feed *roundFeed
-	// mismatched: the configuration mismatches reported, each once.
-	mismatched map[mismatchKey]bool
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
 	sd          steerDriver // steering: holds and approvals (steer.go)
@@ -85,7 +83,6 @@ type Node struct {
 	id     *identity
 	idDone bool
 	dup    dupState
-	live   liveFaults // liveness faults in force and cleared (liveness.go)
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -95,12 +92,33 @@ func (n *Node) stateOf(id string) protocol.State {
 	return st
 }
 
-// keepFault keeps f for Snapshot. Loop only.
-func (n *Node) keepFault(f Fault) {
-	if len(n.faults) == keepFaults {
-		n.faults = slices.Delete(n.faults, 0, 1)
+// faultBook is what a node keeps of faults: the most recent, for
+// Snapshot; the liveness faults in force and cleared (liveness.go); the
+// configuration mismatches reported, each once. The loop's.
+type faultBook struct {
+	recent     []Fault // at most keepFaults, oldest first
+	live       liveFaults
+	mismatched map[mismatchKey]bool
+}
+
+// keep keeps f for Snapshot.
+func (b *faultBook) keep(f Fault) {
+	if len(b.recent) == keepFaults {
+		b.recent = slices.Delete(b.recent, 0, 1)
 	}
-	n.faults = append(n.faults, f)
+	b.recent = append(b.recent, f)
+}
+
+// firstMismatch reports whether the mismatch key is new, and notes it.
+func (b *faultBook) firstMismatch(key mismatchKey) bool {
+	if b.mismatched[key] {
+		return false
+	}
+	if b.mismatched == nil {
+		b.mismatched = make(map[mismatchKey]bool)
+	}
+	b.mismatched[key] = true
+	return true
 }
 
 // loopCheck is set by this package's tests only: every step and fsync
@@ -140,7 +158,7 @@ const keepFaults = 64
 // only.
 func (n *Node) recordFault(f Fault) {
 	f.Time = time.Now()
-	n.keepFault(f)
+	n.faults.keep(f)
 	args := []any{"kind", string(f.Kind), "round", f.Round}
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
@@ -162,7 +180,7 @@ func (n *Node) recordFault(f Fault) {
 			ri.reported = true
 		}
 	}
-	again := n.pageOnce(f) // liveness.go: one page per blamed node until it clears
+	again := n.faults.live.page(f) // liveness.go: one page per blamed node until it clears
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
 	switch {
 	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && n.cfg.FaultPolicy == FaultHalt:
@@ -311,7 +329,7 @@ func Start(cfg Config) (*Node, error) {
 	n.log.Info("node started", attrs...)
 
 	if n.st.timing {
-		n.startClock()
+		n.clock = newClock(&cfg)
 	}
 	goSafe(n.run)
 	n.resumeFrom = st
@@ -488,7 +506,7 @@ func (n *Node) callback(f func()) {
 func (n *Node) snapshot() Snapshot {
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
-	st.Faults = slices.Clone(n.faults)
+	st.Faults = slices.Clone(n.faults.recent)
 	if n.store != nil {
 		st.JournalSyncs = n.store.syncs()
 	}

@@ -85,7 +85,7 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 func (n *Node) noticeArrived(note protocol.Notice) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
-	if why, ok := n.deniedReason(note.Origin, note.Round); ok && note.HasRound {
+	if why, ok := n.sd.deniedReason(note.Origin, note.Round); ok && note.HasRound {
 		fe.Reason = fmt.Sprintf("%s denied the task of round %s: %s", note.Origin, roundName(note.Round), why) // steer.go
 	}
 	if n.cfg.FaultPolicy != FaultWait {
@@ -141,13 +141,9 @@ type mismatchKey struct {
 // Loop only.
 func (n *Node) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
-	if n.mismatched[key] {
+	if !n.faults.firstMismatch(key) {
 		return
 	}
-	if n.mismatched == nil {
-		n.mismatched = make(map[mismatchKey]bool)
-	}
-	n.mismatched[key] = true
 	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()

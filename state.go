@@ -108,7 +108,7 @@ func (n *Node) resume(st *journal.State) {
 // would (a neighbour that never heard of it learns it now). Loop only.
 func (n *Node) restoredFault(f Fault) {
 	f.Time = time.Now()
-	n.keepFault(f)
+	n.faults.keep(f)
 	n.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
 	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})

@@ -137,9 +137,9 @@ func steerKey(origin, round string) string { return origin + " " + round }
 
 // nextAt returns the At of a new own steering line: now in Unix
 // milliseconds, later than every line before.
-func (n *Node) nextAt() int64 {
-	at := max(time.Now().UnixMilli(), n.sd.file.At+1)
-	n.sd.file.At = at
+func (d *steerDriver) nextAt() int64 {
+	at := max(time.Now().UnixMilli(), d.file.At+1)
+	d.file.At = at
 	return at
 }
 
@@ -201,28 +201,28 @@ func (n *Node) restoreSteer() {
 
 // ownSteer is the steering state this node tells the chain: held, else
 // waiting for an approval, else none (after a gate opened).
-func (n *Node) ownSteer() protocol.Steer {
-	s := protocol.Steer{Origin: n.selfName(), What: protocol.SteerNone}
+func (d *steerDriver) ownSteer(self string) protocol.Steer {
+	s := protocol.Steer{Origin: self, What: protocol.SteerNone}
 	switch {
-	case n.sd.file.Pause != nil:
+	case d.file.Pause != nil:
 		// A pause gates every node, this one included: it says more
 		// than a hold of the Head.
-		h := n.sd.file.Pause
+		h := d.file.Pause
 		s.What, s.By, s.Reason = protocol.SteerPause, protocol.NoticeName(h.By), h.Reason
-	case n.sd.file.Hold != nil:
-		h := n.sd.file.Hold
+	case d.file.Hold != nil:
+		h := d.file.Hold
 		s.What, s.By, s.Reason = protocol.SteerHold, protocol.NoticeName(h.By), h.Reason
-	case len(n.sd.waiting) > 0:
-		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, n.firstWaiting()
+	case len(d.waiting) > 0:
+		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, d.firstWaiting()
 	}
 	return s
 }
 
 // firstWaiting returns the round that waits longest for an approval here.
-func (n *Node) firstWaiting() string {
+func (d *steerDriver) firstWaiting() string {
 	var first string
 	var at time.Time
-	for id, t := range n.sd.waiting {
+	for id, t := range d.waiting {
 		if at.IsZero() || t.Before(at) || t.Equal(at) && id < first {
 			first, at = id, t
 		}
@@ -233,7 +233,7 @@ func (n *Node) firstWaiting() string {
 // announceSteer steps this node's steering state into the machine if it
 // changed since the last one (which the machine sends on). Loop only.
 func (n *Node) announceSteer() {
-	s := n.ownSteer()
+	s := n.sd.ownSteer(n.selfName())
 	last := n.sd.sent
 	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
 		return
@@ -246,7 +246,7 @@ func (n *Node) announceSteer() {
 
 // stepSteer steps s, this node's new steering line. Loop only.
 func (n *Node) stepSteer(s protocol.Steer) {
-	s.At = n.nextAt()
+	s.At = n.sd.nextAt()
 	s = s.FitReason()
 	if err := n.step(protocol.Steering(s), nil); err != nil {
 		if n.st.broken == nil {
@@ -255,7 +255,7 @@ func (n *Node) stepSteer(s protocol.Steer) {
 		return
 	}
 	if s.What.Event() {
-		n.noteEvent(steerStatus(s, true))
+		n.sd.noteEvent(steerStatus(s, true))
 		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
 	} else {
 		n.sd.sent = s
@@ -266,11 +266,11 @@ func (n *Node) stepSteer(s protocol.Steer) {
 const keepEvents = 16
 
 // noteEvent keeps a denial or a cancel for Snapshot. Loop only.
-func (n *Node) noteEvent(st SteerStatus) {
-	if len(n.sd.events) == keepEvents {
-		n.sd.events = slices.Delete(n.sd.events, 0, 1)
+func (d *steerDriver) noteEvent(st SteerStatus) {
+	if len(d.events) == keepEvents {
+		d.events = slices.Delete(d.events, 0, 1)
 	}
-	n.sd.events = append(n.sd.events, st)
+	d.events = append(d.events, st)
 }
 
 // steerAct carries out the machine's steering actions. Loop only.
@@ -298,7 +298,7 @@ func (n *Node) steerAct(a *protocol.Action) {
 		s := *a.Msg.Steer
 		st := steerStatus(s, false)
 		if s.What.Event() {
-			n.noteEvent(st)
+			n.sd.noteEvent(st)
 		}
 		switch s.What {
 		case protocol.SteerDenied:
@@ -362,8 +362,8 @@ func (n *Node) steerSnapshot(st *Snapshot) {
 
 // deniedReason returns the reason of origin's denial of round, if a
 // steering line told it. Loop only.
-func (n *Node) deniedReason(origin, round string) (string, bool) {
-	r, ok := n.sd.denied[steerKey(origin, round)]
+func (d *steerDriver) deniedReason(origin, round string) (string, bool) {
+	r, ok := d.denied[steerKey(origin, round)]
 	return r, ok
 }
 
@@ -430,7 +430,7 @@ func (n *Node) releaseReq(req Request) error {
 	}
 	n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
-	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
 	n.announceSteer()
 	return nil
 }
@@ -447,7 +447,7 @@ func (n *Node) waitingRound(req Request, what string) (string, error) {
 				return req.Round, nil
 			}
 		}
-		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), n.waitingText())
+		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), n.sd.waitingText())
 	}
 	switch len(n.sd.waiting) {
 	case 0:
@@ -456,15 +456,15 @@ func (n *Node) waitingRound(req Request, what string) (string, error) {
 		}
 		return "", refused("no round is waiting for an approval here (a round waits once its predecessor's COMPLETE has come)")
 	case 1:
-		return n.firstWaiting(), nil
+		return n.sd.firstWaiting(), nil
 	}
-	return "", refused("several rounds wait for an approval here%s: give --round", n.waitingText())
+	return "", refused("several rounds wait for an approval here%s: give --round", n.sd.waitingText())
 }
 
 // waitingText lists the rounds waiting for an approval, for a refusal.
-func (n *Node) waitingText() string {
-	ids := make([]string, 0, len(n.sd.waiting))
-	for id := range n.sd.waiting {
+func (d *steerDriver) waitingText() string {
+	ids := make([]string, 0, len(d.waiting))
+	for id := range d.waiting {
 		ids = append(ids, roundName(id))
 	}
 	if len(ids) == 0 {
@@ -498,7 +498,7 @@ func (n *Node) approveReq(req Request) (id string, err error) {
 	delete(n.sd.waiting, id)
 	n.log.Warn("approved: the task starts", "round", id, "by", req.By)
 	n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
-	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
 	if err := n.step(protocol.Approve(id), nil); err != nil {
 		return id, err
 	}
@@ -761,7 +761,7 @@ func (n *Node) resumeReq(req Request) error {
 	}
 	n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
-	n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
 	n.announceSteer()
 	return nil
 }
@@ -774,11 +774,11 @@ func (n *Node) Paused() (bool, <-chan struct{}) {
 }
 
 // paused is Paused, on the loop.
-func (n *Node) paused() (bool, <-chan struct{}) {
-	if n.sd.file.Pause == nil {
+func (d *steerDriver) paused() (bool, <-chan struct{}) {
+	if d.file.Pause == nil {
 		return false, nil
 	}
-	return true, n.sd.resumed
+	return true, d.resumed
 }
 
 // Cancel, at the Head, ends round req.Round everywhere: no task of it

@@ -143,7 +143,7 @@ func (n *Node) undone(round string, w protocol.Wave) *FaultError {
 	}
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
 		Err: fmt.Sprintf("chainsync: undo-failed in round %s: the undo failed at %s, which stopped the undo wave: %s", roundName(round), w.Stop, line)}
-	n.keepFault(f)
+	n.faults.keep(f)
 	// Under FaultHalt the machine ends every other unfinished round for
 	// it, in the actions that follow: this is their cause.
 	cause := &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
