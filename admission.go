@@ -186,8 +186,8 @@ func (a *admission) authenticated(l *link) bool {
 	return true
 }
 
-// stillPending reports whether l is pending, that is, not evicted. Caller
-// holds n.mu.
+// stillPending reports whether l is pending, that is, not evicted. Loop
+// only.
 func (a *admission) stillPending(l *link) bool { return a.pending[l] }
 
 // activeConn marks its pendingConn active on the first bytes received.
@@ -204,8 +204,8 @@ func (c *activeConn) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// watch returns raw wrapped so that l's first bytes mark it active. Caller
-// holds n.mu.
+// watch returns raw wrapped so that l's first bytes mark it active. Loop
+// only.
 func (a *admission) watch(l *link, raw net.Conn) net.Conn {
 	p := a.conns[l]
 	if p == nil {

@@ -16,7 +16,7 @@ import (
 const maxOutbox = 1 << 20
 
 // link is one connection to a neighbour: its reader, and an outbox with its
-// own writer, so that no socket write ever happens under the node's lock.
+// own writer, so that the node's loop never waits on a socket.
 //
 // The node's loop queues lines with enqueue once the turn's journal
 // records are synced, and flush tries to write the queue at once without

@@ -675,7 +675,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
 		if n.tasks.quick {
-			n.queue(effect{kind: effQuick, round: a.Round}) // run by unlock, without mu
+			n.queue(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
 			n.startTask(a.Round)
 		}

@@ -16,7 +16,7 @@ import (
 // down link has not carried. What the round is (its state, readiness)
 // is the machine's.
 type roundInfo struct {
-	done  chan struct{} // closed once res is set and on disk (by unlock)
+	done  chan struct{} // closed once res is set and on disk (at the end of the turn)
 	over  bool          // res is set
 	res   Result
 	cause error     // why the round is ending: the task's error or the fault
