@@ -506,9 +506,9 @@ func (n *Node) configMismatch(l *link, err error) bool {
 	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
 		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
 	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
 	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
 	default:
 		return false
 	}

@@ -31,6 +31,8 @@ type identity struct {
 	chain  string // the digest of Config.Chain
 	rounds string // the digest of Config.RoundSettings
 	names  []string
+	// settings says what rounds this node runs, for a mismatch.
+	settings string
 }
 
 // chainDigest is the digest of a chain: its names and addresses, in order.
@@ -45,16 +47,11 @@ func chainDigest(names, addrs []string) string {
 	return wire.Digest(b.String())
 }
 
-// ident returns this node's identity, nil if it sends none: without
+// newIdentity returns the node's identity, nil if it sends none: without
 // Config.Chain or without the extension lines (the draft's wire is
-// unchanged). Loop only.
-func (n *Node) ident() *identity {
-	if n.idDone {
-		return n.id
-	}
-	n.idDone = true
-	cfg := &n.cfg
-	if len(cfg.Chain) == 0 || len(cfg.ChainAddrs) != len(cfg.Chain) || !n.extensions() {
+// unchanged).
+func newIdentity(cfg *Config) *identity {
+	if len(cfg.Chain) == 0 || len(cfg.ChainAddrs) != len(cfg.Chain) || !extensionsOn(cfg) {
 		return nil
 	}
 	pos := slices.Index(cfg.Chain, cfg.Name)
@@ -70,13 +67,16 @@ func (n *Node) ident() *identity {
 		return nil
 	}
 	id.line = wire.AppendHello(nil, h)
-	n.id = id
+	id.settings = "this node runs " + runsText(cfg.Rounds)
+	if cfg.RoundSettings != "" {
+		id.settings = "this node runs " + cfg.RoundSettings
+	}
 	return id
 }
 
 // sendHello queues this node's identity line on l, first. Loop only.
 func (n *Node) sendHello(l *link) {
-	id := n.ident()
+	id := n.id
 	if id == nil || l.helloSent {
 		return
 	}
@@ -100,7 +100,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		n.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
 		return
 	}
-	id := n.ident()
+	id := n.id
 	if id == nil {
 		// Nothing to compare it with: the line only says the peer is
 		// alive, which may claim a live predecessor's place.
@@ -109,7 +109,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		}
 		return
 	}
-	if reason := n.compareHello(l.side, h); reason != "" {
+	if reason := id.compare(l.side, h); reason != "" {
 		n.helloMismatch(l, h.Name, reason)
 		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
 		n.drop(l, errMismatch)
@@ -124,8 +124,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 
 // compareHello says how the neighbour on side that sent h differs from the
 // one this node's chain names there, or "" if it is that one. Loop only.
-func (n *Node) compareHello(side protocol.Side, h wire.Hello) string {
-	id := n.id
+func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 	want := id.pos - 1
 	what := "predecessor"
 	if side == protocol.Succ {
@@ -137,20 +136,19 @@ func (n *Node) compareHello(side protocol.Side, h wire.Hello) string {
 	exp := id.names[want]
 	switch {
 	case h.Chain != id.chain:
-		return n.chainDiff(h)
+		return id.chainDiff(h)
 	case h.Name != exp || h.Pos != want+1 || h.Size != len(id.names):
 		return fmt.Sprintf("this node's %s is %s (node %d of %d in --chain), but %s answered there, saying it is node %d of %d: check that node's --name, and the addresses it dials and listens on",
 			what, exp, want+1, len(id.names), h.Name, h.Pos, h.Size)
 	case h.Rounds != id.rounds:
 		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve and --undo on every node or none",
-			h.Name, n.settingsWord())
+			h.Name, id.settings)
 	}
 	return ""
 }
 
 // chainDiff says how h's chain differs from this node's. Loop only.
-func (n *Node) chainDiff(h wire.Hello) string {
-	id := n.id
+func (id *identity) chainDiff(h wire.Hello) string {
 	mine := strings.Join(id.names, ",")
 	switch {
 	case h.Names != nil && !slices.Equal(h.Names, id.names):
@@ -164,14 +162,6 @@ func (n *Node) chainDiff(h wire.Hello) string {
 	}
 	return fmt.Sprintf("%s's --chain differs from this node's: there %s is node %d of %d; in this node's (%d nodes) it %s: give every node the same --chain",
 		h.Name, h.Name, h.Pos, h.Size, len(id.names), here)
-}
-
-// settingsWord names this node's round settings for a message.
-func (n *Node) settingsWord() string {
-	if s := n.cfg.RoundSettings; s != "" {
-		return "this node runs " + s
-	}
-	return "this node runs " + n.runs()
 }
 
 // dialFunc is how this node reaches its successor: Config.Dial, or TCP

@@ -77,12 +77,11 @@ type Node struct {
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
 	sd          steerDriver // steering: holds and approvals (steer.go)
-	// id is this node's identity line (identity.go), once idDone; dup the
-	// would-be predecessors that claim the current one's place
-	// (duplicate.go).
-	id     *identity
-	idDone bool
-	dup    dupState
+	// id is this node's identity line (identity.go), nil if it sends
+	// none; dup the would-be predecessors that claim the current one's
+	// place (duplicate.go).
+	id  *identity
+	dup dupState
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -269,6 +268,7 @@ func Start(cfg Config) (*Node, error) {
 		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
 		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
 	n.view = m
+	n.id = newIdentity(&n.cfg)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.tasks = newTaskRunner(&cfg, n.ctx, &n.crew, n)
 	n.feed = newRoundFeed()

@@ -29,7 +29,10 @@ func (n *Node) selfName() string {
 
 // extensions reports whether this node speaks the extension lines
 // (HEARTBEAT and the fault notice): exactly when heartbeats are on.
-func (n *Node) extensions() bool { return n.cfg.Heartbeat > 0 || n.cfg.Undo != nil }
+func (n *Node) extensions() bool { return extensionsOn(&n.cfg) }
+
+// extensionsOn reports whether cfg's node speaks the extension lines.
+func extensionsOn(cfg *Config) bool { return cfg.Heartbeat > 0 || cfg.Undo != nil }
 
 // reports says whether a fault of kind is announced to the chain: every
 // fault this node finds itself, but not a restarted neighbour (nothing is
@@ -159,9 +162,9 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 	n.announceLater(f, true, fe)
 }
 
-// runs says which rounds this node runs, for a mismatch's message.
-func (n *Node) runs() string {
-	rs := n.cfg.Rounds
+// runsText says which rounds a node configured with rs runs, for a
+// mismatch's message.
+func runsText(rs []string) string {
 	switch {
 	case rs == nil:
 		return "any round its predecessor opens"
