@@ -494,12 +494,16 @@ func (n *Node) Snapshot() Snapshot {
 // the loop being parked in f. Loop only.
 func (n *Node) callback(f func()) {
 	n.inCallback.Store(true)
-	defer func() {
-		n.cbMu.Lock()
-		n.inCallback.Store(false)
-		n.cbMu.Unlock()
-	}()
+	defer n.leaveCallback()
 	f()
+}
+
+// leaveCallback ends callback (or trace's call of Config.Trace): once a
+// Snapshot reading the node meanwhile is done. Loop only.
+func (n *Node) leaveCallback() {
+	n.cbMu.Lock()
+	n.inCallback.Store(false)
+	n.cbMu.Unlock()
 }
 
 // snapshot is Snapshot, on the loop.
@@ -820,7 +824,9 @@ func (n *Node) trace(ev TraceEvent) {
 	if n.cfg.Trace != nil {
 		ev.Time = time.Now()
 		ev.Node = n.cfg.Name
-		n.callback(func() { n.cfg.Trace(ev) })
+		n.inCallback.Store(true) // as callback does, without a closure per event
+		defer n.leaveCallback()
+		n.cfg.Trace(ev)
 	}
 }
 
