@@ -72,7 +72,7 @@ func (n *Node) holdPred(l *link, msg protocol.Message) bool {
 	if d.held == l {
 		if len(d.queue) >= maxHeld {
 			n.log.Warn("closed a held would-be predecessor connection: too many lines while it waited (it re-dials)", "peer", l.peer)
-			n.releaseHeld()
+			n.dup.release()
 			n.drop(l, fmt.Errorf("more than %d lines while held", maxHeld))
 			return true
 		}
@@ -120,7 +120,7 @@ func (n *Node) aliveFirst(l *link) {
 func (n *Node) hold(l *link) {
 	d := &n.dup
 	if old := d.held; old != nil && old != l {
-		n.releaseHeld()
+		n.dup.release()
 		n.drop(old, fmt.Errorf("a newer connection claims the predecessor's place"))
 	}
 	d.held, d.since, d.queue = l, time.Now(), d.queue[:0]
@@ -145,14 +145,30 @@ func (n *Node) armHeld() {
 // postCheckHeld is the held connection's timer: time for checkHeld.
 func (n *Node) postCheckHeld() { n.post(input{kind: inCheckHeld}) }
 
-// releaseHeld forgets the held connection (it got in, or was closed).
-// Loop only.
-func (n *Node) releaseHeld() {
-	d := &n.dup
+// release forgets the held connection (it got in, or was closed).
+func (d *dupState) release() {
 	d.held, d.queue = nil, nil
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+}
+
+// swapped notes a replacement of the predecessor connection at now: how
+// many there were within the last minute, and whether to log them (at
+// most once a minute, from flipsLogged on).
+func (d *dupState) swapped(now time.Time) (count int, log bool) {
+	keep := d.swaps[:0]
+	for _, t := range d.swaps {
+		if now.Sub(t) < time.Minute {
+			keep = append(keep, t)
+		}
+	}
+	d.swaps = append(keep, now)
+	if len(d.swaps) >= flipsLogged && now.Sub(d.logged) >= time.Minute {
+		d.logged = now
+		return len(d.swaps), true
+	}
+	return len(d.swaps), false
 }
 
 // checkHeld decides on the held connection: in, once the current one is
@@ -167,13 +183,13 @@ func (n *Node) checkHeld() {
 		return
 	}
 	if !n.adm.pending[l] {
-		n.releaseHeld() // closed or evicted meanwhile
+		n.dup.release() // closed or evicted meanwhile
 		return
 	}
 	switch {
 	case n.predGone():
 		queue := append([]protocol.Message(nil), d.queue...)
-		n.releaseHeld()
+		n.dup.release()
 		if len(queue) == 0 {
 			n.takePred(l)
 			if err := n.step(protocol.LinkUp(protocol.Pred), nil); err != nil && n.st.broken == nil {
@@ -196,7 +212,7 @@ func (n *Node) checkHeld() {
 func (n *Node) duplicate(l *link) {
 	d := &n.dup
 	cur := n.pred
-	n.releaseHeld()
+	n.dup.release()
 	place := n.peerName(protocol.Pred)
 	if d.reported != cur {
 		d.reported = cur
@@ -209,7 +225,7 @@ func (n *Node) duplicate(l *link) {
 			"peer", l.peer, "current", cur.peer)
 	}
 	if n.extensions() {
-		note := protocol.Notice{Kind: kindDuplicateNode, Origin: n.selfName(), Blamed: protocol.NoticeName(place)}
+		note := protocol.Notice{Kind: kindDuplicateNode, Origin: n.self, Blamed: protocol.NoticeName(place)}
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		n.lastWords(l, n.wbuf)
 	}
@@ -253,19 +269,9 @@ func (n *Node) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 // Loop only.
 func (n *Node) replaced(cur, l *link) {
 	n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
-	d := &n.dup
-	now := time.Now()
-	keep := d.swaps[:0]
-	for _, t := range d.swaps {
-		if now.Sub(t) < time.Minute {
-			keep = append(keep, t)
-		}
-	}
-	d.swaps = append(keep, now)
-	if len(d.swaps) >= flipsLogged && now.Sub(d.logged) >= time.Minute {
-		d.logged = now
+	if count, log := n.dup.swapped(time.Now()); log {
 		n.log.Error(fmt.Sprintf("two nodes dial this node as its predecessor: %s and %s", cur.peer, l.peer),
-			"replacements_last_minute", len(d.swaps),
+			"replacements_last_minute", count,
 			"hint", "each new connection replaces the other: two processes claim one place (a second copy of the predecessor, or a node whose --chain differs); stop one, or compare the nodes' --chain (chainsync check)")
 	}
 }

@@ -81,7 +81,7 @@ func (n *Node) sendHello(l *link) {
 		return
 	}
 	l.helloSent = true
-	n.queueLine(l, id.line, false, "")
+	n.cur.line(l, id.line, false, "")
 }
 
 // errMismatch closes a link whose identity line showed a neighbour

@@ -137,7 +137,7 @@ func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by str
 		args = append(args, "origin", by)
 	}
 	msg := fmt.Sprintf("fault cleared: %s is back after %s", who, fmtSecs(after))
-	if who == n.selfName() && by != "" {
+	if who == n.self && by != "" {
 		msg = fmt.Sprintf("fault cleared: %s (this node) is back: %s hears from it again", who, by)
 	}
 	n.log.Warn(msg, args...)
@@ -148,7 +148,7 @@ func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by str
 	n.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
 		Err: fmt.Errorf("%s is back after %s", who, fmtSecs(after))})
 	if by == "" && n.extensions() {
-		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: n.selfName(), Blamed: who}
+		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: n.self, Blamed: who}
 		n.later(input{kind: inReport, note: &note})
 	}
 }

@@ -469,9 +469,8 @@ func (n *Node) runQuick(rounds []string) {
 	}
 }
 
-// queueLine queues line for l as an effect of the turn. Loop only.
-func (n *Node) queueLine(l *link, line []byte, exitWave bool, round string) {
-	b := n.cur
+// line queues line for l as an effect of the turn. Loop only.
+func (b *batch) line(l *link, line []byte, exitWave bool, round string) {
 	off := len(b.buf)
 	b.buf = append(b.buf, line...)
 	b.effs = append(b.effs, effect{kind: effSend, l: l, off: off, end: len(b.buf), exit: exitWave, round: round})
@@ -481,13 +480,13 @@ func (n *Node) queueLine(l *link, line []byte, exitWave bool, round string) {
 // caller then drops: it leaves with the turn's other lines, once the
 // turn's records are on disk, and l is closed after it. Loop only.
 func (n *Node) lastWords(l *link, line []byte) {
-	n.queueLine(l, line, false, "")
+	n.cur.line(l, line, false, "")
 	l.closing = true
-	n.queue(effect{kind: effShut, l: l})
+	n.cur.add(effect{kind: effShut, l: l})
 }
 
-// queue appends an effect to the turn. Loop only.
-func (n *Node) queue(e effect) { n.cur.effs = append(n.cur.effs, e) }
+// add appends an effect to the turn. Loop only.
+func (b *batch) add(e effect) { b.effs = append(b.effs, e) }
 
 // loopEnded reports whether the loop has ended (Close, after its last
 // turn).

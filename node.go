@@ -82,6 +82,8 @@ type Node struct {
 	// place (duplicate.go).
 	id  *identity
 	dup dupState
+	// self names this node in its notices and steering lines (notice.go).
+	self string
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -326,6 +328,7 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Next != "" {
 		attrs = append(attrs, "next", cfg.Next)
 	}
+	n.self = selfName(&n.cfg, n.ln, n.role)
 	n.log.Info("node started", attrs...)
 
 	if n.st.timing {
@@ -679,7 +682,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
 		if n.tasks.quick {
-			n.queue(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
+			n.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
 			n.startTask(a.Round)
 		}
@@ -715,7 +718,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		n.steerAct(a)
 	case protocol.ActDone:
 		ri := n.book.get(a.Round)
-		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undoOutcome(a.Round)}
+		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
@@ -806,7 +809,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.queueLine(l, n.wbuf, exitWave, msg.Round)
+	n.cur.line(l, n.wbuf, exitWave, msg.Round)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.

@@ -2,6 +2,7 @@ package chainsync
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -15,16 +16,16 @@ import (
 // forwards the line, once per notice; this file is the driver's part: what
 // to put in a notice, and what one does here (the fault policy).
 
-// selfName names this node in the notices it sends: its name, else its
-// listen address, else its role.
-func (n *Node) selfName() string {
+// selfName names a node in the notices it sends: its name, else its
+// listen address, else its role (Node.self, set by Start).
+func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 	switch {
-	case n.cfg.Name != "":
-		return protocol.NoticeName(n.cfg.Name)
-	case n.ln != nil:
-		return protocol.NoticeName(n.ln.Addr().String())
+	case cfg.Name != "":
+		return protocol.NoticeName(cfg.Name)
+	case ln != nil:
+		return protocol.NoticeName(ln.Addr().String())
 	}
-	return n.role.String()
+	return role.String()
 }
 
 // extensions reports whether this node speaks the extension lines
@@ -70,7 +71,7 @@ func (n *Node) announceLater(f Fault, halt bool, cause *FaultError) {
 // noticeOf is the notice of f, a fault this node found: it blames the
 // neighbour f names, or this node for its own task. Loop only.
 func (n *Node) noticeOf(f Fault) protocol.Notice {
-	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
+	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.self}
 	switch {
 	case f.Side != 0:
 		note.Blamed = protocol.NoticeName(f.Peer)

@@ -226,7 +226,7 @@ func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
 	}
 	// The record stays until the machine forgets the round (ActForget):
 	// the machine's table says which rounds this node remembers.
-	n.queue(effect{kind: effDone, ri: ri})
+	n.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 

@@ -233,7 +233,7 @@ func (d *steerDriver) firstWaiting() string {
 // announceSteer steps this node's steering state into the machine if it
 // changed since the last one (which the machine sends on). Loop only.
 func (n *Node) announceSteer() {
-	s := n.sd.ownSteer(n.selfName())
+	s := n.sd.ownSteer(n.self)
 	last := n.sd.sent
 	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
 		return
@@ -355,7 +355,7 @@ func (n *Node) steerSnapshot(st *Snapshot) {
 		r := &st.Rounds[i]
 		if g := n.view.Gate(r.Round); g != protocol.WaitNothing {
 			r.WaitingFor = g
-			r.Gate = n.selfName()
+			r.Gate = n.self
 		}
 	}
 }
@@ -430,7 +430,7 @@ func (n *Node) releaseReq(req Request) error {
 	}
 	n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
-	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.self, Here: true, What: "none", Since: time.Now(), By: req.By})
 	n.announceSteer()
 	return nil
 }
@@ -498,7 +498,7 @@ func (n *Node) approveReq(req Request) (id string, err error) {
 	delete(n.sd.waiting, id)
 	n.log.Warn("approved: the task starts", "round", id, "by", req.By)
 	n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
-	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.self, Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By})
 	if err := n.step(protocol.Approve(id), nil); err != nil {
 		return id, err
 	}
@@ -524,8 +524,8 @@ func (n *Node) denyReq(req Request) (id string, err error) {
 	if reason == "" {
 		reason = "no reason given"
 	}
-	de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
-	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
+	de := &DeniedError{Node: n.self, By: req.By, Reason: reason}
+	n.stepSteer(protocol.Steer{Origin: n.self, What: protocol.SteerDenied, HasRound: true, Round: id,
 		By: protocol.NoticeName(req.By), Reason: reason})
 	ri := n.book.get(id)
 	ri.cause = de
@@ -616,7 +616,7 @@ func (n *Node) steerRequest(in *input) {
 	case opRetry:
 		err = n.retryReq(req)
 	}
-	n.queue(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
+	n.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
 	in.reply = nil
 }
 
@@ -761,7 +761,7 @@ func (n *Node) resumeReq(req Request) error {
 	}
 	n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
-	n.sd.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
+	n.sd.noteEvent(SteerStatus{Node: n.self, Here: true, What: "resume", Since: time.Now(), By: req.By})
 	n.announceSteer()
 	return nil
 }
@@ -806,7 +806,7 @@ func (n *Node) cancelReq(req Request) error {
 	}
 	n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
 	n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
-	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+	n.stepSteer(protocol.Steer{Origin: n.self, What: protocol.SteerCancel, HasRound: true, Round: req.Round,
 		By: protocol.NoticeName(req.By), Reason: req.Reason})
 	n.announceSteer()
 	return nil
@@ -870,7 +870,7 @@ func (n *Node) retryReq(req Request) error {
 	}
 	n.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
 	n.retried(req.Round)
-	n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+	n.stepSteer(protocol.Steer{Origin: n.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
 		By: protocol.NoticeName(req.By), Reason: req.Reason})
 	n.announceSteer()
 	return nil

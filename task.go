@@ -34,7 +34,7 @@ func (n *Node) startRun(round string, verifyOnly bool) {
 		n.taskStarted(round)
 		start.slot = true
 	}
-	n.queue(effect{kind: effTask, task: start})
+	n.cur.add(effect{kind: effTask, task: start})
 }
 
 // taskStarted logs the start of a task. Loop only.

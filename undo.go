@@ -83,7 +83,7 @@ func (n *Node) startUndo(round string, w protocol.Wave) {
 	n.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
 	// are on disk (loop.go), on a task worker (runTask).
-	n.queue(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
+	n.cur.add(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
 }
 
 // undoFinished reports the end of this node's undo to the machine. Loop
@@ -153,10 +153,6 @@ func (n *Node) undone(round string, w protocol.Wave) *FaultError {
 	n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
 	return cause
 }
-
-// undoOutcome is round's undo wave's outcome in words, "" if none.
-// Loop only.
-func (n *Node) undoOutcome(round string) string { return n.undo.outcomes[round] }
 
 // resumeUndo carries on a round whose undo wave was under way when the
 // node stopped; false if there is none. An undo that had started and
