@@ -269,3 +269,45 @@ func TestNoticeLeavesAfterItsTurnsRecords(t *testing.T) {
 		t.Fatalf("got %q (%v), want the fault notice once the records are on disk", line, err)
 	}
 }
+
+// Close after the loop died of a panic cancels the running tasks'
+// context and waits for them, as it does for a healthy node (the draft's
+// "Phase 3": a task runs once; here it is told to stop).
+func TestCloseAfterLoopPanicCancelsTasks(t *testing.T) {
+	panicked := make(chan any, 1)
+	SetPanicHandler(func(v any, _ []byte) { panicked <- v })
+	t.Cleanup(func() { SetPanicHandler(nil) })
+	cfgs := chainConfigs(t, 1)
+	started, stopped := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	cfgs[0].Task = func(ctx context.Context, round string) error {
+		if round != "r1" {
+			return nil
+		}
+		close(started)
+		<-ctx.Done()
+		close(stopped)
+		return ctx.Err()
+	}
+	cfgs[0].Trace = func(TraceEvent) {
+		if armed.Load() {
+			armed.Store(false)
+			panic("seeded bug on the loop")
+		}
+	}
+	nd, err := Start(cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, 10*time.Second, "the task to start")
+	armed.Store(true)
+	_ = nd.Ready("r2") // traced on the loop, which panics there
+	recvWithin(t, panicked, 10*time.Second, "the loop's panic")
+	closed := make(chan error, 1)
+	go func() { closed <- nd.Close() }()
+	recvWithin(t, stopped, 10*time.Second, "Close to cancel the running task")
+	recvWithin(t, closed, 10*time.Second, "Close to return")
+}
