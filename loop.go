@@ -318,7 +318,7 @@ func (n *Node) react(in *input) {
 	case inSteer:
 		n.steerRequest(in)
 	case inPaused:
-		ok, ch := n.sd.paused()
+		ok, ch := n.steer.paused()
 		in.answer(reply{ok: ok, ch: ch})
 	case inClose:
 		in.answer(reply{ok: n.closeLoop()})
@@ -332,9 +332,9 @@ func (n *Node) react(in *input) {
 	case inAnnounce:
 		n.announce(*in.fault, in.flag, in.cause)
 	case inAnnounceSteer:
-		n.announceSteer()
+		n.steer.announceSteer()
 	case inRetried:
-		n.retriedNow(in.round)
+		n.steer.retriedNow(in.round)
 	case inReport:
 		n.stepNote(*in.note)
 	}

@@ -76,7 +76,7 @@ type Node struct {
 	feed *roundFeed
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
-	sd          steerDriver // steering: holds and approvals (steer.go)
+	steer       *steering // steering: holds and approvals (steer.go)
 	// id is this node's identity line (identity.go), nil if it sends
 	// none; dup the would-be predecessors that claim the current one's
 	// place (duplicate.go).
@@ -329,6 +329,8 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	n.self = selfName(&n.cfg, n.ln, n.role)
+	n.steer = &steering{host: n, view: n.view, book: &n.book, store: n.store, log: n.log, self: n.self, role: n.role,
+		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
 	n.log.Info("node started", attrs...)
 
 	if n.st.timing {
@@ -361,7 +363,7 @@ func (n *Node) Addr() net.Addr {
 // initLoop is the loop's first input (Start): the steering state, the
 // first tick and the rounds the journal kept. Loop only.
 func (n *Node) initLoop() {
-	n.restoreSteer() // a node restarted while held is held (steer.go)
+	n.steer.restoreSteer() // a node restarted while held is held (steer.go)
 	if n.st.timing {
 		// The machine learns the time: its timeouts count from now,
 		// for the rounds restored from the journal too.
@@ -535,7 +537,7 @@ func (n *Node) snapshot() Snapshot {
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
-	n.steerSnapshot(&st)
+	n.steer.steerSnapshot(&st)
 	n.graceSnapshot(&st, n.view.Graces())
 	st.Finished = n.book.finished()
 	return st
@@ -648,6 +650,28 @@ func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) err
 	return nil
 }
 
+// saveSteerFile queues the steering file's content for the turn's
+// write (store.go); the journal's error if it has failed. Loop only.
+func (n *Node) saveSteerFile(data []byte) error {
+	if n.st.broken != nil {
+		return n.st.broken
+	}
+	n.cur.steer = data
+	return nil
+}
+
+// journalFault queues a fault record, round ended by a fault of kind,
+// for the turn's write, with a state directory that has not failed.
+// Loop only.
+func (n *Node) journalFault(round, kind string) {
+	if n.store != nil && n.st.broken == nil {
+		n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: kind})
+	}
+}
+
+// broken is the journal's error once it has failed. Loop only.
+func (n *Node) broken() error { return n.st.broken }
+
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
@@ -715,7 +739,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActBack:
 		n.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
-		n.steerAct(a)
+		n.steer.steerAct(a)
 	case protocol.ActDone:
 		ri := n.book.get(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
@@ -729,11 +753,9 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				if n.store != nil && n.st.broken == nil {
-					// Written with the turn's records: a restarted node
-					// then knows the fault the round really ended with.
-					n.cur.faults = append(n.cur.faults, journal.Fault{Round: a.Round, Kind: string(fe.Kind)})
-				}
+				// Written with the turn's records: a restarted node then
+				// knows the fault the round really ended with.
+				n.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
@@ -750,7 +772,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 			n.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		n.resolve(a.Round, ri, n.steerResult(ri, res)) // steer.go: a cancelled round
+		n.resolve(a.Round, ri, n.steer.steerResult(ri, res)) // steer.go: a cancelled round
 	}
 	return nil
 }

@@ -89,7 +89,7 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 func (n *Node) noticeArrived(note protocol.Notice) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
-	if why, ok := n.sd.deniedReason(note.Origin, note.Round); ok && note.HasRound {
+	if why, ok := n.steer.deniedReason(note.Origin, note.Round); ok && note.HasRound {
 		fe.Reason = fmt.Sprintf("%s denied the task of round %s: %s", note.Origin, roundName(note.Round), why) // steer.go
 	}
 	if n.cfg.FaultPolicy != FaultWait {
