@@ -121,10 +121,10 @@ var heartbeatLine = []byte("HEARTBEAT\n")
 // applied the fault policy itself: under halt the rounds the fault ends
 // follow as their own actions, and take this fault as their cause (the
 // fault returned). Loop only.
-func (n *Node) timedOut(a *protocol.Action) *FaultError {
+func (fb *faultBook) timedOut(a *protocol.Action) *FaultError {
 	after := a.After.Round(time.Millisecond)
-	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: n.peerName(a.To), After: after}
-	wait := n.cfg.FaultPolicy == FaultWait
+	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: fb.host.peerName(a.To), After: after}
+	wait := fb.policy == FaultWait
 	switch a.Timeout {
 	case protocol.TimeoutPhase:
 		fe.Kind, fe.After, fe.Peer = FaultPhaseTimeout, a.After, ""
@@ -141,16 +141,16 @@ func (n *Node) timedOut(a *protocol.Action) *FaultError {
 	case protocol.TimeoutSilence:
 		fe.Kind = FaultPeerSilent
 		fe.Reason = fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
-			sideWord(a.To), n.peerName(a.To), after)
+			sideWord(a.To), fb.host.peerName(a.To), after)
 	case protocol.TimeoutGrace:
-		n.graceTimedOut(a, fe) // liveness.go
+		fb.graceTimedOut(a, fe) // liveness.go
 	case protocol.TimeoutUnreachable:
 		fe.Kind = FaultPeerUnreachable
-		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
+		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", fb.next)
 		if a.To == protocol.Pred {
-			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", fb.listen)
 		}
-		if n.cfg.Heartbeat > 0 {
+		if fb.heartbeat > 0 {
 			// The machine counts from when the neighbour was last heard
 			// from, not from when the connection noticed it was gone.
 			fe.Reason += fmt.Sprintf(" since it was last heard from, %s ago", fmtSecs(a.After))
@@ -158,12 +158,12 @@ func (n *Node) timedOut(a *protocol.Action) *FaultError {
 	default:
 		return nil
 	}
-	n.recordFault(fe.fault())
+	fb.record(fe.fault())
 	switch {
 	case wait && a.Timeout == protocol.TimeoutPhase:
-		n.log.Warn("fault policy wait: the round keeps waiting", "round", a.Round)
+		fb.log.Warn("fault policy wait: the round keeps waiting", "round", a.Round)
 	case wait:
-		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
+		fb.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
 	}
 	return fe
 }

@@ -197,11 +197,11 @@ func (n *Node) helloMismatch(l *link, who, reason string) {
 	f := fe.fault()
 	n.recordFault(f)
 	if l != n.pred && l != n.succ {
-		note := n.noticeOf(f)
+		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		n.lastWords(l, n.wbuf)
 	}
-	n.announceLater(f, true, fe)
+	n.faults.announceLater(f, true, fe)
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused

@@ -100,25 +100,55 @@ type faultBook struct {
 	recent     []Fault // at most keepFaults, oldest first
 	live       liveFaults
 	mismatched map[mismatchKey]bool
+
+	host  faultHost
+	view  machineView
+	book  *roundBook
+	steer *steering // a denial's reason, for its notice
+	log   *slog.Logger
+	// What the node is and how it is configured, for the faults' words.
+	self, next, listen        string
+	ext                       bool
+	policy                    FaultPolicy
+	heartbeat, connectTimeout time.Duration
 }
 
+// faultHost is what the fault book reaches of its node: the trace, the
+// loop's follow-ups (a notice to announce), and a neighbour's name.
+type faultHost interface {
+	trace(ev TraceEvent)
+	later(in input)
+	peerName(side protocol.Side) string
+}
+
+// stateOf returns round id's state in the machine, 0 if it does not keep
+// the round.
+func (fb *faultBook) stateOf(id string) protocol.State {
+	st, _ := fb.view.State(id)
+	return st
+}
+
+// recordFault is the fault book's record of f (the parts' way to it).
+// Loop only.
+func (n *Node) recordFault(f Fault) { n.faults.record(f) }
+
 // keep keeps f for Snapshot.
-func (b *faultBook) keep(f Fault) {
-	if len(b.recent) == keepFaults {
-		b.recent = slices.Delete(b.recent, 0, 1)
+func (fb *faultBook) keep(f Fault) {
+	if len(fb.recent) == keepFaults {
+		fb.recent = slices.Delete(fb.recent, 0, 1)
 	}
-	b.recent = append(b.recent, f)
+	fb.recent = append(fb.recent, f)
 }
 
 // firstMismatch reports whether the mismatch key is new, and notes it.
-func (b *faultBook) firstMismatch(key mismatchKey) bool {
-	if b.mismatched[key] {
+func (fb *faultBook) firstMismatch(key mismatchKey) bool {
+	if fb.mismatched[key] {
 		return false
 	}
-	if b.mismatched == nil {
-		b.mismatched = make(map[mismatchKey]bool)
+	if fb.mismatched == nil {
+		fb.mismatched = make(map[mismatchKey]bool)
 	}
-	b.mismatched[key] = true
+	fb.mismatched[key] = true
 	return true
 }
 
@@ -157,9 +187,9 @@ const keepFaults = 64
 // and keeps it for Snapshot; a fault this node found is announced to the
 // chain after the current step's actions (a new event, announce). Loop
 // only.
-func (n *Node) recordFault(f Fault) {
+func (fb *faultBook) record(f Fault) {
 	f.Time = time.Now()
-	n.faults.keep(f)
+	fb.keep(f)
 	args := []any{"kind", string(f.Kind), "round", f.Round}
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
@@ -170,30 +200,30 @@ func (n *Node) recordFault(f Fault) {
 	switch f.Kind {
 	case FaultPeerRestarted:
 		// Not this node's failure, and nothing is lost: a warning.
-		n.log.Warn("neighbour restarted: "+f.Err, args...)
+		fb.log.Warn("neighbour restarted: "+f.Err, args...)
 	case FaultChainHalted:
-		n.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
+		fb.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
 	case FaultChainFault:
-		n.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
+		fb.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
 	default:
-		n.log.Error("fault: "+f.Err, args...)
-		if ri := n.book.find(f.Round); ri != nil {
+		fb.log.Error("fault: "+f.Err, args...)
+		if ri := fb.book.find(f.Round); ri != nil {
 			ri.reported = true
 		}
 	}
-	again := n.faults.live.page(f) // liveness.go: one page per blamed node until it clears
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
+	again := fb.live.page(f) // liveness.go: one page per blamed node until it clears
+	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
 	switch {
-	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && n.cfg.FaultPolicy == FaultHalt:
+	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && fb.policy == FaultHalt:
 		// This node's own task failed: under halt the chain stops here,
 		// at this node too. Its other rounds end with the failure as
 		// their cause, and no later round's task starts (a halting
 		// report, with or without the extension lines).
 		fe := &FaultError{Round: f.Round, Kind: f.Kind,
 			Reason: "the task of round " + roundName(f.Round) + " failed at this node; halting the chain here"}
-		n.announceLater(f, true, fe)
-	case n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
-		n.announceLater(f, false, nil)
+		fb.announceLater(f, true, fe)
+	case fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
+		fb.announceLater(f, false, nil)
 	}
 }
 
@@ -331,6 +361,13 @@ func Start(cfg Config) (*Node, error) {
 	n.self = selfName(&n.cfg, n.ln, n.role)
 	n.steer = &steering{host: n, view: n.view, book: &n.book, store: n.store, log: n.log, self: n.self, role: n.role,
 		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
+	fb := &n.faults
+	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, &n.book, n.steer, n.log
+	fb.self, fb.next, fb.ext = n.self, cfg.Next, n.extensions()
+	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
+	if n.ln != nil {
+		fb.listen = n.ln.Addr().String()
+	}
 	n.log.Info("node started", attrs...)
 
 	if n.st.timing {
@@ -538,7 +575,8 @@ func (n *Node) snapshot() Snapshot {
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	n.steer.steerSnapshot(&st)
-	n.graceSnapshot(&st, n.view.Graces())
+	n.faults.graceSnapshot(&st, n.view.Graces())
+	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)
 	st.Finished = n.book.finished()
 	return st
 }
@@ -713,7 +751,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActOpened:
 		n.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
-		return n.timedOut(a)
+		return n.faults.timedOut(a)
 	case protocol.ActForget:
 		n.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
@@ -731,13 +769,13 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActRunUndo, protocol.ActUndone:
 		return n.undoAct(a)
 	case protocol.ActNotice:
-		if !n.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			return n.noticeArrived(*a.Msg.Note)
+		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
+			return n.faults.noticeArrived(*a.Msg.Note)
 		}
 	case protocol.ActGrace:
-		n.graceAct(a)
+		n.faults.graceAct(a)
 	case protocol.ActBack:
-		n.back(a)
+		n.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
 		n.steer.steerAct(a)
 	case protocol.ActDone:

@@ -53,7 +53,7 @@ func reports(kind FaultKind) bool {
 // cause as their fault. Stepped as an event of its own, after the step
 // that found the fault. Loop only.
 func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
-	ev := protocol.Report(n.noticeOf(f))
+	ev := protocol.Report(n.faults.noticeOf(f))
 	if halt {
 		ev = protocol.ReportHalt(ev.Note)
 	}
@@ -64,14 +64,14 @@ func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
 
 // announceLater queues the announcement of f after the current input's
 // actions (an input of its own, inAnnounce). Loop only.
-func (n *Node) announceLater(f Fault, halt bool, cause *FaultError) {
-	n.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
+func (fb *faultBook) announceLater(f Fault, halt bool, cause *FaultError) {
+	fb.host.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
 // neighbour f names, or this node for its own task. Loop only.
-func (n *Node) noticeOf(f Fault) protocol.Notice {
-	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.self}
+func (fb *faultBook) noticeOf(f Fault) protocol.Notice {
+	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: fb.self}
 	switch {
 	case f.Side != 0:
 		note.Blamed = protocol.NoticeName(f.Peer)
@@ -86,19 +86,19 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 // (chain-halted), under FaultWait it is reported (chain-fault); the
 // rounds the machine's policy ends for it follow, with it as their cause.
 // Loop only.
-func (n *Node) noticeArrived(note protocol.Notice) *FaultError {
+func (fb *faultBook) noticeArrived(note protocol.Notice) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
-	if why, ok := n.steer.deniedReason(note.Origin, note.Round); ok && note.HasRound {
+	if why, ok := fb.steer.deniedReason(note.Origin, note.Round); ok && note.HasRound {
 		fe.Reason = fmt.Sprintf("%s denied the task of round %s: %s", note.Origin, roundName(note.Round), why) // steer.go
 	}
-	if n.cfg.FaultPolicy != FaultWait {
+	if fb.policy != FaultWait {
 		fe.Kind = FaultChainHalted
 	}
 	if note.HasRound {
-		fe.State = n.stateOf(note.Round)
+		fe.State = fb.stateOf(note.Round)
 	}
-	n.recordFault(fe.fault())
+	fb.record(fe.fault())
 	return fe
 }
 
@@ -155,12 +155,12 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 	if n.extensions() && l != n.pred && l != n.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := n.noticeOf(f)
+		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
 		n.lastWords(l, n.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	n.announceLater(f, true, fe)
+	n.faults.announceLater(f, true, fe)
 }
 
 // runsText says which rounds a node configured with rs runs, for a

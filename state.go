@@ -80,7 +80,7 @@ func (n *Node) resume(st *journal.State) {
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
-			n.restoredFault(fe.fault())
+			n.faults.restored(fe.fault())
 			ri.reported = true
 			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
 			if rec.Outcome() == protocol.NoExitWave {
@@ -106,14 +106,14 @@ func (n *Node) resume(st *journal.State) {
 // a new ERROR), traced with Resumed so that the hook hears of it and the
 // counters do not count it again, and its notice sent on as recordFault
 // would (a neighbour that never heard of it learns it now). Loop only.
-func (n *Node) restoredFault(f Fault) {
+func (fb *faultBook) restored(f Fault) {
 	f.Time = time.Now()
-	n.faults.keep(f)
-	n.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
+	fb.keep(f)
+	fb.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
+	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
-		n.announceLater(f, false, nil)
+	if fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+		fb.announceLater(f, false, nil)
 	}
 }
 

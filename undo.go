@@ -214,7 +214,7 @@ func (n *Node) undoRefused(l *link) {
 		Reason: "the successor closed the connection right after this node's first lines (UNDO ON) without a word: it runs without --undo (and without --heartbeat); set --undo on every node of the chain, or on none"}
 	f := fe.fault()
 	n.recordFault(f)
-	n.announceLater(f, true, fe)
+	n.faults.announceLater(f, true, fe)
 }
 
 // undoDoing says in words where a failed round's undo wave stands here,
