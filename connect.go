@@ -485,7 +485,7 @@ func (n *Node) configMismatch(l *link, err error) bool {
 		// is bad input, never a reason to halt the chain.
 		return false
 	}
-	if n.undoMismatch(l, err) {
+	if n.undo.undoMismatch(l, err) {
 		return true // undo.go
 	}
 	peer := n.peerName(l.side)
@@ -531,5 +531,5 @@ func (n *Node) refused(l *link, err error) {
 	n.refusedOnce = true
 	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
-	n.undoRefused(l) // undo.go
+	n.undo.undoRefused(l) // undo.go
 }

@@ -299,7 +299,7 @@ func (n *Node) react(in *input) {
 		}
 	case inUndoEnd:
 		if !n.closed {
-			n.undoFinished(in.round, in.err, in.flag)
+			n.undo.undoFinished(in.round, in.err, in.flag)
 		}
 	case inInit:
 		n.initLoop()

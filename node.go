@@ -361,6 +361,8 @@ func Start(cfg Config) (*Node, error) {
 	n.self = selfName(&n.cfg, n.ln, n.role)
 	n.steer = &steering{host: n, view: n.view, book: &n.book, store: n.store, log: n.log, self: n.self, role: n.role,
 		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
+	n.undo = undoState{host: n, faults: &n.faults, book: &n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
 	fb := &n.faults
 	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, &n.book, n.steer, n.log
 	fb.self, fb.next, fb.ext = n.self, cfg.Next, n.extensions()
@@ -767,7 +769,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
-		return n.undoAct(a)
+		return n.undo.undoAct(a)
 	case protocol.ActNotice:
 		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
 			return n.faults.noticeArrived(*a.Msg.Note)

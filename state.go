@@ -50,7 +50,7 @@ func (n *Node) resume(st *journal.State) {
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
 		ri := n.book.get(rec.Round)
-		if n.resumeUndo(rec) {
+		if n.undo.resumeUndo(rec) {
 			continue // its undo wave is under way (undo.go)
 		}
 		if rec.State.Terminal() {

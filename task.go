@@ -37,6 +37,10 @@ func (n *Node) startRun(round string, verifyOnly bool) {
 	n.cur.add(effect{kind: effTask, task: start})
 }
 
+// queueTask queues t to start at the end of the turn (an undo: undo.go).
+// Loop only.
+func (n *Node) queueTask(t taskStart) { n.cur.add(effect{kind: effTask, task: t}) }
+
 // taskStarted logs the start of a task. Loop only.
 func (n *Node) taskStarted(round string) {
 	if n.infoOn() {
