@@ -320,7 +320,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return false
 	}
 	if cur == l {
-		if n.refusedAsDuplicate(l, msg) { // duplicate.go
+		if n.dup.refusedAsDuplicate(l, msg) { // duplicate.go
 			n.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
 			return false
 		}
@@ -333,7 +333,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	}
 	// A pending predecessor connection. With the extension lines on it is
 	// held while the current one is alive (duplicate.go).
-	if n.holdPred(l, msg) {
+	if n.dup.holdPred(l, msg) {
 		return true
 	}
 	return n.promotePred(l, msg)
@@ -363,7 +363,7 @@ func (n *Node) takePred(l *link) {
 	delete(n.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur := n.pred; cur != nil {
-		n.replaced(cur, l) // duplicate.go
+		n.dup.replaced(cur, l) // duplicate.go
 		cur.shut()
 	}
 	n.pred = l

@@ -105,7 +105,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		// Nothing to compare it with: the line only says the peer is
 		// alive, which may claim a live predecessor's place.
 		if l.side == protocol.Pred && l != n.pred {
-			n.aliveFirst(l)
+			n.dup.aliveFirst(l)
 		}
 		return
 	}
@@ -119,7 +119,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		return
 	}
 	n.sendHello(l)
-	n.admitPred(l)
+	n.dup.admitPred(l)
 }
 
 // compareHello says how the neighbour on side that sent h differs from the

@@ -259,7 +259,7 @@ func (n *Node) react(in *input) {
 	case inHello:
 		n.helloArrived(l, *in.hello, in.flag)
 	case inAlive:
-		n.aliveFirst(l)
+		n.dup.aliveFirst(l)
 	case inReadEnd:
 		n.readFailed(l, in.err)
 	case inWriteFailed:
@@ -290,7 +290,7 @@ func (n *Node) react(in *input) {
 	case inViolation:
 		n.trace(*in.trace)
 	case inCheckHeld:
-		n.checkHeld()
+		n.dup.checkHeld()
 	case inTaskStarted:
 		n.taskStarted(in.round)
 	case inTaskEnd:

@@ -86,13 +86,6 @@ type Node struct {
 	self string
 }
 
-// stateOf returns round id's state in the machine, 0 if it does not keep
-// the round (for a fault's message). Loop only.
-func (n *Node) stateOf(id string) protocol.State {
-	st, _ := n.view.State(id)
-	return st
-}
-
 // faultBook is what a node keeps of faults: the most recent, for
 // Snapshot; the liveness faults in force and cleared (liveness.go); the
 // configuration mismatches reported, each once. The loop's.
@@ -363,6 +356,8 @@ func Start(cfg Config) (*Node, error) {
 		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
 	n.undo = undoState{host: n, faults: &n.faults, book: &n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
+	n.dup = dupState{host: n, view: n.view, book: &n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
+		ext: n.extensions(), self: n.self}
 	fb := &n.faults
 	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, &n.book, n.steer, n.log
 	fb.self, fb.next, fb.ext = n.self, cfg.Next, n.extensions()
