@@ -1,6 +1,7 @@
 package chainsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,50 +26,73 @@ import (
 // docs/DESIGN.md, "Roles and connections": every node but the Tail dials its
 // successor, every node but the Head listens for its predecessor.
 
+// connector is the part of a node that runs off its loop: the acceptor,
+// the dialer and each connection's reader, reaching the loop with inputs
+// and questions (connLoop). It holds a copy of the configuration and the
+// parts it serves, never the node.
+type connector struct {
+	cfg  Config // a copy: read only
+	ctx  context.Context
+	ln   net.Listener
+	adm  *admission // the loop's; off it only settle and reader, which say so
+	prev *prevHost
+	plim *admitLimiter
+	crew *crew
+	log  *slog.Logger
+	loop connLoop
+}
+
+// connLoop is how the connector and its links reach the loop: inputs,
+// questions, and (for a link's flush on the loop) follow-ups.
+type connLoop interface {
+	asker
+	later(in input)
+}
+
 // acceptLoop accepts would-be predecessors. Each is pending until its first
 // protocol line is accepted by the machine; only then does it replace the
 // current predecessor connection.
-func (n *Node) acceptLoop() {
-	adm := n.adm
+func (cn *connector) acceptLoop() {
+	adm := cn.adm
 	// Connections whose host is being checked (prevhost.go), each on a
 	// goroutine of its own: a slow resolver holds up only them.
-	checks := make(chan struct{}, n.cfg.MaxPending)
+	checks := make(chan struct{}, cn.cfg.MaxPending)
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
-		c, err := n.ln.Accept()
+		c, err := cn.ln.Accept()
 		if err != nil {
-			if n.ctx.Err() != nil {
+			if cn.ctx.Err() != nil {
 				return
 			}
-			n.plim.note(kindAcceptFailed, slog.LevelWarn, "accept failed; retrying", "err", err)
-			if !n.sleep(b.Next()) {
+			cn.plim.note(kindAcceptFailed, slog.LevelWarn, "accept failed; retrying", "err", err)
+			if !cn.sleep(b.Next()) {
 				return
 			}
 			continue
 		}
 		b.Reset()
 		transport.Tune(c)
-		l := n.newLink(c, protocol.Pred)
-		if !n.prev.on() {
-			if !n.admitConn(l, adm, nil) {
+		l := cn.newLink(c, protocol.Pred)
+		if !cn.prev.on() {
+			if !cn.admitConn(l, adm, nil) {
 				return
 			}
 			continue
 		}
 		select {
 		case checks <- struct{}{}:
-		case <-n.ctx.Done():
+		case <-cn.ctx.Done():
 			c.Close()
 			return
 		}
-		if !n.crew.spawn(func() {
-			if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
+		if !cn.crew.spawn(func() {
+			if err := cn.prev.check(cn.ctx, c.RemoteAddr()); err != nil {
 				<-checks
-				n.post(input{kind: inStray, l: l, err: err})
+				cn.loop.post(input{kind: inStray, l: l, err: err})
 				c.Close()
 				return
 			}
-			n.admitConn(l, adm, checks)
+			cn.admitConn(l, adm, checks)
 		}) {
 			c.Close()
 			return
@@ -80,11 +104,11 @@ func (n *Node) acceptLoop() {
 // goroutine of its own, once any connection it evicted has gone (a flood
 // of them is slowed down here); it takes its place off checks, if given,
 // once admitted. False if the node is closing.
-func (n *Node) admitConn(l *link, adm *admission, checks chan struct{}) bool {
-	r, _ := n.ask(input{kind: inAccepted, l: l})
-	if r.ok && !n.crew.spawn(func() { n.servePred(l, adm) }) {
+func (cn *connector) admitConn(l *link, adm *admission, checks chan struct{}) bool {
+	r, _ := cn.loop.ask(input{kind: inAccepted, l: l})
+	if r.ok && !cn.crew.spawn(func() { cn.servePred(l, adm) }) {
 		r.ok = false
-		n.post(input{kind: inServeEnd, l: l})
+		cn.loop.post(input{kind: inServeEnd, l: l})
 	}
 	if !r.ok {
 		if checks != nil {
@@ -138,24 +162,24 @@ func (n *Node) dialed(l *link) bool {
 }
 
 // servePred secures a pending connection and reads from it.
-func (n *Node) servePred(l *link, adm *admission) {
-	defer n.post(input{kind: inServeEnd, l: l})
+func (cn *connector) servePred(l *link, adm *admission) {
+	defer cn.loop.post(input{kind: inServeEnd, l: l})
 	start := time.Now()
-	deadline := start.Add(n.cfg.PendingTimeout)
+	deadline := start.Add(cn.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
-	if n.cfg.Secure != nil {
-		r, _ := n.ask(input{kind: inWatch, l: l})
+	if cn.cfg.Secure != nil {
+		r, _ := cn.loop.ask(input{kind: inWatch, l: l})
 		raw := r.conn
 		if raw == nil {
 			raw = l.c
 		}
-		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
+		sc, err := secure.Accept(cn.ctx, cn.cfg.Secure, raw, deadline)
 		var in input
 		in.kind, in.l, in.err = inSecured, l, err
 		if sc != nil {
 			in.conn = sc
 		}
-		if r, _ := n.ask(in); !r.ok {
+		if r, _ := cn.loop.ask(in); !r.ok {
 			l.c.Close()
 			if sc != nil {
 				sc.Close()
@@ -166,65 +190,65 @@ func (n *Node) servePred(l *link, adm *admission) {
 	}
 	_ = l.c.SetReadDeadline(deadline)
 	l.r = wire.NewReader(adm.reader(l, l.c, track))
-	n.readLoop(l)
+	cn.readLoop(l)
 }
 
 // dialLoop keeps a connection to the successor, re-dialing whenever it is
 // lost. After a link that worked, the backoff starts again from its
 // minimum, so the first retry after a loss is attempt 1.
-func (n *Node) dialLoop() {
-	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
+func (cn *connector) dialLoop() {
+	b := transport.Backoff{Min: cn.cfg.BackoffMin, Max: cn.cfg.BackoffMax}
 	attempts := 0
 	onRetry := func(err error, attempt int, next time.Duration) {
 		attempts++
 		if attempts == 1 || attempts%20 == 0 {
-			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempts,
+			cn.log.Info("successor not reachable yet; retrying", "next", cn.cfg.Next, "attempt", attempts,
 				"retry_in", next.Round(time.Millisecond), "err", err)
 		}
 	}
-	dial := n.dialFunc() // Config.Dial, or from this node's own address (identity.go)
+	dial := cn.dialFunc() // Config.Dial, or from this node's own address (identity.go)
 	for {
-		c, err := secure.Dial(n.ctx, n.cfg.Secure, dial, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
+		c, err := secure.Dial(cn.ctx, cn.cfg.Secure, dial, cn.cfg.Next, &b, cn.cfg.PendingTimeout, onRetry)
 		if err != nil {
-			if n.ctx.Err() != nil {
+			if cn.ctx.Err() != nil {
 				return // closing
 			}
-			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
-				"next", n.cfg.Next, "reason", err.Error()) {
-				n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err}})
+			if cn.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
+				"next", cn.cfg.Next, "reason", err.Error()) {
+				cn.loop.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: cn.cfg.Next, Err: err}})
 			}
-			if !n.sleep(b.Next()) {
+			if !cn.sleep(b.Next()) {
 				return
 			}
 			continue
 		}
-		l := n.newLink(c, protocol.Succ)
+		l := cn.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
-		if r, _ := n.ask(input{kind: inDialed, l: l}); !r.ok {
+		if r, _ := cn.loop.ask(input{kind: inDialed, l: l}); !r.ok {
 			c.Close()
 			return
 		}
 		up := time.Now()
-		n.readLoop(l)
+		cn.readLoop(l)
 		if l.heardAt() != 0 || time.Since(up) > 5*time.Second {
 			// A link that worked: come back fast after a transient drop,
 			// and count the attempts from one again.
 			b.Reset()
 			attempts = 0
 		}
-		if !n.sleep(b.Next()) {
+		if !cn.sleep(b.Next()) {
 			return
 		}
 	}
 }
 
-func (n *Node) sleep(d time.Duration) bool {
+func (cn *connector) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-n.ctx.Done():
+	case <-cn.ctx.Done():
 		return false
 	}
 }
@@ -232,13 +256,13 @@ func (n *Node) sleep(d time.Duration) bool {
 // readLoop reads l until it fails or is closed. All the complete lines of
 // one read go to the loop in one event, so that the lines they cause
 // leave in one write per link.
-func (n *Node) readLoop(l *link) {
-	l.r.Heartbeats = n.extensions()
+func (cn *connector) readLoop(l *link) {
+	l.r.Heartbeats = extensionsOn(&cn.cfg)
 	first := true // the next line is the first on l
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
-			n.post(input{kind: inReadEnd, l: l, err: err})
+			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 		l.heard()
@@ -246,7 +270,7 @@ func (n *Node) readLoop(l *link) {
 			// The identity line (identity.go), read as a HEARTBEAT.
 			isFirst := first
 			first = false
-			if !n.post(input{kind: inHello, l: l, hello: &h, flag: isFirst}) {
+			if !cn.loop.post(input{kind: inHello, l: l, hello: &h, flag: isFirst}) {
 				return
 			}
 			continue
@@ -254,7 +278,7 @@ func (n *Node) readLoop(l *link) {
 		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
 			// A would-be predecessor that says only that it is alive may
 			// claim a live one's place (duplicate.go).
-			if !n.post(input{kind: inAlive, l: l}) {
+			if !cn.loop.post(input{kind: inAlive, l: l}) {
 				return
 			}
 		}
@@ -279,14 +303,14 @@ func (n *Node) readLoop(l *link) {
 		}
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
-		if !n.post(input{kind: inLines, l: l, msgs: msgs}) {
+		if !cn.loop.post(input{kind: inLines, l: l, msgs: msgs}) {
 			return
 		}
-		if hello != nil && !n.post(input{kind: inHello, l: l, hello: hello}) {
+		if hello != nil && !cn.loop.post(input{kind: inHello, l: l, hello: hello}) {
 			return
 		}
 		if err != nil {
-			n.post(input{kind: inReadEnd, l: l, err: err})
+			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 	}

@@ -167,17 +167,17 @@ func (id *identity) chainDiff(h wire.Hello) string {
 // dialFunc is how this node reaches its successor: Config.Dial, or TCP
 // from Config.DialFrom if set and bindable, else from the address the
 // system picks (nil).
-func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, error) {
-	if n.cfg.Dial != nil || n.cfg.DialFrom == "" {
-		return n.cfg.Dial
+func (cn *connector) dialFunc() func(ctx context.Context, addr string) (net.Conn, error) {
+	if cn.cfg.Dial != nil || cn.cfg.DialFrom == "" {
+		return cn.cfg.Dial
 	}
-	return transport.DialFrom(n.cfg.DialFrom, func(err error) {
+	return transport.DialFrom(cn.cfg.DialFrom, func(err error) {
 		level := slog.LevelInfo
-		if !n.extensions() && n.cfg.Secure == nil {
+		if !extensionsOn(&cn.cfg) && cn.cfg.Secure == nil {
 			level = slog.LevelWarn // the successor checks this node's host
 		}
-		n.log.Log(context.Background(), level, "cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host, on plain TCP without --heartbeat, refuses a connection from another)",
-			"from", n.cfg.DialFrom, "err", err.Error())
+		cn.log.Log(context.Background(), level, "cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host, on plain TCP without --heartbeat, refuses a connection from another)",
+			"from", cn.cfg.DialFrom, "err", err.Error())
 	})
 }
 

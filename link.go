@@ -69,8 +69,8 @@ type linkLoop interface {
 	later(in input)
 }
 
-func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
-	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), loop: n, crew: &n.crew, writeTimeout: n.cfg.WriteTimeout,
+func (cn *connector) newLink(c net.Conn, side protocol.Side) *link {
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), loop: cn.loop, crew: cn.crew, writeTimeout: cn.cfg.WriteTimeout,
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	l.lastSent.Store(time.Now().UnixNano())
 	return l

@@ -31,7 +31,7 @@ type Node struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	crew   crew        // every goroutine of the node but the loop (crew.go)
+	crew   *crew       // every goroutine of the node but the loop (crew.go)
 	tasks  *taskRunner // runs the tasks and undos (task.go)
 
 	// The loop (loop.go): its inbox, the channel that stops it, the one
@@ -57,8 +57,8 @@ type Node struct {
 	pred     *link       // the current predecessor connection, nil when down
 	succ     *link       // the current successor connection, nil when down
 	adm      *admission  // the pending predecessor connections (admission.go)
-	book     roundBook   // the rounds' waiters and results (rounds.go)
-	faults   faultBook   // the recent faults, liveness, mismatches
+	book     *roundBook  // the rounds' waiters and results (rounds.go)
+	faults   *faultBook  // the recent faults, liveness, mismatches
 	store    *store      // the state directory (store.go); nil without one
 	cur      *batch      // what the turn's steps queued (loop.go)
 	spare    *batch      // the other batch, reused
@@ -255,7 +255,9 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		role:     cfg.Role(),
-		book:     roundBook{byID: make(map[string]*roundInfo)},
+		book:     &roundBook{byID: make(map[string]*roundInfo)},
+		crew:     new(crew),
+		faults:   new(faultBook),
 		cur:      new(batch),
 		spare:    new(batch),
 		prev:     newPrevHost(&cfg),
@@ -295,7 +297,7 @@ func Start(cfg Config) (*Node, error) {
 	n.view = m
 	n.id = newIdentity(&n.cfg)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.tasks = newTaskRunner(&cfg, n.ctx, &n.crew, n)
+	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n)
 	n.feed = newRoundFeed()
 	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
 	n.plim = newAdmitLimiter(n.log)
@@ -303,7 +305,7 @@ func Start(cfg Config) (*Node, error) {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), &n.crew, n)
+	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n)
 	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
@@ -352,14 +354,14 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	n.self = selfName(&n.cfg, n.ln, n.role)
-	n.steer = &steering{host: n, view: n.view, book: &n.book, store: n.store, log: n.log, self: n.self, role: n.role,
+	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
 		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
-	n.undo = undoState{host: n, faults: &n.faults, book: &n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	n.dup = dupState{host: n, view: n.view, book: &n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
+	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
 		ext: n.extensions(), self: n.self}
-	fb := &n.faults
-	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, &n.book, n.steer, n.log
+	fb := n.faults
+	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, n.book, n.steer, n.log
 	fb.self, fb.next, fb.ext = n.self, cfg.Next, n.extensions()
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
 	if n.ln != nil {
@@ -373,11 +375,12 @@ func Start(cfg Config) (*Node, error) {
 	goSafe(n.run)
 	n.resumeFrom = st
 	n.ask(input{kind: inInit})
+	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n}
 	if n.ln != nil {
-		n.crew.spawn(n.acceptLoop)
+		n.crew.spawn(cn.acceptLoop)
 	}
 	if n.role.HasSucc() {
-		n.crew.spawn(n.dialLoop)
+		n.crew.spawn(cn.dialLoop)
 	}
 	return n, nil
 }
