@@ -57,8 +57,9 @@
 // application; result.go and undelivered.go results and their errors;
 // task.go the task runner and its shared workers; undo.go the undo wave's
 // part; link.go a link with its outbox and writer, writenow_unix.go and
-// writenow_other.go its non-blocking write; connect.go accepting, dialing
-// and reading; admission.go pending connections and the rate limit of
+// writenow_other.go its non-blocking write; connect.go the connector
+// (accepting, dialing and reading, off the loop) and the loop's side of
+// the links; admission.go pending connections and the rate limit of
 // what strangers make the node log; prevhost.go the predecessor's host
 // check; identity.go the identity line; duplicate.go two processes in
 // one place; health.go the clock (heartbeat lines and ticks) and timeout
