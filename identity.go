@@ -122,7 +122,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 	n.dup.admitPred(l)
 }
 
-// compareHello says how the neighbour on side that sent h differs from the
+// compare says how the neighbour on side that sent h differs from the
 // one this node's chain names there, or "" if it is that one. Loop only.
 func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 	want := id.pos - 1

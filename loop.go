@@ -12,24 +12,28 @@ import (
 
 // The loop: one goroutine per node owns the protocol machine and
 // everything the driver keeps beside it (docs/DESIGN.md, "The shape of
-// the code"). Every input reaches it as an event on n.in: the lines a
-// reader read (all the complete lines of one read, in one event), a
-// connection promoted or lost, a task's end, an exit-wave delivery, the
-// clock's tick, and the API's calls (Ready, Wait, Snapshot, Close).
-// Nothing else steps the machine, and a step never runs inside another
-// step's actions: a reaction to an action (a fault's notice, the policy's
-// aborts) is stepped after them, in the same turn.
+// the code"). Every input reaches it as a typed input on n.in (inKind
+// lists them all, react is the one switch over them): the lines a reader
+// read (all the complete lines of one read, in one input), a connection
+// accepted, secured or lost, a task's end, an exit-wave delivery, and the
+// API's calls (Ready, Wait, Snapshot, steering, Close), which wait for
+// the loop's reply; the clock's tick comes on its own channel. Only the
+// stepper (step.go) steps the machine, and a step never runs inside
+// another step's actions: a reaction to an action (a fault's notice, the
+// policy's aborts) is a follow-up input (later), stepped after them, in
+// the same turn.
 //
 // A turn takes every event waiting (up to maxTurn), then carries out what
 // their steps asked for, in this order:
 //
-//  1. persist: the journal records of the whole turn are written and
-//     synced, one write and one fsync however many events made them
+//  1. persist: the store writes the whole turn's journal records (and the
+//     steering file, if a request changed it) and syncs them, one write
+//     and one fsync however many events made them
 //     (group commit: what arrives during the fsync waits for the next
 //     turn and shares its fsync);
 //  2. act: lines go to their links' outboxes, results are released to
-//     Wait, tasks start (quick tasks run here, on the loop, and their
-//     ends are stepped into the same turn);
+//     Wait, requests are answered, tasks start (quick tasks run here, on
+//     the loop, and their ends are stepped into the same turn);
 //  3. flush: each link's lines leave in one write.
 //
 // So every record a step made is on disk before any line that step sends

@@ -109,7 +109,7 @@ func (u *undoState) startUndo(round string, w protocol.Wave) {
 	u.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
 	u.host.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
-	// are on disk (loop.go), on a task worker (runTask).
+	// are on disk (loop.go), on a task worker (taskRunner.run).
 	u.host.queueTask(taskStart{round: round, undo: &info})
 }
 
