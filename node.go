@@ -311,7 +311,7 @@ func Start(cfg Config) (*Node, error) {
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
 	if err == nil {
-		err = n.refuseRerun(st)
+		err = refuseRerun(&n.cfg, st)
 	}
 	if err != nil {
 		n.cancel()
@@ -355,14 +355,14 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.self = selfName(&n.cfg, n.ln, n.role)
 	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
-		approve: cfg.Approve, ext: n.extensions(), dir: cfg.StateDir, onHold: cfg.OnHold}
+		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
 	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
 	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
-		ext: n.extensions(), self: n.self}
+		ext: extensionsOn(&n.cfg), self: n.self}
 	fb := n.faults
 	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, n.book, n.steer, n.log
-	fb.self, fb.next, fb.ext = n.self, cfg.Next, n.extensions()
+	fb.self, fb.next, fb.ext = n.self, cfg.Next, extensionsOn(&n.cfg)
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
 	if n.ln != nil {
 		fb.listen = n.ln.Addr().String()

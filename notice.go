@@ -28,11 +28,9 @@ func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 	return role.String()
 }
 
-// extensions reports whether this node speaks the extension lines
-// (HEARTBEAT and the fault notice): exactly when heartbeats are on.
-func (n *Node) extensions() bool { return extensionsOn(&n.cfg) }
-
-// extensionsOn reports whether cfg's node speaks the extension lines.
+// extensionsOn reports whether cfg's node speaks the extension lines
+// (HEARTBEAT, the fault notice, the identity line): with heartbeats or
+// the undo wave on.
 func extensionsOn(cfg *Config) bool { return cfg.Heartbeat > 0 || cfg.Undo != nil }
 
 // reports says whether a fault of kind is announced to the chain: every
@@ -152,7 +150,7 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
 	n.recordFault(f)
-	if n.extensions() && l != n.pred && l != n.succ {
+	if extensionsOn(&n.cfg) && l != n.pred && l != n.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
 		note := n.faults.noticeOf(f)

@@ -156,20 +156,20 @@ var ErrAlreadyEnded = errors.New("chainsync: already ended")
 // refuseRerun refuses to start a node whose journal says a process that
 // ended normally already ended every round this node runs (a served node,
 // Config.Follow, goes on serving instead). A node that died resumes.
-func (n *Node) refuseRerun(st *journal.State) error {
-	if st == nil || st.Ended == 0 || n.cfg.Follow || n.cfg.Rounds == nil {
+func refuseRerun(cfg *Config, st *journal.State) error {
+	if st == nil || st.Ended == 0 || cfg.Follow || cfg.Rounds == nil {
 		return nil
 	}
 	ended := make(map[string]protocol.State, len(st.Rounds))
 	for _, rec := range st.Rounds {
 		ended[rec.Round] = rec.State
 	}
-	for _, r := range n.cfg.Rounds {
+	for _, r := range cfg.Rounds {
 		if !ended[r].Terminal() {
 			return nil // a round still to run
 		}
 	}
-	r := n.cfg.Rounds[0]
+	r := cfg.Rounds[0]
 	how := "done"
 	switch ended[r] {
 	case protocol.StateFailed:
@@ -181,12 +181,12 @@ func (n *Node) refuseRerun(st *journal.State) error {
 		}
 	}
 	what := "round " + roundName(r)
-	if len(n.cfg.Rounds) > 1 {
-		what = fmt.Sprintf("rounds %s and %d more", roundName(r), len(n.cfg.Rounds)-1)
+	if len(cfg.Rounds) > 1 {
+		what = fmt.Sprintf("rounds %s and %d more", roundName(r), len(cfg.Rounds)-1)
 	}
 	at := time.Unix(st.Ended, 0).UTC().Format(time.RFC3339)
 	return fmt.Errorf("%w: %s already ended (%s at %s) in %s: a new rollout needs a new --round or a fresh --state-dir",
-		ErrAlreadyEnded, what, how, at, n.cfg.StateDir)
+		ErrAlreadyEnded, what, how, at, cfg.StateDir)
 }
 
 // endedNormally reports whether this process ends normally with every

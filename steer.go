@@ -146,6 +146,7 @@ type steering struct {
 	approve bool          // Config.Approve
 	ext     bool          // the extension lines are on
 	dir     string        // Config.StateDir, for the log
+	policy  FaultPolicy   // what a denial does
 	onHold  func(HoldEvent)
 }
 
@@ -157,7 +158,6 @@ type steerHost interface {
 	trace(ev TraceEvent)
 	callback(f func())
 	recordFault(f Fault)
-	failedHere() string
 	// saveSteerFile queues the steering file's content for the turn's
 	// write; the journal's error if it has failed.
 	saveSteerFile(data []byte) error
@@ -569,7 +569,7 @@ func (d *steering) denyReq(req Request) (id string, err error) {
 	ri := d.book.get(id)
 	ri.cause = de
 	te := &TaskError{Round: id, Err: de}
-	d.host.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + d.host.failedHere()})
+	d.host.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
 	if err := d.host.step(protocol.Deny(id), nil); err != nil {
 		return id, err
 	}

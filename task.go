@@ -181,8 +181,8 @@ func (r *taskRunner) runUndo(round string, info UndoInfo) {
 
 // failedHere is what a failed task's fault adds: this node sends no
 // COMPLETE on, and under halt the chain stops here.
-func (n *Node) failedHere() string {
-	if n.cfg.FaultPolicy == FaultWait {
+func failedHere(policy FaultPolicy) string {
+	if policy == FaultWait {
 		return "; the round ends here (no COMPLETE is sent on), the chain goes on (fault policy wait)"
 	}
 	return "; halting the chain here (no COMPLETE is sent on)"
@@ -204,7 +204,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + n.failedHere()})
+		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy)})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
