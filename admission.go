@@ -64,21 +64,36 @@ func (p *pendingConn) stage() int {
 
 // admission tracks the pending predecessor connections: those accepted
 // whose first protocol line has not been accepted yet. It belongs to the
-// loop: the acceptor and each connection's goroutine reach it with
-// n.call.
+// loop: the acceptor and each connection's goroutine reach it through
+// the loop's inputs (loop).
 type admission struct {
-	n       *Node
 	pending map[*link]bool         // pending now (not evicted, not promoted, not closed)
 	conns   map[*link]*pendingConn // every connection whose servePred runs
 	lim     *admitLimiter
+	closed  bool // the node is closing: nothing more is admitted
+
+	max     int             // Config.MaxPending
+	timeout time.Duration   // Config.PendingTimeout, for the log
+	closing <-chan struct{} // the node's context's Done: it is closing
+	crew    *crew
+	loop    asker
 }
 
-func newAdmission(n *Node) *admission {
-	return &admission{n: n, pending: make(map[*link]bool), conns: make(map[*link]*pendingConn), lim: n.plim}
+// asker is how a goroutine off the loop reaches it: an input, or a
+// question that waits for the loop's reply (false: the loop has ended).
+type asker interface {
+	inbox
+	ask(in input) (reply, bool)
+}
+
+func newAdmission(cfg *Config, lim *admitLimiter, done <-chan struct{}, c *crew, loop asker) *admission {
+	return &admission{pending: make(map[*link]bool), conns: make(map[*link]*pendingConn), lim: lim,
+		max: cfg.MaxPending, timeout: cfg.PendingTimeout, closing: done, crew: c, loop: loop}
 }
 
 // closeAll closes every pending connection (Close). Loop only.
 func (a *admission) closeAll() {
+	a.closed = true
 	for l := range a.pending {
 		l.closeConn()
 	}
@@ -88,8 +103,7 @@ func (a *admission) closeAll() {
 // MaxPending are already waiting. The caller must then call settle with
 // the result, off the loop. Loop only.
 func (a *admission) admit(l *link) (evicted <-chan struct{}) {
-	n := a.n
-	if len(a.pending) >= n.cfg.MaxPending {
+	if len(a.pending) >= a.max {
 		evicted = a.evictOne(l.peer)
 	}
 	a.pending[l] = true
@@ -109,7 +123,7 @@ func (a *admission) settle(evicted <-chan struct{}) {
 	select {
 	case <-evicted:
 	case <-t.C:
-	case <-a.n.ctx.Done():
+	case <-a.closing:
 	}
 }
 
@@ -130,11 +144,13 @@ func (a *admission) evictOne(newPeer string) <-chan struct{} {
 	}
 	victim, vp := links[i], cands[i]
 	delete(a.pending, victim)
-	goSafe(func() { vp.raw.Close() }) // a TLS close writes: never on the loop
+	if !a.crew.spawn(func() { vp.raw.Close() }) { // a TLS close writes: never on the loop
+		vp.raw.Close()
+	}
 	a.lim.note(kindEvicted, slog.LevelWarn,
 		"evicted a pending connection to make room for a new one: too many connections have not sent a protocol line yet",
 		"peer", victim.peer, "stage", stageNames[vp.stage()], "age", time.Since(vp.since).Round(time.Millisecond),
-		"new_peer", newPeer, "limit", a.n.cfg.MaxPending)
+		"new_peer", newPeer, "limit", a.max)
 	return vp.gone
 }
 
@@ -170,8 +186,8 @@ func (a *admission) authenticated(l *link) bool {
 	return true
 }
 
-// stillPending reports whether l is pending, that is, not evicted. Caller
-// holds n.mu.
+// stillPending reports whether l is pending, that is, not evicted. Loop
+// only.
 func (a *admission) stillPending(l *link) bool { return a.pending[l] }
 
 // activeConn marks its pendingConn active on the first bytes received.
@@ -188,8 +204,8 @@ func (c *activeConn) Read(b []byte) (int, error) {
 	return k, err
 }
 
-// watch returns raw wrapped so that l's first bytes mark it active. Caller
-// holds n.mu.
+// watch returns raw wrapped so that l's first bytes mark it active. Loop
+// only.
 func (a *admission) watch(l *link, raw net.Conn) net.Conn {
 	p := a.conns[l]
 	if p == nil {
@@ -216,7 +232,8 @@ type pendingReader struct {
 func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 	pr := &pendingReader{a: a, l: l, r: r}
 	if track {
-		a.n.call(func() { pr.p = a.conns[l] })
+		r, _ := a.loop.ask(input{kind: inTrack, l: l})
+		pr.p = r.pc
 	}
 	return pr
 }
@@ -249,35 +266,34 @@ func (a *admission) keepIdle(l *link, err error) bool {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
 	}
-	n := a.n
-	keep := false
-	n.call(func() {
-		if n.closed || !a.pending[l] || n.pred != nil {
-			return
-		}
-		_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
-		keep = true
-	})
-	return keep
+	r, _ := a.loop.ask(input{kind: inKeepIdle, l: l})
+	return r.ok
+}
+
+// keepIdle is admission.keepIdle, on the loop. Loop only.
+func (n *Node) keepIdle(l *link) bool {
+	if n.closed || !n.adm.pending[l] || n.pred != nil {
+		return false
+	}
+	_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
+	return true
 }
 
 // ended reports a pending connection whose stream ended before its first
 // protocol line; nothing if l is no longer pending.
 func (a *admission) ended(l *link, err error) {
-	n := a.n
-	n.call(func() { a.endedNow(l, err) })
+	a.loop.post(input{kind: inPendingEnd, l: l, err: err})
 }
 
 // endedNow is ended, on the loop.
 func (a *admission) endedNow(l *link, err error) {
-	n := a.n
-	if n.closed || !a.pending[l] {
+	if a.closed || !a.pending[l] {
 		return
 	}
 	delete(a.pending, l)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		a.lim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time",
-			"peer", l.peer, "limit", n.cfg.PendingTimeout)
+			"peer", l.peer, "limit", a.timeout)
 		return
 	}
 	a.lim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)

@@ -81,7 +81,7 @@ type Config struct {
 	// QuickTask says Task returns within microseconds, never blocks and
 	// never calls the Node (an in-process hand-off, a counter): the node
 	// then runs it at once, on the goroutine that made it runnable (once
-	// the step that started it is carried out, without the node's lock),
+	// the step that started it is carried out, on the node's loop),
 	// instead of handing it to a task worker. That saves a thread wake-up
 	// per task, and with many rounds in flight the lines that tasks' ends
 	// cause leave together. A task that blocks would stall the whole node,
@@ -239,6 +239,9 @@ type Config struct {
 	// listen, for tests on a simulated network: binds Listen when the
 	// node starts, instead of a TCP listener.
 	listen func(ctx context.Context, addr string) (net.Listener, error)
+	// lookupHost, for tests: resolves a host name for PrevHostOnly and
+	// the chain's addresses (prevhost.go); nil: the system's resolver.
+	lookupHost func(ctx context.Context, host string) ([]net.IPAddr, error)
 }
 
 // FaultPolicy is what a node does about a fault caused by a neighbour

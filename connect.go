@@ -1,6 +1,7 @@
 package chainsync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,84 +26,160 @@ import (
 // docs/DESIGN.md, "Roles and connections": every node but the Tail dials its
 // successor, every node but the Head listens for its predecessor.
 
+// connector is the part of a node that runs off its loop: the acceptor,
+// the dialer and each connection's reader, reaching the loop with inputs
+// and questions (connLoop). It holds a copy of the configuration and the
+// parts it serves, never the node.
+type connector struct {
+	cfg  Config // a copy: read only
+	ctx  context.Context
+	ln   net.Listener
+	adm  *admission // the loop's; off it only settle and reader, which say so
+	prev *prevHost
+	plim *admitLimiter
+	crew *crew
+	log  *slog.Logger
+	loop connLoop
+}
+
+// connLoop is how the connector and its links reach the loop: inputs,
+// questions, and (for a link's flush on the loop) follow-ups.
+type connLoop interface {
+	asker
+	later(in input)
+}
+
 // acceptLoop accepts would-be predecessors. Each is pending until its first
 // protocol line is accepted by the machine; only then does it replace the
 // current predecessor connection.
-func (n *Node) acceptLoop() {
-	defer n.wg.Done()
-	adm := n.adm
+func (cn *connector) acceptLoop() {
+	adm := cn.adm
+	// Connections whose host is being checked (prevhost.go), each on a
+	// goroutine of its own: a slow resolver holds up only them.
+	checks := make(chan struct{}, cn.cfg.MaxPending)
 	b := transport.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	for {
-		c, err := n.ln.Accept()
+		c, err := cn.ln.Accept()
 		if err != nil {
-			if n.ctx.Err() != nil {
+			if cn.ctx.Err() != nil {
 				return
 			}
-			n.plim.note(kindAcceptFailed, slog.LevelWarn, "accept failed; retrying", "err", err)
-			if !n.sleep(b.Next()) {
+			cn.plim.note(kindAcceptFailed, slog.LevelWarn, "accept failed; retrying", "err", err)
+			if !cn.sleep(b.Next()) {
 				return
 			}
 			continue
 		}
 		b.Reset()
 		transport.Tune(c)
-		l := n.newLink(c, protocol.Pred)
-		if err := n.prev.check(n.ctx, c.RemoteAddr()); err != nil {
-			n.post(func() {
-				n.stray(err) // identity.go
-				if adm.refused(l, err) {
-					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-				}
-			})
-			c.Close()
-			continue
-		}
-		var evicted <-chan struct{}
-		ok := false
-		n.call(func() {
-			if n.closed {
+		l := cn.newLink(c, protocol.Pred)
+		if !cn.prev.on() {
+			if !cn.admitConn(l, adm, nil) {
 				return
 			}
-			evicted = adm.admit(l) // evicts a pending connection if MaxPending wait: see admission.go
-			n.wg.Add(1)
-			ok = true
-		})
-		if !ok {
+			continue
+		}
+		select {
+		case checks <- struct{}{}:
+		case <-cn.ctx.Done():
 			c.Close()
 			return
 		}
-		goSafe(func() { n.servePred(l, adm) })
-		adm.settle(evicted)
+		if !cn.crew.spawn(func() {
+			if err := cn.prev.check(cn.ctx, c.RemoteAddr()); err != nil {
+				<-checks
+				cn.loop.post(input{kind: inStray, l: l, err: err})
+				c.Close()
+				return
+			}
+			cn.admitConn(l, adm, checks)
+		}) {
+			c.Close()
+			return
+		}
 	}
 }
 
+// admitConn makes l a pending predecessor connection and serves it on a
+// goroutine of its own, once any connection it evicted has gone (a flood
+// of them is slowed down here); it takes its place off checks, if given,
+// once admitted. False if the node is closing.
+func (cn *connector) admitConn(l *link, adm *admission, checks chan struct{}) bool {
+	r, _ := cn.loop.ask(input{kind: inAccepted, l: l})
+	if r.ok && !cn.crew.spawn(func() { cn.servePred(l, adm) }) {
+		r.ok = false
+		cn.loop.post(input{kind: inServeEnd, l: l})
+	}
+	if !r.ok {
+		if checks != nil {
+			<-checks
+		}
+		l.c.Close()
+		return false
+	}
+	adm.settle(r.gone)
+	if checks != nil {
+		<-checks
+	}
+	return true
+}
+
+// accepted admits l, a connection the acceptor took, as pending: it
+// evicts another if MaxPending are (admission.go). Loop only.
+func (n *Node) accepted(l *link) reply {
+	if n.closed {
+		return reply{}
+	}
+	return reply{ok: true, gone: n.adm.admit(l)}
+}
+
+// secured is the end of l's TLS handshake: true if l, still pending and
+// authenticated, now reads from sc. Loop only.
+func (n *Node) secured(l *link, sc net.Conn, err error) bool {
+	adm := n.adm
+	if err != nil || n.closed || !adm.authenticated(l) {
+		if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
+			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+		}
+		delete(adm.pending, l)
+		return false
+	}
+	l.c = sc
+	return true
+}
+
+// dialed makes l, a connection the dialer made, the current successor
+// link. Loop only.
+func (n *Node) dialed(l *link) bool {
+	if n.closed {
+		return false
+	}
+	n.succ = l
+	l.startWriter()
+	n.sendHello(l) // the identity line goes first (identity.go)
+	n.linkUp(l)
+	return true
+}
+
 // servePred secures a pending connection and reads from it.
-func (n *Node) servePred(l *link, adm *admission) {
-	defer n.wg.Done()
-	defer n.post(func() { adm.done(l) })
+func (cn *connector) servePred(l *link, adm *admission) {
+	defer cn.loop.post(input{kind: inServeEnd, l: l})
 	start := time.Now()
-	deadline := start.Add(n.cfg.PendingTimeout)
+	deadline := start.Add(cn.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
-	if n.cfg.Secure != nil {
-		var raw net.Conn
-		n.call(func() { raw = adm.watch(l, l.c) })
+	if cn.cfg.Secure != nil {
+		r, _ := cn.loop.ask(input{kind: inWatch, l: l})
+		raw := r.conn
 		if raw == nil {
 			raw = l.c
 		}
-		sc, err := secure.Accept(n.ctx, n.cfg.Secure, raw, deadline)
-		ok := false
-		n.call(func() {
-			if err != nil || n.closed || !adm.authenticated(l) {
-				if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
-					n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
-				}
-				delete(adm.pending, l)
-				return
-			}
-			l.c = sc
-			ok = true
-		})
-		if !ok {
+		sc, err := secure.Accept(cn.ctx, cn.cfg.Secure, raw, deadline)
+		var in input
+		in.kind, in.l, in.err = inSecured, l, err
+		if sc != nil {
+			in.conn = sc
+		}
+		if r, _ := cn.loop.ask(in); !r.ok {
 			l.c.Close()
 			if sc != nil {
 				sc.Close()
@@ -113,77 +190,65 @@ func (n *Node) servePred(l *link, adm *admission) {
 	}
 	_ = l.c.SetReadDeadline(deadline)
 	l.r = wire.NewReader(adm.reader(l, l.c, track))
-	n.readLoop(l)
+	cn.readLoop(l)
 }
 
 // dialLoop keeps a connection to the successor, re-dialing whenever it is
 // lost. After a link that worked, the backoff starts again from its
 // minimum, so the first retry after a loss is attempt 1.
-func (n *Node) dialLoop() {
-	defer n.wg.Done()
-	b := transport.Backoff{Min: n.cfg.BackoffMin, Max: n.cfg.BackoffMax}
+func (cn *connector) dialLoop() {
+	b := transport.Backoff{Min: cn.cfg.BackoffMin, Max: cn.cfg.BackoffMax}
 	attempts := 0
 	onRetry := func(err error, attempt int, next time.Duration) {
 		attempts++
 		if attempts == 1 || attempts%20 == 0 {
-			n.log.Info("successor not reachable yet; retrying", "next", n.cfg.Next, "attempt", attempts,
+			cn.log.Info("successor not reachable yet; retrying", "next", cn.cfg.Next, "attempt", attempts,
 				"retry_in", next.Round(time.Millisecond), "err", err)
 		}
 	}
-	dial := n.dialFunc() // Config.Dial, or from this node's own address (identity.go)
+	dial := cn.dialFunc() // Config.Dial, or from this node's own address (identity.go)
 	for {
-		c, err := secure.Dial(n.ctx, n.cfg.Secure, dial, n.cfg.Next, &b, n.cfg.PendingTimeout, onRetry)
+		c, err := secure.Dial(cn.ctx, cn.cfg.Secure, dial, cn.cfg.Next, &b, cn.cfg.PendingTimeout, onRetry)
 		if err != nil {
-			if n.ctx.Err() != nil {
+			if cn.ctx.Err() != nil {
 				return // closing
 			}
-			if n.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
-				"next", n.cfg.Next, "reason", err.Error()) {
-				n.post(func() { n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: n.cfg.Next, Err: err}) })
+			if cn.plim.noteTraced(kindRefused, protocol.Succ, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying",
+				"next", cn.cfg.Next, "reason", err.Error()) {
+				cn.loop.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: protocol.Succ, Peer: cn.cfg.Next, Err: err}})
 			}
-			if !n.sleep(b.Next()) {
+			if !cn.sleep(b.Next()) {
 				return
 			}
 			continue
 		}
-		l := n.newLink(c, protocol.Succ)
+		l := cn.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
-		ok := false
-		n.call(func() {
-			if n.closed {
-				return
-			}
-			n.succ = l
-			l.startWriter()
-			n.sendHello(l) // the identity line goes first (identity.go)
-			n.linkUp(l)
-			ok = true
-		})
-		if !ok {
+		if r, _ := cn.loop.ask(input{kind: inDialed, l: l}); !r.ok {
 			c.Close()
 			return
 		}
 		up := time.Now()
-		n.readLoop(l)
+		cn.readLoop(l)
 		if l.heardAt() != 0 || time.Since(up) > 5*time.Second {
 			// A link that worked: come back fast after a transient drop,
 			// and count the attempts from one again.
 			b.Reset()
 			attempts = 0
 		}
-		if !n.sleep(b.Next()) {
+		if !cn.sleep(b.Next()) {
 			return
 		}
 	}
 }
 
-func (n *Node) sleep(d time.Duration) bool {
+func (cn *connector) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-n.ctx.Done():
+	case <-cn.ctx.Done():
 		return false
 	}
 }
@@ -191,13 +256,13 @@ func (n *Node) sleep(d time.Duration) bool {
 // readLoop reads l until it fails or is closed. All the complete lines of
 // one read go to the loop in one event, so that the lines they cause
 // leave in one write per link.
-func (n *Node) readLoop(l *link) {
-	l.r.Heartbeats = n.extensions()
+func (cn *connector) readLoop(l *link) {
+	l.r.Heartbeats = extensionsOn(&cn.cfg)
 	first := true // the next line is the first on l
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
-			n.post(func() { n.readFailed(l, err) })
+			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 		l.heard()
@@ -205,7 +270,7 @@ func (n *Node) readLoop(l *link) {
 			// The identity line (identity.go), read as a HEARTBEAT.
 			isFirst := first
 			first = false
-			if !n.post(func() { n.helloArrived(l, h, isFirst) }) {
+			if !cn.loop.post(input{kind: inHello, l: l, hello: &h, flag: isFirst}) {
 				return
 			}
 			continue
@@ -213,7 +278,7 @@ func (n *Node) readLoop(l *link) {
 		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
 			// A would-be predecessor that says only that it is alive may
 			// claim a live one's place (duplicate.go).
-			if !n.post(func() { n.aliveFirst(l) }) {
+			if !cn.loop.post(input{kind: inAlive, l: l}) {
 				return
 			}
 		}
@@ -238,14 +303,14 @@ func (n *Node) readLoop(l *link) {
 		}
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
-		if !n.post(func() { n.handleAll(l, msgs) }) {
+		if !cn.loop.post(input{kind: inLines, l: l, msgs: msgs}) {
 			return
 		}
-		if hello != nil && !n.post(func() { n.helloArrived(l, *hello, false) }) {
+		if hello != nil && !cn.loop.post(input{kind: inHello, l: l, hello: hello}) {
 			return
 		}
 		if err != nil {
-			n.post(func() { n.readFailed(l, err) })
+			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
 			return
 		}
 	}
@@ -279,12 +344,12 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 		return false
 	}
 	if cur == l {
-		if n.refusedAsDuplicate(l, msg) { // duplicate.go
+		if n.dup.refusedAsDuplicate(l, msg) { // duplicate.go
 			n.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
 			return false
 		}
 		n.received(l, msg)
-		if err := n.step(protocol.Recv(l.side, msg)); err != nil {
+		if err := n.step(protocol.Recv(l.side, msg), nil); err != nil {
 			n.violation(l, err)
 			return false
 		}
@@ -292,7 +357,7 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 	}
 	// A pending predecessor connection. With the extension lines on it is
 	// held while the current one is alive (duplicate.go).
-	if n.holdPred(l, msg) {
+	if n.dup.holdPred(l, msg) {
 		return true
 	}
 	return n.promotePred(l, msg)
@@ -305,15 +370,14 @@ func (n *Node) handle(l *link, msg protocol.Message) bool {
 // (rate-limited) bad input it may turn out to be: a stranger's junk line
 // must not cost a log line and a trace record each. Loop only.
 func (n *Node) promotePred(l *link, msg protocol.Message) bool {
-	acts, err := n.stepSaved(protocol.Promote(l.side, msg), n.acts[:0])
+	err := n.stepThen(protocol.Promote(l.side, msg), nil, func() {
+		n.received(l, msg)
+		n.takePred(l)
+	})
 	if err != nil {
 		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
 		return false
 	}
-	n.acts = acts
-	n.received(l, msg)
-	n.takePred(l)
-	n.perform(acts)
 	return true
 }
 
@@ -323,7 +387,7 @@ func (n *Node) takePred(l *link) {
 	delete(n.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
 	if cur := n.pred; cur != nil {
-		n.replaced(cur, l) // duplicate.go
+		n.dup.replaced(cur, l) // duplicate.go
 		cur.shut()
 	}
 	n.pred = l
@@ -343,10 +407,8 @@ func (n *Node) received(l *link, msg protocol.Message) {
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
 func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.post(func() {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
-			Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)})
-	})
+	n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)}})
 }
 
 // violation reports bad input on l and closes it; the log line and the
@@ -395,7 +457,9 @@ func (n *Node) readFailed(l *link, err error) {
 // drop closes l and, if it was a current link, marks that link down.
 // Loop only.
 func (n *Node) drop(l *link, err error) {
-	l.shut()
+	if !l.closing {
+		l.shut()
+	}
 	delete(n.adm.pending, l)
 	if n.pred != l && n.succ != l {
 		return
@@ -413,7 +477,7 @@ func (n *Node) drop(l *link, err error) {
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
 	// not restart the count.
-	if err := n.step(protocol.LinkDown(l.side, n.since(l.heardAt()))); err != nil && n.broken == nil {
+	if err := n.step(protocol.LinkDown(l.side, n.st.since(l.heardAt())), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: link down", "err", err)
 	}
 }
@@ -422,7 +486,7 @@ func (n *Node) drop(l *link, err error) {
 // machine says. Loop only.
 func (n *Node) linkUp(l *link) {
 	n.announceUp(l)
-	if err := n.step(protocol.LinkUp(l.side)); err != nil {
+	if err := n.step(protocol.LinkUp(l.side), nil); err != nil {
 		n.log.Error("internal error: link up", "err", err)
 	}
 }
@@ -445,7 +509,7 @@ func (n *Node) configMismatch(l *link, err error) bool {
 		// is bad input, never a reason to halt the chain.
 		return false
 	}
-	if n.undoMismatch(l, err) {
+	if n.undo.undoMismatch(l, err) {
 		return true // undo.go
 	}
 	peer := n.peerName(l.side)
@@ -466,9 +530,9 @@ func (n *Node) configMismatch(l *link, err error) bool {
 	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
 		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
 	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
 	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), n.runs()))
+		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
 	default:
 		return false
 	}
@@ -491,5 +555,5 @@ func (n *Node) refused(l *link, err error) {
 	n.refusedOnce = true
 	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
-	n.undoRefused(l) // undo.go
+	n.undo.undoRefused(l) // undo.go
 }

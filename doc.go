@@ -40,18 +40,36 @@
 // package secure. The machine owns the protocol and its time: every
 // round's state, the exit wave's delivery, restarted peers, the fault
 // policy, faults and timeouts. One goroutine per node owns the machine
-// (loop.go): every input (the lines of a read, a link up or down, a
-// task's end, the clock's tick, an API call) is an event for it; it steps
-// the machine, persists the turn's journal records with one fsync, then
-// writes each link's lines once, answers waiters and starts tasks, acting
-// on the machine's actions and never asking it back. node.go holds the
-// API and the only references to the machine, rounds.go what the driver
-// keeps per round beside it (waiters and results, dropped when the
-// machine forgets the round), task.go the task runner, link.go a link
-// with its outbox and writer, connect.go and admission.go accepting,
-// dialing and reading, health.go the clock (heartbeat lines and the
-// machine's ticks) and neighbour faults, notice.go fault notices, state.go
-// the journal's part. Config.Listener and Config.Dial are the transport
+// (loop.go): every input (the lines of a read, a connection accepted or
+// lost, a task's end, the clock's tick, an API call) is a typed input for
+// it, listed in one switch; the stepper steps the machine, the store
+// persists the turn's records with one fsync, then each link's lines are
+// written once, waiters answered and tasks started, acting on the
+// machine's actions and never asking it back.
+//
+// The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
+// machine's actions and the fault book; loop.go the inputs, the switch
+// and the turn (persist, act, flush); step.go the stepper, the only
+// caller of Machine.Step, and the machine's read-only view; store.go the
+// state directory (journal and steering file), state.go resuming from it;
+// rounds.go the round book (waiters and results, dropped when the machine
+// forgets the round); follow.go the rounds handed to a following
+// application; result.go and undelivered.go results and their errors;
+// task.go the task runner and its shared workers; undo.go the undo wave's
+// part; link.go a link with its outbox and writer, writenow_unix.go and
+// writenow_other.go its non-blocking write; connect.go the connector
+// (accepting, dialing and reading, off the loop) and the loop's side of
+// the links; admission.go pending connections and the rate limit of
+// what strangers make the node log; prevhost.go the predecessor's host
+// check; identity.go the identity line; duplicate.go two processes in
+// one place; health.go the clock (heartbeat lines and ticks) and timeout
+// faults; liveness.go faults that clear and restart graces; notice.go
+// fault notices and configuration mismatches; steer.go steering (holds,
+// approvals, pause, cancel, retry); config.go the configuration; crew.go
+// the node's goroutines, which Close waits for; panic.go the panic
+// handler every goroutine runs under; doc.go this comment.
+//
+// Config.Listener and Config.Dial are the transport
 // seam: tests put nodes on an in-memory network through them
 // (docs/DESIGN.md, "The shape of the code"; docs/TESTING.md).
 package chainsync

@@ -26,8 +26,8 @@ import (
 // and a link that flips again and again between two addresses is logged
 // at ERROR, at most once a minute.
 
-// dupState is the loop's record of would-be predecessors that claim the
-// current one's place.
+// dupState is the duplicate guard: the would-be predecessors that claim
+// the current one's place, held, refused or let in. The loop's.
 type dupState struct {
 	held  *link              // a predecessor connection held while the current one is alive
 	since time.Time          // when it was held
@@ -41,7 +41,46 @@ type dupState struct {
 	// The draft's wire: replacements of a predecessor connection.
 	swaps  []time.Time
 	logged time.Time
+
+	host      dupHost
+	view      machineView
+	book      *roundBook
+	log       *slog.Logger
+	plim      *admitLimiter
+	heartbeat time.Duration // Config.Heartbeat
+	ext       bool          // the extension lines are on
+	self      string        // this node's name in a notice
+	buf       []byte        // scratch for a notice
 }
+
+// dupHost is what the duplicate guard reaches of its node: its links
+// (the current predecessor, the pending ones), the loop's step and
+// inputs, and the fault record.
+type dupHost interface {
+	inbox
+	predLink() *link
+	isPending(l *link) bool
+	isClosed() bool
+	drop(l *link, err error)
+	takePred(l *link)
+	promotePred(l *link, msg protocol.Message) bool
+	handleAll(l *link, msgs []protocol.Message)
+	lastWords(l *link, line []byte)
+	step(ev protocol.Event, cause *FaultError) error
+	broken() error
+	recordFault(f Fault)
+	peerName(side protocol.Side) string
+}
+
+// predLink is the current predecessor link, nil when down. Loop only.
+func (n *Node) predLink() *link { return n.pred }
+
+// isPending reports whether l is a pending predecessor connection. Loop
+// only.
+func (n *Node) isPending(l *link) bool { return n.adm.pending[l] }
+
+// isClosed reports whether Close has begun. Loop only.
+func (n *Node) isClosed() bool { return n.closed }
 
 // KindDuplicateNode is the notice kind that tells a refused newcomer why.
 const kindDuplicateNode = string(FaultDuplicateNode)
@@ -60,47 +99,46 @@ func silentFor(l *link) time.Duration {
 // has gone quiet: silent for two heartbeat intervals, where a live one
 // says something at least every interval and a half, and before the
 // machine, at three, would call it silent. Loop only.
-func (n *Node) predGone() bool {
-	return n.pred == nil || n.pred.heardAt() == 0 || silentFor(n.pred) >= 2*n.cfg.Heartbeat
+func (g *dupState) predGone() bool {
+	return g.host.predLink() == nil || g.host.predLink().heardAt() == 0 || silentFor(g.host.predLink()) >= 2*g.heartbeat
 }
 
 // holdPred decides on msg, a protocol line from the pending predecessor
 // connection l: true if l is held (msg is kept for later), false if l may
 // replace the current connection now. Loop only.
-func (n *Node) holdPred(l *link, msg protocol.Message) bool {
-	d := &n.dup
-	if d.held == l {
-		if len(d.queue) >= maxHeld {
-			n.log.Warn("closed a held would-be predecessor connection: too many lines while it waited (it re-dials)", "peer", l.peer)
-			n.releaseHeld()
-			n.drop(l, fmt.Errorf("more than %d lines while held", maxHeld))
+func (g *dupState) holdPred(l *link, msg protocol.Message) bool {
+	if g.held == l {
+		if len(g.queue) >= maxHeld {
+			g.log.Warn("closed a held would-be predecessor connection: too many lines while it waited (it re-dials)", "peer", l.peer)
+			g.release()
+			g.host.drop(l, fmt.Errorf("more than %d lines while held", maxHeld))
 			return true
 		}
-		d.queue = append(d.queue, msg)
+		g.queue = append(g.queue, msg)
 		return true
 	}
-	if !n.extensions() || n.predGone() {
+	if !g.ext || g.predGone() {
 		return false
 	}
-	n.hold(l)
-	d.queue = append(d.queue, msg)
+	g.hold(l)
+	g.queue = append(g.queue, msg)
 	return true
 }
 
 // admitPred admits l, a pending predecessor connection whose identity
 // line checked out: it replaces the current connection now, or is held
 // while that one is alive. Loop only.
-func (n *Node) admitPred(l *link) {
-	if n.dup.held == l {
+func (g *dupState) admitPred(l *link) {
+	if g.held == l {
 		return
 	}
-	if n.extensions() && !n.predGone() {
-		n.hold(l)
+	if g.ext && !g.predGone() {
+		g.hold(l)
 		return
 	}
-	n.takePred(l)
-	if err := n.step(protocol.LinkUp(protocol.Pred)); err != nil && n.broken == nil {
-		n.log.Error("internal error: link up", "err", err)
+	g.host.takePred(l)
+	if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
+		g.log.Error("internal error: link up", "err", err)
 	}
 }
 
@@ -109,47 +147,64 @@ func (n *Node) admitPred(l *link) {
 // if the current connection is alive, so that a second live process is
 // found even before it opens a round; otherwise it stays pending until
 // its first protocol line. Loop only.
-func (n *Node) aliveFirst(l *link) {
-	if n.closed || !n.adm.pending[l] || n.dup.held == l || !n.extensions() || n.predGone() {
+func (g *dupState) aliveFirst(l *link) {
+	if g.host.isClosed() || !g.host.isPending(l) || g.held == l || !g.ext || g.predGone() {
 		return
 	}
-	n.hold(l)
+	g.hold(l)
 }
 
 // hold starts holding l. Loop only.
-func (n *Node) hold(l *link) {
-	d := &n.dup
-	if old := d.held; old != nil && old != l {
-		n.releaseHeld()
-		n.drop(old, fmt.Errorf("a newer connection claims the predecessor's place"))
+func (g *dupState) hold(l *link) {
+	if old := g.held; old != nil && old != l {
+		g.release()
+		g.host.drop(old, fmt.Errorf("a newer connection claims the predecessor's place"))
 	}
-	d.held, d.since, d.queue = l, time.Now(), d.queue[:0]
+	g.held, g.since, g.queue = l, time.Now(), g.queue[:0]
 	// It waits for a verdict, not for its first line: no pending deadline.
 	_ = l.c.SetReadDeadline(time.Time{})
-	n.log.Warn("a new connection claims to be the predecessor while the current one is alive; holding it: it gets in if the current one goes silent (a restart), and is refused if both stay alive",
-		"current", n.pred.peer, "new", l.peer)
-	n.armHeld()
+	g.log.Warn("a new connection claims to be the predecessor while the current one is alive; holding it: it gets in if the current one goes silent (a restart), and is refused if both stay alive",
+		"current", g.host.predLink().peer, "new", l.peer)
+	g.armHeld()
 }
 
 // armHeld schedules the next check on the held connection.
-func (n *Node) armHeld() {
-	every := max(n.cfg.Heartbeat/4, 5*time.Millisecond)
-	d := &n.dup
-	if d.timer != nil {
-		d.timer.Reset(every)
+func (g *dupState) armHeld() {
+	every := max(g.heartbeat/4, 5*time.Millisecond)
+	if g.timer != nil {
+		g.timer.Reset(every)
 		return
 	}
-	d.timer = time.AfterFunc(every, func() { n.post(n.checkHeld) })
+	g.timer = time.AfterFunc(every, func() { safely(g.postCheckHeld) })
 }
 
-// releaseHeld forgets the held connection (it got in, or was closed).
-// Loop only.
-func (n *Node) releaseHeld() {
-	d := &n.dup
-	d.held, d.queue = nil, nil
-	if d.timer != nil {
-		d.timer.Stop()
+// postCheckHeld is the held connection's timer: time for checkHeld.
+func (g *dupState) postCheckHeld() { g.host.post(input{kind: inCheckHeld}) }
+
+// release forgets the held connection (it got in, or was closed).
+func (g *dupState) release() {
+	g.held, g.queue = nil, nil
+	if g.timer != nil {
+		g.timer.Stop()
 	}
+}
+
+// swapped notes a replacement of the predecessor connection at now: how
+// many there were within the last minute, and whether to log them (at
+// most once a minute, from flipsLogged on).
+func (g *dupState) swapped(now time.Time) (count int, log bool) {
+	keep := g.swaps[:0]
+	for _, t := range g.swaps {
+		if now.Sub(t) < time.Minute {
+			keep = append(keep, t)
+		}
+	}
+	g.swaps = append(keep, now)
+	if len(g.swaps) >= flipsLogged && now.Sub(g.logged) >= time.Minute {
+		g.logged = now
+		return len(g.swaps), true
+	}
+	return len(g.swaps), false
 }
 
 // checkHeld decides on the held connection: in, once the current one is
@@ -157,60 +212,58 @@ func (n *Node) releaseHeld() {
 // the newcomer arrived (half a heartbeat interval later, so that what was
 // in flight from a process that died does not count); else later.
 // Loop only.
-func (n *Node) checkHeld() {
-	d := &n.dup
-	l := d.held
-	if l == nil || n.closed {
+func (g *dupState) checkHeld() {
+	l := g.held
+	if l == nil || g.host.isClosed() {
 		return
 	}
-	if !n.adm.pending[l] {
-		n.releaseHeld() // closed or evicted meanwhile
+	if !g.host.isPending(l) {
+		g.release() // closed or evicted meanwhile
 		return
 	}
 	switch {
-	case n.predGone():
-		queue := append([]protocol.Message(nil), d.queue...)
-		n.releaseHeld()
+	case g.predGone():
+		queue := append([]protocol.Message(nil), g.queue...)
+		g.release()
 		if len(queue) == 0 {
-			n.takePred(l)
-			if err := n.step(protocol.LinkUp(protocol.Pred)); err != nil && n.broken == nil {
-				n.log.Error("internal error: link up", "err", err)
+			g.host.takePred(l)
+			if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
+				g.log.Error("internal error: link up", "err", err)
 			}
 			return
 		}
-		if n.promotePred(l, queue[0]) {
-			n.handleAll(l, queue[1:])
+		if g.host.promotePred(l, queue[0]) {
+			g.host.handleAll(l, queue[1:])
 		}
-	case n.pred.heardAt() > d.since.Add(n.cfg.Heartbeat/2).UnixNano():
-		n.duplicate(l)
+	case g.host.predLink().heardAt() > g.since.Add(g.heartbeat/2).UnixNano():
+		g.duplicate(l)
 	default:
-		n.armHeld()
+		g.armHeld()
 	}
 }
 
 // duplicate refuses the held connection l: two live processes claim the
 // predecessor's place. Loop only.
-func (n *Node) duplicate(l *link) {
-	d := &n.dup
-	cur := n.pred
-	n.releaseHeld()
-	place := n.peerName(protocol.Pred)
-	if d.reported != cur {
-		d.reported = cur
+func (g *dupState) duplicate(l *link) {
+	cur := g.host.predLink()
+	g.release()
+	place := g.host.peerName(protocol.Pred)
+	if g.reported != cur {
+		g.reported = cur
 		fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Pred, Peer: place,
 			Reason: fmt.Sprintf("two live processes claim the place of this node's predecessor %s: %s (the current connection, alive) and %s (a new one, refused); stop one of them: the rounds the current one opens go on, the newcomer's never run",
 				place, cur.peer, l.peer)}
-		n.recordFault(fe.fault())
+		g.host.recordFault(fe.fault())
 	} else {
-		n.plim.note(kindRefused, slog.LevelWarn, "refused a second process claiming the predecessor's place again (duplicate-node, reported already)",
+		g.plim.note(kindRefused, slog.LevelWarn, "refused a second process claiming the predecessor's place again (duplicate-node, reported already)",
 			"peer", l.peer, "current", cur.peer)
 	}
-	if n.extensions() {
-		note := protocol.Notice{Kind: kindDuplicateNode, Origin: n.selfName(), Blamed: protocol.NoticeName(place)}
-		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+	if g.ext {
+		note := protocol.Notice{Kind: kindDuplicateNode, Origin: g.self, Blamed: protocol.NoticeName(place)}
+		g.buf = wire.Append(g.buf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		g.host.lastWords(l, g.buf)
 	}
-	n.drop(l, fmt.Errorf("refused: another live connection holds the predecessor's place"))
+	g.host.drop(l, fmt.Errorf("refused: another live connection holds the predecessor's place"))
 }
 
 // refusedAsDuplicate acts on a notice from the successor, true if it was
@@ -218,53 +271,41 @@ func (n *Node) duplicate(l *link) {
 // reports duplicate-node itself and ends every round it has not
 // finished, whatever the fault policy, so that no task of a round it
 // opened runs anywhere. Loop only.
-func (n *Node) refusedAsDuplicate(l *link, msg protocol.Message) bool {
+func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 	note := msg.Note
 	if l.side != protocol.Succ || msg.Cmd != protocol.FaultNotice || note == nil || note.Kind != kindDuplicateNode || note.HasRound {
 		return false
 	}
-	fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Succ, Peer: n.peerName(protocol.Succ),
+	fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Succ, Peer: g.host.peerName(protocol.Succ),
 		Reason: fmt.Sprintf("%s refused this node as its predecessor: another live process already holds this node's place (%s) there; stop one of the two (the rounds this node opens never run)",
 			note.Origin, note.Blamed)}
-	if !n.dup.refused {
-		n.dup.refused = true
-		n.recordFault(fe.fault())
+	if !g.refused {
+		g.refused = true
+		g.host.recordFault(fe.fault())
 	}
 	var open []string
-	for id, ri := range n.rounds {
-		if st := n.stateOf(id); st != 0 && !st.Terminal() && !ri.finished() {
+	for id, ri := range g.book.byID {
+		if st, _ := g.view.State(id); st != 0 && !st.Terminal() && !ri.finished() {
 			open = append(open, id)
 		}
 	}
 	slices.Sort(open)
 	for _, id := range open {
-		n.cause = fe // each step's actions end with it cleared
-		if err := n.step(protocol.Abort(id)); err != nil && n.broken == nil {
-			n.log.Error("internal error: abort", "round", id, "err", err)
+		if err := g.host.step(protocol.Abort(id), fe); err != nil && g.host.broken() == nil {
+			g.log.Error("internal error: abort", "round", id, "err", err)
 		}
 	}
-	n.cause = nil
 	return true
 }
 
 // replaced logs that l replaced cur as the predecessor connection and,
 // on the draft's wire, notes a link that flips between two processes.
 // Loop only.
-func (n *Node) replaced(cur, l *link) {
-	n.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
-	d := &n.dup
-	now := time.Now()
-	keep := d.swaps[:0]
-	for _, t := range d.swaps {
-		if now.Sub(t) < time.Minute {
-			keep = append(keep, t)
-		}
-	}
-	d.swaps = append(keep, now)
-	if len(d.swaps) >= flipsLogged && now.Sub(d.logged) >= time.Minute {
-		d.logged = now
-		n.log.Error(fmt.Sprintf("two nodes dial this node as its predecessor: %s and %s", cur.peer, l.peer),
-			"replacements_last_minute", len(d.swaps),
+func (g *dupState) replaced(cur, l *link) {
+	g.log.Info("predecessor connection replaced by a new one", "old", cur.peer, "new", l.peer)
+	if count, log := g.swapped(time.Now()); log {
+		g.log.Error(fmt.Sprintf("two nodes dial this node as its predecessor: %s and %s", cur.peer, l.peer),
+			"replacements_last_minute", count,
 			"hint", "each new connection replaces the other: two processes claim one place (a second copy of the predecessor, or a node whose --chain differs); stop one, or compare the nodes' --chain (chainsync check)")
 	}
 }

@@ -1,6 +1,7 @@
 package chainsync
 
 import (
+	"sync"
 	"time"
 )
 
@@ -23,54 +24,68 @@ type RoundResult struct {
 // resumed rounds it was not yet locally ready for. The application
 // answers each with Ready once it is ready for it. The channel is closed
 // by Close; without Follow it delivers nothing.
-func (n *Node) Rounds() <-chan string { return n.roundsCh }
+func (n *Node) Rounds() <-chan string { return n.feed.ch }
 
 // opened notes a round this node just heard of (ActOpened): by its
 // predecessor's READY (upstream), or by Ready. Loop only.
 func (n *Node) opened(id string, upstream bool) {
 	if n.cfg.Follow {
-		n.round(id) // when it was opened, for Snapshot
+		n.book.get(id) // when it was opened, for Snapshot
 	}
 	n.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
 	if upstream && n.cfg.Follow {
 		if n.infoOn() {
 			n.log.Info("round opened by the predecessor", "round", id)
 		}
-		n.announceRound(id)
+		n.feed.add(id)
 	}
 }
 
-// announceRound queues id for Rounds. Loop only.
-func (n *Node) announceRound(id string) {
-	n.rmu.Lock()
-	n.roundsQ = append(n.roundsQ, id)
-	n.rmu.Unlock()
+// roundFeed is the follow queue (Config.Follow): the rounds learned from
+// the predecessor, queued by the loop and handed to the application, in
+// order, by a goroutine of its own (run), so that the loop never waits
+// for the application.
+type roundFeed struct {
+	ch  chan string   // Rounds
+	sig chan struct{} // q grew
+	mu  sync.Mutex    // guards q, shared by the loop and run
+	q   []string
+}
+
+func newRoundFeed() *roundFeed {
+	return &roundFeed{ch: make(chan string), sig: make(chan struct{}, 1)}
+}
+
+// add queues id for Rounds. Loop only.
+func (f *roundFeed) add(id string) {
+	f.mu.Lock()
+	f.q = append(f.q, id)
+	f.mu.Unlock()
 	select {
-	case n.roundsSig <- struct{}{}:
+	case f.sig <- struct{}{}:
 	default:
 	}
 }
 
-// handOutRounds hands the queued rounds to the application, in order, until
-// the node closes; then it closes the Rounds channel.
-func (n *Node) handOutRounds() {
-	defer n.wg.Done()
-	defer close(n.roundsCh)
+// run hands the queued rounds to the application, in order, until done;
+// then it closes the channel.
+func (f *roundFeed) run(done <-chan struct{}) {
+	defer close(f.ch)
 	var batch []string
 	for {
-		n.rmu.Lock()
-		batch, n.roundsQ = n.roundsQ, batch[:0]
-		n.rmu.Unlock()
+		f.mu.Lock()
+		batch, f.q = f.q, batch[:0]
+		f.mu.Unlock()
 		for _, id := range batch {
 			select {
-			case n.roundsCh <- id:
-			case <-n.ctx.Done():
+			case f.ch <- id:
+			case <-done:
 				return
 			}
 		}
 		select {
-		case <-n.roundsSig:
-		case <-n.ctx.Done():
+		case <-f.sig:
+		case <-done:
 			return
 		}
 	}

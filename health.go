@@ -20,12 +20,12 @@ import (
 
 // tickEvery is how often the clock ticks: half a heartbeat interval, and
 // at least ten times per timeout, within [5ms, 1s].
-func (n *Node) tickEvery() time.Duration {
+func tickEvery(cfg *Config) time.Duration {
 	d := time.Second
-	if hb := n.cfg.Heartbeat; hb > 0 {
+	if hb := cfg.Heartbeat; hb > 0 {
 		d = min(d, hb/2)
 	}
-	for _, t := range []time.Duration{n.cfg.PhaseTimeout, n.cfg.ExitWaveTimeout, n.cfg.ConnectTimeout} {
+	for _, t := range []time.Duration{cfg.PhaseTimeout, cfg.ExitWaveTimeout, cfg.ConnectTimeout} {
 		if t > 0 {
 			d = min(d, t/10)
 		}
@@ -33,38 +33,54 @@ func (n *Node) tickEvery() time.Duration {
 	return max(d, 5*time.Millisecond)
 }
 
-// clockState is the loop's clock: its ticker and when it last ticked.
+// clockState is the loop's clock: its ticker and when it last ticked. A
+// node without timing has none (nil), and its loop never ticks.
 type clockState struct {
 	t       *time.Ticker
 	last    time.Time
 	stalled time.Duration
 }
 
-// startClock makes the loop tick every tickEvery (Config timeouts or
+// newClock makes the loop tick every tickEvery (Config timeouts or
 // heartbeats): each tick sends HEARTBEAT on links idle for an interval
 // and steps a Tick, so a silent neighbour is reported within 3 intervals
 // and a half, a timeout within a tenth of it. Called by Start before the
 // loop runs.
-func (n *Node) startClock() {
-	every := n.tickEvery()
+func newClock(cfg *Config) *clockState {
+	every := tickEvery(cfg)
 	// A gap between ticks longer than stalled means this process itself
 	// did not run (stopped with SIGSTOP, or starved): what its neighbours
 	// sent meanwhile may still be unread, so the tick says Resumed and
 	// their silence is counted from then, never blamed on them.
 	stalled := 4 * every
-	if n.cfg.Heartbeat > 0 {
-		stalled = n.cfg.Heartbeat
+	if cfg.Heartbeat > 0 {
+		stalled = cfg.Heartbeat
 	}
-	n.clock = &clockState{t: time.NewTicker(every), last: time.Now(), stalled: stalled}
+	return &clockState{t: time.NewTicker(every), last: time.Now(), stalled: stalled}
 }
 
-// clockC is the channel the loop's ticks arrive on; nil (never) without
+// C is the channel the loop's ticks arrive on; nil (never) without
 // timing.
-func (n *Node) clockC() <-chan time.Time {
-	if n.clock == nil {
+func (c *clockState) C() <-chan time.Time {
+	if c == nil {
 		return nil
 	}
-	return n.clock.t.C
+	return c.t.C
+}
+
+// stop stops the ticker, if any.
+func (c *clockState) stop() {
+	if c != nil {
+		c.t.Stop()
+	}
+}
+
+// tick notes a tick at now: true if the process itself did not run for a
+// while before it (resumed).
+func (c *clockState) tick(now time.Time) (resumed bool) {
+	resumed = now.Sub(c.last) > c.stalled
+	c.last = now
+	return resumed
 }
 
 // onTick is the clock's event. Loop only.
@@ -72,18 +88,16 @@ func (n *Node) onTick() {
 	if n.closed {
 		return
 	}
-	c := n.clock
 	now := time.Now()
-	resumed := now.Sub(c.last) > c.stalled
-	c.last = now
+	resumed := n.clock.tick(now)
 	if hb := n.cfg.Heartbeat; hb > 0 {
 		for _, l := range []*link{n.pred, n.succ} {
 			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
-				n.queueLine(l, heartbeatLine, false, "")
+				n.cur.line(l, heartbeatLine, false, "")
 			}
 		}
 	}
-	if err := n.step(n.tick(resumed)); err != nil && n.broken == nil {
+	if err := n.step(n.tick(resumed), nil); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: tick", "err", err)
 	}
 }
@@ -93,32 +107,24 @@ func (n *Node) onTick() {
 func (n *Node) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
 	if l := n.pred; l != nil {
-		heard[protocol.Pred] = n.since(l.heardAt())
+		heard[protocol.Pred] = n.st.since(l.heardAt())
 	}
 	if l := n.succ; l != nil {
-		heard[protocol.Succ] = n.since(l.heardAt())
+		heard[protocol.Succ] = n.st.since(l.heardAt())
 	}
-	return protocol.Tick(time.Since(n.epoch), heard, resumed)
-}
-
-// since converts a UnixNano time (0: none) to the machine's time.
-func (n *Node) since(unixNano int64) time.Duration {
-	if unixNano == 0 {
-		return 0
-	}
-	return max(time.Unix(0, unixNano).Sub(n.epoch), 1)
+	return protocol.Tick(n.st.now(), heard, resumed)
 }
 
 var heartbeatLine = []byte("HEARTBEAT\n")
 
 // timedOut reports the machine's timeout a as a fault. The machine has
 // applied the fault policy itself: under halt the rounds the fault ends
-// follow as their own actions, and take this fault as their cause
-// (n.cause). Loop only.
-func (n *Node) timedOut(a *protocol.Action) {
+// follow as their own actions, and take this fault as their cause (the
+// fault returned). Loop only.
+func (fb *faultBook) timedOut(a *protocol.Action) *FaultError {
 	after := a.After.Round(time.Millisecond)
-	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: n.peerName(a.To), After: after}
-	wait := n.cfg.FaultPolicy == FaultWait
+	fe := &FaultError{Round: a.Round, State: a.From, Side: a.To, Peer: fb.host.peerName(a.To), After: after}
+	wait := fb.policy == FaultWait
 	switch a.Timeout {
 	case protocol.TimeoutPhase:
 		fe.Kind, fe.After, fe.Peer = FaultPhaseTimeout, a.After, ""
@@ -135,29 +141,29 @@ func (n *Node) timedOut(a *protocol.Action) {
 	case protocol.TimeoutSilence:
 		fe.Kind = FaultPeerSilent
 		fe.Reason = fmt.Sprintf("the %s %s has sent nothing, not even a heartbeat, for %v (3 heartbeat intervals): it is stopped, hung or cut off",
-			sideWord(a.To), n.peerName(a.To), after)
+			sideWord(a.To), fb.host.peerName(a.To), after)
 	case protocol.TimeoutGrace:
-		n.graceTimedOut(a, fe) // liveness.go
+		fb.graceTimedOut(a, fe) // liveness.go
 	case protocol.TimeoutUnreachable:
 		fe.Kind = FaultPeerUnreachable
-		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", n.cfg.Next)
+		fe.Reason = fmt.Sprintf("the successor at %s has not been reachable", fb.next)
 		if a.To == protocol.Pred {
-			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", n.ln.Addr())
+			fe.Reason = fmt.Sprintf("no healthy predecessor has connected on %s", fb.listen)
 		}
-		if n.cfg.Heartbeat > 0 {
+		if fb.heartbeat > 0 {
 			// The machine counts from when the neighbour was last heard
 			// from, not from when the connection noticed it was gone.
 			fe.Reason += fmt.Sprintf(" since it was last heard from, %s ago", fmtSecs(a.After))
 		}
 	default:
-		return
+		return nil
 	}
-	n.cause = fe
-	n.recordFault(fe.fault())
+	fb.record(fe.fault())
 	switch {
 	case wait && a.Timeout == protocol.TimeoutPhase:
-		n.log.Warn("fault policy wait: the round keeps waiting", "round", a.Round)
+		fb.log.Warn("fault policy wait: the round keeps waiting", "round", a.Round)
 	case wait:
-		n.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
+		fb.log.Warn("fault policy wait: keeping every round and waiting for the neighbour to come back", "round", a.Round)
 	}
+	return fe
 }

@@ -206,14 +206,14 @@ func startWatched(t *testing.T, cfg Config) *watched {
 // state returns the machine's state of round at the node (0 if unknown).
 func (w *watched) state(round string) protocol.State {
 	var st protocol.State
-	w.call(func() { st, _ = w.m.State(round) })
+	w.call(func() { st, _ = w.view.State(round) })
 	return st
 }
 
 // active returns the number of unfinished rounds at the node.
 func (w *watched) active() int {
 	k := 0
-	w.call(func() { k = w.m.Active() })
+	w.call(func() { k = w.view.Active() })
 	return k
 }
 
@@ -221,7 +221,7 @@ func (w *watched) active() int {
 // never pruned: peer input alone must not grow it.
 func (w *watched) driverRounds() int {
 	k := 0
-	w.call(func() { k = len(w.rounds) })
+	w.call(func() { k = len(w.book.byID) })
 	return k
 }
 

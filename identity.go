@@ -31,6 +31,8 @@ type identity struct {
 	chain  string // the digest of Config.Chain
 	rounds string // the digest of Config.RoundSettings
 	names  []string
+	// settings says what rounds this node runs, for a mismatch.
+	settings string
 }
 
 // chainDigest is the digest of a chain: its names and addresses, in order.
@@ -45,16 +47,11 @@ func chainDigest(names, addrs []string) string {
 	return wire.Digest(b.String())
 }
 
-// ident returns this node's identity, nil if it sends none: without
+// newIdentity returns the node's identity, nil if it sends none: without
 // Config.Chain or without the extension lines (the draft's wire is
-// unchanged). Loop only.
-func (n *Node) ident() *identity {
-	if n.idDone {
-		return n.id
-	}
-	n.idDone = true
-	cfg := &n.cfg
-	if len(cfg.Chain) == 0 || len(cfg.ChainAddrs) != len(cfg.Chain) || !n.extensions() {
+// unchanged).
+func newIdentity(cfg *Config) *identity {
+	if len(cfg.Chain) == 0 || len(cfg.ChainAddrs) != len(cfg.Chain) || !extensionsOn(cfg) {
 		return nil
 	}
 	pos := slices.Index(cfg.Chain, cfg.Name)
@@ -70,18 +67,21 @@ func (n *Node) ident() *identity {
 		return nil
 	}
 	id.line = wire.AppendHello(nil, h)
-	n.id = id
+	id.settings = "this node runs " + runsText(cfg.Rounds)
+	if cfg.RoundSettings != "" {
+		id.settings = "this node runs " + cfg.RoundSettings
+	}
 	return id
 }
 
 // sendHello queues this node's identity line on l, first. Loop only.
 func (n *Node) sendHello(l *link) {
-	id := n.ident()
+	id := n.id
 	if id == nil || l.helloSent {
 		return
 	}
 	l.helloSent = true
-	n.queueLine(l, id.line, false, "")
+	n.cur.line(l, id.line, false, "")
 }
 
 // errMismatch closes a link whose identity line showed a neighbour
@@ -100,16 +100,16 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		n.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
 		return
 	}
-	id := n.ident()
+	id := n.id
 	if id == nil {
 		// Nothing to compare it with: the line only says the peer is
 		// alive, which may claim a live predecessor's place.
 		if l.side == protocol.Pred && l != n.pred {
-			n.aliveFirst(l)
+			n.dup.aliveFirst(l)
 		}
 		return
 	}
-	if reason := n.compareHello(l.side, h); reason != "" {
+	if reason := id.compare(l.side, h); reason != "" {
 		n.helloMismatch(l, h.Name, reason)
 		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
 		n.drop(l, errMismatch)
@@ -119,13 +119,12 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 		return
 	}
 	n.sendHello(l)
-	n.admitPred(l)
+	n.dup.admitPred(l)
 }
 
-// compareHello says how the neighbour on side that sent h differs from the
+// compare says how the neighbour on side that sent h differs from the
 // one this node's chain names there, or "" if it is that one. Loop only.
-func (n *Node) compareHello(side protocol.Side, h wire.Hello) string {
-	id := n.id
+func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 	want := id.pos - 1
 	what := "predecessor"
 	if side == protocol.Succ {
@@ -137,20 +136,19 @@ func (n *Node) compareHello(side protocol.Side, h wire.Hello) string {
 	exp := id.names[want]
 	switch {
 	case h.Chain != id.chain:
-		return n.chainDiff(h)
+		return id.chainDiff(h)
 	case h.Name != exp || h.Pos != want+1 || h.Size != len(id.names):
 		return fmt.Sprintf("this node's %s is %s (node %d of %d in --chain), but %s answered there, saying it is node %d of %d: check that node's --name, and the addresses it dials and listens on",
 			what, exp, want+1, len(id.names), h.Name, h.Pos, h.Size)
 	case h.Rounds != id.rounds:
 		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve and --undo on every node or none",
-			h.Name, n.settingsWord())
+			h.Name, id.settings)
 	}
 	return ""
 }
 
 // chainDiff says how h's chain differs from this node's. Loop only.
-func (n *Node) chainDiff(h wire.Hello) string {
-	id := n.id
+func (id *identity) chainDiff(h wire.Hello) string {
 	mine := strings.Join(id.names, ",")
 	switch {
 	case h.Names != nil && !slices.Equal(h.Names, id.names):
@@ -166,28 +164,20 @@ func (n *Node) chainDiff(h wire.Hello) string {
 		h.Name, h.Name, h.Pos, h.Size, len(id.names), here)
 }
 
-// settingsWord names this node's round settings for a message.
-func (n *Node) settingsWord() string {
-	if s := n.cfg.RoundSettings; s != "" {
-		return "this node runs " + s
-	}
-	return "this node runs " + n.runs()
-}
-
 // dialFunc is how this node reaches its successor: Config.Dial, or TCP
 // from Config.DialFrom if set and bindable, else from the address the
 // system picks (nil).
-func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, error) {
-	if n.cfg.Dial != nil || n.cfg.DialFrom == "" {
-		return n.cfg.Dial
+func (cn *connector) dialFunc() func(ctx context.Context, addr string) (net.Conn, error) {
+	if cn.cfg.Dial != nil || cn.cfg.DialFrom == "" {
+		return cn.cfg.Dial
 	}
-	return transport.DialFrom(n.cfg.DialFrom, func(err error) {
+	return transport.DialFrom(cn.cfg.DialFrom, func(err error) {
 		level := slog.LevelInfo
-		if !n.extensions() && n.cfg.Secure == nil {
+		if !extensionsOn(&cn.cfg) && cn.cfg.Secure == nil {
 			level = slog.LevelWarn // the successor checks this node's host
 		}
-		n.log.Log(context.Background(), level, "cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host, on plain TCP without --heartbeat, refuses a connection from another)",
-			"from", n.cfg.DialFrom, "err", err.Error())
+		cn.log.Log(context.Background(), level, "cannot dial the successor from this node's own address; dialing from the address the system picks (a successor that checks its predecessor's host, on plain TCP without --heartbeat, refuses a connection from another)",
+			"from", cn.cfg.DialFrom, "err", err.Error())
 	})
 }
 
@@ -199,23 +189,19 @@ func (n *Node) dialFunc() func(ctx context.Context, addr string) (net.Conn, erro
 // round ends. The caller closes l. Loop only.
 func (n *Node) helloMismatch(l *link, who, reason string) {
 	key := mismatchKey{l.side, "chain", ""}
-	if n.mismatched[key] {
+	if !n.faults.firstMismatch(key) {
 		return
 	}
-	if n.mismatched == nil {
-		n.mismatched = make(map[mismatchKey]bool)
-	}
-	n.mismatched[key] = true
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
 		Reason: reason + "; compare the nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
 	n.recordFault(f)
 	if l != n.pred && l != n.succ {
-		note := n.noticeOf(f)
+		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+		n.lastWords(l, n.wbuf)
 	}
-	n.later(func() { n.announce(f, true, fe) })
+	n.faults.announceLater(f, true, fe)
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused

@@ -75,8 +75,8 @@ func TestIdentityLineTCP(t *testing.T) {
 func TestIdentityLineDifferences(t *testing.T) {
 	names := []string{"A", "B", "C"}
 	addrs := []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}
-	n := &Node{cfg: Config{Name: "B", Chain: names, ChainAddrs: addrs, RoundSettings: "--rounds 3", Heartbeat: time.Second}}
-	if n.ident() == nil {
+	id := newIdentity(&Config{Name: "B", Chain: names, ChainAddrs: addrs, RoundSettings: "--rounds 3", Heartbeat: time.Second})
+	if id == nil {
 		t.Fatal("no identity for a node with a chain and heartbeats")
 	}
 	parse := func(s string) wire.Hello {
@@ -100,14 +100,14 @@ func TestIdentityLineDifferences(t *testing.T) {
 		{protocol.Pred, "HELLO C 2/3 " + wire.Digest("x") + " " + wire.Digest("--rounds 3"),
 			"C's --chain differs from this node's: there C is node 2 of 3; in this node's (3 nodes) it is node 3 of 3"},
 	} {
-		got := n.compareHello(tc.side, parse(tc.line))
+		got := id.compare(tc.side, parse(tc.line))
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("%s on the %v side: %q, want %q", strings.TrimSpace(tc.line), tc.side, got, tc.want)
 		}
 	}
 	// Without heartbeats (the draft's wire), or without a chain, no line.
 	for _, cfg := range []Config{{Name: "B", Chain: names, ChainAddrs: addrs}, {Name: "B", Heartbeat: time.Second}} {
-		if (&Node{cfg: cfg}).ident() != nil {
+		if newIdentity(&cfg) != nil {
 			t.Errorf("%+v: an identity line, want none", cfg)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 const maxOutbox = 1 << 20
 
 // link is one connection to a neighbour: its reader, and an outbox with its
-// own writer, so that no socket write ever happens under the node's lock.
+// own writer, so that the node's loop never waits on a socket.
 //
 // The node's loop queues lines with enqueue once the turn's journal
 // records are synced, and flush tries to write the queue at once without
@@ -32,7 +32,11 @@ type link struct {
 	side protocol.Side
 	peer string
 	r    *wire.Reader
-	n    *Node
+	// The node, as far as a link reaches it: its loop, its goroutines'
+	// crew, and how long a write may wait for the peer.
+	loop         linkLoop
+	crew         *crew
+	writeTimeout time.Duration
 
 	wmu     sync.Mutex
 	out     []byte   // queued lines, not yet written
@@ -45,6 +49,7 @@ type link struct {
 	wdl     time.Time // writer only: when to refresh the write deadline
 
 	helloSent bool         // this node's identity line was queued on it (loop only)
+	closing   bool         // its last words are queued: closed after them (loop only)
 	firstLine string       // the first line queued on it, HEARTBEAT included (wmu)
 	firstAt   time.Time    // when (zero: none yet)
 	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
@@ -57,18 +62,22 @@ func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
 // heardAt is when the last line arrived from the peer (UnixNano, 0: never).
 func (l *link) heardAt() int64 { return l.lastRecv.Load() }
 
-func (n *Node) newLink(c net.Conn, side protocol.Side) *link {
-	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), n: n,
+// linkLoop is how a link reaches its node's loop: an input from its
+// writer, or a follow-up from a flush on the loop itself.
+type linkLoop interface {
+	inbox
+	later(in input)
+}
+
+func (cn *connector) newLink(c net.Conn, side protocol.Side) *link {
+	l := &link{c: c, side: side, peer: c.RemoteAddr().String(), loop: cn.loop, crew: cn.crew, writeTimeout: cn.cfg.WriteTimeout,
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	l.lastSent.Store(time.Now().UnixNano())
 	return l
 }
 
 // startWriter starts l's writer goroutine. Loop only.
-func (l *link) startWriter() {
-	l.n.wg.Add(1)
-	goSafe(l.writer)
-}
+func (l *link) startWriter() { l.crew.spawn(l.writer) }
 
 // enqueue queues one encoded line; exitWave marks the round's final
 // COMPLETE to the predecessor, whose delivery is reported to the node. It
@@ -98,11 +107,9 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 // closeConn closes l's connection on a goroutine of its own: a TLS close
 // writes close_notify, and the loop never waits on a socket.
 func (l *link) closeConn() {
-	l.n.wg.Add(1)
-	goSafe(func() {
-		defer l.n.wg.Done()
-		l.c.Close()
-	})
+	if !l.crew.spawn(func() { l.c.Close() }) {
+		l.c.Close() // Close is waiting: it waits for this too
+	}
 }
 
 // shut closes l; what is still queued on it (a fault notice) is written
@@ -124,13 +131,13 @@ func (l *link) shut() {
 		l.closeConn()
 		return
 	}
-	l.n.wg.Add(1)
-	goSafe(func() {
-		defer l.n.wg.Done()
+	if !l.crew.spawn(func() {
 		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
 		_, _ = l.c.Write(rest)
 		l.c.Close()
-	})
+	}) {
+		l.c.Close()
+	}
 }
 
 // shutWait and shutMax bound what a closing link still writes: a few
@@ -145,7 +152,6 @@ const (
 func (l *link) flush() { l.drain(false) }
 
 func (l *link) writer() {
-	defer l.n.wg.Done()
 	for {
 		select {
 		case <-l.wake:
@@ -181,7 +187,7 @@ func (l *link) drain(block bool) {
 	l.writing = false
 	if err != nil {
 		l.wmu.Unlock()
-		l.tell(block, func() { l.n.writeFailed(l, err) })
+		l.tell(block, input{kind: inWriteFailed, l: l, err: err})
 		return
 	}
 	if wrote < len(batch) {
@@ -199,17 +205,17 @@ func (l *link) drain(block bool) {
 		l.kick()
 	}
 	if len(marks) > 0 {
-		l.tell(block, func() { l.n.delivered(marks) })
+		l.tell(block, input{kind: inDelivered, rounds: marks})
 	}
 }
 
 // tell runs f on the loop: after the current event if the caller is the
 // loop (flush), as an event of its own from the writer (block).
-func (l *link) tell(writer bool, f func()) {
+func (l *link) tell(writer bool, in input) {
 	if writer {
-		l.n.post(f)
+		l.loop.post(in)
 	} else {
-		l.n.later(f)
+		l.loop.later(in)
 	}
 }
 
@@ -225,8 +231,8 @@ func (l *link) writeBlocking(b []byte) (int, error) {
 	// Refresh the deadline only when half of it is used up: setting it
 	// costs more than the write on the fast path.
 	if now := time.Now(); now.After(l.wdl) {
-		l.wdl = now.Add(l.n.cfg.WriteTimeout / 2)
-		_ = l.c.SetWriteDeadline(now.Add(l.n.cfg.WriteTimeout))
+		l.wdl = now.Add(l.writeTimeout / 2)
+		_ = l.c.SetWriteDeadline(now.Add(l.writeTimeout))
 	}
 	return l.c.Write(b)
 }

@@ -55,20 +55,20 @@ func liveKind(f Fault) (FaultKind, string, bool) {
 	return kind, protocol.NoticeName(f.Peer), true
 }
 
-// pageOnce notes f, a fault being recorded, and reports whether it is a
+// page notes f, a fault being recorded, and reports whether it is a
 // further report of a liveness fault in force here (no page). Loop only.
-func (n *Node) pageOnce(f Fault) (again bool) {
+func (lv *liveFaults) page(f Fault) (again bool) {
 	kind, who, ok := liveKind(f)
 	if !ok {
 		return false
 	}
-	if n.live.active[who] != nil {
+	if lv.active[who] != nil {
 		return true
 	}
-	if n.live.active == nil {
-		n.live.active = make(map[string]*liveFault)
+	if lv.active == nil {
+		lv.active = make(map[string]*liveFault)
 	}
-	n.live.active[who] = &liveFault{kind: kind, round: f.Round, since: time.Now(), found: f.Origin == ""}
+	lv.active[who] = &liveFault{kind: kind, round: f.Round, since: time.Now(), found: f.Origin == ""}
 	return false
 }
 
@@ -76,9 +76,9 @@ func (n *Node) pageOnce(f Fault) (again bool) {
 // notice of it is taken for one that was queued behind the fault: a new
 // silence cannot be found sooner than three heartbeat intervals after the
 // node was heard again, nor a down link sooner than the connect timeout.
-func (n *Node) staleWindow() time.Duration {
-	w := 3 * n.cfg.Heartbeat
-	if t := n.cfg.ConnectTimeout; t > 0 && t < w {
+func (fb *faultBook) staleWindow() time.Duration {
+	w := 3 * fb.heartbeat
+	if t := fb.connectTimeout; t > 0 && t < w {
 		w = t
 	}
 	return w
@@ -89,23 +89,23 @@ func (n *Node) staleWindow() time.Duration {
 // of a fault that has just cleared is logged and dropped. It reports
 // whether the notice is dealt with (not to be reported as a fault).
 // Loop only.
-func (n *Node) noticeLive(note protocol.Notice) bool {
+func (fb *faultBook) noticeLive(note protocol.Notice) bool {
 	who := protocol.NoticeName(note.Blamed)
 	if note.Kind == protocol.KindCleared {
-		if lf := n.live.active[who]; lf != nil && n.cfg.FaultPolicy == FaultWait {
-			n.clearFault(who, lf, time.Since(lf.since), note.Origin)
+		if lf := fb.live.active[who]; lf != nil && fb.policy == FaultWait {
+			fb.clearFault(who, lf, time.Since(lf.since), note.Origin)
 		}
 		return true
 	}
-	if n.cfg.FaultPolicy != FaultWait || n.live.active[who] != nil {
+	if fb.policy != FaultWait || fb.live.active[who] != nil {
 		return false
 	}
 	k := FaultKind(note.Kind)
 	if k != FaultPeerSilent && k != FaultPeerUnreachable {
 		return false
 	}
-	if at, ok := n.live.cleared[who]; ok && time.Since(at) < n.staleWindow() {
-		n.log.Info("late notice of a fault that has cleared; nothing to do", "notice", note.String(), "cleared", time.Since(at).Round(time.Millisecond).String()+" ago")
+	if at, ok := fb.live.cleared[who]; ok && time.Since(at) < fb.staleWindow() {
+		fb.log.Info("late notice of a fault that has cleared; nothing to do", "notice", note.String(), "cleared", time.Since(at).Round(time.Millisecond).String()+" ago")
 		return true
 	}
 	return false
@@ -113,71 +113,80 @@ func (n *Node) noticeLive(note protocol.Notice) bool {
 
 // back handles the machine's ActBack: the neighbour on side a.To, which
 // this node reported, is heard from again. Loop only.
-func (n *Node) back(a *protocol.Action) {
-	who := protocol.NoticeName(n.peerName(a.To))
-	lf := n.live.active[who]
+func (fb *faultBook) back(a *protocol.Action) {
+	who := protocol.NoticeName(fb.host.peerName(a.To))
+	lf := fb.live.active[who]
 	if lf == nil {
 		return
 	}
-	if n.cfg.FaultPolicy != FaultWait {
-		n.log.Info(fmt.Sprintf("%s is heard from again after %s (fault policy halt: the rounds it ended stay ended)", who, fmtSecs(a.After)))
+	if fb.policy != FaultWait {
+		fb.log.Info(fmt.Sprintf("%s is heard from again after %s (fault policy halt: the rounds it ended stay ended)", who, fmtSecs(a.After)))
 		return
 	}
-	n.clearFault(who, lf, a.After, "")
+	fb.clearFault(who, lf, a.After, "")
 }
 
 // clearFault clears the liveness fault lf blaming who, after it lasted
 // for: logs it, traces it (the recover hook), takes it out of the faults
 // Snapshot reports and, if this node heard the node back itself, tells
 // the chain with a fault-cleared notice. Loop only.
-func (n *Node) clearFault(who string, lf *liveFault, after time.Duration, by string) {
-	delete(n.live.active, who)
-	if n.live.cleared == nil {
-		n.live.cleared = make(map[string]time.Time)
-	}
-	n.live.cleared[who] = time.Now()
+func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, by string) {
+	fb.live.clear(who)
 	args := []any{"kind", string(lf.kind), "peer", who, "round", lf.round}
 	if by != "" {
 		args = append(args, "origin", by)
 	}
 	msg := fmt.Sprintf("fault cleared: %s is back after %s", who, fmtSecs(after))
-	if who == n.selfName() && by != "" {
+	if who == fb.self && by != "" {
 		msg = fmt.Sprintf("fault cleared: %s (this node) is back: %s hears from it again", who, by)
 	}
-	n.log.Warn(msg, args...)
-	n.faults = slices.DeleteFunc(n.faults, func(f Fault) bool {
+	fb.log.Warn(msg, args...)
+	fb.recent = slices.DeleteFunc(fb.recent, func(f Fault) bool {
 		_, b, ok := liveKind(f)
 		return ok && b == who
 	})
-	n.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
+	fb.host.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
 		Err: fmt.Errorf("%s is back after %s", who, fmtSecs(after))})
-	if by == "" && n.extensions() {
-		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: n.selfName(), Blamed: who}
-		n.later(func() {
-			if err := n.step(protocol.Report(note)); err != nil && n.broken == nil {
-				n.log.Error("internal error: fault-cleared notice", "err", err.Error())
-			}
-		})
+	if by == "" && fb.ext {
+		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: fb.self, Blamed: who}
+		fb.host.later(input{kind: inReport, note: &note})
 	}
+}
+
+// stepNote steps note, a notice this node sends (fault-cleared). Loop
+// only.
+func (n *Node) stepNote(note protocol.Notice) {
+	if err := n.step(protocol.Report(note), nil); err != nil && n.st.broken == nil {
+		n.log.Error("internal error: fault-cleared notice", "err", err.Error())
+	}
+}
+
+// clear notes that the fault blaming who cleared now.
+func (lv *liveFaults) clear(who string) {
+	delete(lv.active, who)
+	if lv.cleared == nil {
+		lv.cleared = make(map[string]time.Time)
+	}
+	lv.cleared[who] = time.Now()
 }
 
 // graceAct reports the machine's ActGrace: a restart grace began or
 // ended here. Loop only.
-func (n *Node) graceAct(a *protocol.Action) {
+func (fb *faultBook) graceAct(a *protocol.Action) {
 	g := a.Msg.Grace
 	if g == nil {
 		return
 	}
 	if g.For > 0 {
-		n.log.Info(fmt.Sprintf("%s may restart: nothing is reported about it for up to %s (its restart grace)", g.Node, fmtGrace(g.For)),
+		fb.log.Info(fmt.Sprintf("%s may restart: nothing is reported about it for up to %s (its restart grace)", g.Node, fmtGrace(g.For)),
 			"node", g.Node, "round", g.Round, "grace", fmtGrace(g.For))
 		return
 	}
-	n.log.Info(fmt.Sprintf("%s is back: its restart grace is over", g.Node), "node", g.Node, "round", g.Round)
+	fb.log.Info(fmt.Sprintf("%s is back: its restart grace is over", g.Node), "node", g.Node, "round", g.Round)
 }
 
 // graceTimedOut is the fault of a grace that ran out (TimeoutGrace).
-func (n *Node) graceTimedOut(a *protocol.Action, fe *FaultError) {
+func (fb *faultBook) graceTimedOut(a *protocol.Action, fe *FaultError) {
 	g := a.Msg.Grace
 	fe.Kind, fe.Peer, fe.After = FaultPeerUnreachable, g.Node, g.For
 	fe.Reason = fmt.Sprintf("%s did not come back within the restart grace (%s)", g.Node, fmtGrace(g.For))
@@ -199,11 +208,10 @@ func (g GraceStatus) String() string {
 }
 
 // graceSnapshot adds gs, the machine's graces in force, to st. Loop only.
-func (n *Node) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
+func (fb *faultBook) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
 	for _, g := range gs {
 		st.Restarting = append(st.Restarting, GraceStatus{Node: g.Node, Round: g.Round, Grace: g.For, Left: g.Left, Side: g.Side})
 	}
-	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)
 }
 
 // silentLink reports whether l is up but its neighbour has sent nothing

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ func checkLoop(t *testing.T) func() []string {
 		defer mu.Unlock()
 		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", n.cfg.Name, what))
 	}
-	loopCheck.Store(&f)
+	loopCheck.Store(&loopProbe{goid: curGoid, bad: f})
 	t.Cleanup(func() { loopCheck.Store(nil) })
 	return func() []string {
 		mu.Lock()
@@ -152,14 +153,15 @@ func TestLoopCheckCatches(t *testing.T) {
 	}
 	nd := nodes[0]
 	nd.Close() // its loop has ended: stepping here races with nothing
-	_ = nd.step(protocol.LocalReady("b"))
+	_ = nd.step(protocol.LocalReady("b"), nil)
 	if v := violations(); len(v) != 1 || !strings.Contains(v[0], "step off its loop") {
 		t.Fatalf("the check caught %q, want one step off the loop", v)
 	}
 }
 
-// The machine is the loop's: only node.go, where the loop steps it and
-// takes its read-only views, refers to it.
+// The machine is the loop's: only step.go, where the stepper steps it,
+// refers to it, and nothing else calls Step; the rest of the driver reads
+// it through machineView, which has no Step.
 func TestMachineInOneFile(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -167,7 +169,7 @@ func TestMachineInOneFile(t *testing.T) {
 	}
 	fset := token.NewFileSet()
 	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") || f == "node.go" {
+		if strings.HasSuffix(f, "_test.go") || f == "step.go" {
 			continue
 		}
 		file, err := parser.ParseFile(fset, f, nil, 0)
@@ -176,7 +178,10 @@ func TestMachineInOneFile(t *testing.T) {
 		}
 		ast.Inspect(file, func(x ast.Node) bool {
 			if sel, ok := x.(*ast.SelectorExpr); ok && sel.Sel.Name == "m" {
-				t.Errorf("%s: the machine (%s.m) used outside node.go", fset.Position(sel.Pos()), types(sel.X))
+				t.Errorf("%s: the machine (%s.m) used outside step.go", fset.Position(sel.Pos()), types(sel.X))
+			}
+			if sel, ok := x.(*ast.SelectorExpr); ok && sel.Sel.Name == "Step" {
+				t.Errorf("%s: %s.Step called outside step.go (the stepper)", fset.Position(sel.Pos()), types(sel.X))
 			}
 			return true
 		})
@@ -225,4 +230,24 @@ func TestTraceMayReadNode(t *testing.T) {
 	if reads != 1 {
 		t.Fatalf("Trace saw %d round ends, want 1 (traced before Wait returns)", reads)
 	}
+}
+
+// call runs f on n's loop and waits until it has run; false if the loop
+// has ended (tests' probes of the loop's state).
+func (n *Node) call(f func()) bool {
+	_, ok := n.ask(input{kind: inProbe, fn: f})
+	return ok
+}
+
+// curGoid returns the calling goroutine's id (tests only: the node never
+// asks which goroutine it runs on).
+func curGoid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
 }

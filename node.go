@@ -31,106 +31,147 @@ type Node struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine of the node but the loop
-	tasks  chan struct{}  // semaphore: MaxParallelTasks
+	crew   *crew       // every goroutine of the node but the loop (crew.go)
+	tasks  *taskRunner // runs the tasks and undos (task.go)
 
 	// The loop (loop.go): its inbox, the channel that stops it, the one
-	// it closes when it has ended, and its goroutine's id.
-	in       chan func()
+	// it closes when it has ended; loopG is its goroutine's id, known
+	// only to this package's tests (loopCheck).
+	in       chan input
 	stop     chan struct{}
 	loopDone chan struct{}
 	loopG    atomic.Uint64
+	// inCallback is set while the loop is in a Config.Trace or OnHold
+	// callback, which may call Snapshot: the loop is parked in it, and
+	// cbMu holds it there until such a Snapshot has read the node.
+	inCallback atomic.Bool
+	cbMu       sync.Mutex
+	closeOnce  sync.Once
 
 	// Everything below belongs to the loop: only its goroutine reads or
 	// writes it.
-	closed bool
-	m      *protocol.Machine
-	acts   []protocol.Action // scratch for Step
-	wbuf   []byte            // scratch for encoding
-	pred   *link             // the current predecessor connection, nil when down
-	succ   *link             // the current successor connection, nil when down
-	adm    *admission        // the pending predecessor connections (admission.go)
-	// rounds is what the driver keeps for each round the machine keeps
-	// (its waiters and result), created when the round is first asked
-	// about or opened and dropped when the machine forgets the round
-	// (ActForget), plus rounds that only a Wait has asked about.
-	rounds   map[string]*roundInfo
-	recent   []string // the last keepHistory rounds that ended, oldest first, for Snapshot
-	faults   []Fault  // the most recent faults, for Snapshot (at most keepFaults)
-	j        *journal.Journal
-	broken   error       // the journal failed: the node acts no more
+	closed   bool
+	st       stepper     // the one caller of Machine.Step (step.go)
+	view     machineView // the machine, read-only
+	wbuf     []byte      // scratch for encoding
+	pred     *link       // the current predecessor connection, nil when down
+	succ     *link       // the current successor connection, nil when down
+	adm      *admission  // the pending predecessor connections (admission.go)
+	book     *roundBook  // the rounds' waiters and results (rounds.go)
+	faults   *faultBook  // the recent faults, liveness, mismatches
+	store    *store      // the state directory (store.go); nil without one
 	cur      *batch      // what the turn's steps queued (loop.go)
 	spare    *batch      // the other batch, reused
-	queued   []func()    // reactions to run later in this turn (loop.go)
+	queued   []input     // follow-ups to react to later in this turn (loop.go)
 	flushing []*link     // links with lines queued in this turn
 	quickRun []string    // scratch for runQuick
 	starting []taskStart // tasks to start at the end of the turn
-	cause    *FaultError // the fault whose policy the machine is carrying out (health.go)
 	clock    *clockState // the clock's state (health.go); nil without timing
 	final    Snapshot    // the last Snapshot, taken by Close for calls after it
+	// resumeFrom is the journal's state, for the loop's first input.
+	resumeFrom *journal.State
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
-	// queued for handOutRounds, which hands them to the application.
-	roundsCh  chan string
-	roundsSig chan struct{}
-	rmu       sync.Mutex // guards roundsQ, shared by the loop and handOutRounds
-	roundsQ   []string
-	// timing: some timeout or heartbeats are configured, so every event
-	// carries the time since epoch (a second before Start) and the loop
-	// ticks the machine (health.go).
-	timing bool
-	epoch  time.Time
-	// mismatched: the configuration mismatches reported, each once.
-	mismatched map[mismatchKey]bool
+	// queued for the application (follow.go).
+	feed *roundFeed
 	// refusedOnce: the successor's refusal of a first line was logged.
 	refusedOnce bool
-	sd          steerDriver // steering: holds and approvals (steer.go)
-	// id is this node's identity line (identity.go), once idDone; dup the
-	// would-be predecessors that claim the current one's place
-	// (duplicate.go).
-	id     *identity
-	idDone bool
-	dup    dupState
-	live   liveFaults // liveness faults in force and cleared (liveness.go)
+	steer       *steering // steering: holds and approvals (steer.go)
+	// id is this node's identity line (identity.go), nil if it sends
+	// none; dup the would-be predecessors that claim the current one's
+	// place (duplicate.go).
+	id  *identity
+	dup dupState
+	// self names this node in its notices and steering lines (notice.go).
+	self string
 }
 
-// restore reinstates the journal's rounds in the machine (Start, before
-// the loop runs).
-func (n *Node) restore(recs []protocol.Record) error {
-	for _, rec := range recs {
-		if err := n.m.Restore(rec); err != nil {
-			return err
-		}
-	}
-	return nil
+// faultBook is what a node keeps of faults: the most recent, for
+// Snapshot; the liveness faults in force and cleared (liveness.go); the
+// configuration mismatches reported, each once. The loop's.
+type faultBook struct {
+	recent     []Fault // at most keepFaults, oldest first
+	live       liveFaults
+	mismatched map[mismatchKey]bool
+
+	host  faultHost
+	view  machineView
+	book  *roundBook
+	steer *steering // a denial's reason, for its notice
+	log   *slog.Logger
+	// What the node is and how it is configured, for the faults' words.
+	self, next, listen        string
+	ext                       bool
+	policy                    FaultPolicy
+	heartbeat, connectTimeout time.Duration
+}
+
+// faultHost is what the fault book reaches of its node: the trace, the
+// loop's follow-ups (a notice to announce), and a neighbour's name.
+type faultHost interface {
+	trace(ev TraceEvent)
+	later(in input)
+	peerName(side protocol.Side) string
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
-// the round (a read-only view, for a fault's message). Loop only.
-func (n *Node) stateOf(id string) protocol.State {
-	st, _ := n.m.State(id)
+// the round.
+func (fb *faultBook) stateOf(id string) protocol.State {
+	st, _ := fb.view.State(id)
 	return st
 }
 
-// steerView, gateOf and viewRounds are the machine's read-only views
-// that steering needs (steer.go): every origin's latest steering line,
-// the gate round id waits at, the rounds not over. Loop only.
-func (n *Node) steerView() []protocol.Steer      { return n.m.Steers() }
-func (n *Node) gateOf(id string) protocol.Wait   { return n.m.Gate(id) }
-func (n *Node) viewRounds() []protocol.RoundView { return n.m.View() }
-func (n *Node) taskOKOf(id string) bool          { return n.m.TaskOK(id) }
+// recordFault is the fault book's record of f (the parts' way to it).
+// Loop only.
+func (n *Node) recordFault(f Fault) { n.faults.record(f) }
 
-// keepFault keeps f for Snapshot. Loop only.
-func (n *Node) keepFault(f Fault) {
-	if len(n.faults) == keepFaults {
-		n.faults = slices.Delete(n.faults, 0, 1)
+// keep keeps f for Snapshot.
+func (fb *faultBook) keep(f Fault) {
+	if len(fb.recent) == keepFaults {
+		fb.recent = slices.Delete(fb.recent, 0, 1)
 	}
-	n.faults = append(n.faults, f)
+	fb.recent = append(fb.recent, f)
+}
+
+// firstMismatch reports whether the mismatch key is new, and notes it.
+func (fb *faultBook) firstMismatch(key mismatchKey) bool {
+	if fb.mismatched[key] {
+		return false
+	}
+	if fb.mismatched == nil {
+		fb.mismatched = make(map[mismatchKey]bool)
+	}
+	fb.mismatched[key] = true
+	return true
 }
 
 // loopCheck is set by this package's tests only: every step and fsync
-// then checks that it runs on its node's loop.
-var loopCheck atomic.Pointer[func(n *Node, what string)]
+// then checks, with the test's goroutine ids, that it runs on its node's
+// loop.
+var loopCheck atomic.Pointer[loopProbe]
+
+// loopProbe is loopCheck's: goid returns the calling goroutine's id, bad
+// reports what ran off its node's loop.
+type loopProbe struct {
+	goid  func() uint64
+	bad   func(n *Node, what string)
+	fsync func(n *Node) // if set, called before every fsync
+}
+
+// checkOnLoop reports what to loopCheck if it runs off n's loop (an
+// fsync may run after the loop has ended: Close's end record).
+func (n *Node) checkOnLoop(what string) {
+	p := loopCheck.Load()
+	if p == nil {
+		return
+	}
+	if p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
+		p.bad(n, what)
+	}
+	if what == "fsync" && p.fsync != nil {
+		p.fsync(n)
+	}
+}
 
 // keepFaults is how many recent faults Snapshot reports.
 const keepFaults = 64
@@ -139,9 +180,9 @@ const keepFaults = 64
 // and keeps it for Snapshot; a fault this node found is announced to the
 // chain after the current step's actions (a new event, announce). Loop
 // only.
-func (n *Node) recordFault(f Fault) {
+func (fb *faultBook) record(f Fault) {
 	f.Time = time.Now()
-	n.keepFault(f)
+	fb.keep(f)
 	args := []any{"kind", string(f.Kind), "round", f.Round}
 	if f.Side != 0 {
 		args = append(args, "side", f.Side.String(), "peer", f.Peer)
@@ -152,30 +193,30 @@ func (n *Node) recordFault(f Fault) {
 	switch f.Kind {
 	case FaultPeerRestarted:
 		// Not this node's failure, and nothing is lost: a warning.
-		n.log.Warn("neighbour restarted: "+f.Err, args...)
+		fb.log.Warn("neighbour restarted: "+f.Err, args...)
 	case FaultChainHalted:
-		n.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
+		fb.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
 	case FaultChainFault:
-		n.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
+		fb.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
 	default:
-		n.log.Error("fault: "+f.Err, args...)
-		if ri := n.rounds[f.Round]; ri != nil {
+		fb.log.Error("fault: "+f.Err, args...)
+		if ri := fb.book.find(f.Round); ri != nil {
 			ri.reported = true
 		}
 	}
-	again := n.pageOnce(f) // liveness.go: one page per blamed node until it clears
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
+	again := fb.live.page(f) // liveness.go: one page per blamed node until it clears
+	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
 	switch {
-	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && n.cfg.FaultPolicy == FaultHalt:
+	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && fb.policy == FaultHalt:
 		// This node's own task failed: under halt the chain stops here,
 		// at this node too. Its other rounds end with the failure as
 		// their cause, and no later round's task starts (a halting
 		// report, with or without the extension lines).
 		fe := &FaultError{Round: f.Round, Kind: f.Kind,
 			Reason: "the task of round " + roundName(f.Round) + " failed at this node; halting the chain here"}
-		n.later(func() { n.announce(f, true, fe) })
-	case n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
-		n.later(func() { n.announce(f, false) })
+		fb.announceLater(f, true, fe)
+	case fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch && f.Kind != FaultDuplicateNode:
+		fb.announceLater(f, false, nil)
 	}
 }
 
@@ -214,12 +255,13 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		role:     cfg.Role(),
-		tasks:    make(chan struct{}, cfg.MaxParallelTasks),
-		rounds:   make(map[string]*roundInfo),
+		book:     &roundBook{byID: make(map[string]*roundInfo)},
+		crew:     new(crew),
+		faults:   new(faultBook),
 		cur:      new(batch),
 		spare:    new(batch),
 		prev:     newPrevHost(&cfg),
-		in:       make(chan func(), inboxSize),
+		in:       make(chan input, inboxSize),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		log:      cfg.Logger,
@@ -248,32 +290,33 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Heartbeat > 0 {
 		pc.Silence = 3 * cfg.Heartbeat
 	}
-	n.timing = pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0
-	n.epoch = time.Now().Add(-time.Second) // so that every At is positive
-	n.m = protocol.New(pc)
+	m := protocol.New(pc)
+	n.st = stepper{m: m, durable: cfg.StateDir != "",
+		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
+		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
+	n.view = m
+	n.id = newIdentity(&n.cfg)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.roundsCh = make(chan string)
-	n.roundsSig = make(chan struct{}, 1)
-	n.wg.Add(1)
-	goSafe(n.handOutRounds)
+	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n)
+	n.feed = newRoundFeed()
+	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
 	n.plim = newAdmitLimiter(n.log)
 	if cfg.peerLogBurst > 0 {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(n)
-	n.wg.Add(1)
-	goSafe(func() { defer n.wg.Done(); n.plim.run(n.ctx.Done()) })
+	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n)
+	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
 	st, err := n.openState()
 	if err == nil {
-		err = n.refuseRerun(st)
+		err = refuseRerun(&n.cfg, st)
 	}
 	if err != nil {
 		n.cancel()
-		if n.j != nil {
-			n.j.Close()
+		if n.store != nil {
+			n.store.j.Close()
 		}
 		return nil, err
 	}
@@ -288,8 +331,8 @@ func Start(cfg Config) (*Node, error) {
 			ln, err := listen(n.ctx, cfg.Listen)
 			if err != nil {
 				n.cancel()
-				if n.j != nil {
-					n.j.Close()
+				if n.store != nil {
+					n.store.j.Close()
 				}
 				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
 			}
@@ -310,32 +353,34 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Next != "" {
 		attrs = append(attrs, "next", cfg.Next)
 	}
+	n.self = selfName(&n.cfg, n.ln, n.role)
+	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
+		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
+	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
+	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
+		ext: extensionsOn(&n.cfg), self: n.self}
+	fb := n.faults
+	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, n.book, n.steer, n.log
+	fb.self, fb.next, fb.ext = n.self, cfg.Next, extensionsOn(&n.cfg)
+	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
+	if n.ln != nil {
+		fb.listen = n.ln.Addr().String()
+	}
 	n.log.Info("node started", attrs...)
 
-	if n.timing {
-		n.startClock()
+	if n.st.timing {
+		n.clock = newClock(&cfg)
 	}
 	goSafe(n.run)
-	n.call(func() {
-		n.restoreSteer() // a node restarted while held is held (steer.go)
-		if n.timing {
-			// The machine learns the time: its timeouts count from now,
-			// for the rounds restored from the journal too.
-			if err := n.step(n.tick(false)); err != nil {
-				n.log.Error("internal error: first tick", "err", err)
-			}
-		}
-		if st != nil {
-			n.resume(st)
-		}
-	})
+	n.resumeFrom = st
+	n.ask(input{kind: inInit})
+	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n}
 	if n.ln != nil {
-		n.wg.Add(1)
-		goSafe(n.acceptLoop)
+		n.crew.spawn(cn.acceptLoop)
 	}
 	if n.role.HasSucc() {
-		n.wg.Add(1)
-		goSafe(n.dialLoop)
+		n.crew.spawn(cn.dialLoop)
 	}
 	return n, nil
 }
@@ -352,25 +397,48 @@ func (n *Node) Addr() net.Addr {
 	return n.ln.Addr()
 }
 
+// initLoop is the loop's first input (Start): the steering state, the
+// first tick and the rounds the journal kept. Loop only.
+func (n *Node) initLoop() {
+	n.steer.restoreSteer() // a node restarted while held is held (steer.go)
+	if n.st.timing {
+		// The machine learns the time: its timeouts count from now,
+		// for the rounds restored from the journal too.
+		if err := n.step(n.tick(false), nil); err != nil {
+			n.log.Error("internal error: first tick", "err", err)
+		}
+	}
+	if st := n.resumeFrom; st != nil {
+		n.resumeFrom = nil
+		n.resume(st)
+	}
+}
+
 // Ready tells the node it is locally ready for round ("" is the unnamed
 // round). The node moves as soon as its predecessor is ready too.
 func (n *Node) Ready(round string) error {
 	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
-	err := ErrStopped
-	n.call(func() {
-		if n.closed {
-			return
-		}
-		if ri := n.rounds[round]; ri != nil && ri.finished() {
-			err = protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
-			return
-		}
-		if err = n.step(protocol.LocalReady(round)); err == nil {
-			n.round(round)
-		}
-	})
+	r, ok := n.ask(input{kind: inReady, round: round})
+	if !ok {
+		return ErrStopped
+	}
+	return r.err
+}
+
+// ready is Ready, on the loop.
+func (n *Node) ready(round string) error {
+	if n.closed {
+		return ErrStopped
+	}
+	if ri := n.book.find(round); ri != nil && ri.finished() {
+		return protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
+	}
+	err := n.step(protocol.LocalReady(round), nil)
+	if err == nil {
+		n.book.get(round)
+	}
 	return err
 }
 
@@ -382,38 +450,33 @@ func (n *Node) Ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	var ri *roundInfo
-	n.call(func() {
-		ri = n.rounds[round]
-		if ri == nil && n.closed {
-			return
-		}
-		if ri == nil {
-			ri = n.round(round)
-		}
-		ri.waiters++
-	})
+	r, _ := n.ask(input{kind: inWait, round: round})
+	ri := r.ri
 	if ri == nil {
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
 	select {
 	case <-ri.done:
-		n.post(func() { ri.waiters-- })
+		n.post(input{kind: inUnwait, round: round, ri: ri})
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.post(func() {
-			ri.waiters--
-			// A round nobody started and nobody waits for any more leaves
-			// no trace (a Wait on a mistyped round id must not leak).
-			if _, known := n.m.State(round); !known && ri.waiters == 0 && !ri.finished() && n.rounds[round] == ri {
-				delete(n.rounds, round)
-			}
-		})
+		n.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
 	}
+}
+
+// waitOn is the start of a Wait on round: its record, nil if the node is
+// closed and has none. Loop only.
+func (n *Node) waitOn(round string) *roundInfo { return n.book.waitOn(round, n.closed) }
+
+// unwait is the end of a Wait on ri; gaveUp: its context ended first.
+// Loop only.
+func (n *Node) unwait(round string, ri *roundInfo, gaveUp bool) {
+	_, known := n.view.State(round)
+	n.book.unwait(round, ri, gaveUp, known)
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -451,23 +514,47 @@ type Snapshot struct {
 // where each unfinished round stands. A Config.Trace callback may call
 // it.
 func (n *Node) Snapshot() Snapshot {
-	if n.onLoop() {
-		return n.snapshot()
+	if n.inCallback.Load() {
+		// The loop is in a callback: parked there until cbMu is
+		// unlocked, so the node is read as if on the loop.
+		n.cbMu.Lock()
+		defer n.cbMu.Unlock()
+		if n.inCallback.Load() {
+			return n.snapshot()
+		}
 	}
-	var st Snapshot
-	if !n.call(func() { st = n.snapshot() }) {
-		st = n.final
+	r, ok := n.ask(input{kind: inSnapshot})
+	if !ok {
+		<-n.loopDone
+		return n.final
 	}
-	return st
+	return *r.snap
+}
+
+// callback runs f, a Config callback, on the loop: a Snapshot called
+// meanwhile (by f, or by a goroutine f waits for) reads the node at once,
+// the loop being parked in f. Loop only.
+func (n *Node) callback(f func()) {
+	n.inCallback.Store(true)
+	defer n.leaveCallback()
+	f()
+}
+
+// leaveCallback ends callback (or trace's call of Config.Trace): once a
+// Snapshot reading the node meanwhile is done. Loop only.
+func (n *Node) leaveCallback() {
+	n.cbMu.Lock()
+	n.inCallback.Store(false)
+	n.cbMu.Unlock()
 }
 
 // snapshot is Snapshot, on the loop.
 func (n *Node) snapshot() Snapshot {
 	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
 		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
-	st.Faults = slices.Clone(n.faults)
-	if n.j != nil {
-		st.JournalSyncs = n.j.Syncs()
+	st.Faults = slices.Clone(n.faults.recent)
+	if n.store != nil {
+		st.JournalSyncs = n.store.syncs()
 	}
 	if l := n.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
@@ -475,31 +562,22 @@ func (n *Node) snapshot() Snapshot {
 	if l := n.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
-	for _, v := range n.m.View() {
+	for _, v := range n.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
 			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
-		if ri := n.rounds[v.Round]; ri != nil {
+		if ri := n.book.find(v.Round); ri != nil {
 			rs.Since = ri.since
 		}
-		if ph, w, _ := n.m.Undo(v.Round); ph != protocol.PhaseNone {
+		if ph, w, _ := n.view.Undo(v.Round); ph != protocol.PhaseNone {
 			rs.Undo = undoDoing(ph, w) // undo.go
 		}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
-	n.steerSnapshot(&st)
-	n.graceSnapshot(&st, n.m.Graces())
-	for _, id := range n.recent {
-		ri := n.rounds[id]
-		if ri == nil || !ri.finished() {
-			continue // the id was used again since
-		}
-		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended, Undo: ri.res.Undo}
-		if ri.res.Err != nil {
-			rr.Err = ri.res.Err.Error()
-		}
-		st.Finished = append(st.Finished, rr)
-	}
+	n.steer.steerSnapshot(&st)
+	n.faults.graceSnapshot(&st, n.view.Graces())
+	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)
+	st.Finished = n.book.finished()
 	return st
 }
 
@@ -515,8 +593,8 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		up := false
-		n.call(func() { up = n.pred != nil })
+		r, _ := n.ask(input{kind: inPredUp})
+		up := r.ok
 		switch {
 		case !n.role.HasPred():
 			return nil
@@ -538,132 +616,146 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 // Close stops the node: it cancels running tasks' contexts, closes every
 // connection and the listener, and waits for all its goroutines (so tasks
 // must honour their context). Unfinished rounds end with StatusStopped.
+// A node whose loop died of a panic (SetPanicHandler) is released all
+// the same.
 func (n *Node) Close() error {
 	first := false
-	end := false
-	n.call(func() {
-		if n.closed {
-			return
-		}
-		first, n.closed = true, true
-		end = n.endedNormally()
-		for _, l := range []*link{n.pred, n.succ} {
-			if l != nil {
-				l.shut() // what is queued (a fault notice) still goes out
-			}
-		}
-		n.adm.closeAll()
-	})
+	n.closeOnce.Do(func() { first = true })
 	if !first {
 		<-n.loopDone
 		return nil
 	}
+	r, _ := n.ask(input{kind: inClose})
+	end := r.ok
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
-	n.wg.Wait() // the loop goes on meanwhile: what they post is taken
-	n.call(func() {
-		for id, ri := range n.rounds {
-			n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
-		}
-	})
-	n.call(func() { n.final = n.snapshot() })
+	n.crew.wait() // the loop goes on meanwhile: what they post is taken
+	if r, ok := n.ask(input{kind: inStopAll}); ok {
+		n.final = *r.snap
+	}
 	close(n.stop)
 	<-n.loopDone // its last turn carried everything out: the journal is free
-	if n.j != nil {
-		if end {
-			n.recordEnd(n.j)
-		}
-		n.j.Close()
+	if n.store != nil {
+		n.store.close(end, n.log)
 	}
 	n.log.Info("node stopped")
 	return nil
 }
 
-// step feeds ev to the machine, stamped with the time if the node keeps
-// time, and carries out the actions. Loop only.
-func (n *Node) step(ev protocol.Event) error {
-	if f := loopCheck.Load(); f != nil && !n.onLoop() {
-		(*f)(n, "step")
+// closeLoop is the start of Close on the loop: nothing new starts, the
+// links are shut (what is queued on them still goes out); true if the
+// journal is to record a normal end. Loop only.
+func (n *Node) closeLoop() bool {
+	n.closed = true
+	end := n.endedNormally()
+	for _, l := range []*link{n.pred, n.succ} {
+		if l != nil {
+			l.shut() // what is queued (a fault notice) still goes out
+		}
 	}
-	if n.timing && ev.At == 0 {
-		ev.At = time.Since(n.epoch)
+	n.adm.closeAll()
+	return end
+}
+
+// stopAll ends every unfinished round stopped (Close). Loop only.
+func (n *Node) stopAll() {
+	for id, ri := range n.book.byID {
+		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
-	acts, err := n.stepSaved(ev, n.acts[:0])
+}
+
+// step feeds ev to the machine (through the stepper) and carries out the
+// actions; cause is the fault the machine's policy carries out in them,
+// if the caller knows it already (a halting report). Loop only.
+func (n *Node) step(ev protocol.Event, cause *FaultError) error {
+	return n.stepThen(ev, cause, nil)
+}
+
+// stepThen is step with before run between the step and its actions
+// (promotePred makes the link current there). Loop only.
+func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
+	n.checkOnLoop("step")
+	acts, err := n.st.step(ev, &n.cur.recs)
 	if err != nil {
 		return err
 	}
-	n.acts = acts
-	n.perform(acts)
+	if before != nil {
+		before()
+	}
+	n.perform(acts, cause)
 	return nil
 }
 
-// stepSaved feeds ev to the machine and, with a state directory, queues
-// the step's records ahead of its actions: unlock writes and syncs them
-// before it carries out anything queued after them (docs/DESIGN.md,
-// "Restarts and durable state": fsync, then act). Once the journal has
-// failed the node stops acting: it returns the error and no actions.
-// Loop only.
-func (n *Node) stepSaved(ev protocol.Event, out []protocol.Action) ([]protocol.Action, error) {
-	if n.broken != nil {
-		return out, n.broken
+// saveSteerFile queues the steering file's content for the turn's
+// write (store.go); the journal's error if it has failed. Loop only.
+func (n *Node) saveSteerFile(data []byte) error {
+	if n.st.broken != nil {
+		return n.st.broken
 	}
-	start := len(out)
-	out, err := n.m.Step(ev, out)
-	if err != nil || n.j == nil {
-		return out, err
-	}
-	for _, a := range out[start:] {
-		if a.Kind == protocol.ActSave {
-			n.cur.recs = append(n.cur.recs, a.Record)
-		}
-	}
-	return out, nil
+	n.cur.steer = data
+	return nil
 }
+
+// journalFault queues a fault record, round ended by a fault of kind,
+// for the turn's write, with a state directory that has not failed.
+// Loop only.
+func (n *Node) journalFault(round, kind string) {
+	if n.store != nil && n.st.broken == nil {
+		n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: kind})
+	}
+}
+
+// broken is the journal's error once it has failed. Loop only.
+func (n *Node) broken() error { return n.st.broken }
 
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
 // Loop only.
 func (n *Node) journalFailed(err error) {
-	n.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
+	n.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
 	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
 		"dir", n.cfg.StateDir, "err", err.Error())
-	for id, ri := range n.rounds {
+	for id, ri := range n.book.byID {
 		ri.reported = true // the line above
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.broken})
+		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.st.broken})
 	}
 }
 
-// perform carries out actions in order; the fault that the machine's
-// policy is carrying out in them (n.cause) lasts until their end. Loop
-// only.
-func (n *Node) perform(acts []protocol.Action) {
+// perform carries out one step's actions in order. cause, the fault the
+// machine's policy is carrying out, travels with them: given by the
+// caller, or found by an action (a timeout, a notice) for those after it.
+// Loop only.
+func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
 	for i := range acts {
-		n.act(&acts[i])
+		if fe := n.act(&acts[i], cause); fe != nil {
+			cause = fe
+		}
 	}
-	n.cause = nil
 }
 
-func (n *Node) act(a *protocol.Action) {
+// act carries out one action; it returns the fault the action found, if
+// any, the cause of the rounds the policy ends in the actions after it.
+func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 	switch a.Kind {
 	case protocol.ActSend:
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		if n.quickTasks() {
-			n.queue(effect{kind: effQuick, round: a.Round}) // run by unlock, without mu
+		if n.tasks.quick {
+			n.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
 			n.startTask(a.Round)
 		}
 	case protocol.ActOpened:
 		n.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
-		n.timedOut(a)
+		return n.faults.timedOut(a)
 	case protocol.ActForget:
-		delete(n.rounds, a.Round) // its waiters, if any, hold their record
+		n.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
-		ri := n.round(a.Round)
+		ri := n.book.get(a.Round)
 		ri.since = time.Now()
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
@@ -675,35 +767,33 @@ func (n *Node) act(a *protocol.Action) {
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
-		n.undoAct(a)
+		return n.undo.undoAct(a)
 	case protocol.ActNotice:
-		if !n.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			n.noticeArrived(*a.Msg.Note)
+		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
+			return n.faults.noticeArrived(*a.Msg.Note)
 		}
 	case protocol.ActGrace:
-		n.graceAct(a)
+		n.faults.graceAct(a)
 	case protocol.ActBack:
-		n.back(a)
+		n.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
-		n.steerAct(a)
+		n.steer.steerAct(a)
 	case protocol.ActDone:
-		ri := n.round(a.Round)
-		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undoOutcome(a.Round)}
+		ri := n.book.get(a.Round)
+		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
 		case protocol.Aborted, protocol.NoExitWave:
 			res.Status = StatusFault
-			if ri.cause == nil && n.cause != nil {
+			if ri.cause == nil && cause != nil {
 				// The machine's policy ends the round for this fault.
-				fe := *n.cause
+				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				if n.j != nil && n.broken == nil {
-					// Written with the turn's records: a restarted node
-					// then knows the fault the round really ended with.
-					n.cur.faults = append(n.cur.faults, journal.Fault{Round: a.Round, Kind: string(fe.Kind)})
-				}
+				// Written with the turn's records: a restarted node then
+				// knows the fault the round really ended with.
+				n.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
@@ -720,8 +810,9 @@ func (n *Node) act(a *protocol.Action) {
 			n.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		n.resolve(a.Round, ri, n.steerResult(ri, res)) // steer.go: a cancelled round
+		n.resolve(a.Round, ri, n.steer.steerResult(ri, res)) // steer.go: a cancelled round
 	}
+	return nil
 }
 
 // send writes msg to the neighbour on side, if that link is up; if it is
@@ -749,7 +840,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.
-		n.round(msg.Round).unsent[side] = msg.Cmd
+		n.book.get(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {
 			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
@@ -765,7 +856,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		// The machine re-sends the last message of each round when a link
 		// comes up; one that never went out (the link was down when it was
 		// sent) goes out for the first time now: not a re-send.
-		if ri := n.rounds[msg.Round]; ri != nil && ri.unsent[side] != 0 {
+		if ri := n.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
 			resend = ri.unsent[side] != msg.Cmd
 			ri.unsent[side] = 0
 		}
@@ -778,7 +869,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.queueLine(l, n.wbuf, exitWave, msg.Round)
+	n.cur.line(l, n.wbuf, exitWave, msg.Round)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
@@ -796,6 +887,8 @@ func (n *Node) trace(ev TraceEvent) {
 	if n.cfg.Trace != nil {
 		ev.Time = time.Now()
 		ev.Node = n.cfg.Name
+		n.inCallback.Store(true) // as callback does, without a closure per event
+		defer n.leaveCallback()
 		n.cfg.Trace(ev)
 	}
 }

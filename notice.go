@@ -2,6 +2,7 @@ package chainsync
 
 import (
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -15,21 +16,22 @@ import (
 // forwards the line, once per notice; this file is the driver's part: what
 // to put in a notice, and what one does here (the fault policy).
 
-// selfName names this node in the notices it sends: its name, else its
-// listen address, else its role.
-func (n *Node) selfName() string {
+// selfName names a node in the notices it sends: its name, else its
+// listen address, else its role (Node.self, set by Start).
+func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 	switch {
-	case n.cfg.Name != "":
-		return protocol.NoticeName(n.cfg.Name)
-	case n.ln != nil:
-		return protocol.NoticeName(n.ln.Addr().String())
+	case cfg.Name != "":
+		return protocol.NoticeName(cfg.Name)
+	case ln != nil:
+		return protocol.NoticeName(ln.Addr().String())
 	}
-	return n.role.String()
+	return role.String()
 }
 
-// extensions reports whether this node speaks the extension lines
-// (HEARTBEAT and the fault notice): exactly when heartbeats are on.
-func (n *Node) extensions() bool { return n.cfg.Heartbeat > 0 || n.cfg.Undo != nil }
+// extensionsOn reports whether cfg's node speaks the extension lines
+// (HEARTBEAT, the fault notice, the identity line): with heartbeats or
+// the undo wave on.
+func extensionsOn(cfg *Config) bool { return cfg.Heartbeat > 0 || cfg.Undo != nil }
 
 // reports says whether a fault of kind is announced to the chain: every
 // fault this node finds itself, but not a restarted neighbour (nothing is
@@ -48,24 +50,26 @@ func reports(kind FaultKind) bool {
 // halt policy the machine ends every unfinished round for it, taking
 // cause as their fault. Stepped as an event of its own, after the step
 // that found the fault. Loop only.
-func (n *Node) announce(f Fault, halt bool, cause ...*FaultError) {
-	ev := protocol.Report(n.noticeOf(f))
+func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
+	ev := protocol.Report(n.faults.noticeOf(f))
 	if halt {
 		ev = protocol.ReportHalt(ev.Note)
 	}
-	if len(cause) > 0 {
-		n.cause = cause[0]
-	}
-	if err := n.step(ev); err != nil && n.broken == nil {
+	if err := n.step(ev, cause); err != nil && n.st.broken == nil {
 		n.log.Error("internal error: fault notice", "err", err.Error())
 	}
-	n.cause = nil
+}
+
+// announceLater queues the announcement of f after the current input's
+// actions (an input of its own, inAnnounce). Loop only.
+func (fb *faultBook) announceLater(f Fault, halt bool, cause *FaultError) {
+	fb.host.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
 // neighbour f names, or this node for its own task. Loop only.
-func (n *Node) noticeOf(f Fault) protocol.Notice {
-	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: n.selfName()}
+func (fb *faultBook) noticeOf(f Fault) protocol.Notice {
+	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: fb.self}
 	switch {
 	case f.Side != 0:
 		note.Blamed = protocol.NoticeName(f.Peer)
@@ -80,20 +84,20 @@ func (n *Node) noticeOf(f Fault) protocol.Notice {
 // (chain-halted), under FaultWait it is reported (chain-fault); the
 // rounds the machine's policy ends for it follow, with it as their cause.
 // Loop only.
-func (n *Node) noticeArrived(note protocol.Notice) {
+func (fb *faultBook) noticeArrived(note protocol.Notice) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
-	if why, ok := n.deniedReason(note.Origin, note.Round); ok && note.HasRound {
+	if why, ok := fb.steer.deniedReason(note.Origin, note.Round); ok && note.HasRound {
 		fe.Reason = fmt.Sprintf("%s denied the task of round %s: %s", note.Origin, roundName(note.Round), why) // steer.go
 	}
-	if n.cfg.FaultPolicy != FaultWait {
+	if fb.policy != FaultWait {
 		fe.Kind = FaultChainHalted
 	}
 	if note.HasRound {
-		fe.State = n.stateOf(note.Round)
+		fe.State = fb.stateOf(note.Round)
 	}
-	n.cause = fe
-	n.recordFault(fe.fault())
+	fb.record(fe.fault())
+	return fe
 }
 
 // describeNotice says in words who found what: "C reported B silent".
@@ -139,31 +143,27 @@ type mismatchKey struct {
 // Loop only.
 func (n *Node) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
-	if n.mismatched[key] {
+	if !n.faults.firstMismatch(key) {
 		return
 	}
-	if n.mismatched == nil {
-		n.mismatched = make(map[mismatchKey]bool)
-	}
-	n.mismatched[key] = true
 	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
 	n.recordFault(f)
-	if n.extensions() && l != n.pred && l != n.succ {
+	if extensionsOn(&n.cfg) && l != n.pred && l != n.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := n.noticeOf(f)
+		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		l.enqueue(n.wbuf, false, "")
+		n.lastWords(l, n.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	n.later(func() { n.announce(f, true, fe) })
+	n.faults.announceLater(f, true, fe)
 }
 
-// runs says which rounds this node runs, for a mismatch's message.
-func (n *Node) runs() string {
-	rs := n.cfg.Rounds
+// runsText says which rounds a node configured with rs runs, for a
+// mismatch's message.
+func runsText(rs []string) string {
 	switch {
 	case rs == nil:
 		return "any round its predecessor opens"

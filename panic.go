@@ -25,16 +25,19 @@ func SetPanicHandler(h func(v any, stack []byte)) {
 	panicHandler.Store(&h)
 }
 
-// goSafe runs f on a goroutine of its own, under the panic handler.
-func goSafe(f func()) {
-	go func() {
-		if h := panicHandler.Load(); h != nil {
-			defer func() {
-				if r := recover(); r != nil {
-					(*h)(r, debug.Stack())
-				}
-			}()
-		}
-		f()
-	}()
+// goSafe runs f on a goroutine of its own, under the panic handler. It
+// is the package's only go statement.
+func goSafe(f func()) { go safely(f) }
+
+// safely runs f under the panic handler: what goSafe starts, and the
+// callbacks of time.AfterFunc (which run on goroutines of the runtime's).
+func safely(f func()) {
+	if h := panicHandler.Load(); h != nil {
+		defer func() {
+			if r := recover(); r != nil {
+				(*h)(r, debug.Stack())
+			}
+		}()
+	}
+	f()
 }

@@ -33,7 +33,9 @@ type prevHost struct {
 	predHost     string // the predecessor's host in the chain
 	strays       bool   // the second check is on
 
-	mu    sync.Mutex
+	lookup func(ctx context.Context, host string) ([]net.IPAddr, error)
+
+	mu    sync.Mutex // guards cache; never held while resolving
 	cache map[string]resolved
 }
 
@@ -45,7 +47,10 @@ type resolved struct {
 const prevHostTTL = 10 * time.Second
 
 func newPrevHost(cfg *Config) *prevHost {
-	p := &prevHost{cache: make(map[string]resolved)}
+	p := &prevHost{cache: make(map[string]resolved), lookup: cfg.lookupHost}
+	if p.lookup == nil {
+		p.lookup = net.DefaultResolver.LookupIPAddr
+	}
 	if cfg.PrevHostOnly {
 		p.host, _, _ = net.SplitHostPort(cfg.Prev)
 	}
@@ -66,9 +71,15 @@ func newPrevHost(cfg *Config) *prevHost {
 	return p
 }
 
+// on reports whether connections are checked at all.
+func (p *prevHost) on() bool { return p != nil && (p.host != "" || p.strays) }
+
 // check reports why a connection from remote is not the predecessor's,
-// or nil. Called by the accept loop, off the loop.
+// or nil. Called on a goroutine of the connection's own, off the loop.
 func (p *prevHost) check(ctx context.Context, remote net.Addr) error {
+	if !p.on() {
+		return nil
+	}
 	if p == nil || p.host == "" && !p.strays {
 		return nil
 	}
@@ -116,14 +127,16 @@ func (p *prevHost) addrs(ctx context.Context, host string) ([]net.IP, error) {
 		return []net.IP{ip}, nil
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r, ok := p.cache[host]
+	p.mu.Unlock()
 	if ok && time.Now().Before(r.until) {
 		return r.ips, nil
 	}
+	// Resolved without the lock: a slow resolver holds up only the
+	// connections that wait for this answer.
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	as, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	as, err := p.lookup(ctx, host)
 	if err != nil {
 		if len(r.ips) > 0 {
 			return r.ips, nil
@@ -136,7 +149,9 @@ func (p *prevHost) addrs(ctx context.Context, host string) ([]net.IP, error) {
 			ips = append(ips, a.IP)
 		}
 	}
+	p.mu.Lock()
 	p.cache[host] = resolved{ips: ips, until: time.Now().Add(prevHostTTL)}
+	p.mu.Unlock()
 	return ips, nil
 }
 

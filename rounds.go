@@ -16,7 +16,7 @@ import (
 // down link has not carried. What the round is (its state, readiness)
 // is the machine's.
 type roundInfo struct {
-	done  chan struct{} // closed once res is set and on disk (by unlock)
+	done  chan struct{} // closed once res is set and on disk (at the end of the turn)
 	over  bool          // res is set
 	res   Result
 	cause error     // why the round is ending: the task's error or the fault
@@ -85,15 +85,100 @@ func (r RoundStatus) Doing() string {
 	return max(r.State, protocol.StateSync).String()
 }
 
-// round returns the driver's record of id, creating it. Loop only.
-func (n *Node) round(id string) *roundInfo {
-	ri := n.rounds[id]
+// roundBook is what the driver keeps of the rounds beside the machine:
+// a roundInfo for each round the machine keeps (its waiters and result),
+// created when the round is first asked about or opened and dropped when
+// the machine forgets it (ActForget), plus rounds that only a Wait has
+// asked about; and the last rounds that ended, for Snapshot. The loop's.
+type roundBook struct {
+	byID   map[string]*roundInfo
+	recent []string // the last keepHistory rounds that ended, oldest first
+}
+
+// get returns the record of id, creating it.
+func (b *roundBook) get(id string) *roundInfo {
+	ri := b.byID[id]
 	if ri == nil {
 		now := time.Now()
 		ri = &roundInfo{done: make(chan struct{}), since: now, opened: now}
-		n.rounds[id] = ri
+		b.byID[id] = ri
 	}
 	return ri
+}
+
+// find returns the record of id, nil if there is none.
+func (b *roundBook) find(id string) *roundInfo { return b.byID[id] }
+
+// forget drops the record of id (its waiters, if any, hold it).
+func (b *roundBook) forget(id string) { delete(b.byID, id) }
+
+// settle sets ri's result; false if it had one already. The round is
+// listed as ended last (a retried round once, as its last attempt ended).
+func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
+	if ri.finished() {
+		return false
+	}
+	ri.res = res
+	ri.ended = time.Now()
+	ri.over = true
+	b.recent = slices.DeleteFunc(b.recent, func(r string) bool { return r == id })
+	if len(b.recent) == keepHistory {
+		b.recent = append(b.recent[:0], b.recent[1:]...)
+	}
+	b.recent = append(b.recent, id)
+	return true
+}
+
+// waitOn is the start of a Wait on round: its record, nil if closed and
+// there is none.
+func (b *roundBook) waitOn(round string, closed bool) *roundInfo {
+	ri := b.byID[round]
+	if ri == nil && closed {
+		return nil
+	}
+	if ri == nil {
+		ri = b.get(round)
+	}
+	ri.waiters++
+	return ri
+}
+
+// unwait is the end of a Wait on ri; gaveUp: its context ended first;
+// known: the machine keeps the round. A round nobody started and nobody
+// waits for any more leaves no trace (a Wait on a mistyped round id must
+// not leak).
+func (b *roundBook) unwait(round string, ri *roundInfo, gaveUp, known bool) {
+	ri.waiters--
+	if gaveUp && !known && ri.waiters == 0 && !ri.finished() && b.byID[round] == ri {
+		delete(b.byID, round)
+	}
+}
+
+// allOver reports whether the book has rounds and every one has ended.
+func (b *roundBook) allOver() bool {
+	for _, ri := range b.byID {
+		if !ri.finished() {
+			return false
+		}
+	}
+	return len(b.byID) > 0
+}
+
+// finished lists the last rounds that ended, oldest first.
+func (b *roundBook) finished() []RoundResult {
+	var out []RoundResult
+	for _, id := range b.recent {
+		ri := b.byID[id]
+		if ri == nil || !ri.finished() {
+			continue // the id was used again since
+		}
+		rr := RoundResult{Round: id, Status: ri.res.Status, Opened: ri.opened, Ended: ri.ended, Undo: ri.res.Undo}
+		if ri.res.Err != nil {
+			rr.Err = ri.res.Err.Error()
+		}
+		out = append(out, rr)
+	}
+	return out
 }
 
 // resolve ends a round for its waiters, and logs and traces its end.
@@ -136,21 +221,12 @@ func (n *Node) restored(id string, ri *roundInfo, res Result) { n.settle(id, ri,
 // settle sets a round's result, released to Wait once the turn's records
 // are on disk; false if it had one already. Loop only.
 func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
-	if ri.finished() {
+	if !n.book.settle(id, ri, res) {
 		return false
 	}
-	ri.res = res
-	ri.ended = time.Now()
-	ri.over = true
-	n.queue(effect{kind: effDone, ri: ri})
 	// The record stays until the machine forgets the round (ActForget):
 	// the machine's table says which rounds this node remembers.
-	// A retried round is listed once, as its last attempt ended.
-	n.recent = slices.DeleteFunc(n.recent, func(r string) bool { return r == id })
-	if len(n.recent) == keepHistory {
-		n.recent = append(n.recent[:0], n.recent[1:]...)
-	}
-	n.recent = append(n.recent, id)
+	n.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 
@@ -188,11 +264,11 @@ func sideWord(side protocol.Side) string {
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here. Loop only.
 func (n *Node) delivered(rounds []string) {
-	if n.closed || n.broken != nil {
+	if n.closed || n.st.broken != nil {
 		return
 	}
 	for _, id := range rounds {
-		if err := n.step(protocol.Delivered(id)); err != nil {
+		if err := n.step(protocol.Delivered(id), nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}

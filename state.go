@@ -24,17 +24,13 @@ func (n *Node) openState() (*journal.State, error) {
 		n.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
 			"dir", n.cfg.StateDir, "bytes", st.Dropped)
 	}
-	if err := n.restore(st.Rounds); err != nil {
+	if err := n.st.restore(st.Rounds); err != nil {
 		j.Close()
 		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
-	j.OnSync = func() {
-		if f := loopCheck.Load(); f != nil && !n.onLoop() && !n.loopEnded() {
-			(*f)(n, "fsync")
-		}
-	}
-	n.j = j
+	j.OnSync = func() { n.checkOnLoop("fsync") }
+	n.store = &store{j: j}
 	return st, nil
 }
 
@@ -53,8 +49,8 @@ func (n *Node) resume(st *journal.State) {
 	}
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
-		ri := n.round(rec.Round)
-		if n.resumeUndo(rec) {
+		ri := n.book.get(rec.Round)
+		if n.undo.resumeUndo(rec) {
 			continue // its undo wave is under way (undo.go)
 		}
 		if rec.State.Terminal() {
@@ -84,7 +80,7 @@ func (n *Node) resume(st *journal.State) {
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
-			n.restoredFault(fe.fault())
+			n.faults.restored(fe.fault())
 			ri.reported = true
 			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
 			if rec.Outcome() == protocol.NoExitWave {
@@ -97,7 +93,7 @@ func (n *Node) resume(st *journal.State) {
 		default:
 			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
 			if n.cfg.Follow && !rec.LocalReady && rec.PredReady {
-				n.announceRound(rec.Round) // the application learns it again
+				n.feed.add(rec.Round) // the application learns it again
 			}
 		}
 	}
@@ -110,14 +106,14 @@ func (n *Node) resume(st *journal.State) {
 // a new ERROR), traced with Resumed so that the hook hears of it and the
 // counters do not count it again, and its notice sent on as recordFault
 // would (a neighbour that never heard of it learns it now). Loop only.
-func (n *Node) restoredFault(f Fault) {
+func (fb *faultBook) restored(f Fault) {
 	f.Time = time.Now()
-	n.keepFault(f)
-	n.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
-	n.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
+	fb.keep(f)
+	fb.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
+	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})
-	if n.extensions() && reports(f.Kind) && f.Kind != FaultConfigMismatch {
-		n.later(func() { n.announce(f, false) })
+	if fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch {
+		fb.announceLater(f, false, nil)
 	}
 }
 
@@ -132,12 +128,12 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 			return
 		}
 		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
-		if err := n.step(protocol.TaskDone(id, false)); err != nil {
+		if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
 			n.log.Error("internal error: resume done", "round", id, "err", err)
 		}
 	case ResumeRerun:
 		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
-		if err := n.step(protocol.Rerun(id)); err != nil { // its restart grace again (liveness.go)
+		if err := n.step(protocol.Rerun(id), nil); err != nil { // its restart grace again (liveness.go)
 			n.log.Error("internal error: rerun", "round", id, "err", err)
 		}
 		n.startTask(id)
@@ -145,7 +141,7 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
 		n.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
 		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
-		if err := n.step(protocol.TaskDone(id, true)); err != nil {
+		if err := n.step(protocol.TaskDone(id, true), nil); err != nil {
 			n.log.Error("internal error: resume fail", "round", id, "err", err)
 		}
 	}
@@ -160,20 +156,20 @@ var ErrAlreadyEnded = errors.New("chainsync: already ended")
 // refuseRerun refuses to start a node whose journal says a process that
 // ended normally already ended every round this node runs (a served node,
 // Config.Follow, goes on serving instead). A node that died resumes.
-func (n *Node) refuseRerun(st *journal.State) error {
-	if st == nil || st.Ended == 0 || n.cfg.Follow || n.cfg.Rounds == nil {
+func refuseRerun(cfg *Config, st *journal.State) error {
+	if st == nil || st.Ended == 0 || cfg.Follow || cfg.Rounds == nil {
 		return nil
 	}
 	ended := make(map[string]protocol.State, len(st.Rounds))
 	for _, rec := range st.Rounds {
 		ended[rec.Round] = rec.State
 	}
-	for _, r := range n.cfg.Rounds {
+	for _, r := range cfg.Rounds {
 		if !ended[r].Terminal() {
 			return nil // a round still to run
 		}
 	}
-	r := n.cfg.Rounds[0]
+	r := cfg.Rounds[0]
 	how := "done"
 	switch ended[r] {
 	case protocol.StateFailed:
@@ -185,12 +181,12 @@ func (n *Node) refuseRerun(st *journal.State) error {
 		}
 	}
 	what := "round " + roundName(r)
-	if len(n.cfg.Rounds) > 1 {
-		what = fmt.Sprintf("rounds %s and %d more", roundName(r), len(n.cfg.Rounds)-1)
+	if len(cfg.Rounds) > 1 {
+		what = fmt.Sprintf("rounds %s and %d more", roundName(r), len(cfg.Rounds)-1)
 	}
 	at := time.Unix(st.Ended, 0).UTC().Format(time.RFC3339)
 	return fmt.Errorf("%w: %s already ended (%s at %s) in %s: a new rollout needs a new --round or a fresh --state-dir",
-		ErrAlreadyEnded, what, how, at, n.cfg.StateDir)
+		ErrAlreadyEnded, what, how, at, cfg.StateDir)
 }
 
 // endedNormally reports whether this process ends normally with every
@@ -199,22 +195,5 @@ func (n *Node) refuseRerun(st *journal.State) error {
 // Not for a served node, nor one that stops with rounds unfinished (it
 // resumes them). Loop only.
 func (n *Node) endedNormally() bool {
-	if n.j == nil || n.broken != nil || n.cfg.Follow || len(n.rounds) == 0 {
-		return false
-	}
-	for _, ri := range n.rounds {
-		if !ri.finished() {
-			return false
-		}
-	}
-	return true
-}
-
-// recordEnd writes the end record once Close has carried everything out
-// (its records are on disk before it), without n.mu: the fsync is not
-// made under the lock.
-func (n *Node) recordEnd(j *journal.Journal) {
-	if err := j.SaveEnd(time.Now().Unix()); err != nil {
-		n.log.Warn("cannot record the node's end in the state journal; a rerun on it would resume instead of refusing", "err", err.Error())
-	}
+	return n.store != nil && n.st.broken == nil && !n.cfg.Follow && n.book.allOver()
 }

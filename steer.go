@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chainsync-go/chainsync/internal/journal"
+	"log/slog"
+
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -122,14 +123,56 @@ type steerFile struct {
 // keepApprovals bounds the approvals a node journals.
 const keepApprovals = 1024
 
-// steerDriver is the driver's steering state (Node.sd). Loop only.
-type steerDriver struct {
+// steering is a node's steering part: the holds, approvals and pause
+// asked of it and journalled in the steering file, the rounds waiting
+// for an approval, what it heard of other nodes' steering, and the
+// machine's steering actions. It reaches the rest of the node through
+// steerHost. Loop only.
+type steering struct {
 	file    steerFile
 	waiting map[string]time.Time // rounds waiting for an approval here (ActGate), since
 	denied  map[string]string    // "origin round" -> the reason of a denial, from its line
 	sent    protocol.Steer       // the last own state stepped
 	resumed chan struct{}        // closed when a pause at this Head ends (Paused)
 	events  []SteerStatus        // the latest denials and cancels, here and heard of
+
+	host    steerHost
+	view    machineView
+	book    *roundBook
+	store   *store // nil without a state directory
+	log     *slog.Logger
+	self    string        // this node's name in steering lines
+	role    protocol.Role // pause, cancel and retry are the Head's
+	approve bool          // Config.Approve
+	ext     bool          // the extension lines are on
+	dir     string        // Config.StateDir, for the log
+	policy  FaultPolicy   // what a denial does
+	onHold  func(HoldEvent)
+}
+
+// steerHost is what steering reaches of its node: the loop's step and
+// follow-ups, the trace and the fault record, and the turn's write.
+type steerHost interface {
+	step(ev protocol.Event, cause *FaultError) error
+	later(in input)
+	trace(ev TraceEvent)
+	callback(f func())
+	recordFault(f Fault)
+	// saveSteerFile queues the steering file's content for the turn's
+	// write; the journal's error if it has failed.
+	saveSteerFile(data []byte) error
+	// journalFault queues a fault record for the turn's write (with a
+	// state directory that has not failed).
+	journalFault(round, kind string)
+	// broken is the journal's error once it has failed.
+	broken() error
+}
+
+// stateOf returns round id's state in the machine, 0 if it does not keep
+// the round.
+func (d *steering) stateOf(id string) protocol.State {
+	st, _ := d.view.State(id)
+	return st
 }
 
 // steerKey keys a denial by origin and round.
@@ -137,90 +180,88 @@ func steerKey(origin, round string) string { return origin + " " + round }
 
 // nextAt returns the At of a new own steering line: now in Unix
 // milliseconds, later than every line before.
-func (n *Node) nextAt() int64 {
-	at := max(time.Now().UnixMilli(), n.sd.file.At+1)
-	n.sd.file.At = at
+func (d *steering) nextAt() int64 {
+	at := max(time.Now().UnixMilli(), d.file.At+1)
+	d.file.At = at
 	return at
 }
 
-// saveSteer writes the steering file (with a state directory) before the
-// change it records acts. Loop only.
-func (n *Node) saveSteer() error {
-	if n.j == nil {
+// saveSteer queues the steering file (with a state directory) for the
+// turn's write, before anything the change it records does acts (the
+// request that made it is answered after that write). Loop only.
+func (d *steering) saveSteer() error {
+	if d.store == nil {
 		return nil
 	}
-	if n.broken != nil {
-		return n.broken
-	}
-	data, err := json.Marshal(n.sd.file)
+	data, err := json.Marshal(d.file)
 	if err != nil {
 		return err
 	}
-	return n.j.SaveSteer(data)
+	return d.host.saveSteerFile(data) // written with the turn's records (store.go)
 }
 
 // restoreSteer reinstates what the steering file says (Start, on the
 // loop, before the first tick): a node restarted while held is held, and
 // the approvals given stand.
-func (n *Node) restoreSteer() {
-	if n.j == nil {
+func (d *steering) restoreSteer() {
+	if d.store == nil {
 		return
 	}
-	data, err := n.j.LoadSteer()
+	data, err := d.store.loadSteer()
 	if err == nil && len(data) > 0 {
-		err = json.Unmarshal(data, &n.sd.file)
+		err = json.Unmarshal(data, &d.file)
 	}
 	if err != nil {
-		n.log.Error("cannot read the steering state; starting without holds or approvals", "dir", n.cfg.StateDir, "err", err.Error())
+		d.log.Error("cannot read the steering state; starting without holds or approvals", "dir", d.dir, "err", err.Error())
 		return
 	}
-	if h := n.sd.file.Hold; h != nil {
-		n.log.Warn("resumed held (chainsync hold before the restart): no task starts until chainsync release",
+	if h := d.file.Hold; h != nil {
+		d.log.Warn("resumed held (chainsync hold before the restart): no task starts until chainsync release",
 			"since", time.UnixMilli(h.Since).Format(time.RFC3339), "by", h.By, "reason", h.Reason)
 	}
-	if h := n.sd.file.Pause; h != nil {
-		n.log.Warn("resumed paused (chainsync pause before the restart): no round opens and no task starts until chainsync resume",
+	if h := d.file.Pause; h != nil {
+		d.log.Warn("resumed paused (chainsync pause before the restart): no round opens and no task starts until chainsync resume",
 			"since", time.UnixMilli(h.Since).Format(time.RFC3339), "by", h.By, "reason", h.Reason)
-		n.sd.resumed = make(chan struct{})
+		d.resumed = make(chan struct{})
 	}
-	if cp := n.sd.file.ChainPause; cp != nil && n.role.HasPred() && n.extensions() && cp.Valid() {
+	if cp := d.file.ChainPause; cp != nil && d.role.HasPred() && d.ext && cp.Valid() {
 		// As heard before the restart; the link to the predecessor
 		// re-sends the Head's latest line when it is up.
-		_ = n.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}))
+		_ = d.host.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}), nil)
 	}
-	n.announceSteer() // the hold first: no approval below may start a task of a held node
-	for _, id := range n.sd.file.Skip {
-		_ = n.step(protocol.AlreadyDone(id)) // a round since ended: nothing to do
+	d.announceSteer() // the hold first: no approval below may start a task of a held node
+	for _, id := range d.file.Skip {
+		_ = d.host.step(protocol.AlreadyDone(id), nil) // a round since ended: nothing to do
 	}
-	for _, id := range n.sd.file.Approved {
-		_ = n.step(protocol.Approve(id)) // a round since ended, or forgotten: nothing to do
+	for _, id := range d.file.Approved {
+		_ = d.host.step(protocol.Approve(id), nil) // a round since ended, or forgotten: nothing to do
 	}
 }
 
 // ownSteer is the steering state this node tells the chain: held, else
 // waiting for an approval, else none (after a gate opened).
-func (n *Node) ownSteer() protocol.Steer {
-	s := protocol.Steer{Origin: n.selfName(), What: protocol.SteerNone}
+func (d *steering) ownSteer(self string) protocol.Steer {
+	s := protocol.Steer{Origin: self, What: protocol.SteerNone}
 	switch {
-	case n.sd.file.Pause != nil:
+	case d.file.Pause != nil:
 		// A pause gates every node, this one included: it says more
 		// than a hold of the Head.
-		h := n.sd.file.Pause
+		h := d.file.Pause
 		s.What, s.By, s.Reason = protocol.SteerPause, protocol.NoticeName(h.By), h.Reason
-	case n.sd.file.Hold != nil:
-		h := n.sd.file.Hold
+	case d.file.Hold != nil:
+		h := d.file.Hold
 		s.What, s.By, s.Reason = protocol.SteerHold, protocol.NoticeName(h.By), h.Reason
-	case len(n.sd.waiting) > 0:
-		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, n.firstWaiting()
+	case len(d.waiting) > 0:
+		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, d.firstWaiting()
 	}
 	return s
 }
 
 // firstWaiting returns the round that waits longest for an approval here.
-func (n *Node) firstWaiting() string {
+func (d *steering) firstWaiting() string {
 	var first string
 	var at time.Time
-	for id, t := range n.sd.waiting {
+	for id, t := range d.waiting {
 		if at.IsZero() || t.Before(at) || t.Equal(at) && id < first {
 			first, at = id, t
 		}
@@ -230,33 +271,33 @@ func (n *Node) firstWaiting() string {
 
 // announceSteer steps this node's steering state into the machine if it
 // changed since the last one (which the machine sends on). Loop only.
-func (n *Node) announceSteer() {
-	s := n.ownSteer()
-	last := n.sd.sent
+func (d *steering) announceSteer() {
+	s := d.ownSteer(d.self)
+	last := d.sent
 	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
 		return
 	}
 	if !last.What.Gates() && s.What == protocol.SteerNone {
 		return // nothing to say: not gated before either
 	}
-	n.stepSteer(s)
+	d.stepSteer(s)
 }
 
 // stepSteer steps s, this node's new steering line. Loop only.
-func (n *Node) stepSteer(s protocol.Steer) {
-	s.At = n.nextAt()
+func (d *steering) stepSteer(s protocol.Steer) {
+	s.At = d.nextAt()
 	s = s.FitReason()
-	if err := n.step(protocol.Steering(s)); err != nil {
-		if n.broken == nil {
-			n.log.Error("internal error: steering line", "err", err.Error())
+	if err := d.host.step(protocol.Steering(s), nil); err != nil {
+		if d.host.broken() == nil {
+			d.log.Error("internal error: steering line", "err", err.Error())
 		}
 		return
 	}
 	if s.What.Event() {
-		n.noteEvent(steerStatus(s, true))
-		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
+		d.noteEvent(steerStatus(s, true))
+		d.host.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
 	} else {
-		n.sd.sent = s
+		d.sent = s
 	}
 }
 
@@ -264,66 +305,66 @@ func (n *Node) stepSteer(s protocol.Steer) {
 const keepEvents = 16
 
 // noteEvent keeps a denial or a cancel for Snapshot. Loop only.
-func (n *Node) noteEvent(st SteerStatus) {
-	if len(n.sd.events) == keepEvents {
-		n.sd.events = slices.Delete(n.sd.events, 0, 1)
+func (d *steering) noteEvent(st SteerStatus) {
+	if len(d.events) == keepEvents {
+		d.events = slices.Delete(d.events, 0, 1)
 	}
-	n.sd.events = append(n.sd.events, st)
+	d.events = append(d.events, st)
 }
 
 // steerAct carries out the machine's steering actions. Loop only.
-func (n *Node) steerAct(a *protocol.Action) {
+func (d *steering) steerAct(a *protocol.Action) {
 	switch a.Kind {
 	case protocol.ActGate:
-		if slices.Contains(n.sd.file.Approved, a.Round) {
+		if slices.Contains(d.file.Approved, a.Round) {
 			return // approved before a restart: restoreSteer approves it again now
 		}
-		if n.sd.waiting == nil {
-			n.sd.waiting = make(map[string]time.Time)
+		if d.waiting == nil {
+			d.waiting = make(map[string]time.Time)
 		}
 		now := time.Now()
-		n.sd.waiting[a.Round] = now
-		n.log.Warn("waiting for approval: the round's turn has come; its task starts after chainsync approve (or fails at chainsync deny)", "round", a.Round)
-		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
-		if n.cfg.OnHold != nil {
-			n.cfg.OnHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now})
+		d.waiting[a.Round] = now
+		d.log.Warn("waiting for approval: the round's turn has come; its task starts after chainsync approve (or fails at chainsync deny)", "round", a.Round)
+		d.host.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
+		if d.onHold != nil {
+			d.host.callback(func() { d.onHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now}) })
 		}
-		n.later(n.announceSteer)
+		d.host.later(input{kind: inAnnounceSteer})
 	case protocol.ActSkip:
-		n.log.Info("already done here: this node's task for the round succeeded before the retry; passing the round on without running it again", "round", a.Round)
-		n.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
+		d.log.Info("already done here: this node's task for the round succeeded before the retry; passing the round on without running it again", "round", a.Round)
+		d.host.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
 	case protocol.ActSteer:
 		s := *a.Msg.Steer
 		st := steerStatus(s, false)
 		if s.What.Event() {
-			n.noteEvent(st)
+			d.noteEvent(st)
 		}
 		switch s.What {
 		case protocol.SteerDenied:
-			if n.sd.denied == nil {
-				n.sd.denied = make(map[string]string)
+			if d.denied == nil {
+				d.denied = make(map[string]string)
 			}
-			if len(n.sd.denied) > keepApprovals {
-				clear(n.sd.denied)
+			if len(d.denied) > keepApprovals {
+				clear(d.denied)
 			}
-			n.sd.denied[steerKey(s.Origin, s.Round)] = s.Reason
-			n.log.Warn("steering: "+st.Text(time.Local), "origin", s.Origin, "round", s.Round)
+			d.denied[steerKey(s.Origin, s.Round)] = s.Reason
+			d.log.Warn("steering: "+st.Text(time.Local), "origin", s.Origin, "round", s.Round)
 		case protocol.SteerNone:
-			n.log.Info("steering: "+s.Origin+" starts its tasks again", "origin", s.Origin)
-			n.chainPause(s)
+			d.log.Info("steering: "+s.Origin+" starts its tasks again", "origin", s.Origin)
+			d.chainPause(s)
 		case protocol.SteerPause:
-			n.log.Warn("steering: "+st.Text(time.Local)+"; no task starts here until the Head resumes", "origin", s.Origin)
-			n.chainPause(s)
+			d.log.Warn("steering: "+st.Text(time.Local)+"; no task starts here until the Head resumes", "origin", s.Origin)
+			d.chainPause(s)
 		case protocol.SteerRetry:
-			n.retried(s.Round)
-			n.log.Warn("steering: round "+roundName(s.Round)+" reopened by a retry at the Head "+s.Origin+byText(s.By), "round", s.Round)
+			d.retried(s.Round)
+			d.log.Warn("steering: round "+roundName(s.Round)+" reopened by a retry at the Head "+s.Origin+byText(s.By), "round", s.Round)
 		case protocol.SteerCancel:
-			n.cancelled(s.Round, &CancelledError{By: s.By, Reason: s.Reason})
-			n.log.Warn("steering: "+st.Text(time.Local)+"; no task of it starts here", "origin", s.Origin, "round", s.Round)
+			d.cancelled(s.Round, &CancelledError{By: s.By, Reason: s.Reason})
+			d.log.Warn("steering: "+st.Text(time.Local)+"; no task of it starts here", "origin", s.Origin, "round", s.Round)
 		default:
-			n.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
+			d.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
 		}
-		n.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String(), Err: errors.New(st.Text(time.Local))})
+		d.host.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String(), Err: errors.New(st.Text(time.Local))})
 	}
 }
 
@@ -335,33 +376,33 @@ func steerStatus(s protocol.Steer, here bool) SteerStatus {
 
 // steerSnapshot fills st's steering: every node this node knows to be
 // gated (itself first), and the denials it heard of. Loop only.
-func (n *Node) steerSnapshot(st *Snapshot) {
-	for i, s := range n.steerView() {
-		own := i == 0 && s.Origin == n.sd.sent.Origin && n.sd.sent.What != 0
+func (d *steering) steerSnapshot(st *Snapshot) {
+	for i, s := range d.view.Steers() {
+		own := i == 0 && s.Origin == d.sent.Origin && d.sent.What != 0
 		if !s.What.Gates() {
 			continue
 		}
 		ss := steerStatus(s, own)
-		if own && s.What == protocol.SteerHold && n.sd.file.Hold != nil {
-			ss.Since = time.UnixMilli(n.sd.file.Hold.Since)
-			ss.By, ss.Reason = n.sd.file.Hold.By, n.sd.file.Hold.Reason
+		if own && s.What == protocol.SteerHold && d.file.Hold != nil {
+			ss.Since = time.UnixMilli(d.file.Hold.Since)
+			ss.By, ss.Reason = d.file.Hold.By, d.file.Hold.Reason
 		}
 		st.Steering = append(st.Steering, ss)
 	}
-	st.Steering = append(st.Steering, n.sd.events...)
+	st.Steering = append(st.Steering, d.events...)
 	for i := range st.Rounds {
 		r := &st.Rounds[i]
-		if g := n.gateOf(r.Round); g != protocol.WaitNothing {
+		if g := d.view.Gate(r.Round); g != protocol.WaitNothing {
 			r.WaitingFor = g
-			r.Gate = n.selfName()
+			r.Gate = d.self
 		}
 	}
 }
 
 // deniedReason returns the reason of origin's denial of round, if a
 // steering line told it. Loop only.
-func (n *Node) deniedReason(origin, round string) (string, bool) {
-	r, ok := n.sd.denied[steerKey(origin, round)]
+func (d *steering) deniedReason(origin, round string) (string, bool) {
+	r, ok := d.denied[steerKey(origin, round)]
 	return r, ok
 }
 
@@ -372,31 +413,36 @@ func (n *Node) deniedReason(origin, round string) (string, bool) {
 // a node restarted while held is held. Holding a held node is refused
 // (ErrRefused).
 func (n *Node) Hold(req Request) error {
-	return n.steerCall(func() error {
-		if h := n.sd.file.Hold; h != nil {
-			return refused("this node is held already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
-		}
-		old := n.sd.file.Hold
-		n.sd.file.Hold = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Hold = old
-			return err
-		}
-		n.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
-		if n.cfg.OnHold != nil {
-			n.cfg.OnHold(HoldEvent{Kind: "hold", Round: n.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()})
-		}
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opHold, req)
+	return err
+}
+
+// holdReq is Hold, on the loop.
+func (d *steering) holdReq(req Request) error {
+	if h := d.file.Hold; h != nil {
+		return refused("this node is held already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+	}
+	old := d.file.Hold
+	d.file.Hold = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+	if err := d.saveSteer(); err != nil {
+		d.file.Hold = old
+		return err
+	}
+	d.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
+	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
+	if d.onHold != nil {
+		ev := HoldEvent{Kind: "hold", Round: d.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()}
+		d.host.callback(func() { d.onHold(ev) })
+	}
+	d.announceSteer()
+	return nil
 }
 
 // turnRound returns the round whose task would start next here, if its
 // turn has come ("" if none). Loop only.
-func (n *Node) turnRound() string {
-	for _, v := range n.viewRounds() {
-		if n.gateOf(v.Round) != protocol.WaitNothing {
+func (d *steering) turnRound() string {
+	for _, v := range d.view.View() {
+		if d.view.Gate(v.Round) != protocol.WaitNothing {
 			return v.Round
 		}
 	}
@@ -406,54 +452,58 @@ func (n *Node) turnRound() string {
 // Release undoes Hold: the tasks whose turn has come start. Releasing a
 // node that is not held is refused.
 func (n *Node) Release(req Request) error {
-	return n.steerCall(func() error {
-		h := n.sd.file.Hold
-		if h == nil {
-			return refused("this node is not held")
-		}
-		n.sd.file.Hold = nil
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Hold = h
-			return err
-		}
-		n.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "none", Since: time.Now(), By: req.By})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opRelease, req)
+	return err
+}
+
+// releaseReq is Release, on the loop.
+func (d *steering) releaseReq(req Request) error {
+	h := d.file.Hold
+	if h == nil {
+		return refused("this node is not held")
+	}
+	d.file.Hold = nil
+	if err := d.saveSteer(); err != nil {
+		d.file.Hold = h
+		return err
+	}
+	d.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
+	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "none", Since: time.Now(), By: req.By})
+	d.announceSteer()
+	return nil
 }
 
 // waitingRound picks the round an Approve or Deny is about: req's, or
 // the one waiting for an approval now.
-func (n *Node) waitingRound(req Request, what string) (string, error) {
+func (d *steering) waitingRound(req Request, what string) (string, error) {
 	if req.HasRound {
-		if _, ok := n.sd.waiting[req.Round]; ok {
+		if _, ok := d.waiting[req.Round]; ok {
 			return req.Round, nil
 		}
 		if what == "deny" {
-			if st := n.stateOf(req.Round); st != 0 && st < protocol.StateStart {
+			if st := d.stateOf(req.Round); st != 0 && st < protocol.StateStart {
 				return req.Round, nil
 			}
 		}
-		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), n.waitingText())
+		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), d.waitingText())
 	}
-	switch len(n.sd.waiting) {
+	switch len(d.waiting) {
 	case 0:
-		if !n.cfg.Approve {
+		if !d.approve {
 			return "", refused("this node does not gate its tasks on an approval (start it with --approve)")
 		}
 		return "", refused("no round is waiting for an approval here (a round waits once its predecessor's COMPLETE has come)")
 	case 1:
-		return n.firstWaiting(), nil
+		return d.firstWaiting(), nil
 	}
-	return "", refused("several rounds wait for an approval here%s: give --round", n.waitingText())
+	return "", refused("several rounds wait for an approval here%s: give --round", d.waitingText())
 }
 
 // waitingText lists the rounds waiting for an approval, for a refusal.
-func (n *Node) waitingText() string {
-	ids := make([]string, 0, len(n.sd.waiting))
-	for id := range n.sd.waiting {
+func (d *steering) waitingText() string {
+	ids := make([]string, 0, len(d.waiting))
+	for id := range d.waiting {
 		ids = append(ids, roundName(id))
 	}
 	if len(ids) == 0 {
@@ -468,31 +518,31 @@ func (n *Node) waitingText() string {
 // It returns the round approved. With Config.StateDir the approval is
 // journalled before the task starts.
 func (n *Node) Approve(req Request) (string, error) {
-	var id string
-	err := n.steerCall(func() error {
-		var err error
-		if id, err = n.waitingRound(req, "approve"); err != nil {
-			return err
-		}
-		n.sd.file.Approved = append(n.sd.file.Approved, id)
-		if k := len(n.sd.file.Approved) - keepApprovals; k > 0 {
-			n.sd.file.Approved = slices.Delete(n.sd.file.Approved, 0, k)
-		}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Approved = n.sd.file.Approved[:len(n.sd.file.Approved)-1]
-			return err
-		}
-		delete(n.sd.waiting, id)
-		n.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
-		if err := n.step(protocol.Approve(id)); err != nil {
-			return err
-		}
-		n.announceSteer()
-		return nil
-	})
-	return id, err
+	return n.steerAsk(opApprove, req)
+}
+
+// approveReq is Approve, on the loop.
+func (d *steering) approveReq(req Request) (id string, err error) {
+	if id, err = d.waitingRound(req, "approve"); err != nil {
+		return id, err
+	}
+	d.file.Approved = append(d.file.Approved, id)
+	if k := len(d.file.Approved) - keepApprovals; k > 0 {
+		d.file.Approved = slices.Delete(d.file.Approved, 0, k)
+	}
+	if err := d.saveSteer(); err != nil {
+		d.file.Approved = d.file.Approved[:len(d.file.Approved)-1]
+		return id, err
+	}
+	delete(d.waiting, id)
+	d.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
+	d.host.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
+	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
+	if err := d.host.step(protocol.Approve(id), nil); err != nil {
+		return id, err
+	}
+	d.announceSteer()
+	return id, nil
 }
 
 // Deny fails the round waiting for an approval here (req.Round, or the
@@ -500,31 +550,31 @@ func (n *Node) Approve(req Request) (string, error) {
 // with a *DeniedError, the fault is task-failed, and the chain learns the
 // reason from a steering line before the fault notice.
 func (n *Node) Deny(req Request) (string, error) {
-	var id string
-	err := n.steerCall(func() error {
-		var err error
-		if id, err = n.waitingRound(req, "deny"); err != nil {
-			return err
-		}
-		delete(n.sd.waiting, id)
-		reason := req.Reason
-		if reason == "" {
-			reason = "no reason given"
-		}
-		de := &DeniedError{Node: n.selfName(), By: req.By, Reason: reason}
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerDenied, HasRound: true, Round: id,
-			By: protocol.NoticeName(req.By), Reason: reason})
-		ri := n.round(id)
-		ri.cause = de
-		te := &TaskError{Round: id, Err: de}
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + n.failedHere()})
-		if err := n.step(protocol.Deny(id)); err != nil {
-			return err
-		}
-		n.announceSteer()
-		return nil
-	})
-	return id, err
+	return n.steerAsk(opDeny, req)
+}
+
+// denyReq is Deny, on the loop.
+func (d *steering) denyReq(req Request) (id string, err error) {
+	if id, err = d.waitingRound(req, "deny"); err != nil {
+		return id, err
+	}
+	delete(d.waiting, id)
+	reason := req.Reason
+	if reason == "" {
+		reason = "no reason given"
+	}
+	de := &DeniedError{Node: d.self, By: req.By, Reason: reason}
+	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerDenied, HasRound: true, Round: id,
+		By: protocol.NoticeName(req.By), Reason: reason})
+	ri := d.book.get(id)
+	ri.cause = de
+	te := &TaskError{Round: id, Err: de}
+	d.host.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
+	if err := d.host.step(protocol.Deny(id), nil); err != nil {
+		return id, err
+	}
+	d.announceSteer()
+	return id, nil
 }
 
 // DeniedError is the task error of a round denied at a node (Deny).
@@ -546,30 +596,72 @@ func byText(by string) string {
 	return " by " + by
 }
 
-// steerCall runs f on the loop and waits until what it wrote is carried
-// out (its journal records on disk, its lines queued): a request is
-// answered only once it has been taken.
-func (n *Node) steerCall(f func() error) error {
-	err := ErrStopped
-	done := make(chan struct{})
-	ok := n.call(func() {
-		if n.closed {
-			close(done)
-			return
-		}
-		err = f()
-		// Released once the turn's records are on disk (an effect like a
-		// round's result).
-		n.queue(effect{kind: effDone, ri: &roundInfo{done: done}})
-	})
+// steerOp is which steering request a steerReq is.
+type steerOp uint8
+
+const (
+	opHold steerOp = iota + 1
+	opRelease
+	opApprove
+	opDeny
+	opPause
+	opResume
+	opCancel
+	opRetry
+)
+
+// steerReq is a steering request for the loop (inSteer).
+type steerReq struct {
+	op  steerOp
+	req Request
+}
+
+// steerAsk hands a steering request to the loop and waits until what it
+// changed is carried out (its journal records on disk, its lines
+// queued): a request is answered only once it has been taken. It returns
+// the round an approval or a denial was about.
+func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
+	r, ok := n.ask(input{kind: inSteer, steer: &steerReq{op: op, req: req}})
 	if !ok {
-		return ErrStopped
+		return "", ErrStopped
 	}
-	select {
-	case <-done:
-	case <-n.loopDone:
+	return r.id, r.err
+}
+
+// steerRequest carries out a steering request; its answer is an effect
+// of the turn, given once the turn's records are on disk. Loop only.
+func (n *Node) steerRequest(in *input) {
+	if n.closed {
+		in.answer(reply{err: ErrStopped})
+		return
 	}
-	return err
+	id, err := n.steer.request(in.steer)
+	n.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
+	in.reply = nil
+}
+
+// request carries out a steering request: the round an approval or a
+// denial was about, and the request's error. Loop only.
+func (d *steering) request(r *steerReq) (id string, err error) {
+	switch req := r.req; r.op {
+	case opHold:
+		err = d.holdReq(req)
+	case opRelease:
+		err = d.releaseReq(req)
+	case opApprove:
+		id, err = d.approveReq(req)
+	case opDeny:
+		id, err = d.denyReq(req)
+	case opPause:
+		err = d.pauseReq(req)
+	case opResume:
+		err = d.resumeReq(req)
+	case opCancel:
+		err = d.cancelReq(req)
+	case opRetry:
+		err = d.retryReq(req)
+	}
+	return id, err
 }
 
 // TraceSteer is the trace event of a steering change, here (Origin "")
@@ -579,8 +671,8 @@ const TraceSteer TraceKind = 64
 // chainPause journals the Head's pause line s (pause, or none ending
 // one), so that a node restarted while the chain is paused stays paused.
 // Loop only.
-func (n *Node) chainPause(s protocol.Steer) {
-	cp := n.sd.file.ChainPause
+func (d *steering) chainPause(s protocol.Steer) {
+	cp := d.file.ChainPause
 	switch {
 	case s.What == protocol.SteerPause:
 	case cp != nil && cp.Origin == s.Origin:
@@ -590,13 +682,13 @@ func (n *Node) chainPause(s protocol.Steer) {
 	}
 	old := cp
 	if s.What == protocol.SteerPause {
-		n.sd.file.ChainPause = &s
+		d.file.ChainPause = &s
 	} else {
-		n.sd.file.ChainPause = nil
+		d.file.ChainPause = nil
 	}
-	if err := n.saveSteer(); err != nil {
-		n.sd.file.ChainPause = old
-		n.log.Error("cannot journal the chain's pause", "err", err.Error())
+	if err := d.saveSteer(); err != nil {
+		d.file.ChainPause = old
+		d.log.Error("cannot journal the chain's pause", "err", err.Error())
 	}
 }
 
@@ -627,32 +719,30 @@ func (e *CancelledError) Error() string {
 // cancelled notes that round is being cancelled (its abort follows in the
 // same step's actions): it is no longer waiting for an approval here, and
 // its result is StatusCancelled. Loop only.
-func (n *Node) cancelled(round string, ce *CancelledError) {
-	if n.stateOf(round) == 0 {
+func (d *steering) cancelled(round string, ce *CancelledError) {
+	if d.stateOf(round) == 0 {
 		return // not a round of this node's
 	}
-	ri := n.round(round)
+	ri := d.book.get(round)
 	if ri.finished() {
 		return // it ended before the cancel came
 	}
 	if ri.cause == nil {
 		ri.cause, ri.reported = ce, true
-		if n.j != nil && n.broken == nil {
-			// Written with the turn's records: a restarted node knows the
-			// round was cancelled, not faulted.
-			n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: string(FaultCancelled)})
-		}
+		// Written with the turn's records: a restarted node knows the
+		// round was cancelled, not faulted.
+		d.host.journalFault(round, string(FaultCancelled))
 	}
-	if _, ok := n.sd.waiting[round]; ok {
-		delete(n.sd.waiting, round)
-		n.later(n.announceSteer)
+	if _, ok := d.waiting[round]; ok {
+		delete(d.waiting, round)
+		d.host.later(input{kind: inAnnounceSteer})
 	}
 }
 
 // steerResult is res, round's result, as steering made it: a round
 // cancelled at the Head ended StatusCancelled, whatever the machine's
 // outcome (aborted, or undelivered after this node's task). Loop only.
-func (n *Node) steerResult(ri *roundInfo, res Result) Result {
+func (d *steering) steerResult(ri *roundInfo, res Result) Result {
 	var ce *CancelledError
 	if errors.As(ri.cause, &ce) && res.Status != StatusDone {
 		res.Status, res.Err = StatusCancelled, ce
@@ -666,61 +756,71 @@ func (n *Node) steerResult(ri *roundInfo, res Result) Result {
 // journalled. Pausing a paused chain, or pausing at another node, is
 // refused.
 func (n *Node) Pause(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("pause is the Head's: this node has a predecessor")
-		}
-		if h := n.sd.file.Pause; h != nil {
-			return refused("the chain is paused already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
-		}
-		n.sd.file.Pause = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Pause = nil
-			return err
-		}
-		n.sd.resumed = make(chan struct{})
-		n.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opPause, req)
+	return err
+}
+
+// pauseReq is Pause, on the loop.
+func (d *steering) pauseReq(req Request) error {
+	if d.role.HasPred() {
+		return refused("pause is the Head's: this node has a predecessor")
+	}
+	if h := d.file.Pause; h != nil {
+		return refused("the chain is paused already, since %s%s", time.UnixMilli(h.Since).Format("15:04:05"), byText(h.By))
+	}
+	d.file.Pause = &steerHold{Since: time.Now().UnixMilli(), By: req.By, Reason: req.Reason}
+	if err := d.saveSteer(); err != nil {
+		d.file.Pause = nil
+		return err
+	}
+	d.resumed = make(chan struct{})
+	d.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
+	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
+	d.announceSteer()
+	return nil
 }
 
 // Resume undoes Pause: rounds open again and every node's tasks start.
 func (n *Node) Resume(req Request) error {
-	return n.steerCall(func() error {
-		h := n.sd.file.Pause
-		if h == nil {
-			return refused("the chain is not paused")
-		}
-		n.sd.file.Pause = nil
-		if err := n.saveSteer(); err != nil {
-			n.sd.file.Pause = h
-			return err
-		}
-		if n.sd.resumed != nil {
-			close(n.sd.resumed)
-			n.sd.resumed = nil
-		}
-		n.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-		n.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
-		n.noteEvent(SteerStatus{Node: n.selfName(), Here: true, What: "resume", Since: time.Now(), By: req.By})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opResume, req)
+	return err
+}
+
+// resumeReq is Resume, on the loop.
+func (d *steering) resumeReq(req Request) error {
+	h := d.file.Pause
+	if h == nil {
+		return refused("the chain is not paused")
+	}
+	d.file.Pause = nil
+	if err := d.saveSteer(); err != nil {
+		d.file.Pause = h
+		return err
+	}
+	if d.resumed != nil {
+		close(d.resumed)
+		d.resumed = nil
+	}
+	d.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
+	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "resume", Since: time.Now(), By: req.By})
+	d.announceSteer()
+	return nil
 }
 
 // Paused reports whether this node (the Head) paused the chain, and if so
 // a channel closed when it resumes.
 func (n *Node) Paused() (bool, <-chan struct{}) {
-	var ch chan struct{}
-	paused := false
-	n.call(func() {
-		if n.sd.file.Pause != nil {
-			paused, ch = true, n.sd.resumed
-		}
-	})
-	return paused, ch
+	r, _ := n.ask(input{kind: inPaused})
+	return r.ok, r.ch
+}
+
+// paused is Paused, on the loop.
+func (d *steering) paused() (bool, <-chan struct{}) {
+	if d.file.Pause == nil {
+		return false, nil
+	}
+	return true, d.resumed
 }
 
 // Cancel, at the Head, ends round req.Round everywhere: no task of it
@@ -728,26 +828,30 @@ func (n *Node) Paused() (bool, <-chan struct{}) {
 // their results), and it ends StatusCancelled with a *CancelledError. A
 // round that is not in flight at the Head is refused.
 func (n *Node) Cancel(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("cancel is the Head's: this node has a predecessor")
-		}
-		if !req.HasRound {
-			return refused("give the round to cancel (--round)")
-		}
-		switch st := n.stateOf(req.Round); {
-		case st == 0:
-			return refused("round %s is not in flight here", roundName(req.Round))
-		case st.Terminal():
-			return refused("round %s is over already (%s)", roundName(req.Round), strings.ToLower(st.String()))
-		}
-		n.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
-		n.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerCancel, HasRound: true, Round: req.Round,
-			By: protocol.NoticeName(req.By), Reason: req.Reason})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opCancel, req)
+	return err
+}
+
+// cancelReq is Cancel, on the loop.
+func (d *steering) cancelReq(req Request) error {
+	if d.role.HasPred() {
+		return refused("cancel is the Head's: this node has a predecessor")
+	}
+	if !req.HasRound {
+		return refused("give the round to cancel (--round)")
+	}
+	switch st := d.stateOf(req.Round); {
+	case st == 0:
+		return refused("round %s is not in flight here", roundName(req.Round))
+	case st.Terminal():
+		return refused("round %s is over already (%s)", roundName(req.Round), strings.ToLower(st.String()))
+	}
+	d.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
+	d.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
+	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	d.announceSteer()
+	return nil
 }
 
 // retried notes that round was reopened by a retry (the machine resets
@@ -755,24 +859,25 @@ func (n *Node) Cancel(req Request) error {
 // the round has a record of its own again (the old result stays with
 // those who waited for it), and if its task had succeeded here that is
 // journalled, so that a restarted node passes it on too. Loop only.
-func (n *Node) retried(round string) {
-	n.later(func() {
-		st := n.stateOf(round)
-		if ri := n.rounds[round]; ri != nil && ri.finished() && st != 0 && !st.Terminal() {
-			delete(n.rounds, round)
-			n.round(round)
-		}
-		if !n.taskOKOf(round) || slices.Contains(n.sd.file.Skip, round) {
-			return
-		}
-		n.sd.file.Skip = append(n.sd.file.Skip, round)
-		if k := len(n.sd.file.Skip) - keepApprovals; k > 0 {
-			n.sd.file.Skip = slices.Delete(n.sd.file.Skip, 0, k)
-		}
-		if err := n.saveSteer(); err != nil {
-			n.log.Error("cannot journal that the round's task is done here", "round", round, "err", err.Error())
-		}
-	})
+func (d *steering) retried(round string) { d.host.later(input{kind: inRetried, round: round}) }
+
+// retriedNow is retried, after the step's actions. Loop only.
+func (d *steering) retriedNow(round string) {
+	st := d.stateOf(round)
+	if ri := d.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
+		d.book.forget(round)
+		d.book.get(round)
+	}
+	if !d.view.TaskOK(round) || slices.Contains(d.file.Skip, round) {
+		return
+	}
+	d.file.Skip = append(d.file.Skip, round)
+	if k := len(d.file.Skip) - keepApprovals; k > 0 {
+		d.file.Skip = slices.Delete(d.file.Skip, 0, k)
+	}
+	if err := d.saveSteer(); err != nil {
+		d.log.Error("cannot journal that the round's task is done here", "round", round, "err", err.Error())
+	}
 }
 
 // Retry, at the Head, reopens round req.Round, which failed, faulted, was
@@ -783,28 +888,32 @@ func (n *Node) retried(round string) {
 // there yet waits for it). A round that ended done is refused ("done
 // already"), and so is one in flight or not known here.
 func (n *Node) Retry(req Request) error {
-	return n.steerCall(func() error {
-		if n.role.HasPred() {
-			return refused("retry is the Head's: this node has a predecessor")
-		}
-		if !req.HasRound {
-			return refused("give the round to retry")
-		}
-		switch st := n.stateOf(req.Round); {
-		case st == 0:
-			return refused("round %s is not known here (never opened, or long forgotten)", roundName(req.Round))
-		case !st.Terminal():
-			return refused("round %s is still in flight", roundName(req.Round))
-		case st == protocol.StateDone:
-			return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
-		}
-		n.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
-		n.retried(req.Round)
-		n.stepSteer(protocol.Steer{Origin: n.selfName(), What: protocol.SteerRetry, HasRound: true, Round: req.Round,
-			By: protocol.NoticeName(req.By), Reason: req.Reason})
-		n.announceSteer()
-		return nil
-	})
+	_, err := n.steerAsk(opRetry, req)
+	return err
+}
+
+// retryReq is Retry, on the loop.
+func (d *steering) retryReq(req Request) error {
+	if d.role.HasPred() {
+		return refused("retry is the Head's: this node has a predecessor")
+	}
+	if !req.HasRound {
+		return refused("give the round to retry")
+	}
+	switch st := d.stateOf(req.Round); {
+	case st == 0:
+		return refused("round %s is not known here (never opened, or long forgotten)", roundName(req.Round))
+	case !st.Terminal():
+		return refused("round %s is still in flight", roundName(req.Round))
+	case st == protocol.StateDone:
+		return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
+	}
+	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
+	d.retried(req.Round)
+	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	d.announceSteer()
+	return nil
 }
 
 // steerWhy says who asked and why, for a trace record.

@@ -29,21 +29,17 @@ func (n *Node) startTask(round string) { n.startRun(round, false) }
 func (n *Node) startRun(round string, verifyOnly bool) {
 	// The task starts at the end of the turn, once the step's records
 	// are on disk.
-	n.wg.Add(1)
 	start := taskStart{round: round, verifyOnly: verifyOnly}
-	select {
-	case n.tasks <- struct{}{}: // a task slot is free: start now
+	if n.tasks.take() { // a task slot is free: start now
 		n.taskStarted(round)
 		start.slot = true
-	default:
 	}
-	n.queue(effect{kind: effTask, task: start})
+	n.cur.add(effect{kind: effTask, task: start})
 }
 
-// quickTasks says whether tasks run inline (Config.QuickTask).
-func (n *Node) quickTasks() bool {
-	return n.cfg.QuickTask && n.cfg.Verify == nil && n.cfg.TaskTimeout == 0
-}
+// queueTask queues t to start at the end of the turn (an undo: undo.go).
+// Loop only.
+func (n *Node) queueTask(t taskStart) { n.cur.add(effect{kind: effTask, task: t}) }
 
 // taskStarted logs the start of a task. Loop only.
 func (n *Node) taskStarted(round string) {
@@ -53,53 +49,140 @@ func (n *Node) taskStarted(round string) {
 	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
-// runTask runs round's task; slot says it already holds a task slot. It
-// runs on a task worker (taskWorkers).
-func (n *Node) runTask(t taskStart) {
+// taskRunner runs a node's tasks and undos off the loop, at most
+// MaxParallelTasks at a time (its slots), on the process's task workers;
+// it tells the loop of their starts and ends through the node's inbox. It
+// holds nothing of the node but what its tasks need.
+type taskRunner struct {
+	task    func(ctx context.Context, round string) error
+	verify  func(ctx context.Context, round string) error
+	undo    func(ctx context.Context, round string, info UndoInfo) error
+	timeout time.Duration   // Config.TaskTimeout
+	ctx     context.Context // the node's: ends when it is closed
+	slots   chan struct{}   // semaphore: MaxParallelTasks
+	crew    *crew           // counts the running tasks
+	inbox   inbox           // the node's loop
+	own     bool            // a goroutine per task, not the shared workers
+	quick   bool            // tasks run on the loop (Config.QuickTask)
+}
+
+// inbox is how a part reaches its node's loop: an input, false if the
+// loop has ended.
+type inbox interface {
+	post(in input) bool
+}
+
+// newTaskRunner returns cfg's task runner.
+func newTaskRunner(cfg *Config, ctx context.Context, c *crew, in inbox) *taskRunner {
+	return &taskRunner{task: cfg.Task, verify: cfg.Verify, undo: cfg.Undo, timeout: cfg.TaskTimeout, ctx: ctx,
+		slots: make(chan struct{}, cfg.MaxParallelTasks), crew: c, inbox: in, own: cfg.ownTaskGoroutines,
+		quick: cfg.QuickTask && cfg.Verify == nil && cfg.TaskTimeout == 0}
+}
+
+// take takes a free slot, if there is one now.
+func (r *taskRunner) take() bool {
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// give gives a slot back.
+func (r *taskRunner) give() { <-r.slots }
+
+// launch starts t on a task worker; false (its slot given back) once the
+// node's Close waits: the task does not start.
+func (r *taskRunner) launch(t taskStart) bool {
+	if !r.crew.add() {
+		if t.slot {
+			r.give()
+		}
+		return false
+	}
+	if r.own {
+		goSafe(func() { r.run(t) })
+	} else {
+		taskWorkers.run(r, t)
+	}
+	return true
+}
+
+// runHere runs round's task on the caller's goroutine (the loop: a quick
+// task), in the slot the caller took.
+func (r *taskRunner) runHere(round string) error {
+	defer r.give()
+	return r.task(r.ctx, round)
+}
+
+// run runs t, a task or an undo, on a task worker; slot says it already
+// holds a task slot.
+func (r *taskRunner) run(t taskStart) {
+	defer r.crew.done()
 	if t.undo != nil {
-		n.runUndo(t.round, *t.undo)
+		r.runUndo(t.round, *t.undo)
 		return
 	}
-	defer n.wg.Done()
 	round := t.round
-	if t.slot && n.ctx.Err() != nil { // closed before the task could start
-		<-n.tasks
+	if t.slot && r.ctx.Err() != nil { // closed before the task could start
+		r.give()
 		return
 	}
 	if !t.slot {
 		select {
-		case n.tasks <- struct{}{}:
-		case <-n.ctx.Done():
+		case r.slots <- struct{}{}:
+		case <-r.ctx.Done():
 			return
 		}
-		n.post(func() { n.taskStarted(round) })
+		r.inbox.post(input{kind: inTaskStarted, round: round})
 	}
-	ctx, cancel := n.ctx, context.CancelFunc(func() {})
-	if n.cfg.TaskTimeout > 0 {
-		ctx, cancel = context.WithTimeout(n.ctx, n.cfg.TaskTimeout)
-	}
+	ctx, cancel := r.bounded()
 	var err error
 	if !t.verifyOnly {
-		err = n.cfg.Task(ctx, round)
+		err = r.task(ctx, round)
 	}
-	if err == nil && n.cfg.Verify != nil && ctx.Err() == nil {
-		err = n.cfg.Verify(ctx, round)
+	if err == nil && r.verify != nil && ctx.Err() == nil {
+		err = r.verify(ctx, round)
 	}
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && n.ctx.Err() == nil
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
 	cancel()
-	<-n.tasks
+	r.give()
+	r.inbox.post(input{kind: inTaskEnd, round: round, err: err, flag: timedOut})
+}
 
-	n.post(func() {
-		if !n.closed {
-			n.taskFinished(round, err, timedOut)
-		}
-	})
+// bounded is the context of one task: the node's, within TaskTimeout.
+func (r *taskRunner) bounded() (context.Context, context.CancelFunc) {
+	if r.timeout > 0 {
+		return context.WithTimeout(r.ctx, r.timeout)
+	}
+	return r.ctx, func() {}
+}
+
+// runUndo runs Config.Undo, bounded by TaskTimeout, one task (or undo) at
+// a time, and reports its end. An undo the node's Close interrupted is
+// not reported: it is resumed after a restart.
+func (r *taskRunner) runUndo(round string, info UndoInfo) {
+	select {
+	case r.slots <- struct{}{}:
+	case <-r.ctx.Done():
+		return
+	}
+	ctx, cancel := r.bounded()
+	err := r.undo(ctx, round, info)
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
+	cancel()
+	r.give()
+	if r.ctx.Err() != nil && !timedOut {
+		return
+	}
+	r.inbox.post(input{kind: inUndoEnd, round: round, err: err, flag: timedOut})
 }
 
 // failedHere is what a failed task's fault adds: this node sends no
 // COMPLETE on, and under halt the chain stops here.
-func (n *Node) failedHere() string {
-	if n.cfg.FaultPolicy == FaultWait {
+func failedHere(policy FaultPolicy) string {
+	if policy == FaultWait {
 		return "; the round ends here (no COMPLETE is sent on), the chain goes on (fault policy wait)"
 	}
 	return "; halting the chain here (no COMPLETE is sent on)"
@@ -114,14 +197,14 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
 	}
 	if err != nil {
-		ri := n.round(round)
+		ri := n.book.get(round)
 		ri.cause, ri.timedOut = err, timedOut
 		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
 		kind := FaultTaskFailed
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + n.failedHere()})
+		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy)})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
@@ -130,7 +213,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := n.step(ev); err != nil {
+	if err := n.step(ev, nil); err != nil {
 		n.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
@@ -172,34 +255,35 @@ type taskWorker struct {
 	since time.Time    // when it began to wait (p.mu)
 }
 
-// taskJob is a task to run; a job without a node tells the worker to exit.
+// taskJob is a task to run; a job without a runner tells the worker to
+// exit.
 type taskJob struct {
-	n *Node
+	r *taskRunner
 	t taskStart
 }
 
-// run runs n's task t on the worker that waited least, or on a new one.
-func (p *workerPool) run(n *Node, t taskStart) {
+// run runs r's task t on the worker that waited least, or on a new one.
+func (p *workerPool) run(r *taskRunner, t taskStart) {
 	p.mu.Lock()
 	if k := len(p.idle); k > 0 {
 		w := p.idle[k-1]
 		p.idle[k-1] = nil
 		p.idle = p.idle[:k-1]
 		p.mu.Unlock()
-		w.job <- taskJob{n, t}
+		w.job <- taskJob{r, t}
 		return
 	}
 	p.mu.Unlock()
 	w := &taskWorker{job: make(chan taskJob, 1)}
-	goSafe(func() { w.loop(p, taskJob{n, t}) })
+	goSafe(func() { w.loop(p, taskJob{r, t}) })
 }
 
 // loop runs j, then every job handed to w, until the sweep sends it away
 // or the node of its last job is closed.
 func (w *taskWorker) loop(p *workerPool, j taskJob) {
-	for j.n != nil {
-		j.n.runTask(j.t)
-		done := j.n.ctx.Done()
+	for j.r != nil {
+		j.r.run(j.t)
+		done := j.r.ctx.Done()
 		j = taskJob{}
 		if !p.wait(w) {
 			return
@@ -227,7 +311,7 @@ func (p *workerPool) wait(w *taskWorker) bool {
 	if !p.armed {
 		p.armed = true
 		if p.sweep == nil {
-			p.sweep = time.AfterFunc(workerIdle, p.sweepIdle)
+			p.sweep = time.AfterFunc(workerIdle, func() { safely(p.sweepIdle) })
 		} else {
 			p.sweep.Reset(workerIdle)
 		}

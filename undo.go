@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -40,9 +41,35 @@ const (
 // (Fault.Peer names the node).
 const FaultUndoFailed FaultKind = "undo-failed"
 
-// undoState is what the driver keeps of the undo wave.
+// undoState is the undo wave's part (Config.Undo): it starts this node's
+// undo when the machine says, reports how each round's wave ended, and
+// keeps those outcomes for the rounds' results. It reaches the node
+// through undoHost.
 type undoState struct {
 	outcomes map[string]string // round -> the wave's outcome, in words
+
+	host   undoHost
+	faults *faultBook
+	book   *roundBook
+	log    *slog.Logger
+	on     bool     // Config.Undo is set
+	chain  []string // Config.Chain, to name the nodes a wave left
+	policy FaultPolicy
+	// taskTimeout and resumeTask: what bounds an undo, and what a
+	// restart does with one it interrupted.
+	taskTimeout time.Duration
+	resumeTask  ResumeTask
+}
+
+// undoHost is what the undo part reaches of its node: the loop's step,
+// the trace, a task start, a neighbour's name and a mismatch's report.
+type undoHost interface {
+	step(ev protocol.Event, cause *FaultError) error
+	trace(ev TraceEvent)
+	queueTask(t taskStart) // started at the end of the turn
+	peerName(side protocol.Side) string
+	mismatch(l *link, what, round, reason string)
+	broken() error
 }
 
 // exitCodeOf returns err's exit status, -1 if it has none.
@@ -65,146 +92,116 @@ func taskFailure(err error, timedOut bool) protocol.Failure {
 }
 
 // undoAct carries out the machine's undo actions. Loop only.
-func (n *Node) undoAct(a *protocol.Action) {
+func (u *undoState) undoAct(a *protocol.Action) *FaultError {
 	switch a.Kind {
 	case protocol.ActRunUndo:
-		n.startUndo(a.Round, a.Wave)
+		u.startUndo(a.Round, a.Wave)
 	case protocol.ActUndone:
-		n.undone(a.Round, a.Wave)
+		return u.undone(a.Round, a.Wave)
 	}
+	return nil
 }
 
 // startUndo runs this node's undo of round on a goroutine of its own,
 // once the turn's records (its start) are on disk. Loop only.
-func (n *Node) startUndo(round string, w protocol.Wave) {
+func (u *undoState) startUndo(round string, w protocol.Wave) {
 	info := UndoInfo{FailedNode: w.Failed, Fault: w.Kind}
-	n.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
-	n.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
+	u.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
+	u.host.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
-	// are on disk (loop.go), on a task worker (runTask).
-	n.wg.Add(1)
-	n.queue(effect{kind: effTask, task: taskStart{round: round, undo: &info}})
-}
-
-// runUndo runs Config.Undo, bounded by TaskTimeout, and reports its end.
-// It runs on a task worker (runTask).
-func (n *Node) runUndo(round string, info UndoInfo) {
-	defer n.wg.Done()
-	select {
-	case n.tasks <- struct{}{}: // one task (or undo) at a time
-	case <-n.ctx.Done():
-		return
-	}
-	ctx, cancel := n.ctx, context.CancelFunc(func() {})
-	if n.cfg.TaskTimeout > 0 {
-		ctx, cancel = context.WithTimeout(n.ctx, n.cfg.TaskTimeout)
-	}
-	err := n.cfg.Undo(ctx, round, info)
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && n.ctx.Err() == nil
-	cancel()
-	<-n.tasks
-	if n.ctx.Err() != nil && !timedOut {
-		return // the node is closing: its undo is resumed after a restart
-	}
-	n.post(func() {
-		if !n.closed {
-			n.undoFinished(round, err, timedOut)
-		}
-	})
+	// are on disk (loop.go), on a task worker (taskRunner.run).
+	u.host.queueTask(taskStart{round: round, undo: &info})
 }
 
 // undoFinished reports the end of this node's undo to the machine. Loop
 // only.
-func (n *Node) undoFinished(round string, err error, timedOut bool) {
+func (u *undoState) undoFinished(round string, err error, timedOut bool) {
 	code := exitCodeOf(err)
 	if timedOut {
 		code = protocol.CodeTimeout
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", u.taskTimeout, err)
 	}
 	if err != nil {
-		n.log.Error("undo failed: the undo wave stops here; the nodes before this one keep their work (a person decides)", "round", round, "kind", string(FaultUndoFailed), "err", err.Error())
+		u.log.Error("undo failed: the undo wave stops here; the nodes before this one keep their work (a person decides)", "round", round, "kind", string(FaultUndoFailed), "err", err.Error())
 	} else {
-		n.log.Warn("undo ended", "round", round)
+		u.log.Warn("undo ended", "round", round)
 	}
-	n.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
-	if serr := n.step(protocol.UndoDone(round, err != nil, code)); serr != nil && n.broken == nil {
-		n.log.Error("internal error: undo done", "round", round, "err", serr)
+	u.host.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
+	if serr := u.host.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.host.broken() == nil {
+		u.log.Error("internal error: undo done", "round", round, "err", serr)
 	}
 }
 
 // undone reports how round's undo wave ended: in the log, the trace, the
 // round's Result and, when an undo failed, as an undo-failed fault naming
 // that node. Loop only.
-func (n *Node) undone(round string, w protocol.Wave) {
+func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 	if w.Stop != "" && w.KeptN < 0 {
 		// The wave stopped at a node before this one's predecessors heard
 		// of it: with the chain's names known, name the nodes it left.
-		if i := slices.Index(n.cfg.Chain, w.Stop); i >= 0 {
-			before := slices.Clone(n.cfg.Chain[:i])
+		if i := slices.Index(u.chain, w.Stop); i >= 0 {
+			before := slices.Clone(u.chain[:i])
 			slices.Reverse(before)
 			w.Kept, w.KeptN = strings.Join(before, ","), len(before)
 		}
 	}
 	line := w.Outcome()
-	if n.undo.outcomes == nil {
-		n.undo.outcomes = make(map[string]string)
+	if u.outcomes == nil {
+		u.outcomes = make(map[string]string)
 	}
-	n.undo.outcomes[round] = line
-	if ri := n.round(round); ri.cause == nil {
+	u.outcomes[round] = line
+	if ri := u.book.get(round); ri.cause == nil {
 		// The round's end here was withheld until now: its cause is the
 		// failure the wave undid, as the notice of it said.
-		fe := &FaultError{Round: round, State: n.stateOf(round), Kind: FaultChainHalted, Peer: w.Failed, Origin: w.Failed,
+		fe := &FaultError{Round: round, State: u.faults.stateOf(round), Kind: FaultChainHalted, Peer: w.Failed, Origin: w.Failed,
 			Cause: FaultKind(w.Kind), Reason: describeNotice(protocol.Notice{Kind: w.Kind, Origin: w.Failed, Blamed: w.Failed}) + "; " + line}
-		if n.cfg.FaultPolicy == FaultWait {
+		if u.policy == FaultWait {
 			fe.Kind = FaultChainFault
 		}
 		ri.cause, ri.reported = fe, true
 	}
 	if w.Stop == "" {
-		n.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
-		n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
-		return
+		u.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
+		u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+		return nil
 	}
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
 		Err: fmt.Sprintf("chainsync: undo-failed in round %s: the undo failed at %s, which stopped the undo wave: %s", roundName(round), w.Stop, line)}
-	n.keepFault(f)
+	u.faults.keep(f)
 	// Under FaultHalt the machine ends every other unfinished round for
 	// it, in the actions that follow: this is their cause.
-	n.cause = &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
+	cause := &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
 		Reason: "the undo failed at " + w.Stop + " in round " + roundName(round) + ", which halts the chain (" + line + ")"}
-	n.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
-	n.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
-	n.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+	u.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
+	u.host.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
+	u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+	return cause
 }
-
-// undoOutcome is round's undo wave's outcome in words, "" if none.
-// Loop only.
-func (n *Node) undoOutcome(round string) string { return n.undo.outcomes[round] }
 
 // resumeUndo carries on a round whose undo wave was under way when the
 // node stopped; false if there is none. An undo that had started and
 // not ended runs again (undo commands are idempotent: docs/UNDO.md),
 // unless ResumeTask is ResumeDone, which takes it as done. Loop only.
-func (n *Node) resumeUndo(rec protocol.Record) bool {
+func (u *undoState) resumeUndo(rec protocol.Record) bool {
 	if rec.Undo.Held == 0 {
 		return false
 	}
 	switch rec.Undo.Phase {
 	case protocol.PhaseRunning:
-		if n.cfg.ResumeTask == ResumeDone {
-			n.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
-			if err := n.step(protocol.UndoDone(rec.Round, false, 0)); err != nil {
-				n.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
+		if u.resumeTask == ResumeDone {
+			u.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
+			if err := u.host.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
+				u.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
 			}
 			return true
 		}
-		n.log.Warn("resumed: the undo was interrupted by the restart; running it again (undo commands must be idempotent)", "round", rec.Round)
-		n.startUndo(rec.Round, rec.Undo.Wave)
+		u.log.Warn("resumed: the undo was interrupted by the restart; running it again (undo commands must be idempotent)", "round", rec.Round)
+		u.startUndo(rec.Round, rec.Undo.Wave)
 	default:
-		n.log.Info("resumed: the round failed; waiting for its undo wave", "round", rec.Round, "undo", rec.Undo.Phase.String())
+		u.log.Info("resumed: the round failed; waiting for its undo wave", "round", rec.Round, "undo", rec.Undo.Phase.String())
 	}
 	return true
 }
@@ -212,21 +209,21 @@ func (n *Node) resumeUndo(rec protocol.Record) bool {
 // undoMismatch reports err, bad input on l, as a configuration mismatch
 // if a neighbour runs with --undo and this node without it, or the other
 // way round (docs/UNDO.md, "A chain setting"). Loop only.
-func (n *Node) undoMismatch(l *link, err error) bool {
-	peer := n.peerName(l.side)
+func (u *undoState) undoMismatch(l *link, err error) bool {
+	peer := u.host.peerName(l.side)
 	var pe *wire.ProtocolError
 	if errors.As(err, &pe) && pe.Extension && (strings.HasPrefix(string(pe.Line), "UNDO ") || strings.HasPrefix(string(pe.Line), "UNDONE ")) {
-		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo (it sent %q); this node runs without --undo: set --undo on every node of the chain, or on none", peer, string(pe.Line)))
+		u.host.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo (it sent %q); this node runs without --undo: set --undo on every node of the chain, or on none", peer, string(pe.Line)))
 		return true
 	}
 	var v *protocol.Violation
 	if !errors.As(err, &v) || v.Setting != "undo" {
 		return false
 	}
-	if n.cfg.Undo != nil {
-		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs without --undo; this node runs with it: set --undo on every node of the chain, or on none", peer))
+	if u.on {
+		u.host.mismatch(l, "undo", "", fmt.Sprintf("%s runs without --undo; this node runs with it: set --undo on every node of the chain, or on none", peer))
 	} else {
-		n.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo; this node runs without it: set --undo on every node of the chain, or on none", peer))
+		u.host.mismatch(l, "undo", "", fmt.Sprintf("%s runs with --undo; this node runs without it: set --undo on every node of the chain, or on none", peer))
 	}
 	return true
 }
@@ -236,15 +233,15 @@ func (n *Node) undoMismatch(l *link, err error) bool {
 // without the extension lines, so without --undo: a config-mismatch
 // (docs/UNDO.md, "A chain setting"), which under FaultHalt ends this
 // node's rounds. Loop only.
-func (n *Node) undoRefused(l *link) {
-	if n.cfg.Undo == nil {
+func (u *undoState) undoRefused(l *link) {
+	if !u.on {
 		return
 	}
-	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
+	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: u.host.peerName(l.side),
 		Reason: "the successor closed the connection right after this node's first lines (UNDO ON) without a word: it runs without --undo (and without --heartbeat); set --undo on every node of the chain, or on none"}
 	f := fe.fault()
-	n.recordFault(f)
-	n.later(func() { n.announce(f, true, fe) })
+	u.faults.record(f)
+	u.faults.announceLater(f, true, fe)
 }
 
 // undoDoing says in words where a failed round's undo wave stands here,

@@ -1,0 +1,313 @@
+package chainsync
+
+import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/testnet"
+	"github.com/chainsync-go/chainsync/protocol"
+)
+
+// Close releases a node whose loop died of a panic (SetPanicHandler kept
+// the process alive): the listener is closed and the state directory is
+// free again, so that a command that reports the panic can still shut
+// down cleanly (docs/OPERATIONS.md, exit status; the draft's node runs
+// until it is stopped).
+func TestCloseAfterLoopPanic(t *testing.T) {
+	panicked := make(chan any, 1)
+	SetPanicHandler(func(v any, _ []byte) { panicked <- v })
+	t.Cleanup(func() { SetPanicHandler(nil) })
+	dir := t.TempDir()
+	var once sync.Once
+	cfg := Config{Name: "B", Listen: "127.0.0.1:0", Prev: "127.0.0.1:1", StateDir: dir,
+		Trace: func(TraceEvent) { once.Do(func() { panic("seeded bug on the loop") }) }}
+	nd, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := nd.Addr().String()
+	// A stranger's junk line is traced (a violation): on the loop, which
+	// the Trace callback makes panic.
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("JUNK\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-panicked:
+		if v != "seeded bug on the loop" {
+			t.Fatalf("handler got %v", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop's panic did not reach the handler")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- nd.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after the loop's panic did not return")
+	}
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Error("the listener still accepts after Close")
+	}
+	j, _, err := journal.Open(dir, journal.Header{Role: nd.Role().String(), Name: "B"})
+	if err != nil {
+		t.Fatalf("the state directory is still held after Close: %v", err)
+	}
+	j.Close()
+}
+
+// A Trace callback may hand work to a goroutine of its own and wait for
+// it; that goroutine may read the node (Snapshot) while the loop waits in
+// the callback, as the callback itself may.
+func TestSnapshotFromCallbackHelper(t *testing.T) {
+	cfgs := chainConfigs(t, 1)
+	var (
+		mu    sync.Mutex
+		nd    *Node
+		reads int
+	)
+	cfgs[0].Trace = func(ev TraceEvent) {
+		mu.Lock()
+		n := nd
+		mu.Unlock()
+		if ev.Kind != TraceRoundDone || n == nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if st := n.Snapshot(); st.Name == cfgs[0].Name {
+				mu.Lock()
+				reads++
+				mu.Unlock()
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("a Snapshot asked by the callback's helper goroutine was not answered")
+		}
+	}
+	n := startAll(t, cfgs, []int{0})[0]
+	mu.Lock()
+	nd = n
+	mu.Unlock()
+	if err := n.Ready(""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := n.Wait(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reads != 1 {
+		t.Fatalf("the helper read the node %d times, want 1", reads)
+	}
+}
+
+// Every goroutine the package starts runs under the panic handler
+// (SetPanicHandler): its one go statement is goSafe's, and every
+// time.AfterFunc callback goes through safely. A goroutine outside it
+// would crash the process with a panic a command meant to report.
+func TestEveryGoroutineUnderPanicHandler(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fd, func(x ast.Node) bool {
+				switch x := x.(type) {
+				case *ast.GoStmt:
+					if fd.Name.Name != "goSafe" {
+						t.Errorf("%s: a go statement in %s, not through goSafe", fset.Position(x.Pos()), fd.Name.Name)
+					}
+				case *ast.CallExpr:
+					sel, ok := x.Fun.(*ast.SelectorExpr)
+					if !ok || sel.Sel.Name != "AfterFunc" || types(sel.X) != "time" || len(x.Args) != 2 {
+						return true
+					}
+					if !callsSafely(x.Args[1]) {
+						t.Errorf("%s: a time.AfterFunc callback in %s not run through safely", fset.Position(x.Pos()), fd.Name.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+// callsSafely reports whether f is a function literal whose body is one
+// call of safely.
+func callsSafely(f ast.Expr) bool {
+	lit, ok := f.(*ast.FuncLit)
+	if !ok || len(lit.Body.List) != 1 {
+		return false
+	}
+	es, ok := lit.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == "safely"
+}
+
+// Draft "Roles" (a node's predecessor is one fixed node), with
+// PrevHostOnly naming the predecessor by host name: a resolver that hangs
+// on one connection's check holds up that connection only. The next one,
+// whose check is answered, is served as the predecessor at once.
+func TestSlowResolverStallsNoAccept(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls sync.Mutex
+	first := true
+	lookup := func(ctx context.Context, host string) ([]net.IPAddr, error) {
+		calls.Lock()
+		hang := first
+		first = false
+		calls.Unlock()
+		if hang {
+			close(entered)
+			<-release // a resolver that hangs, whatever its context says
+		}
+		return []net.IPAddr{{IP: net.IPv4(127, 0, 0, 1)}}, nil
+	}
+	w := startWatched(t, Config{Name: "B", Listen: "127.0.0.1:0", Prev: "pred.test:7000", PrevHostOnly: true, lookupHost: lookup})
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the lookup
+	if err := w.Ready(""); err != nil {
+		t.Fatal(err)
+	}
+	stuck := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	defer stuck.Close()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first connection's host was never looked up")
+	}
+	s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	s.Send(t, "READY\n")
+	if err := s.ExpectErr("START\n", 10*time.Second); err != nil {
+		t.Fatalf("the second connection was not served while the first one's lookup hung: %v", err)
+	}
+	w.waitState(t, "", protocol.StateWatch)
+}
+
+// Restarts and durable state (docs/DESIGN.md): no line leaves before the
+// records its turn saved are on disk. A would-be predecessor that opens a
+// round this node does not run is told so with a fault notice, and under
+// the halt policy the node's own round ends for that fault in the same
+// turn: the notice waits for that round's record to be synced.
+func TestNoticeLeavesAfterItsTurnsRecords(t *testing.T) {
+	var armed atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	loopCheck.Store(&loopProbe{goid: curGoid, bad: func(*Node, string) {}, fsync: func(*Node) {
+		if armed.Load() {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}})
+	t.Cleanup(func() { loopCheck.Store(nil) })
+	w := startWatched(t, Config{Name: "B", Listen: "127.0.0.1:0", Prev: "127.0.0.1:1", StateDir: t.TempDir(),
+		Heartbeat: time.Second, Rounds: []string{"r1"}})
+	var once sync.Once
+	free := func() { once.Do(func() { armed.Store(false); close(release) }) }
+	t.Cleanup(free) // before Close, which syncs
+	if err := w.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	s := testnet.DialPeer(t, w.Addr().String(), 5*time.Second)
+	s.Send(t, wireLine("READY", "r2"))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mismatch's turn saved nothing")
+	}
+	// The turn's records are being synced now: nothing of it has left.
+	if line, err := s.Line(2 * time.Second); err == nil {
+		t.Fatalf("%q left before the records of its turn were on disk", line)
+	}
+	free()
+	line, err := s.Line(10 * time.Second)
+	if err != nil || !strings.HasPrefix(line, "FAULT") {
+		t.Fatalf("got %q (%v), want the fault notice once the records are on disk", line, err)
+	}
+}
+
+// Close after the loop died of a panic cancels the running tasks'
+// context and waits for them, as it does for a healthy node (the draft's
+// "Phase 3": a task runs once; here it is told to stop).
+func TestCloseAfterLoopPanicCancelsTasks(t *testing.T) {
+	panicked := make(chan any, 1)
+	SetPanicHandler(func(v any, _ []byte) { panicked <- v })
+	t.Cleanup(func() { SetPanicHandler(nil) })
+	cfgs := chainConfigs(t, 1)
+	started, stopped := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	cfgs[0].Task = func(ctx context.Context, round string) error {
+		if round != "r1" {
+			return nil
+		}
+		close(started)
+		<-ctx.Done()
+		close(stopped)
+		return ctx.Err()
+	}
+	cfgs[0].Trace = func(TraceEvent) {
+		if armed.Load() {
+			armed.Store(false)
+			panic("seeded bug on the loop")
+		}
+	}
+	nd, err := Start(cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Ready("r1"); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, 10*time.Second, "the task to start")
+	armed.Store(true)
+	_ = nd.Ready("r2") // traced on the loop, which panics there
+	recvWithin(t, panicked, 10*time.Second, "the loop's panic")
+	closed := make(chan error, 1)
+	go func() { closed <- nd.Close() }()
+	recvWithin(t, stopped, 10*time.Second, "Close to cancel the running task")
+	recvWithin(t, closed, 10*time.Second, "Close to return")
+}
