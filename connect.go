@@ -139,7 +139,7 @@ func (n *Node) secured(l *link, sc net.Conn, err error) bool {
 	adm := n.adm
 	if err != nil || n.closed || !adm.authenticated(l) {
 		if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
-			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+			n.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 		}
 		delete(adm.pending, l)
 		return false
@@ -400,14 +400,14 @@ func (n *Node) received(l *link, msg protocol.Message) {
 	if n.infoOn() {
 		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
 	}
-	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	n.lp.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
 }
 
 // traceUntraced records in the trace the violations the rate limit kept
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
 func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+	n.lp.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
 		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)}})
 }
 
@@ -420,7 +420,7 @@ func (n *Node) violation(l *link, err error) {
 		what = "successor"
 	}
 	if n.configMismatch(l, err) {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+		n.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
 		n.drop(l, err)
 		return
 	}
@@ -430,7 +430,7 @@ func (n *Node) violation(l *link, err error) {
 		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
 	}
 	if n.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+		n.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
 	}
 	n.drop(l, err)
 }
@@ -472,7 +472,7 @@ func (n *Node) drop(l *link, err error) {
 		n.succ = nil
 		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
 	}
-	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
+	n.lp.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
 	// The machine counts ConnectTimeout from when the neighbour was last
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
@@ -494,7 +494,7 @@ func (n *Node) linkUp(l *link) {
 // announceUp reports the link up. Loop only.
 func (n *Node) announceUp(l *link) {
 	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
-	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
+	n.lp.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
 }
 
 // configMismatch reports err, bad input on l, as a configuration mismatch

@@ -29,6 +29,7 @@ import (
 // dupState is the duplicate guard: the would-be predecessors that claim
 // the current one's place, held, refused or let in. The loop's.
 type dupState struct {
+	loop  *loop
 	held  *link              // a predecessor connection held while the current one is alive
 	since time.Time          // when it was held
 	queue []protocol.Message // its protocol lines meanwhile, in order
@@ -57,7 +58,6 @@ type dupState struct {
 // (the current predecessor, the pending ones), the loop's step and
 // inputs, and the fault record.
 type dupHost interface {
-	inbox
 	predLink() *link
 	isPending(l *link) bool
 	isClosed() bool
@@ -65,7 +65,6 @@ type dupHost interface {
 	takePred(l *link)
 	promotePred(l *link, msg protocol.Message) bool
 	handleAll(l *link, msgs []protocol.Message)
-	lastWords(l *link, line []byte)
 	step(ev protocol.Event, cause *FaultError) error
 	broken() error
 	recordFault(f Fault)
@@ -179,7 +178,7 @@ func (g *dupState) armHeld() {
 }
 
 // postCheckHeld is the held connection's timer: time for checkHeld.
-func (g *dupState) postCheckHeld() { g.host.post(input{kind: inCheckHeld}) }
+func (g *dupState) postCheckHeld() { g.loop.post(input{kind: inCheckHeld}) }
 
 // release forgets the held connection (it got in, or was closed).
 func (g *dupState) release() {
@@ -261,7 +260,7 @@ func (g *dupState) duplicate(l *link) {
 	if g.ext {
 		note := protocol.Notice{Kind: kindDuplicateNode, Origin: g.self, Blamed: protocol.NoticeName(place)}
 		g.buf = wire.Append(g.buf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		g.host.lastWords(l, g.buf)
+		g.loop.lastWords(l, g.buf)
 	}
 	g.host.drop(l, fmt.Errorf("refused: another live connection holds the predecessor's place"))
 }

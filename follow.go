@@ -32,7 +32,7 @@ func (n *Node) opened(id string, upstream bool) {
 	if n.cfg.Follow {
 		n.book.get(id) // when it was opened, for Snapshot
 	}
-	n.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
+	n.lp.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
 	if upstream && n.cfg.Follow {
 		if n.infoOn() {
 			n.log.Info("round opened by the predecessor", "round", id)

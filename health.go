@@ -93,7 +93,7 @@ func (n *Node) onTick() {
 	if hb := n.cfg.Heartbeat; hb > 0 {
 		for _, l := range []*link{n.pred, n.succ} {
 			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
-				n.cur.line(l, heartbeatLine, false, "")
+				n.lp.cur.line(l, heartbeatLine, false, "")
 			}
 		}
 	}

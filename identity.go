@@ -81,7 +81,7 @@ func (n *Node) sendHello(l *link) {
 		return
 	}
 	l.helloSent = true
-	n.cur.line(l, id.line, false, "")
+	n.lp.cur.line(l, id.line, false, "")
 }
 
 // errMismatch closes a link whose identity line showed a neighbour
@@ -111,7 +111,7 @@ func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
 	}
 	if reason := id.compare(l.side, h); reason != "" {
 		n.helloMismatch(l, h.Name, reason)
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
+		n.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
 		n.drop(l, errMismatch)
 		return
 	}
@@ -199,7 +199,7 @@ func (n *Node) helloMismatch(l *link, who, reason string) {
 	if l != n.pred && l != n.succ {
 		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		n.lastWords(l, n.wbuf)
+		n.lp.lastWords(l, n.wbuf)
 	}
 	n.faults.announceLater(f, true, fe)
 }

@@ -145,11 +145,11 @@ func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, 
 		_, b, ok := liveKind(f)
 		return ok && b == who
 	})
-	fb.host.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
+	fb.loop.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
 		Err: fmt.Errorf("%s is back after %s", who, fmtSecs(after))})
 	if by == "" && fb.ext {
 		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: fb.self, Blamed: who}
-		fb.host.later(input{kind: inReport, note: &note})
+		fb.loop.later(input{kind: inReport, note: &note})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -12,7 +14,7 @@ import (
 
 // The loop: one goroutine per node owns the protocol machine and
 // everything the driver keeps beside it (docs/DESIGN.md, "The shape of
-// the code"). Every input reaches it as a typed input on n.in (inKind
+// the code"). Every input reaches it as a typed input on the loop's inbox (loop.in) (inKind
 // lists them all, react is the one switch over them): the lines a reader
 // read (all the complete lines of one read, in one input), a connection
 // accepted, secured or lost, a task's end, an exit-wave delivery, and the
@@ -46,7 +48,7 @@ import (
 // cannot hold the others' lines back for long.
 const maxTurn = 256
 
-// inboxSize is the capacity of n.in: a reader that is this far ahead of
+// inboxSize is the capacity of the loop's inbox (loop.in): a reader that is this far ahead of
 // the loop waits for it (backpressure, not loss).
 const inboxSize = 256
 
@@ -177,28 +179,63 @@ type reply struct {
 	id   string
 }
 
+// loop is the node's loop seen from outside and from its parts: its inbox,
+// the channels that stop it and tell it ended, the guard that lets a
+// callback's Snapshot read the node, and the turn: what the turn's steps
+// queued (cur, spare), the follow-ups (later), the links to flush and the
+// tasks to start at its end.
+type loop struct {
+	in       chan input
+	stop     chan struct{}
+	loopDone chan struct{}
+	// loopG is the loop goroutine's id, known only to this package's
+	// tests (loopCheck).
+	loopG atomic.Uint64
+	// inCallback is set while the loop is in a Config.Trace or OnHold
+	// callback, which may call Snapshot: the loop is parked in it, and
+	// cbMu holds it there until such a Snapshot has read the node.
+	inCallback atomic.Bool
+	cbMu       sync.Mutex
+
+	// The turn (the loop's only).
+	cur      *batch      // what the turn's steps queued
+	spare    *batch      // the other batch, reused
+	queued   []input     // follow-ups to react to later in this turn
+	flushing []*link     // links with lines queued in this turn
+	quickRun []string    // scratch for runQuick
+	starting []taskStart // tasks to start at the end of the turn
+
+	name    string           // Config.Name, for the trace and loopCheck
+	traceFn func(TraceEvent) // Config.Trace
+}
+
+func newLoop(cfg *Config) *loop {
+	return &loop{in: make(chan input, inboxSize), stop: make(chan struct{}), loopDone: make(chan struct{}),
+		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace}
+}
+
 // post hands in to the loop; false if the loop has ended (the node is
 // closed). Never called on the loop itself (see later).
-func (n *Node) post(in input) bool {
+func (lp *loop) post(in input) bool {
 	select {
-	case n.in <- in:
+	case lp.in <- in:
 		return true
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		return false
 	}
 }
 
 // ask hands in to the loop and waits for its reply; false if the loop
 // has ended without answering.
-func (n *Node) ask(in input) (reply, bool) {
+func (lp *loop) ask(in input) (reply, bool) {
 	in.reply = make(chan reply, 1)
-	if !n.post(in) {
+	if !lp.post(in) {
 		return reply{}, false
 	}
 	select {
 	case r := <-in.reply:
 		return r, true
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		// The loop reacted to every input it took before it ended.
 		select {
 		case r := <-in.reply:
@@ -220,30 +257,30 @@ func (in *input) answer(r reply) {
 // later queues in to be reacted to after the current input, in the same
 // turn: for what the loop causes itself (a fault's notice, a write that
 // failed while it flushed). Loop only.
-func (n *Node) later(in input) { n.queued = append(n.queued, in) }
+func (lp *loop) later(in input) { lp.queued = append(lp.queued, in) }
 
-// run is the loop. It ends when n.stop is closed, after the last turn.
+// run is the loop. It ends when its stop channel is closed, after the last turn.
 func (n *Node) run() {
-	defer close(n.loopDone)
+	defer close(n.lp.loopDone)
 	defer n.clock.stop()
 	if p := loopCheck.Load(); p != nil {
-		n.loopG.Store(p.goid())
+		n.lp.loopG.Store(p.goid())
 	}
 	tick := n.clock.C()
 	for {
 		select {
-		case in := <-n.in:
+		case in := <-n.lp.in:
 			n.react(&in)
 		case <-tick:
 			n.onTick()
-		case <-n.stop:
+		case <-n.lp.stop:
 			n.endTurn()
 			return
 		}
 		// Everything that is waiting joins this turn.
 		for k := 1; k < maxTurn; k++ {
 			select {
-			case in := <-n.in:
+			case in := <-n.lp.in:
 				n.react(&in)
 				continue
 			default:
@@ -275,7 +312,7 @@ func (n *Node) react(in *input) {
 	case inStray:
 		n.stray(in.err) // identity.go
 		if n.adm.refused(l, in.err) {
-			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
+			n.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
 		}
 	case inWatch:
 		in.answer(reply{conn: n.adm.watch(l, l.c)})
@@ -292,7 +329,7 @@ func (n *Node) react(in *input) {
 	case inDialed:
 		in.answer(reply{ok: n.dialed(l)})
 	case inViolation:
-		n.trace(*in.trace)
+		n.lp.trace(*in.trace)
 	case inCheckHeld:
 		n.dup.checkHeld()
 	case inTaskStarted:
@@ -349,17 +386,17 @@ func (n *Node) react(in *input) {
 // with later are stepped and carried out too, until nothing is left.
 func (n *Node) endTurn() {
 	for {
-		for len(n.queued) > 0 {
-			in := n.queued[0]
-			n.queued = n.queued[1:]
+		for len(n.lp.queued) > 0 {
+			in := n.lp.queued[0]
+			n.lp.queued = n.lp.queued[1:]
 			n.react(&in)
 		}
-		if !n.cur.empty() {
-			b := n.cur
-			n.cur, n.spare = n.spare, b
+		if !n.lp.cur.empty() {
+			b := n.lp.cur
+			n.lp.cur, n.lp.spare = n.lp.spare, b
 			broken := n.st.broken != nil
 			if !broken && (len(b.recs) > 0 || len(b.faults) > 0 || b.steer != nil) {
-				n.flush() // what is queued already is on disk: out with it first
+				n.lp.flush() // what is queued already is on disk: out with it first
 				if err := n.store.save(b); err != nil {
 					n.journalFailed(err)
 					broken = true
@@ -369,12 +406,12 @@ func (n *Node) endTurn() {
 			b.reset()
 			continue
 		}
-		n.flush()
-		if len(n.queued) == 0 && n.cur.empty() {
+		n.lp.flush()
+		if len(n.lp.queued) == 0 && n.lp.cur.empty() {
 			break
 		}
 	}
-	for i, t := range n.starting {
+	for i, t := range n.lp.starting {
 		if ri := n.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
 			// The round ended in this turn after its task was asked for
 			// (the halt policy ended it for a task that failed in the
@@ -382,7 +419,7 @@ func (n *Node) endTurn() {
 			if t.slot {
 				n.tasks.give()
 			}
-			n.starting[i] = taskStart{}
+			n.lp.starting[i] = taskStart{}
 			if n.infoOn() {
 				n.log.Info("task not started: the round ended before it could start", "round", t.round)
 			}
@@ -391,24 +428,24 @@ func (n *Node) endTurn() {
 		// Once Close waits, it does not start (its round ends stopped; a
 		// restarted node resumes it).
 		n.tasks.launch(t)
-		n.starting[i] = taskStart{}
+		n.lp.starting[i] = taskStart{}
 	}
-	n.starting = n.starting[:0]
+	n.lp.starting = n.lp.starting[:0]
 }
 
 // flush writes out the outboxes of the links the turn queued lines on.
-func (n *Node) flush() {
-	for i, l := range n.flushing {
+func (lp *loop) flush() {
+	for i, l := range lp.flushing {
 		l.flush()
-		n.flushing[i] = nil
+		lp.flushing[i] = nil
 	}
-	n.flushing = n.flushing[:0]
+	lp.flushing = lp.flushing[:0]
 }
 
 // carryOut does b's effects in order. With broken (the journal failed) it
 // sends nothing and starts no task: the node acts no more.
 func (n *Node) carryOut(b *batch, broken bool) {
-	quick := n.quickRun[:0]
+	quick := n.lp.quickRun[:0]
 	for i := range b.effs {
 		e := &b.effs[i]
 		switch e.kind {
@@ -424,8 +461,8 @@ func (n *Node) carryOut(b *batch, broken bool) {
 				}
 				continue
 			}
-			if !slices.Contains(n.flushing, e.l) {
-				n.flushing = append(n.flushing, e.l)
+			if !slices.Contains(n.lp.flushing, e.l) {
+				n.lp.flushing = append(n.lp.flushing, e.l)
 			}
 		case effTask:
 			if broken {
@@ -434,7 +471,7 @@ func (n *Node) carryOut(b *batch, broken bool) {
 				}
 				continue
 			}
-			n.starting = append(n.starting, e.task)
+			n.lp.starting = append(n.lp.starting, e.task)
 		case effQuick:
 			if !broken {
 				quick = append(quick, e.round)
@@ -453,7 +490,7 @@ func (n *Node) carryOut(b *batch, broken bool) {
 	if len(quick) > 0 {
 		n.runQuick(quick)
 	}
-	n.quickRun = quick[:0]
+	n.lp.quickRun = quick[:0]
 }
 
 // runQuick runs quick tasks (Config.QuickTask) one after another on the
@@ -483,10 +520,10 @@ func (b *batch) line(l *link, line []byte, exitWave bool, round string) {
 // lastWords queues line (a fault notice) as the last on l, which the
 // caller then drops: it leaves with the turn's other lines, once the
 // turn's records are on disk, and l is closed after it. Loop only.
-func (n *Node) lastWords(l *link, line []byte) {
-	n.cur.line(l, line, false, "")
+func (lp *loop) lastWords(l *link, line []byte) {
+	lp.cur.line(l, line, false, "")
 	l.closing = true
-	n.cur.add(effect{kind: effShut, l: l})
+	lp.cur.add(effect{kind: effShut, l: l})
 }
 
 // add appends an effect to the turn. Loop only.
@@ -494,9 +531,9 @@ func (b *batch) add(e effect) { b.effs = append(b.effs, e) }
 
 // loopEnded reports whether the loop has ended (Close, after its last
 // turn).
-func (n *Node) loopEnded() bool {
+func (lp *loop) loopEnded() bool {
 	select {
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		return true
 	default:
 		return false

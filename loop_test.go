@@ -30,10 +30,10 @@ func checkLoop(t *testing.T) func() []string {
 		mu  sync.Mutex
 		bad []string
 	)
-	f := func(n *Node, what string) {
+	f := func(node, what string) {
 		mu.Lock()
 		defer mu.Unlock()
-		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", n.cfg.Name, what))
+		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", node, what))
 	}
 	loopCheck.Store(&loopProbe{goid: curGoid, bad: f})
 	t.Cleanup(func() { loopCheck.Store(nil) })
@@ -235,7 +235,7 @@ func TestTraceMayReadNode(t *testing.T) {
 // call runs f on n's loop and waits until it has run; false if the loop
 // has ended (tests' probes of the loop's state).
 func (n *Node) call(f func()) bool {
-	_, ok := n.ask(input{kind: inProbe, fn: f})
+	_, ok := n.lp.ask(input{kind: inProbe, fn: f})
 	return ok
 }
 

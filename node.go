@@ -34,40 +34,23 @@ type Node struct {
 	crew   *crew       // every goroutine of the node but the loop (crew.go)
 	tasks  *taskRunner // runs the tasks and undos (task.go)
 
-	// The loop (loop.go): its inbox, the channel that stops it, the one
-	// it closes when it has ended; loopG is its goroutine's id, known
-	// only to this package's tests (loopCheck).
-	in       chan input
-	stop     chan struct{}
-	loopDone chan struct{}
-	loopG    atomic.Uint64
-	// inCallback is set while the loop is in a Config.Trace or OnHold
-	// callback, which may call Snapshot: the loop is parked in it, and
-	// cbMu holds it there until such a Snapshot has read the node.
-	inCallback atomic.Bool
-	cbMu       sync.Mutex
-	closeOnce  sync.Once
+	lp        *loop // the loop's inbox and its turn (loop.go)
+	closeOnce sync.Once
 
 	// Everything below belongs to the loop: only its goroutine reads or
 	// writes it.
-	closed   bool
-	st       stepper     // the one caller of Machine.Step (step.go)
-	view     machineView // the machine, read-only
-	wbuf     []byte      // scratch for encoding
-	pred     *link       // the current predecessor connection, nil when down
-	succ     *link       // the current successor connection, nil when down
-	adm      *admission  // the pending predecessor connections (admission.go)
-	book     *roundBook  // the rounds' waiters and results (rounds.go)
-	faults   *faultBook  // the recent faults, liveness, mismatches
-	store    *store      // the state directory (store.go); nil without one
-	cur      *batch      // what the turn's steps queued (loop.go)
-	spare    *batch      // the other batch, reused
-	queued   []input     // follow-ups to react to later in this turn (loop.go)
-	flushing []*link     // links with lines queued in this turn
-	quickRun []string    // scratch for runQuick
-	starting []taskStart // tasks to start at the end of the turn
-	clock    *clockState // the clock's state (health.go); nil without timing
-	final    Snapshot    // the last Snapshot, taken by Close for calls after it
+	closed bool
+	st     stepper     // the one caller of Machine.Step (step.go)
+	view   machineView // the machine, read-only
+	wbuf   []byte      // scratch for encoding
+	pred   *link       // the current predecessor connection, nil when down
+	succ   *link       // the current successor connection, nil when down
+	adm    *admission  // the pending predecessor connections (admission.go)
+	book   *roundBook  // the rounds' waiters and results (rounds.go)
+	faults *faultBook  // the recent faults, liveness, mismatches
+	store  *store      // the state directory (store.go); nil without one
+	clock  *clockState // the clock's state (health.go); nil without timing
+	final  Snapshot    // the last Snapshot, taken by Close for calls after it
 	// resumeFrom is the journal's state, for the loop's first input.
 	resumeFrom *journal.State
 
@@ -95,6 +78,7 @@ type faultBook struct {
 	mismatched map[mismatchKey]bool
 
 	host  faultHost
+	loop  *loop
 	view  machineView
 	book  *roundBook
 	steer *steering // a denial's reason, for its notice
@@ -106,11 +90,9 @@ type faultBook struct {
 	heartbeat, connectTimeout time.Duration
 }
 
-// faultHost is what the fault book reaches of its node: the trace, the
-// loop's follow-ups (a notice to announce), and a neighbour's name.
+// faultHost is what the fault book reaches of its node: a neighbour's
+// name (the trace and the follow-ups go through its loop).
 type faultHost interface {
-	trace(ev TraceEvent)
-	later(in input)
 	peerName(side protocol.Side) string
 }
 
@@ -154,22 +136,22 @@ var loopCheck atomic.Pointer[loopProbe]
 // reports what ran off its node's loop.
 type loopProbe struct {
 	goid  func() uint64
-	bad   func(n *Node, what string)
-	fsync func(n *Node) // if set, called before every fsync
+	bad   func(node, what string)
+	fsync func() // if set, called before every fsync
 }
 
 // checkOnLoop reports what to loopCheck if it runs off n's loop (an
 // fsync may run after the loop has ended: Close's end record).
-func (n *Node) checkOnLoop(what string) {
+func (lp *loop) checkOnLoop(what string) {
 	p := loopCheck.Load()
 	if p == nil {
 		return
 	}
-	if p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
-		p.bad(n, what)
+	if p.goid() != lp.loopG.Load() && (what != "fsync" || !lp.loopEnded()) {
+		p.bad(lp.name, what)
 	}
 	if what == "fsync" && p.fsync != nil {
-		p.fsync(n)
+		p.fsync()
 	}
 }
 
@@ -205,7 +187,7 @@ func (fb *faultBook) record(f Fault) {
 		}
 	}
 	again := fb.live.page(f) // liveness.go: one page per blamed node until it clears
-	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
+	fb.loop.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
 	switch {
 	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && fb.policy == FaultHalt:
 		// This node's own task failed: under halt the chain stops here,
@@ -253,18 +235,14 @@ func Start(cfg Config) (*Node, error) {
 	}
 	cfg.withDefaults()
 	n := &Node{
-		cfg:      cfg,
-		role:     cfg.Role(),
-		book:     &roundBook{byID: make(map[string]*roundInfo)},
-		crew:     new(crew),
-		faults:   new(faultBook),
-		cur:      new(batch),
-		spare:    new(batch),
-		prev:     newPrevHost(&cfg),
-		in:       make(chan input, inboxSize),
-		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
-		log:      cfg.Logger,
+		cfg:    cfg,
+		role:   cfg.Role(),
+		book:   &roundBook{byID: make(map[string]*roundInfo)},
+		crew:   new(crew),
+		faults: new(faultBook),
+		prev:   newPrevHost(&cfg),
+		lp:     newLoop(&cfg),
+		log:    cfg.Logger,
 	}
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
@@ -297,7 +275,7 @@ func Start(cfg Config) (*Node, error) {
 	n.view = m
 	n.id = newIdentity(&n.cfg)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n)
+	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n.lp)
 	n.feed = newRoundFeed()
 	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
 	n.plim = newAdmitLimiter(n.log)
@@ -305,7 +283,7 @@ func Start(cfg Config) (*Node, error) {
 		n.plim.burst = cfg.peerLogBurst
 	}
 	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n)
+	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n.lp)
 	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
@@ -354,14 +332,14 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	n.self = selfName(&n.cfg, n.ln, n.role)
-	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
+	n.steer = &steering{host: n, loop: n.lp, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
 		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
-	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	n.undo = undoState{host: n, loop: n.lp, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
+	n.dup = dupState{host: n, loop: n.lp, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
 		ext: extensionsOn(&n.cfg), self: n.self}
 	fb := n.faults
-	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, n.book, n.steer, n.log
+	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = n, n.lp, n.view, n.book, n.steer, n.log
 	fb.self, fb.next, fb.ext = n.self, cfg.Next, extensionsOn(&n.cfg)
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
 	if n.ln != nil {
@@ -374,8 +352,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	goSafe(n.run)
 	n.resumeFrom = st
-	n.ask(input{kind: inInit})
-	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n}
+	n.lp.ask(input{kind: inInit})
+	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n.lp}
 	if n.ln != nil {
 		n.crew.spawn(cn.acceptLoop)
 	}
@@ -420,7 +398,7 @@ func (n *Node) Ready(round string) error {
 	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
-	r, ok := n.ask(input{kind: inReady, round: round})
+	r, ok := n.lp.ask(input{kind: inReady, round: round})
 	if !ok {
 		return ErrStopped
 	}
@@ -450,20 +428,20 @@ func (n *Node) ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	r, _ := n.ask(input{kind: inWait, round: round})
+	r, _ := n.lp.ask(input{kind: inWait, round: round})
 	ri := r.ri
 	if ri == nil {
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
 	select {
 	case <-ri.done:
-		n.post(input{kind: inUnwait, round: round, ri: ri})
+		n.lp.post(input{kind: inUnwait, round: round, ri: ri})
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
+		n.lp.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
 	}
 }
@@ -514,18 +492,18 @@ type Snapshot struct {
 // where each unfinished round stands. A Config.Trace callback may call
 // it.
 func (n *Node) Snapshot() Snapshot {
-	if n.inCallback.Load() {
+	if n.lp.inCallback.Load() {
 		// The loop is in a callback: parked there until cbMu is
 		// unlocked, so the node is read as if on the loop.
-		n.cbMu.Lock()
-		defer n.cbMu.Unlock()
-		if n.inCallback.Load() {
+		n.lp.cbMu.Lock()
+		defer n.lp.cbMu.Unlock()
+		if n.lp.inCallback.Load() {
 			return n.snapshot()
 		}
 	}
-	r, ok := n.ask(input{kind: inSnapshot})
+	r, ok := n.lp.ask(input{kind: inSnapshot})
 	if !ok {
-		<-n.loopDone
+		<-n.lp.loopDone
 		return n.final
 	}
 	return *r.snap
@@ -534,18 +512,18 @@ func (n *Node) Snapshot() Snapshot {
 // callback runs f, a Config callback, on the loop: a Snapshot called
 // meanwhile (by f, or by a goroutine f waits for) reads the node at once,
 // the loop being parked in f. Loop only.
-func (n *Node) callback(f func()) {
-	n.inCallback.Store(true)
-	defer n.leaveCallback()
+func (lp *loop) callback(f func()) {
+	lp.inCallback.Store(true)
+	defer lp.leaveCallback()
 	f()
 }
 
 // leaveCallback ends callback (or trace's call of Config.Trace): once a
 // Snapshot reading the node meanwhile is done. Loop only.
-func (n *Node) leaveCallback() {
-	n.cbMu.Lock()
-	n.inCallback.Store(false)
-	n.cbMu.Unlock()
+func (lp *loop) leaveCallback() {
+	lp.cbMu.Lock()
+	lp.inCallback.Store(false)
+	lp.cbMu.Unlock()
 }
 
 // snapshot is Snapshot, on the loop.
@@ -593,7 +571,7 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		r, _ := n.ask(input{kind: inPredUp})
+		r, _ := n.lp.ask(input{kind: inPredUp})
 		up := r.ok
 		switch {
 		case !n.role.HasPred():
@@ -622,21 +600,21 @@ func (n *Node) Close() error {
 	first := false
 	n.closeOnce.Do(func() { first = true })
 	if !first {
-		<-n.loopDone
+		<-n.lp.loopDone
 		return nil
 	}
-	r, _ := n.ask(input{kind: inClose})
+	r, _ := n.lp.ask(input{kind: inClose})
 	end := r.ok
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
 	n.crew.wait() // the loop goes on meanwhile: what they post is taken
-	if r, ok := n.ask(input{kind: inStopAll}); ok {
+	if r, ok := n.lp.ask(input{kind: inStopAll}); ok {
 		n.final = *r.snap
 	}
-	close(n.stop)
-	<-n.loopDone // its last turn carried everything out: the journal is free
+	close(n.lp.stop)
+	<-n.lp.loopDone // its last turn carried everything out: the journal is free
 	if n.store != nil {
 		n.store.close(end, n.log)
 	}
@@ -676,8 +654,8 @@ func (n *Node) step(ev protocol.Event, cause *FaultError) error {
 // stepThen is step with before run between the step and its actions
 // (promotePred makes the link current there). Loop only.
 func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
-	n.checkOnLoop("step")
-	acts, err := n.st.step(ev, &n.cur.recs)
+	n.lp.checkOnLoop("step")
+	acts, err := n.st.step(ev, &n.lp.cur.recs)
 	if err != nil {
 		return err
 	}
@@ -694,7 +672,7 @@ func (n *Node) saveSteerFile(data []byte) error {
 	if n.st.broken != nil {
 		return n.st.broken
 	}
-	n.cur.steer = data
+	n.lp.cur.steer = data
 	return nil
 }
 
@@ -703,7 +681,7 @@ func (n *Node) saveSteerFile(data []byte) error {
 // Loop only.
 func (n *Node) journalFault(round, kind string) {
 	if n.store != nil && n.st.broken == nil {
-		n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: kind})
+		n.lp.cur.faults = append(n.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
 	}
 }
 
@@ -744,7 +722,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		n.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
 		if n.tasks.quick {
-			n.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
+			n.lp.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
 			n.startTask(a.Round)
 		}
@@ -763,7 +741,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		if n.infoOn() {
 			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
-		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
+		n.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 	case protocol.ActPeerRestarted:
 		n.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
@@ -849,7 +827,7 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 			// re-sends it when the link comes up.
 			n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
 		}
-		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
+		n.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
 	}
 	if resend {
@@ -867,9 +845,9 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 	if n.infoOn() {
 		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
-	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
+	n.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.cur.line(l, n.wbuf, exitWave, msg.Round)
+	n.lp.cur.line(l, n.wbuf, exitWave, msg.Round)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
@@ -883,13 +861,13 @@ func (n *Node) writeFailed(l *link, err error) {
 
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
 // time, in the order of events.
-func (n *Node) trace(ev TraceEvent) {
-	if n.cfg.Trace != nil {
+func (lp *loop) trace(ev TraceEvent) {
+	if lp.traceFn != nil {
 		ev.Time = time.Now()
-		ev.Node = n.cfg.Name
-		n.inCallback.Store(true) // as callback does, without a closure per event
-		defer n.leaveCallback()
-		n.cfg.Trace(ev)
+		ev.Node = lp.name
+		lp.inCallback.Store(true) // as callback does, without a closure per event
+		defer lp.leaveCallback()
+		lp.traceFn(ev)
 	}
 }
 

@@ -63,7 +63,7 @@ func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
 // announceLater queues the announcement of f after the current input's
 // actions (an input of its own, inAnnounce). Loop only.
 func (fb *faultBook) announceLater(f Fault, halt bool, cause *FaultError) {
-	fb.host.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
+	fb.loop.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
@@ -155,7 +155,7 @@ func (n *Node) mismatch(l *link, what, round, reason string) {
 		// closed: it is the only way to the neighbour that sent the line.
 		note := n.faults.noticeOf(f)
 		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		n.lastWords(l, n.wbuf)
+		n.lp.lastWords(l, n.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
 	n.faults.announceLater(f, true, fe)

@@ -211,7 +211,7 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 		}
 	}
 	n.log.Log(context.Background(), lvl, msg, args...)
-	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+	n.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
 // restored is resolve for a round that ended before this process started
@@ -226,7 +226,7 @@ func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
 	}
 	// The record stays until the machine forgets the round (ActForget):
 	// the machine's table says which rounds this node remembers.
-	n.cur.add(effect{kind: effDone, ri: ri})
+	n.lp.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 

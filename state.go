@@ -29,7 +29,7 @@ func (n *Node) openState() (*journal.State, error) {
 		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
 	}
 	j.SetKeepFinished(n.cfg.KeepFinished)
-	j.OnSync = func() { n.checkOnLoop("fsync") }
+	j.OnSync = func() { n.lp.checkOnLoop("fsync") }
 	n.store = &store{j: j}
 	return st, nil
 }
@@ -110,7 +110,7 @@ func (fb *faultBook) restored(f Fault) {
 	f.Time = time.Now()
 	fb.keep(f)
 	fb.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
-	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
+	fb.loop.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})
 	if fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch {
 		fb.announceLater(f, false, nil)
@@ -127,7 +127,7 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 			n.startRun(id, true) // the health gate first, then COMPLETE
 			return
 		}
-		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
+		n.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
 		if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
 			n.log.Error("internal error: resume done", "round", id, "err", err)
 		}

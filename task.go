@@ -34,19 +34,19 @@ func (n *Node) startRun(round string, verifyOnly bool) {
 		n.taskStarted(round)
 		start.slot = true
 	}
-	n.cur.add(effect{kind: effTask, task: start})
+	n.lp.cur.add(effect{kind: effTask, task: start})
 }
 
 // queueTask queues t to start at the end of the turn (an undo: undo.go).
 // Loop only.
-func (n *Node) queueTask(t taskStart) { n.cur.add(effect{kind: effTask, task: t}) }
+func (lp *loop) queueTask(t taskStart) { lp.cur.add(effect{kind: effTask, task: t}) }
 
 // taskStarted logs the start of a task. Loop only.
 func (n *Node) taskStarted(round string) {
 	if n.infoOn() {
 		n.log.Info("task started", "round", round)
 	}
-	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
+	n.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
 // taskRunner runs a node's tasks and undos off the loop, at most
@@ -208,7 +208,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
-	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
+	n.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
 	ev := protocol.TaskDone(round, err != nil)
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)

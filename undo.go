@@ -49,6 +49,7 @@ type undoState struct {
 	outcomes map[string]string // round -> the wave's outcome, in words
 
 	host   undoHost
+	loop   *loop
 	faults *faultBook
 	book   *roundBook
 	log    *slog.Logger
@@ -62,11 +63,10 @@ type undoState struct {
 }
 
 // undoHost is what the undo part reaches of its node: the loop's step,
-// the trace, a task start, a neighbour's name and a mismatch's report.
+// a neighbour's name and a mismatch's report (the trace and the task
+// starts go through its loop).
 type undoHost interface {
 	step(ev protocol.Event, cause *FaultError) error
-	trace(ev TraceEvent)
-	queueTask(t taskStart) // started at the end of the turn
 	peerName(side protocol.Side) string
 	mismatch(l *link, what, round, reason string)
 	broken() error
@@ -107,10 +107,10 @@ func (u *undoState) undoAct(a *protocol.Action) *FaultError {
 func (u *undoState) startUndo(round string, w protocol.Wave) {
 	info := UndoInfo{FailedNode: w.Failed, Fault: w.Kind}
 	u.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
-	u.host.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
+	u.loop.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
 	// are on disk (loop.go), on a task worker (taskRunner.run).
-	u.host.queueTask(taskStart{round: round, undo: &info})
+	u.loop.queueTask(taskStart{round: round, undo: &info})
 }
 
 // undoFinished reports the end of this node's undo to the machine. Loop
@@ -129,7 +129,7 @@ func (u *undoState) undoFinished(round string, err error, timedOut bool) {
 	} else {
 		u.log.Warn("undo ended", "round", round)
 	}
-	u.host.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
+	u.loop.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
 	if serr := u.host.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.host.broken() == nil {
 		u.log.Error("internal error: undo done", "round", round, "err", serr)
 	}
@@ -165,7 +165,7 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 	}
 	if w.Stop == "" {
 		u.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
-		u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+		u.loop.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
 		return nil
 	}
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
@@ -176,8 +176,8 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 	cause := &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
 		Reason: "the undo failed at " + w.Stop + " in round " + roundName(round) + ", which halts the chain (" + line + ")"}
 	u.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
-	u.host.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
-	u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+	u.loop.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
+	u.loop.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
 	return cause
 }
 
