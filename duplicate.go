@@ -72,14 +72,14 @@ type dupHost interface {
 }
 
 // predLink is the current predecessor link, nil when down. Loop only.
-func (n *Node) predLink() *link { return n.pred }
+func (d *driver) predLink() *link { return d.pred }
 
 // isPending reports whether l is a pending predecessor connection. Loop
 // only.
-func (n *Node) isPending(l *link) bool { return n.adm.pending[l] }
+func (d *driver) isPending(l *link) bool { return d.adm.pending[l] }
 
 // isClosed reports whether Close has begun. Loop only.
-func (n *Node) isClosed() bool { return n.closed }
+func (d *driver) isClosed() bool { return d.closed }
 
 // KindDuplicateNode is the notice kind that tells a refused newcomer why.
 const kindDuplicateNode = string(FaultDuplicateNode)

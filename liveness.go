@@ -155,9 +155,9 @@ func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, 
 
 // stepNote steps note, a notice this node sends (fault-cleared). Loop
 // only.
-func (n *Node) stepNote(note protocol.Notice) {
-	if err := n.step(protocol.Report(note), nil); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: fault-cleared notice", "err", err.Error())
+func (d *driver) stepNote(note protocol.Notice) {
+	if err := d.step(protocol.Report(note), nil); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: fault-cleared notice", "err", err.Error())
 	}
 }
 
@@ -216,8 +216,8 @@ func (fb *faultBook) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
 
 // silentLink reports whether l is up but its neighbour has sent nothing
 // for two heartbeat intervals (heartbeats on). Loop only.
-func (n *Node) silentLink(l *link) bool {
-	hb := n.cfg.Heartbeat
+func (d *driver) silentLink(l *link) bool {
+	hb := d.cfg.Heartbeat
 	if l == nil || hb <= 0 {
 		return false
 	}

@@ -260,177 +260,177 @@ func (in *input) answer(r reply) {
 func (lp *loop) later(in input) { lp.queued = append(lp.queued, in) }
 
 // run is the loop. It ends when its stop channel is closed, after the last turn.
-func (n *Node) run() {
-	defer close(n.lp.loopDone)
-	defer n.clock.stop()
+func (d *driver) run() {
+	defer close(d.lp.loopDone)
+	defer d.clock.stop()
 	if p := loopCheck.Load(); p != nil {
-		n.lp.loopG.Store(p.goid())
+		d.lp.loopG.Store(p.goid())
 	}
-	tick := n.clock.C()
+	tick := d.clock.C()
 	for {
 		select {
-		case in := <-n.lp.in:
-			n.react(&in)
+		case in := <-d.lp.in:
+			d.react(&in)
 		case <-tick:
-			n.onTick()
-		case <-n.lp.stop:
-			n.endTurn()
+			d.onTick()
+		case <-d.lp.stop:
+			d.endTurn()
 			return
 		}
 		// Everything that is waiting joins this turn.
 		for k := 1; k < maxTurn; k++ {
 			select {
-			case in := <-n.lp.in:
-				n.react(&in)
+			case in := <-d.lp.in:
+				d.react(&in)
 				continue
 			default:
 			}
 			break
 		}
-		n.endTurn()
+		d.endTurn()
 	}
 }
 
 // react is the one place that lists what a node reacts to. Loop only.
-func (n *Node) react(in *input) {
+func (d *driver) react(in *input) {
 	l := in.l
 	switch in.kind {
 	case inLines:
-		n.handleAll(l, in.msgs)
+		d.handleAll(l, in.msgs)
 	case inHello:
-		n.helloArrived(l, *in.hello, in.flag)
+		d.helloArrived(l, *in.hello, in.flag)
 	case inAlive:
-		n.dup.aliveFirst(l)
+		d.dup.aliveFirst(l)
 	case inReadEnd:
-		n.readFailed(l, in.err)
+		d.readFailed(l, in.err)
 	case inWriteFailed:
-		n.writeFailed(l, in.err)
+		d.writeFailed(l, in.err)
 	case inDelivered:
-		n.delivered(in.rounds)
+		d.delivered(in.rounds)
 	case inAccepted:
-		in.answer(n.accepted(l))
+		in.answer(d.accepted(l))
 	case inStray:
-		n.stray(in.err) // identity.go
-		if n.adm.refused(l, in.err) {
-			n.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
+		d.stray(in.err) // identity.go
+		if d.adm.refused(l, in.err) {
+			d.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
 		}
 	case inWatch:
-		in.answer(reply{conn: n.adm.watch(l, l.c)})
+		in.answer(reply{conn: d.adm.watch(l, l.c)})
 	case inSecured:
-		in.answer(reply{ok: n.secured(l, in.conn, in.err)})
+		in.answer(reply{ok: d.secured(l, in.conn, in.err)})
 	case inServeEnd:
-		n.adm.done(l)
+		d.adm.done(l)
 	case inTrack:
-		in.answer(reply{pc: n.adm.conns[l]})
+		in.answer(reply{pc: d.adm.conns[l]})
 	case inKeepIdle:
-		in.answer(reply{ok: n.keepIdle(l)})
+		in.answer(reply{ok: d.keepIdle(l)})
 	case inPendingEnd:
-		n.adm.endedNow(l, in.err)
+		d.adm.endedNow(l, in.err)
 	case inDialed:
-		in.answer(reply{ok: n.dialed(l)})
+		in.answer(reply{ok: d.dialed(l)})
 	case inViolation:
-		n.lp.trace(*in.trace)
+		d.lp.trace(*in.trace)
 	case inCheckHeld:
-		n.dup.checkHeld()
+		d.dup.checkHeld()
 	case inTaskStarted:
-		n.taskStarted(in.round)
+		d.taskStarted(in.round)
 	case inTaskEnd:
-		if !n.closed {
-			n.taskFinished(in.round, in.err, in.flag)
+		if !d.closed {
+			d.taskFinished(in.round, in.err, in.flag)
 		}
 	case inUndoEnd:
-		if !n.closed {
-			n.undo.undoFinished(in.round, in.err, in.flag)
+		if !d.closed {
+			d.undo.undoFinished(in.round, in.err, in.flag)
 		}
 	case inInit:
-		n.initLoop()
+		d.initLoop()
 		in.answer(reply{})
 	case inReady:
-		in.answer(reply{err: n.ready(in.round)})
+		in.answer(reply{err: d.ready(in.round)})
 	case inWait:
-		in.answer(reply{ri: n.waitOn(in.round)})
+		in.answer(reply{ri: d.waitOn(in.round)})
 	case inUnwait:
-		n.unwait(in.round, in.ri, in.flag)
+		d.unwait(in.round, in.ri, in.flag)
 	case inSnapshot:
-		st := n.snapshot()
+		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inPredUp:
-		in.answer(reply{ok: n.pred != nil})
+		in.answer(reply{ok: d.pred != nil})
 	case inSteer:
-		n.steerRequest(in)
+		d.steerRequest(in)
 	case inPaused:
-		ok, ch := n.steer.paused()
+		ok, ch := d.steer.paused()
 		in.answer(reply{ok: ok, ch: ch})
 	case inClose:
-		in.answer(reply{ok: n.closeLoop()})
+		in.answer(reply{ok: d.closeLoop()})
 	case inStopAll:
-		n.stopAll()
-		st := n.snapshot()
+		d.stopAll()
+		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inProbe:
 		in.fn()
 		in.answer(reply{})
 	case inAnnounce:
-		n.announce(*in.fault, in.flag, in.cause)
+		d.announce(*in.fault, in.flag, in.cause)
 	case inAnnounceSteer:
-		n.steer.announceSteer()
+		d.steer.announceSteer()
 	case inRetried:
-		n.steer.retriedNow(in.round)
+		d.steer.retriedNow(in.round)
 	case inReport:
-		n.stepNote(*in.note)
+		d.stepNote(*in.note)
 	}
 }
 
 // endTurn carries out what the turn's steps queued: persist, act, flush
 // (see the top of this file). Quick tasks' ends and the reactions queued
 // with later are stepped and carried out too, until nothing is left.
-func (n *Node) endTurn() {
+func (d *driver) endTurn() {
 	for {
-		for len(n.lp.queued) > 0 {
-			in := n.lp.queued[0]
-			n.lp.queued = n.lp.queued[1:]
-			n.react(&in)
+		for len(d.lp.queued) > 0 {
+			in := d.lp.queued[0]
+			d.lp.queued = d.lp.queued[1:]
+			d.react(&in)
 		}
-		if !n.lp.cur.empty() {
-			b := n.lp.cur
-			n.lp.cur, n.lp.spare = n.lp.spare, b
-			broken := n.st.broken != nil
+		if !d.lp.cur.empty() {
+			b := d.lp.cur
+			d.lp.cur, d.lp.spare = d.lp.spare, b
+			broken := d.st.broken != nil
 			if !broken && (len(b.recs) > 0 || len(b.faults) > 0 || b.steer != nil) {
-				n.lp.flush() // what is queued already is on disk: out with it first
-				if err := n.store.save(b); err != nil {
-					n.journalFailed(err)
+				d.lp.flush() // what is queued already is on disk: out with it first
+				if err := d.store.save(b); err != nil {
+					d.journalFailed(err)
 					broken = true
 				}
 			}
-			n.carryOut(b, broken)
+			d.carryOut(b, broken)
 			b.reset()
 			continue
 		}
-		n.lp.flush()
-		if len(n.lp.queued) == 0 && n.lp.cur.empty() {
+		d.lp.flush()
+		if len(d.lp.queued) == 0 && d.lp.cur.empty() {
 			break
 		}
 	}
-	for i, t := range n.lp.starting {
-		if ri := n.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
+	for i, t := range d.lp.starting {
+		if ri := d.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
 			// The round ended in this turn after its task was asked for
 			// (the halt policy ended it for a task that failed in the
 			// same turn): its task does not run.
 			if t.slot {
-				n.tasks.give()
+				d.tasks.give()
 			}
-			n.lp.starting[i] = taskStart{}
-			if n.infoOn() {
-				n.log.Info("task not started: the round ended before it could start", "round", t.round)
+			d.lp.starting[i] = taskStart{}
+			if d.infoOn() {
+				d.log.Info("task not started: the round ended before it could start", "round", t.round)
 			}
 			continue
 		}
 		// Once Close waits, it does not start (its round ends stopped; a
 		// restarted node resumes it).
-		n.tasks.launch(t)
-		n.lp.starting[i] = taskStart{}
+		d.tasks.launch(t)
+		d.lp.starting[i] = taskStart{}
 	}
-	n.lp.starting = n.lp.starting[:0]
+	d.lp.starting = d.lp.starting[:0]
 }
 
 // flush writes out the outboxes of the links the turn queued lines on.
@@ -444,8 +444,8 @@ func (lp *loop) flush() {
 
 // carryOut does b's effects in order. With broken (the journal failed) it
 // sends nothing and starts no task: the node acts no more.
-func (n *Node) carryOut(b *batch, broken bool) {
-	quick := n.lp.quickRun[:0]
+func (d *driver) carryOut(b *batch, broken bool) {
+	quick := d.lp.quickRun[:0]
 	for i := range b.effs {
 		e := &b.effs[i]
 		switch e.kind {
@@ -454,24 +454,24 @@ func (n *Node) carryOut(b *batch, broken bool) {
 				continue
 			}
 			if !e.l.enqueue(b.buf[e.off:e.end], e.exit, e.round) {
-				if !n.closed {
+				if !d.closed {
 					err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
-					n.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
-					n.drop(e.l, err)
+					d.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
+					d.drop(e.l, err)
 				}
 				continue
 			}
-			if !slices.Contains(n.lp.flushing, e.l) {
-				n.lp.flushing = append(n.lp.flushing, e.l)
+			if !slices.Contains(d.lp.flushing, e.l) {
+				d.lp.flushing = append(d.lp.flushing, e.l)
 			}
 		case effTask:
 			if broken {
 				if e.task.slot {
-					n.tasks.give()
+					d.tasks.give()
 				}
 				continue
 			}
-			n.lp.starting = append(n.lp.starting, e.task)
+			d.lp.starting = append(d.lp.starting, e.task)
 		case effQuick:
 			if !broken {
 				quick = append(quick, e.round)
@@ -480,7 +480,7 @@ func (n *Node) carryOut(b *batch, broken bool) {
 			close(e.ri.done)
 		case effAnswer:
 			if broken && e.err == nil {
-				e.err = n.st.broken // what it changed is not on disk
+				e.err = d.st.broken // what it changed is not on disk
 			}
 			e.reply <- reply{err: e.err, id: e.id}
 		case effShut:
@@ -488,24 +488,24 @@ func (n *Node) carryOut(b *batch, broken bool) {
 		}
 	}
 	if len(quick) > 0 {
-		n.runQuick(quick)
+		d.runQuick(quick)
 	}
-	n.lp.quickRun = quick[:0]
+	d.lp.quickRun = quick[:0]
 }
 
 // runQuick runs quick tasks (Config.QuickTask) one after another on the
 // loop, then steps their ends: the lines those steps send go out with the
 // rest of the turn's, in one write per link.
-func (n *Node) runQuick(rounds []string) {
+func (d *driver) runQuick(rounds []string) {
 	for _, round := range rounds {
-		if !n.tasks.take() {
-			n.startTask(round) // a slot is busy: wait for it like any task
+		if !d.tasks.take() {
+			d.startTask(round) // a slot is busy: wait for it like any task
 			continue
 		}
-		n.taskStarted(round)
-		err := n.tasks.runHere(round)
-		if !n.closed {
-			n.taskFinished(round, err, false)
+		d.taskStarted(round)
+		err := d.tasks.runHere(round)
+		if !d.closed {
+			d.taskFinished(round, err, false)
 		}
 	}
 }

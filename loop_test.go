@@ -153,7 +153,7 @@ func TestLoopCheckCatches(t *testing.T) {
 	}
 	nd := nodes[0]
 	nd.Close() // its loop has ended: stepping here races with nothing
-	_ = nd.step(protocol.LocalReady("b"), nil)
+	_ = nd.d.step(protocol.LocalReady("b"), nil)
 	if v := violations(); len(v) != 1 || !strings.Contains(v[0], "step off its loop") {
 		t.Fatalf("the check caught %q, want one step off the loop", v)
 	}

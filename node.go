@@ -19,26 +19,41 @@ import (
 )
 
 // Node is one running member of a chain. Create it with Start; all its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use. It is the facade: each call asks
+// the loop (loop.go), whose driver owns the parts that do the work
+// (docs/DESIGN.md, "The shape of the code").
 type Node struct {
 	cfg  Config
-	undo undoState // the undo wave's outcomes (undo.go); the loop's
+	log  *slog.Logger
+	role protocol.Role
+	ln   net.Listener
+
+	cancel    context.CancelFunc // cancels the node's context (Close)
+	crew      *crew              // every goroutine of the node but the loop (crew.go)
+	lp        *loop              // the loop's inbox and its turn (loop.go)
+	d         *driver            // the loop's side: only the loop's goroutine touches it
+	store     *store             // the state directory (store.go); nil without one
+	feed      *roundFeed         // the rounds learned from the predecessor (follow.go)
+	closeOnce sync.Once
+	final     Snapshot // the last Snapshot, taken by Close for calls after it
+}
+
+// driver is the loop's side of a node: the parts it reacts with, and
+// what it keeps beside them. Only the loop's goroutine reads or writes
+// it (Start builds it before the loop runs).
+type driver struct {
+	cfg  Config
 	log  *slog.Logger
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
 	ln   net.Listener
 	prev *prevHost // Config.PrevHostOnly
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	crew   *crew       // every goroutine of the node but the loop (crew.go)
-	tasks  *taskRunner // runs the tasks and undos (task.go)
+	ctx   context.Context // cancelled by Close
+	crew  *crew           // every goroutine of the node but the loop (crew.go)
+	tasks *taskRunner     // runs the tasks and undos (task.go)
+	lp    *loop           // the loop's inbox and its turn (loop.go)
 
-	lp        *loop // the loop's inbox and its turn (loop.go)
-	closeOnce sync.Once
-
-	// Everything below belongs to the loop: only its goroutine reads or
-	// writes it.
 	closed bool
 	st     stepper     // the one caller of Machine.Step (step.go)
 	view   machineView // the machine, read-only
@@ -50,7 +65,7 @@ type Node struct {
 	faults *faultBook  // the recent faults, liveness, mismatches
 	store  *store      // the state directory (store.go); nil without one
 	clock  *clockState // the clock's state (health.go); nil without timing
-	final  Snapshot    // the last Snapshot, taken by Close for calls after it
+	undo   undoState   // the undo wave's outcomes (undo.go)
 	// resumeFrom is the journal's state, for the loop's first input.
 	resumeFrom *journal.State
 
@@ -105,7 +120,7 @@ func (fb *faultBook) stateOf(id string) protocol.State {
 
 // recordFault is the fault book's record of f (the parts' way to it).
 // Loop only.
-func (n *Node) recordFault(f Fault) { n.faults.record(f) }
+func (d *driver) recordFault(f Fault) { d.faults.record(f) }
 
 // keep keeps f for Snapshot.
 func (fb *faultBook) keep(f Fault) {
@@ -204,26 +219,26 @@ func (fb *faultBook) record(f Fault) {
 
 // peerName names the neighbour on side: its configured name, else its
 // address. Loop only (or the fields are immutable).
-func (n *Node) peerName(side protocol.Side) string {
+func (d *driver) peerName(side protocol.Side) string {
 	if side == protocol.Pred {
-		if !n.role.HasPred() {
+		if !d.role.HasPred() {
 			return ""
 		}
-		if n.cfg.PrevName != "" {
-			return n.cfg.PrevName
+		if d.cfg.PrevName != "" {
+			return d.cfg.PrevName
 		}
-		if n.pred != nil {
-			return n.pred.peer
+		if d.pred != nil {
+			return d.pred.peer
 		}
-		return n.cfg.Prev
+		return d.cfg.Prev
 	}
-	if !n.role.HasSucc() {
+	if !d.role.HasSucc() {
 		return ""
 	}
-	if n.cfg.NextName != "" {
-		return n.cfg.NextName
+	if d.cfg.NextName != "" {
+		return d.cfg.NextName
 	}
-	return n.cfg.Next
+	return d.cfg.Next
 }
 
 // Start validates cfg, binds the listener (if the node has a predecessor)
@@ -234,7 +249,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	n := &Node{
+	d := &driver{
 		cfg:    cfg,
 		role:   cfg.Role(),
 		book:   &roundBook{byID: make(map[string]*roundInfo)},
@@ -246,7 +261,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
-	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
+	pc := protocol.Config{Role: d.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
 	if cfg.Rounds != nil && !cfg.Follow {
 		set := make(map[string]bool, len(cfg.Rounds))
 		for _, r := range cfg.Rounds {
@@ -257,7 +272,7 @@ func Start(cfg Config) (*Node, error) {
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0 || cfg.Undo != nil
 	pc.Undo, pc.Name = cfg.Undo != nil, cfg.Name                         // the undo wave (undo.go)
-	pc.Self, pc.RestartGrace = selfLabel(&cfg, n.role), cfg.RestartGrace // liveness.go
+	pc.Self, pc.RestartGrace = selfLabel(&cfg, d.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
 	if cfg.FaultPolicy == FaultWait {
 		pc.Policy = protocol.PolicyWait
@@ -269,61 +284,62 @@ func Start(cfg Config) (*Node, error) {
 		pc.Silence = 3 * cfg.Heartbeat
 	}
 	m := protocol.New(pc)
-	n.st = stepper{m: m, durable: cfg.StateDir != "",
+	d.st = stepper{m: m, durable: cfg.StateDir != "",
 		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
 		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
-	n.view = m
-	n.id = newIdentity(&n.cfg)
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n.lp)
-	n.feed = newRoundFeed()
-	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
-	n.plim = newAdmitLimiter(n.log)
+	d.view = m
+	d.id = newIdentity(&d.cfg)
+	var cancel context.CancelFunc
+	d.ctx, cancel = context.WithCancel(context.Background())
+	d.tasks = newTaskRunner(&cfg, d.ctx, d.crew, d.lp)
+	d.feed = newRoundFeed()
+	d.crew.spawn(func() { d.feed.run(d.ctx.Done()) })
+	d.plim = newAdmitLimiter(d.log)
 	if cfg.peerLogBurst > 0 {
-		n.plim.burst = cfg.peerLogBurst
+		d.plim.burst = cfg.peerLogBurst
 	}
-	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n.lp)
-	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
+	d.plim.untraced = d.traceUntraced
+	d.adm = newAdmission(&cfg, d.plim, d.ctx.Done(), d.crew, d.lp)
+	d.crew.spawn(func() { d.plim.run(d.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
-	st, err := n.openState()
+	st, err := d.openState()
 	if err == nil {
-		err = refuseRerun(&n.cfg, st)
+		err = refuseRerun(&d.cfg, st)
 	}
 	if err != nil {
-		n.cancel()
-		if n.store != nil {
-			n.store.j.Close()
+		cancel()
+		if d.store != nil {
+			d.store.j.Close()
 		}
 		return nil, err
 	}
 
-	if n.role.HasPred() {
-		n.ln = cfg.Listener
-		if n.ln == nil {
+	if d.role.HasPred() {
+		d.ln = cfg.Listener
+		if d.ln == nil {
 			listen := transport.Listen
 			if cfg.listen != nil {
 				listen = cfg.listen
 			}
-			ln, err := listen(n.ctx, cfg.Listen)
+			ln, err := listen(d.ctx, cfg.Listen)
 			if err != nil {
-				n.cancel()
-				if n.store != nil {
-					n.store.j.Close()
+				cancel()
+				if d.store != nil {
+					d.store.j.Close()
 				}
 				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
 			}
-			n.ln = ln
+			d.ln = ln
 		}
 	}
 	sec := "plain TCP (no TLS: use only on loopback or a trusted network)"
 	if cfg.Secure != nil {
 		sec = cfg.Secure.Describe()
 	}
-	attrs := []any{"role", n.role.String(), "links", sec}
-	if n.ln != nil {
-		attrs = append(attrs, "listen", n.ln.Addr().String())
+	attrs := []any{"role", d.role.String(), "links", sec}
+	if d.ln != nil {
+		attrs = append(attrs, "listen", d.ln.Addr().String())
 		if cfg.Prev != "" {
 			attrs = append(attrs, "prev", cfg.Prev)
 		}
@@ -331,35 +347,36 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Next != "" {
 		attrs = append(attrs, "next", cfg.Next)
 	}
-	n.self = selfName(&n.cfg, n.ln, n.role)
-	n.steer = &steering{host: n, loop: n.lp, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
-		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
-	n.undo = undoState{host: n, loop: n.lp, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	d.self = selfName(&d.cfg, d.ln, d.role)
+	d.steer = &steering{host: d, loop: d.lp, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
+		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
+	d.undo = undoState{host: d, loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	n.dup = dupState{host: n, loop: n.lp, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
-		ext: extensionsOn(&n.cfg), self: n.self}
-	fb := n.faults
-	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = n, n.lp, n.view, n.book, n.steer, n.log
-	fb.self, fb.next, fb.ext = n.self, cfg.Next, extensionsOn(&n.cfg)
+	d.dup = dupState{host: d, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
+		ext: extensionsOn(&d.cfg), self: d.self}
+	fb := d.faults
+	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d, d.lp, d.view, d.book, d.steer, d.log
+	fb.self, fb.next, fb.ext = d.self, cfg.Next, extensionsOn(&d.cfg)
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
-	if n.ln != nil {
-		fb.listen = n.ln.Addr().String()
+	if d.ln != nil {
+		fb.listen = d.ln.Addr().String()
 	}
-	n.log.Info("node started", attrs...)
+	d.log.Info("node started", attrs...)
 
-	if n.st.timing {
-		n.clock = newClock(&cfg)
+	if d.st.timing {
+		d.clock = newClock(&cfg)
 	}
-	goSafe(n.run)
-	n.resumeFrom = st
-	n.lp.ask(input{kind: inInit})
-	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n.lp}
-	if n.ln != nil {
-		n.crew.spawn(cn.acceptLoop)
+	goSafe(d.run)
+	d.resumeFrom = st
+	d.lp.ask(input{kind: inInit})
+	cn := &connector{cfg: d.cfg, ctx: d.ctx, ln: d.ln, adm: d.adm, prev: d.prev, plim: d.plim, crew: d.crew, log: d.log, loop: d.lp}
+	if d.ln != nil {
+		d.crew.spawn(cn.acceptLoop)
 	}
-	if n.role.HasSucc() {
-		n.crew.spawn(cn.dialLoop)
+	if d.role.HasSucc() {
+		d.crew.spawn(cn.dialLoop)
 	}
+	n := &Node{cfg: d.cfg, log: d.log, role: d.role, ln: d.ln, cancel: cancel, crew: d.crew, lp: d.lp, d: d, store: d.store, feed: d.feed}
 	return n, nil
 }
 
@@ -377,18 +394,18 @@ func (n *Node) Addr() net.Addr {
 
 // initLoop is the loop's first input (Start): the steering state, the
 // first tick and the rounds the journal kept. Loop only.
-func (n *Node) initLoop() {
-	n.steer.restoreSteer() // a node restarted while held is held (steer.go)
-	if n.st.timing {
+func (d *driver) initLoop() {
+	d.steer.restoreSteer() // a node restarted while held is held (steer.go)
+	if d.st.timing {
 		// The machine learns the time: its timeouts count from now,
 		// for the rounds restored from the journal too.
-		if err := n.step(n.tick(false), nil); err != nil {
-			n.log.Error("internal error: first tick", "err", err)
+		if err := d.step(d.tick(false), nil); err != nil {
+			d.log.Error("internal error: first tick", "err", err)
 		}
 	}
-	if st := n.resumeFrom; st != nil {
-		n.resumeFrom = nil
-		n.resume(st)
+	if st := d.resumeFrom; st != nil {
+		d.resumeFrom = nil
+		d.resume(st)
 	}
 }
 
@@ -406,16 +423,16 @@ func (n *Node) Ready(round string) error {
 }
 
 // ready is Ready, on the loop.
-func (n *Node) ready(round string) error {
-	if n.closed {
+func (d *driver) ready(round string) error {
+	if d.closed {
 		return ErrStopped
 	}
-	if ri := n.book.find(round); ri != nil && ri.finished() {
+	if ri := d.book.find(round); ri != nil && ri.finished() {
 		return protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
 	}
-	err := n.step(protocol.LocalReady(round), nil)
+	err := d.step(protocol.LocalReady(round), nil)
 	if err == nil {
-		n.book.get(round)
+		d.book.get(round)
 	}
 	return err
 }
@@ -448,13 +465,13 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 
 // waitOn is the start of a Wait on round: its record, nil if the node is
 // closed and has none. Loop only.
-func (n *Node) waitOn(round string) *roundInfo { return n.book.waitOn(round, n.closed) }
+func (d *driver) waitOn(round string) *roundInfo { return d.book.waitOn(round, d.closed) }
 
 // unwait is the end of a Wait on ri; gaveUp: its context ended first.
 // Loop only.
-func (n *Node) unwait(round string, ri *roundInfo, gaveUp bool) {
-	_, known := n.view.State(round)
-	n.book.unwait(round, ri, gaveUp, known)
+func (d *driver) unwait(round string, ri *roundInfo, gaveUp bool) {
+	_, known := d.view.State(round)
+	d.book.unwait(round, ri, gaveUp, known)
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -498,7 +515,7 @@ func (n *Node) Snapshot() Snapshot {
 		n.lp.cbMu.Lock()
 		defer n.lp.cbMu.Unlock()
 		if n.lp.inCallback.Load() {
-			return n.snapshot()
+			return n.d.snapshot()
 		}
 	}
 	r, ok := n.lp.ask(input{kind: inSnapshot})
@@ -527,35 +544,35 @@ func (lp *loop) leaveCallback() {
 }
 
 // snapshot is Snapshot, on the loop.
-func (n *Node) snapshot() Snapshot {
-	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
-		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
-	st.Faults = slices.Clone(n.faults.recent)
-	if n.store != nil {
-		st.JournalSyncs = n.store.syncs()
+func (d *driver) snapshot() Snapshot {
+	st := Snapshot{Name: d.cfg.Name, Role: d.role, PredUp: d.pred != nil, SuccUp: d.succ != nil,
+		PredPeer: d.peerName(protocol.Pred), SuccPeer: d.peerName(protocol.Succ)}
+	st.Faults = slices.Clone(d.faults.recent)
+	if d.store != nil {
+		st.JournalSyncs = d.store.syncs()
 	}
-	if l := n.pred; l != nil && l.heardAt() != 0 {
+	if l := d.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
 	}
-	if l := n.succ; l != nil && l.heardAt() != 0 {
+	if l := d.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
-	for _, v := range n.view.View() {
+	for _, v := range d.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
-			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
-		if ri := n.book.find(v.Round); ri != nil {
+			WaitingFor: protocol.WaitIn(d.role, v.State, v.LocalReady)}
+		if ri := d.book.find(v.Round); ri != nil {
 			rs.Since = ri.since
 		}
-		if ph, w, _ := n.view.Undo(v.Round); ph != protocol.PhaseNone {
+		if ph, w, _ := d.view.Undo(v.Round); ph != protocol.PhaseNone {
 			rs.Undo = undoDoing(ph, w) // undo.go
 		}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
-	n.steer.steerSnapshot(&st)
-	n.faults.graceSnapshot(&st, n.view.Graces())
-	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)
-	st.Finished = n.book.finished()
+	d.steer.steerSnapshot(&st)
+	d.faults.graceSnapshot(&st, d.view.Graces())
+	st.PredSilent, st.SuccSilent = d.silentLink(d.pred), d.silentLink(d.succ)
+	st.Finished = d.book.finished()
 	return st
 }
 
@@ -625,80 +642,80 @@ func (n *Node) Close() error {
 // closeLoop is the start of Close on the loop: nothing new starts, the
 // links are shut (what is queued on them still goes out); true if the
 // journal is to record a normal end. Loop only.
-func (n *Node) closeLoop() bool {
-	n.closed = true
-	end := n.endedNormally()
-	for _, l := range []*link{n.pred, n.succ} {
+func (d *driver) closeLoop() bool {
+	d.closed = true
+	end := d.endedNormally()
+	for _, l := range []*link{d.pred, d.succ} {
 		if l != nil {
 			l.shut() // what is queued (a fault notice) still goes out
 		}
 	}
-	n.adm.closeAll()
+	d.adm.closeAll()
 	return end
 }
 
 // stopAll ends every unfinished round stopped (Close). Loop only.
-func (n *Node) stopAll() {
-	for id, ri := range n.book.byID {
-		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+func (d *driver) stopAll() {
+	for id, ri := range d.book.byID {
+		d.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
 }
 
 // step feeds ev to the machine (through the stepper) and carries out the
 // actions; cause is the fault the machine's policy carries out in them,
 // if the caller knows it already (a halting report). Loop only.
-func (n *Node) step(ev protocol.Event, cause *FaultError) error {
-	return n.stepThen(ev, cause, nil)
+func (d *driver) step(ev protocol.Event, cause *FaultError) error {
+	return d.stepThen(ev, cause, nil)
 }
 
 // stepThen is step with before run between the step and its actions
 // (promotePred makes the link current there). Loop only.
-func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
-	n.lp.checkOnLoop("step")
-	acts, err := n.st.step(ev, &n.lp.cur.recs)
+func (d *driver) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
+	d.lp.checkOnLoop("step")
+	acts, err := d.st.step(ev, &d.lp.cur.recs)
 	if err != nil {
 		return err
 	}
 	if before != nil {
 		before()
 	}
-	n.perform(acts, cause)
+	d.perform(acts, cause)
 	return nil
 }
 
 // saveSteerFile queues the steering file's content for the turn's
 // write (store.go); the journal's error if it has failed. Loop only.
-func (n *Node) saveSteerFile(data []byte) error {
-	if n.st.broken != nil {
-		return n.st.broken
+func (d *driver) saveSteerFile(data []byte) error {
+	if d.st.broken != nil {
+		return d.st.broken
 	}
-	n.lp.cur.steer = data
+	d.lp.cur.steer = data
 	return nil
 }
 
 // journalFault queues a fault record, round ended by a fault of kind,
 // for the turn's write, with a state directory that has not failed.
 // Loop only.
-func (n *Node) journalFault(round, kind string) {
-	if n.store != nil && n.st.broken == nil {
-		n.lp.cur.faults = append(n.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
+func (d *driver) journalFault(round, kind string) {
+	if d.store != nil && d.st.broken == nil {
+		d.lp.cur.faults = append(d.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
 	}
 }
 
 // broken is the journal's error once it has failed. Loop only.
-func (n *Node) broken() error { return n.st.broken }
+func (d *driver) broken() error { return d.st.broken }
 
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
 // Loop only.
-func (n *Node) journalFailed(err error) {
-	n.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
-	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
-		"dir", n.cfg.StateDir, "err", err.Error())
-	for id, ri := range n.book.byID {
+func (d *driver) journalFailed(err error) {
+	d.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
+	d.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
+		"dir", d.cfg.StateDir, "err", err.Error())
+	for id, ri := range d.book.byID {
 		ri.reported = true // the line above
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.st.broken})
+		d.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: d.st.broken})
 	}
 }
 
@@ -706,9 +723,9 @@ func (n *Node) journalFailed(err error) {
 // machine's policy is carrying out, travels with them: given by the
 // caller, or found by an action (a timeout, a notice) for those after it.
 // Loop only.
-func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
+func (d *driver) perform(acts []protocol.Action, cause *FaultError) {
 	for i := range acts {
-		if fe := n.act(&acts[i], cause); fe != nil {
+		if fe := d.act(&acts[i], cause); fe != nil {
 			cause = fe
 		}
 	}
@@ -716,49 +733,49 @@ func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
 
 // act carries out one action; it returns the fault the action found, if
 // any, the cause of the rounds the policy ends in the actions after it.
-func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
+func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 	switch a.Kind {
 	case protocol.ActSend:
-		n.send(a.To, a.Msg, a.Resend)
+		d.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		if n.tasks.quick {
-			n.lp.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
+		if d.tasks.quick {
+			d.lp.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
-			n.startTask(a.Round)
+			d.startTask(a.Round)
 		}
 	case protocol.ActOpened:
-		n.opened(a.Round, a.To == protocol.Pred)
+		d.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
-		return n.faults.timedOut(a)
+		return d.faults.timedOut(a)
 	case protocol.ActForget:
-		n.book.forget(a.Round) // its waiters, if any, hold their record
+		d.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
-		ri := n.book.get(a.Round)
+		ri := d.book.get(a.Round)
 		ri.since = time.Now()
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
 		}
-		if n.infoOn() {
-			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
+		if d.infoOn() {
+			d.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
-		n.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
+		d.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 	case protocol.ActPeerRestarted:
-		n.peerRestarted(a.To, a.Msg)
+		d.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
-		return n.undo.undoAct(a)
+		return d.undo.undoAct(a)
 	case protocol.ActNotice:
-		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			return n.faults.noticeArrived(*a.Msg.Note)
+		if !d.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
+			return d.faults.noticeArrived(*a.Msg.Note)
 		}
 	case protocol.ActGrace:
-		n.faults.graceAct(a)
+		d.faults.graceAct(a)
 	case protocol.ActBack:
-		n.faults.back(a)
+		d.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
-		n.steer.steerAct(a)
+		d.steer.steerAct(a)
 	case protocol.ActDone:
-		ri := n.book.get(a.Round)
-		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
+		ri := d.book.get(a.Round)
+		res := Result{Round: a.Round, Status: StatusDone, Undo: d.undo.outcomes[a.Round]}
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
@@ -771,7 +788,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 				ri.cause, ri.reported = &fe, true
 				// Written with the turn's records: a restarted node then
 				// knows the fault the round really ended with.
-				n.journalFault(a.Round, string(fe.Kind))
+				d.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
@@ -779,16 +796,16 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 			if a.Outcome == protocol.NoExitWave && !failedAfter(res.Err) {
 				// The tasks after this node may have run: say so, not
 				// that the round failed.
-				res.Status, res.Err = StatusUndelivered, n.undelivered(a.Round, res.Err)
+				res.Status, res.Err = StatusUndelivered, d.undelivered(a.Round, res.Err)
 			}
 		case protocol.NotDelivered:
 			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
-				Peer: n.peerName(protocol.Pred), After: n.cfg.ExitWaveTimeout,
+				Peer: d.peerName(protocol.Pred), After: d.cfg.ExitWaveTimeout,
 				Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
-			n.recordFault(fe.fault())
+			d.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		n.resolve(a.Round, ri, n.steer.steerResult(ri, res)) // steer.go: a cancelled round
+		d.resolve(a.Round, ri, d.steer.steerResult(ri, res)) // steer.go: a cancelled round
 	}
 	return nil
 }
@@ -796,67 +813,67 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 // send writes msg to the neighbour on side, if that link is up; if it is
 // down the message is not lost: the machine re-sends it on LinkUp.
 // Loop only.
-func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
-	l := n.succ
+func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
+	l := d.succ
 	if side == protocol.Pred {
-		l = n.pred
+		l = d.pred
 	}
 	if l == nil {
 		if msg.Cmd == protocol.SteerLine {
 			// The machine re-sends the gating lines when the link is up.
-			n.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
+			d.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
 			return
 		}
 		if msg.Cmd == protocol.Grace {
-			n.log.Info("link down; restart grace line not sent that way", "to", side.String(), "grace", msg.Grace.String())
+			d.log.Info("link down; restart grace line not sent that way", "to", side.String(), "grace", msg.Grace.String())
 			return
 		}
 		if msg.Cmd == protocol.FaultNotice {
 			// Notices are not re-sent: a neighbour that is away learns of
 			// the fault from the notices of those that are not.
-			n.log.Info("link down; fault notice not sent that way", "to", side.String(), "notice", msg.Note.String())
+			d.log.Info("link down; fault notice not sent that way", "to", side.String(), "notice", msg.Note.String())
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.
-		n.book.get(msg.Round).unsent[side] = msg.Cmd
+		d.book.get(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {
-			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
+			d.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
 		} else {
 			// Routine (a neighbour not up yet, or reconnecting): the machine
 			// re-sends it when the link comes up.
-			n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+			d.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
 		}
-		n.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
+		d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
 	}
 	if resend {
 		// The machine re-sends the last message of each round when a link
 		// comes up; one that never went out (the link was down when it was
 		// sent) goes out for the first time now: not a re-send.
-		if ri := n.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
+		if ri := d.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
 			resend = ri.unsent[side] != msg.Cmd
 			ri.unsent[side] = 0
 		}
 	}
-	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
+	d.wbuf = wire.Append(d.wbuf[:0], msg, d.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the
 	// reply to a message before the message.
-	if n.infoOn() {
-		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
+	if d.infoOn() {
+		d.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
-	n.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
+	d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.lp.cur.line(l, n.wbuf, exitWave, msg.Round)
+	d.lp.cur.line(l, d.wbuf, exitWave, msg.Round)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
-func (n *Node) writeFailed(l *link, err error) {
-	if n.closed {
+func (d *driver) writeFailed(l *link, err error) {
+	if d.closed {
 		return
 	}
-	n.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
-	n.drop(l, err)
+	d.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
+	d.drop(l, err)
 }
 
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
@@ -873,4 +890,4 @@ func (lp *loop) trace(ev TraceEvent) {
 
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
-func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
+func (d *driver) infoOn() bool { return d.log.Enabled(context.Background(), slog.LevelInfo) }

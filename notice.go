@@ -50,13 +50,13 @@ func reports(kind FaultKind) bool {
 // halt policy the machine ends every unfinished round for it, taking
 // cause as their fault. Stepped as an event of its own, after the step
 // that found the fault. Loop only.
-func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
-	ev := protocol.Report(n.faults.noticeOf(f))
+func (d *driver) announce(f Fault, halt bool, cause *FaultError) {
+	ev := protocol.Report(d.faults.noticeOf(f))
 	if halt {
 		ev = protocol.ReportHalt(ev.Note)
 	}
-	if err := n.step(ev, cause); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: fault notice", "err", err.Error())
+	if err := d.step(ev, cause); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: fault notice", "err", err.Error())
 	}
 }
 
@@ -141,24 +141,24 @@ type mismatchKey struct {
 // mismatch), tells it with a notice where extensions are on, and under
 // FaultHalt ends every unfinished round. The caller then closes l.
 // Loop only.
-func (n *Node) mismatch(l *link, what, round, reason string) {
+func (d *driver) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
-	if !n.faults.firstMismatch(key) {
+	if !d.faults.firstMismatch(key) {
 		return
 	}
-	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
+	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: d.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
-	n.recordFault(f)
-	if extensionsOn(&n.cfg) && l != n.pred && l != n.succ {
+	d.recordFault(f)
+	if extensionsOn(&d.cfg) && l != d.pred && l != d.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := n.faults.noticeOf(f)
-		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		n.lp.lastWords(l, n.wbuf)
+		note := d.faults.noticeOf(f)
+		d.wbuf = wire.Append(d.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		d.lp.lastWords(l, d.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	n.faults.announceLater(f, true, fe)
+	d.faults.announceLater(f, true, fe)
 }
 
 // runsText says which rounds a node configured with rs runs, for a

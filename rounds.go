@@ -183,8 +183,8 @@ func (b *roundBook) finished() []RoundResult {
 
 // resolve ends a round for its waiters, and logs and traces its end.
 // Loop only.
-func (n *Node) resolve(id string, ri *roundInfo, res Result) {
-	if !n.settle(id, ri, res) {
+func (d *driver) resolve(id string, ri *roundInfo, res Result) {
+	if !d.settle(id, ri, res) {
 		return
 	}
 	lvl, msg := slog.LevelInfo, "round over"
@@ -210,23 +210,23 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 			args = append(args, "err", res.Err.Error())
 		}
 	}
-	n.log.Log(context.Background(), lvl, msg, args...)
-	n.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+	d.log.Log(context.Background(), lvl, msg, args...)
+	d.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
 // restored is resolve for a round that ended before this process started
 // (resume): its result is kept, its end is not reported again. Loop only.
-func (n *Node) restored(id string, ri *roundInfo, res Result) { n.settle(id, ri, res) }
+func (d *driver) restored(id string, ri *roundInfo, res Result) { d.settle(id, ri, res) }
 
 // settle sets a round's result, released to Wait once the turn's records
 // are on disk; false if it had one already. Loop only.
-func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
-	if !n.book.settle(id, ri, res) {
+func (d *driver) settle(id string, ri *roundInfo, res Result) bool {
+	if !d.book.settle(id, ri, res) {
 		return false
 	}
 	// The record stays until the machine forgets the round (ActForget):
 	// the machine's table says which rounds this node remembers.
-	n.lp.cur.add(effect{kind: effDone, ri: ri})
+	d.lp.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 
@@ -263,12 +263,12 @@ func sideWord(side protocol.Side) string {
 // delivered is told by a link's writer that the final COMPLETE of rounds
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here. Loop only.
-func (n *Node) delivered(rounds []string) {
-	if n.closed || n.st.broken != nil {
+func (d *driver) delivered(rounds []string) {
+	if d.closed || d.st.broken != nil {
 		return
 	}
 	for _, id := range rounds {
-		if err := n.step(protocol.Delivered(id), nil); err != nil {
+		if err := d.step(protocol.Delivered(id), nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}
@@ -277,19 +277,19 @@ func (n *Node) delivered(rounds []string) {
 // peerRestarted reports a neighbour that sent msg, older than its last
 // message for that round: it restarted without its state. The machine
 // answered nothing. Loop only.
-func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
+func (d *driver) peerRestarted(side protocol.Side, msg protocol.Message) {
 	what := "predecessor"
 	if side == protocol.Succ {
 		what = "successor"
 	}
-	peer := n.peerName(side)
+	peer := d.peerName(side)
 	addr := ""
-	if l := n.pred; side == protocol.Pred && l != nil && l.peer != peer {
+	if l := d.pred; side == protocol.Pred && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
-	} else if l := n.succ; side == protocol.Succ && l != nil && l.peer != peer {
+	} else if l := d.succ; side == protocol.Succ && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
 	}
 	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
 		what, peer, addr, msg.Cmd)
-	n.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
+	d.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
 }

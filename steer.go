@@ -629,13 +629,13 @@ func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
 
 // steerRequest carries out a steering request; its answer is an effect
 // of the turn, given once the turn's records are on disk. Loop only.
-func (n *Node) steerRequest(in *input) {
-	if n.closed {
+func (d *driver) steerRequest(in *input) {
+	if d.closed {
 		in.answer(reply{err: ErrStopped})
 		return
 	}
-	id, err := n.steer.request(in.steer)
-	n.lp.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
+	id, err := d.steer.request(in.steer)
+	d.lp.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
 	in.reply = nil
 }
 

@@ -22,19 +22,19 @@ type taskStart struct {
 }
 
 // startTask arranges for round's task to run. Loop only.
-func (n *Node) startTask(round string) { n.startRun(round, false) }
+func (d *driver) startTask(round string) { d.startRun(round, false) }
 
 // startRun arranges for round's task (or, verifyOnly, just Verify) to run.
 // Loop only.
-func (n *Node) startRun(round string, verifyOnly bool) {
+func (d *driver) startRun(round string, verifyOnly bool) {
 	// The task starts at the end of the turn, once the step's records
 	// are on disk.
 	start := taskStart{round: round, verifyOnly: verifyOnly}
-	if n.tasks.take() { // a task slot is free: start now
-		n.taskStarted(round)
+	if d.tasks.take() { // a task slot is free: start now
+		d.taskStarted(round)
 		start.slot = true
 	}
-	n.lp.cur.add(effect{kind: effTask, task: start})
+	d.lp.cur.add(effect{kind: effTask, task: start})
 }
 
 // queueTask queues t to start at the end of the turn (an undo: undo.go).
@@ -42,11 +42,11 @@ func (n *Node) startRun(round string, verifyOnly bool) {
 func (lp *loop) queueTask(t taskStart) { lp.cur.add(effect{kind: effTask, task: t}) }
 
 // taskStarted logs the start of a task. Loop only.
-func (n *Node) taskStarted(round string) {
-	if n.infoOn() {
-		n.log.Info("task started", "round", round)
+func (d *driver) taskStarted(round string) {
+	if d.infoOn() {
+		d.log.Info("task started", "round", round)
 	}
-	n.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
+	d.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
 // taskRunner runs a node's tasks and undos off the loop, at most
@@ -189,32 +189,32 @@ func failedHere(policy FaultPolicy) string {
 }
 
 // taskFinished reports round's task's end to the machine. Loop only.
-func (n *Node) taskFinished(round string, err error, timedOut bool) {
+func (d *driver) taskFinished(round string, err error, timedOut bool) {
 	if timedOut {
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", d.cfg.TaskTimeout, err)
 	}
 	if err != nil {
-		ri := n.book.get(round)
+		ri := d.book.get(round)
 		ri.cause, ri.timedOut = err, timedOut
 		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
 		kind := FaultTaskFailed
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy)})
-	} else if n.infoOn() {
-		n.log.Info("task finished", "round", round)
+		d.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(d.cfg.FaultPolicy)})
+	} else if d.infoOn() {
+		d.log.Info("task finished", "round", round)
 	}
-	n.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
+	d.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
 	ev := protocol.TaskDone(round, err != nil)
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := n.step(ev, nil); err != nil {
-		n.log.Error("internal error: task done", "round", round, "err", err)
+	if err := d.step(ev, nil); err != nil {
+		d.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
 
