@@ -126,20 +126,20 @@ func (cn *connector) admitConn(l *link, adm *admission, checks chan struct{}) bo
 
 // accepted admits l, a connection the acceptor took, as pending: it
 // evicts another if MaxPending are (admission.go). Loop only.
-func (d *driver) accepted(l *link) reply {
-	if d.closed {
+func (lk *links) accepted(l *link) reply {
+	if lk.lp.closed {
 		return reply{}
 	}
-	return reply{ok: true, gone: d.adm.admit(l)}
+	return reply{ok: true, gone: lk.adm.admit(l)}
 }
 
 // secured is the end of l's TLS handshake: true if l, still pending and
 // authenticated, now reads from sc. Loop only.
-func (d *driver) secured(l *link, sc net.Conn, err error) bool {
-	adm := d.adm
-	if err != nil || d.closed || !adm.authenticated(l) {
-		if err != nil && !d.closed && adm.stillPending(l) && adm.refused(l, err) {
-			d.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+func (lk *links) secured(l *link, sc net.Conn, err error) bool {
+	adm := lk.adm
+	if err != nil || lk.lp.closed || !adm.authenticated(l) {
+		if err != nil && !lk.lp.closed && adm.stillPending(l) && adm.refused(l, err) {
+			lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 		}
 		delete(adm.pending, l)
 		return false
@@ -150,14 +150,14 @@ func (d *driver) secured(l *link, sc net.Conn, err error) bool {
 
 // dialed makes l, a connection the dialer made, the current successor
 // link. Loop only.
-func (d *driver) dialed(l *link) bool {
-	if d.closed {
+func (lk *links) dialed(l *link) bool {
+	if lk.lp.closed {
 		return false
 	}
-	d.succ = l
+	lk.succ = l
 	l.startWriter()
-	d.sendHello(l) // the identity line goes first (identity.go)
-	d.linkUp(l)
+	lk.sendHello(l) // the identity line goes first (identity.go)
+	lk.linkUp(l)
 	return true
 }
 
@@ -318,9 +318,9 @@ func (cn *connector) readLoop(l *link) {
 
 // handleAll acts on the lines of one read, up to one that closes l. Loop
 // only.
-func (d *driver) handleAll(l *link, msgs []protocol.Message) {
+func (lk *links) handleAll(l *link, msgs []protocol.Message) {
 	for _, msg := range msgs {
-		if !d.handle(l, msg) {
+		if !lk.handle(l, msg) {
 			return
 		}
 	}
@@ -330,37 +330,37 @@ func (d *driver) handleAll(l *link, msgs []protocol.Message) {
 const maxBatch = 64
 
 // handle acts on one message; false means l is closed. Loop only.
-func (d *driver) handle(l *link, msg protocol.Message) bool {
-	if d.closed {
+func (lk *links) handle(l *link, msg protocol.Message) bool {
+	if lk.lp.closed {
 		return false
 	}
-	cur := d.succ
+	cur := lk.succ
 	if l.side == protocol.Pred {
-		cur = d.pred
-		if cur != l && !d.adm.pending[l] {
+		cur = lk.pred
+		if cur != l && !lk.adm.pending[l] {
 			return false // already dropped
 		}
 	} else if cur != l {
 		return false
 	}
 	if cur == l {
-		if d.dup.refusedAsDuplicate(l, msg) { // duplicate.go
-			d.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
+		if lk.dup.refusedAsDuplicate(l, msg) { // duplicate.go
+			lk.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
 			return false
 		}
-		d.received(l, msg)
-		if err := d.step(protocol.Recv(l.side, msg), nil); err != nil {
-			d.violation(l, err)
+		lk.received(l, msg)
+		if err := lk.act.step(protocol.Recv(l.side, msg), nil); err != nil {
+			lk.violation(l, err)
 			return false
 		}
 		return true
 	}
 	// A pending predecessor connection. With the extension lines on it is
 	// held while the current one is alive (duplicate.go).
-	if d.dup.holdPred(l, msg) {
+	if lk.dup.holdPred(l, msg) {
 		return true
 	}
-	return d.promotePred(l, msg)
+	return lk.promotePred(l, msg)
 }
 
 // promotePred makes the pending predecessor connection l the current one
@@ -369,13 +369,13 @@ func (d *driver) handle(l *link, msg protocol.Message) bool {
 // is closed). Until then it is logged and traced only as the
 // (rate-limited) bad input it may turn out to be: a stranger's junk line
 // must not cost a log line and a trace record each. Loop only.
-func (d *driver) promotePred(l *link, msg protocol.Message) bool {
-	err := d.stepThen(protocol.Promote(l.side, msg), nil, func() {
-		d.received(l, msg)
-		d.takePred(l)
+func (lk *links) promotePred(l *link, msg protocol.Message) bool {
+	err := lk.act.stepThen(protocol.Promote(l.side, msg), nil, func() {
+		lk.received(l, msg)
+		lk.takePred(l)
 	})
 	if err != nil {
-		d.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
+		lk.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
 		return false
 	}
 	return true
@@ -383,118 +383,118 @@ func (d *driver) promotePred(l *link, msg protocol.Message) bool {
 
 // takePred makes the pending connection l the current predecessor
 // connection, closing the one it replaces. Loop only.
-func (d *driver) takePred(l *link) {
-	delete(d.adm.pending, l)
+func (lk *links) takePred(l *link) {
+	delete(lk.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
-	if cur := d.pred; cur != nil {
-		d.dup.replaced(cur, l) // duplicate.go
+	if cur := lk.pred; cur != nil {
+		lk.dup.replaced(cur, l) // duplicate.go
 		cur.shut()
 	}
-	d.pred = l
+	lk.pred = l
 	l.startWriter()
-	d.announceUp(l)
+	lk.announceUp(l)
 }
 
 // received logs and traces a line from l. Loop only.
-func (d *driver) received(l *link, msg protocol.Message) {
-	if d.infoOn() {
-		d.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+func (lk *links) received(l *link, msg protocol.Message) {
+	if infoOn(lk.log) {
+		lk.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
 	}
-	d.lp.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	lk.lp.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
 }
 
 // traceUntraced records in the trace the violations the rate limit kept
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
-func (d *driver) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	d.lp.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+func (lk *links) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
+	lk.lp.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
 		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)}})
 }
 
 // violation reports bad input on l and closes it; the log line and the
 // trace record are rate-limited (a flood of junk costs a few lines).
 // Loop only.
-func (d *driver) violation(l *link, err error) {
+func (lk *links) violation(l *link, err error) {
 	what := "predecessor"
 	if l.side == protocol.Succ {
 		what = "successor"
 	}
-	if d.configMismatch(l, err) {
-		d.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
-		d.drop(l, err)
+	if lk.configMismatch(l, err) {
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+		lk.drop(l, err)
 		return
 	}
 	args := []any{"peer", l.peer, "err", err.Error()}
 	var v *protocol.Violation
-	if errors.As(err, &v) && v.Ahead && d.cfg.StateDir == "" {
+	if errors.As(err, &v) && v.Ahead && lk.cfg.StateDir == "" {
 		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
 	}
-	if d.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
-		d.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	if lk.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
 	}
-	d.drop(l, err)
+	lk.drop(l, err)
 }
 
 // readFailed handles the end of l's stream. Loop only.
-func (d *driver) readFailed(l *link, err error) {
-	if d.closed {
+func (lk *links) readFailed(l *link, err error) {
+	if lk.lp.closed {
 		return
 	}
 	var pe *wire.ProtocolError
 	var ne net.Error
 	switch {
 	case errors.As(err, &pe):
-		d.violation(l, err)
+		lk.violation(l, err)
 		return
-	case d.adm.pending[l] && errors.As(err, &ne) && ne.Timeout():
-		d.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", d.cfg.PendingTimeout)
-	case d.adm.pending[l]:
-		d.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
+	case lk.adm.pending[l] && errors.As(err, &ne) && ne.Timeout():
+		lk.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", lk.cfg.PendingTimeout)
+	case lk.adm.pending[l]:
+		lk.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
 	}
-	d.drop(l, err)
+	lk.drop(l, err)
 }
 
 // drop closes l and, if it was a current link, marks that link down.
 // Loop only.
-func (d *driver) drop(l *link, err error) {
+func (lk *links) drop(l *link, err error) {
 	if !l.closing {
 		l.shut()
 	}
-	delete(d.adm.pending, l)
-	if d.pred != l && d.succ != l {
+	delete(lk.adm.pending, l)
+	if lk.pred != l && lk.succ != l {
 		return
 	}
-	d.refused(l, err)
-	if d.pred == l {
-		d.pred = nil
-		d.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
+	lk.refused(l, err)
+	if lk.pred == l {
+		lk.pred = nil
+		lk.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
 	} else {
-		d.succ = nil
-		d.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
+		lk.succ = nil
+		lk.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
 	}
-	d.lp.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
+	lk.lp.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
 	// The machine counts ConnectTimeout from when the neighbour was last
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
 	// not restart the count.
-	if err := d.step(protocol.LinkDown(l.side, d.st.since(l.heardAt())), nil); err != nil && d.st.broken == nil {
-		d.log.Error("internal error: link down", "err", err)
+	if err := lk.act.step(protocol.LinkDown(l.side, lk.st.since(l.heardAt())), nil); err != nil && lk.st.broken == nil {
+		lk.log.Error("internal error: link down", "err", err)
 	}
 }
 
 // linkUp records l as the current link on its side and re-sends what the
 // machine says. Loop only.
-func (d *driver) linkUp(l *link) {
-	d.announceUp(l)
-	if err := d.step(protocol.LinkUp(l.side), nil); err != nil {
-		d.log.Error("internal error: link up", "err", err)
+func (lk *links) linkUp(l *link) {
+	lk.announceUp(l)
+	if err := lk.act.step(protocol.LinkUp(l.side), nil); err != nil {
+		lk.log.Error("internal error: link up", "err", err)
 	}
 }
 
 // announceUp reports the link up. Loop only.
-func (d *driver) announceUp(l *link) {
-	d.log.Info("link up", "to", l.side.String(), "peer", l.peer)
-	d.lp.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
+func (lk *links) announceUp(l *link) {
+	lk.log.Info("link up", "to", l.side.String(), "peer", l.peer)
+	lk.lp.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
 }
 
 // configMismatch reports err, bad input on l, as a configuration mismatch
@@ -502,22 +502,22 @@ func (d *driver) announceUp(l *link) {
 // run, or an extension line at a node without extensions (docs/DESIGN.md,
 // "Extension lines"). Reconnecting never mends those, so they are faults,
 // reported once, not bad input warned about on every reconnect. Loop only.
-func (d *driver) configMismatch(l *link, err error) bool {
-	if l.side == protocol.Pred && d.pred != nil && l != d.pred {
+func (lk *links) configMismatch(l *link, err error) bool {
+	if l.side == protocol.Pred && lk.pred != nil && l != lk.pred {
 		// A new connection while the predecessor is up and well-behaved
 		// is a stranger (on plain TCP anyone can connect): its bad line
 		// is bad input, never a reason to halt the chain.
 		return false
 	}
-	if d.undo.undoMismatch(l, err) {
+	if lk.undo.undoMismatch(l, err) {
 		return true // undo.go
 	}
-	peer := d.peerName(l.side)
+	peer := lk.peerName(l.side)
 	var pe *wire.ProtocolError
 	if errors.As(err, &pe) && pe.Extension {
 		cmd, _, _ := strings.Cut(string(pe.Line), " ")
 		cmd = strings.TrimSuffix(cmd, "\r")
-		d.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
 			peer, cmd))
 		return true
 	}
@@ -525,14 +525,14 @@ func (d *driver) configMismatch(l *link, err error) bool {
 	if !errors.As(err, &v) {
 		return false
 	}
-	notRun := d.cfg.Rounds != nil && !slices.Contains(d.cfg.Rounds, v.Msg.Round)
+	notRun := lk.cfg.Rounds != nil && !slices.Contains(lk.cfg.Rounds, v.Msg.Round)
 	switch {
 	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
-		d.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
 	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
-		d.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(d.cfg.Rounds)))
+		lk.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(lk.cfg.Rounds)))
 	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:
-		d.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(d.cfg.Rounds)))
+		lk.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(lk.cfg.Rounds)))
 	default:
 		return false
 	}
@@ -547,13 +547,13 @@ const refusedWithin = time.Second
 // this node's first line on it without a word: the way a node without the
 // extension lines says it is configured differently (it cannot send a
 // notice). Loop only.
-func (d *driver) refused(l *link, err error) {
-	if l.side != protocol.Succ || d.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
+func (lk *links) refused(l *link, err error) {
+	if l.side != protocol.Succ || lk.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
 		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 		return
 	}
-	d.refusedOnce = true
-	d.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
+	lk.refusedOnce = true
+	lk.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
-	d.undo.undoRefused(l) // undo.go
+	lk.undo.undoRefused(l) // undo.go
 }

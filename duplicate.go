@@ -44,6 +44,8 @@ type dupState struct {
 	logged time.Time
 
 	host      dupHost
+	act       stepHost
+	faults    *faultBook
 	view      machineView
 	book      *roundBook
 	log       *slog.Logger
@@ -54,9 +56,9 @@ type dupState struct {
 	buf       []byte        // scratch for a notice
 }
 
-// dupHost is what the duplicate guard reaches of its node: its links
-// (the current predecessor, the pending ones), the loop's step and
-// inputs, and the fault record.
+// dupHost is what the duplicate guard reaches of the links: the current
+// predecessor, the pending ones, and their handlers (the step goes
+// through act, the fault record through faults).
 type dupHost interface {
 	predLink() *link
 	isPending(l *link) bool
@@ -65,21 +67,18 @@ type dupHost interface {
 	takePred(l *link)
 	promotePred(l *link, msg protocol.Message) bool
 	handleAll(l *link, msgs []protocol.Message)
-	step(ev protocol.Event, cause *FaultError) error
-	broken() error
-	recordFault(f Fault)
 	peerName(side protocol.Side) string
 }
 
 // predLink is the current predecessor link, nil when down. Loop only.
-func (d *driver) predLink() *link { return d.pred }
+func (lk *links) predLink() *link { return lk.pred }
 
 // isPending reports whether l is a pending predecessor connection. Loop
 // only.
-func (d *driver) isPending(l *link) bool { return d.adm.pending[l] }
+func (lk *links) isPending(l *link) bool { return lk.adm.pending[l] }
 
 // isClosed reports whether Close has begun. Loop only.
-func (d *driver) isClosed() bool { return d.closed }
+func (lk *links) isClosed() bool { return lk.lp.closed }
 
 // KindDuplicateNode is the notice kind that tells a refused newcomer why.
 const kindDuplicateNode = string(FaultDuplicateNode)
@@ -136,7 +135,7 @@ func (g *dupState) admitPred(l *link) {
 		return
 	}
 	g.host.takePred(l)
-	if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
+	if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.act.broken() == nil {
 		g.log.Error("internal error: link up", "err", err)
 	}
 }
@@ -226,7 +225,7 @@ func (g *dupState) checkHeld() {
 		g.release()
 		if len(queue) == 0 {
 			g.host.takePred(l)
-			if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
+			if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.act.broken() == nil {
 				g.log.Error("internal error: link up", "err", err)
 			}
 			return
@@ -252,7 +251,7 @@ func (g *dupState) duplicate(l *link) {
 		fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Pred, Peer: place,
 			Reason: fmt.Sprintf("two live processes claim the place of this node's predecessor %s: %s (the current connection, alive) and %s (a new one, refused); stop one of them: the rounds the current one opens go on, the newcomer's never run",
 				place, cur.peer, l.peer)}
-		g.host.recordFault(fe.fault())
+		g.faults.record(fe.fault())
 	} else {
 		g.plim.note(kindRefused, slog.LevelWarn, "refused a second process claiming the predecessor's place again (duplicate-node, reported already)",
 			"peer", l.peer, "current", cur.peer)
@@ -280,7 +279,7 @@ func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 			note.Origin, note.Blamed)}
 	if !g.refused {
 		g.refused = true
-		g.host.recordFault(fe.fault())
+		g.faults.record(fe.fault())
 	}
 	var open []string
 	for id, ri := range g.book.byID {
@@ -290,7 +289,7 @@ func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 	}
 	slices.Sort(open)
 	for _, id := range open {
-		if err := g.host.step(protocol.Abort(id), fe); err != nil && g.host.broken() == nil {
+		if err := g.act.step(protocol.Abort(id), fe); err != nil && g.act.broken() == nil {
 			g.log.Error("internal error: abort", "round", id, "err", err)
 		}
 	}

@@ -34,7 +34,7 @@ func (d *driver) opened(id string, upstream bool) {
 	}
 	d.lp.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
 	if upstream && d.cfg.Follow {
-		if d.infoOn() {
+		if infoOn(d.log) {
 			d.log.Info("round opened by the predecessor", "round", id)
 		}
 		d.feed.add(id)

@@ -85,13 +85,13 @@ func (c *clockState) tick(now time.Time) (resumed bool) {
 
 // onTick is the clock's event. Loop only.
 func (d *driver) onTick() {
-	if d.closed {
+	if d.lp.closed {
 		return
 	}
 	now := time.Now()
 	resumed := d.clock.tick(now)
 	if hb := d.cfg.Heartbeat; hb > 0 {
-		for _, l := range []*link{d.pred, d.succ} {
+		for _, l := range []*link{d.links.pred, d.links.succ} {
 			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
 				d.lp.cur.line(l, heartbeatLine, false, "")
 			}
@@ -106,10 +106,10 @@ func (d *driver) onTick() {
 // current link. Loop only.
 func (d *driver) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
-	if l := d.pred; l != nil {
+	if l := d.links.pred; l != nil {
 		heard[protocol.Pred] = d.st.since(l.heardAt())
 	}
-	if l := d.succ; l != nil {
+	if l := d.links.succ; l != nil {
 		heard[protocol.Succ] = d.st.since(l.heardAt())
 	}
 	return protocol.Tick(d.st.now(), heard, resumed)

@@ -229,14 +229,14 @@ func (w *watched) driverRounds() int {
 // sent a protocol line yet.
 func (w *watched) pendingConns() int {
 	k := 0
-	w.call(func() { k = len(w.d.adm.pending) })
+	w.call(func() { k = len(w.d.links.adm.pending) })
 	return k
 }
 
 // predUp reports whether the node has a current predecessor connection.
 func (w *watched) predUp() bool {
 	up := false
-	w.call(func() { up = w.d.pred != nil })
+	w.call(func() { up = w.d.links.pred != nil })
 	return up
 }
 

@@ -75,13 +75,13 @@ func newIdentity(cfg *Config) *identity {
 }
 
 // sendHello queues this node's identity line on l, first. Loop only.
-func (d *driver) sendHello(l *link) {
-	id := d.id
+func (lk *links) sendHello(l *link) {
+	id := lk.id
 	if id == nil || l.helloSent {
 		return
 	}
 	l.helloSent = true
-	d.lp.cur.line(l, id.line, false, "")
+	lk.lp.cur.line(l, id.line, false, "")
 }
 
 // errMismatch closes a link whose identity line showed a neighbour
@@ -92,34 +92,34 @@ var errMismatch = errors.New("chainsync: configuration mismatch (identity line)"
 // first line on l. A predecessor connection that passes is answered with
 // this node's own line and is then admitted as the predecessor (or held,
 // if the current one is alive: duplicate.go). Loop only.
-func (d *driver) helloArrived(l *link, h wire.Hello, first bool) {
-	if d.closed || l != d.pred && l != d.succ && !d.adm.pending[l] {
+func (lk *links) helloArrived(l *link, h wire.Hello, first bool) {
+	if lk.lp.closed || l != lk.pred && l != lk.succ && !lk.adm.pending[l] {
 		return
 	}
 	if !first {
-		d.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
+		lk.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
 		return
 	}
-	id := d.id
+	id := lk.id
 	if id == nil {
 		// Nothing to compare it with: the line only says the peer is
 		// alive, which may claim a live predecessor's place.
-		if l.side == protocol.Pred && l != d.pred {
-			d.dup.aliveFirst(l)
+		if l.side == protocol.Pred && l != lk.pred {
+			lk.dup.aliveFirst(l)
 		}
 		return
 	}
 	if reason := id.compare(l.side, h); reason != "" {
-		d.helloMismatch(l, h.Name, reason)
-		d.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
-		d.drop(l, errMismatch)
+		lk.helloMismatch(l, h.Name, reason)
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
+		lk.drop(l, errMismatch)
 		return
 	}
-	if l.side != protocol.Pred || l == d.pred {
+	if l.side != protocol.Pred || l == lk.pred {
 		return
 	}
-	d.sendHello(l)
-	d.dup.admitPred(l)
+	lk.sendHello(l)
+	lk.dup.admitPred(l)
 }
 
 // compare says how the neighbour on side that sent h differs from the
@@ -187,34 +187,34 @@ func (cn *connector) dialFunc() func(ctx context.Context, addr string) (net.Conn
 // who, the node that really answered; a notice tells it where l is still
 // pending (the only way to reach it); under FaultHalt every unfinished
 // round ends. The caller closes l. Loop only.
-func (d *driver) helloMismatch(l *link, who, reason string) {
+func (lk *links) helloMismatch(l *link, who, reason string) {
 	key := mismatchKey{l.side, "chain", ""}
-	if !d.faults.firstMismatch(key) {
+	if !lk.faults.firstMismatch(key) {
 		return
 	}
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
 		Reason: reason + "; compare the nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
-	d.recordFault(f)
-	if l != d.pred && l != d.succ {
-		note := d.faults.noticeOf(f)
-		d.wbuf = wire.Append(d.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		d.lp.lastWords(l, d.wbuf)
+	lk.faults.record(f)
+	if l != lk.pred && l != lk.succ {
+		note := lk.faults.noticeOf(f)
+		lk.wbuf = wire.Append(lk.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		lk.lp.lastWords(l, lk.wbuf)
 	}
-	d.faults.announceLater(f, true, fe)
+	lk.faults.announceLater(f, true, fe)
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused
 // because it came from the address the chain gives another node: on the
 // draft's wire that is how a mis-ordered --chain shows. Loop only.
-func (d *driver) stray(err error) {
+func (lk *links) stray(err error) {
 	var se *strayError
-	if !errors.As(err, &se) || d.dup.strays[se.node] {
+	if !errors.As(err, &se) || lk.dup.strays[se.node] {
 		return
 	}
-	if d.dup.strays == nil {
-		d.dup.strays = make(map[string]bool)
+	if lk.dup.strays == nil {
+		lk.dup.strays = make(map[string]bool)
 	}
-	d.dup.strays[se.node] = true
-	d.log.Error(se.Error(), "peer", se.from)
+	lk.dup.strays[se.node] = true
+	lk.log.Error(se.Error(), "peer", se.from)
 }

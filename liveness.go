@@ -216,8 +216,8 @@ func (fb *faultBook) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
 
 // silentLink reports whether l is up but its neighbour has sent nothing
 // for two heartbeat intervals (heartbeats on). Loop only.
-func (d *driver) silentLink(l *link) bool {
-	hb := d.cfg.Heartbeat
+func (lk *links) silentLink(l *link) bool {
+	hb := lk.cfg.Heartbeat
 	if l == nil || hb <= 0 {
 		return false
 	}

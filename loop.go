@@ -198,6 +198,7 @@ type loop struct {
 	cbMu       sync.Mutex
 
 	// The turn (the loop's only).
+	closed   bool        // Close has begun: nothing new starts
 	cur      *batch      // what the turn's steps queued
 	spare    *batch      // the other batch, reused
 	queued   []input     // follow-ups to react to later in this turn
@@ -296,50 +297,50 @@ func (d *driver) react(in *input) {
 	l := in.l
 	switch in.kind {
 	case inLines:
-		d.handleAll(l, in.msgs)
+		d.links.handleAll(l, in.msgs)
 	case inHello:
-		d.helloArrived(l, *in.hello, in.flag)
+		d.links.helloArrived(l, *in.hello, in.flag)
 	case inAlive:
-		d.dup.aliveFirst(l)
+		d.links.dup.aliveFirst(l)
 	case inReadEnd:
-		d.readFailed(l, in.err)
+		d.links.readFailed(l, in.err)
 	case inWriteFailed:
-		d.writeFailed(l, in.err)
+		d.links.writeFailed(l, in.err)
 	case inDelivered:
 		d.delivered(in.rounds)
 	case inAccepted:
-		in.answer(d.accepted(l))
+		in.answer(d.links.accepted(l))
 	case inStray:
-		d.stray(in.err) // identity.go
-		if d.adm.refused(l, in.err) {
+		d.links.stray(in.err) // identity.go
+		if d.links.adm.refused(l, in.err) {
 			d.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
 		}
 	case inWatch:
-		in.answer(reply{conn: d.adm.watch(l, l.c)})
+		in.answer(reply{conn: d.links.adm.watch(l, l.c)})
 	case inSecured:
-		in.answer(reply{ok: d.secured(l, in.conn, in.err)})
+		in.answer(reply{ok: d.links.secured(l, in.conn, in.err)})
 	case inServeEnd:
-		d.adm.done(l)
+		d.links.adm.done(l)
 	case inTrack:
-		in.answer(reply{pc: d.adm.conns[l]})
+		in.answer(reply{pc: d.links.adm.conns[l]})
 	case inKeepIdle:
-		in.answer(reply{ok: d.keepIdle(l)})
+		in.answer(reply{ok: d.links.keepIdle(l)})
 	case inPendingEnd:
-		d.adm.endedNow(l, in.err)
+		d.links.adm.endedNow(l, in.err)
 	case inDialed:
-		in.answer(reply{ok: d.dialed(l)})
+		in.answer(reply{ok: d.links.dialed(l)})
 	case inViolation:
 		d.lp.trace(*in.trace)
 	case inCheckHeld:
-		d.dup.checkHeld()
+		d.links.dup.checkHeld()
 	case inTaskStarted:
 		d.taskStarted(in.round)
 	case inTaskEnd:
-		if !d.closed {
+		if !d.lp.closed {
 			d.taskFinished(in.round, in.err, in.flag)
 		}
 	case inUndoEnd:
-		if !d.closed {
+		if !d.lp.closed {
 			d.undo.undoFinished(in.round, in.err, in.flag)
 		}
 	case inInit:
@@ -355,7 +356,7 @@ func (d *driver) react(in *input) {
 		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inPredUp:
-		in.answer(reply{ok: d.pred != nil})
+		in.answer(reply{ok: d.links.pred != nil})
 	case inSteer:
 		d.steerRequest(in)
 	case inPaused:
@@ -420,7 +421,7 @@ func (d *driver) endTurn() {
 				d.tasks.give()
 			}
 			d.lp.starting[i] = taskStart{}
-			if d.infoOn() {
+			if infoOn(d.log) {
 				d.log.Info("task not started: the round ended before it could start", "round", t.round)
 			}
 			continue
@@ -454,10 +455,10 @@ func (d *driver) carryOut(b *batch, broken bool) {
 				continue
 			}
 			if !e.l.enqueue(b.buf[e.off:e.end], e.exit, e.round) {
-				if !d.closed {
+				if !d.lp.closed {
 					err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
 					d.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
-					d.drop(e.l, err)
+					d.links.drop(e.l, err)
 				}
 				continue
 			}
@@ -504,7 +505,7 @@ func (d *driver) runQuick(rounds []string) {
 		}
 		d.taskStarted(round)
 		err := d.tasks.runHere(round)
-		if !d.closed {
+		if !d.lp.closed {
 			d.taskFinished(round, err, false)
 		}
 	}

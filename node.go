@@ -55,31 +55,22 @@ type driver struct {
 	lp    *loop           // the loop's inbox and its turn (loop.go)
 
 	closed bool
-	st     stepper     // the one caller of Machine.Step (step.go)
+	st     *stepper    // the one caller of Machine.Step (step.go)
 	view   machineView // the machine, read-only
 	wbuf   []byte      // scratch for encoding
-	pred   *link       // the current predecessor connection, nil when down
-	succ   *link       // the current successor connection, nil when down
-	adm    *admission  // the pending predecessor connections (admission.go)
+	links  *links      // the connections (links.go)
 	book   *roundBook  // the rounds' waiters and results (rounds.go)
 	faults *faultBook  // the recent faults, liveness, mismatches
 	store  *store      // the state directory (store.go); nil without one
 	clock  *clockState // the clock's state (health.go); nil without timing
-	undo   undoState   // the undo wave's outcomes (undo.go)
+	undo   *undoState  // the undo wave's outcomes (undo.go)
 	// resumeFrom is the journal's state, for the loop's first input.
 	resumeFrom *journal.State
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for the application (follow.go).
-	feed *roundFeed
-	// refusedOnce: the successor's refusal of a first line was logged.
-	refusedOnce bool
-	steer       *steering // steering: holds and approvals (steer.go)
-	// id is this node's identity line (identity.go), nil if it sends
-	// none; dup the would-be predecessors that claim the current one's
-	// place (duplicate.go).
-	id  *identity
-	dup dupState
+	feed  *roundFeed
+	steer *steering // steering: holds and approvals (steer.go)
 	// self names this node in its notices and steering lines (notice.go).
 	self string
 }
@@ -219,26 +210,26 @@ func (fb *faultBook) record(f Fault) {
 
 // peerName names the neighbour on side: its configured name, else its
 // address. Loop only (or the fields are immutable).
-func (d *driver) peerName(side protocol.Side) string {
+func (lk *links) peerName(side protocol.Side) string {
 	if side == protocol.Pred {
-		if !d.role.HasPred() {
+		if !lk.role.HasPred() {
 			return ""
 		}
-		if d.cfg.PrevName != "" {
-			return d.cfg.PrevName
+		if lk.cfg.PrevName != "" {
+			return lk.cfg.PrevName
 		}
-		if d.pred != nil {
-			return d.pred.peer
+		if lk.pred != nil {
+			return lk.pred.peer
 		}
-		return d.cfg.Prev
+		return lk.cfg.Prev
 	}
-	if !d.role.HasSucc() {
+	if !lk.role.HasSucc() {
 		return ""
 	}
-	if d.cfg.NextName != "" {
-		return d.cfg.NextName
+	if lk.cfg.NextName != "" {
+		return lk.cfg.NextName
 	}
-	return d.cfg.Next
+	return lk.cfg.Next
 }
 
 // Start validates cfg, binds the listener (if the node has a predecessor)
@@ -284,11 +275,10 @@ func Start(cfg Config) (*Node, error) {
 		pc.Silence = 3 * cfg.Heartbeat
 	}
 	m := protocol.New(pc)
-	d.st = stepper{m: m, durable: cfg.StateDir != "",
+	d.st = &stepper{m: m, durable: cfg.StateDir != "",
 		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
 		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
 	d.view = m
-	d.id = newIdentity(&d.cfg)
 	var cancel context.CancelFunc
 	d.ctx, cancel = context.WithCancel(context.Background())
 	d.tasks = newTaskRunner(&cfg, d.ctx, d.crew, d.lp)
@@ -298,8 +288,7 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.peerLogBurst > 0 {
 		d.plim.burst = cfg.peerLogBurst
 	}
-	d.plim.untraced = d.traceUntraced
-	d.adm = newAdmission(&cfg, d.plim, d.ctx.Done(), d.crew, d.lp)
+	adm := newAdmission(&cfg, d.plim, d.ctx.Done(), d.crew, d.lp)
 	d.crew.spawn(func() { d.plim.run(d.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
@@ -350,12 +339,16 @@ func Start(cfg Config) (*Node, error) {
 	d.self = selfName(&d.cfg, d.ln, d.role)
 	d.steer = &steering{host: d, loop: d.lp, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
-	d.undo = undoState{host: d, loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	d.undo = &undoState{act: d, loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	d.dup = dupState{host: d, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
+	d.links = &links{id: newIdentity(&d.cfg), adm: adm, act: d, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
+		cfg: &d.cfg, log: d.log, role: d.role}
+	d.undo.host = d.links
+	d.plim.untraced = d.links.traceUntraced
+	d.links.dup = dupState{host: d.links, act: d, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
 		ext: extensionsOn(&d.cfg), self: d.self}
 	fb := d.faults
-	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d, d.lp, d.view, d.book, d.steer, d.log
+	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d.links, d.lp, d.view, d.book, d.steer, d.log
 	fb.self, fb.next, fb.ext = d.self, cfg.Next, extensionsOn(&d.cfg)
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
 	if d.ln != nil {
@@ -369,7 +362,7 @@ func Start(cfg Config) (*Node, error) {
 	goSafe(d.run)
 	d.resumeFrom = st
 	d.lp.ask(input{kind: inInit})
-	cn := &connector{cfg: d.cfg, ctx: d.ctx, ln: d.ln, adm: d.adm, prev: d.prev, plim: d.plim, crew: d.crew, log: d.log, loop: d.lp}
+	cn := &connector{cfg: d.cfg, ctx: d.ctx, ln: d.ln, adm: d.links.adm, prev: d.prev, plim: d.plim, crew: d.crew, log: d.log, loop: d.lp}
 	if d.ln != nil {
 		d.crew.spawn(cn.acceptLoop)
 	}
@@ -424,7 +417,7 @@ func (n *Node) Ready(round string) error {
 
 // ready is Ready, on the loop.
 func (d *driver) ready(round string) error {
-	if d.closed {
+	if d.lp.closed {
 		return ErrStopped
 	}
 	if ri := d.book.find(round); ri != nil && ri.finished() {
@@ -465,7 +458,7 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 
 // waitOn is the start of a Wait on round: its record, nil if the node is
 // closed and has none. Loop only.
-func (d *driver) waitOn(round string) *roundInfo { return d.book.waitOn(round, d.closed) }
+func (d *driver) waitOn(round string) *roundInfo { return d.book.waitOn(round, d.lp.closed) }
 
 // unwait is the end of a Wait on ri; gaveUp: its context ended first.
 // Loop only.
@@ -545,16 +538,16 @@ func (lp *loop) leaveCallback() {
 
 // snapshot is Snapshot, on the loop.
 func (d *driver) snapshot() Snapshot {
-	st := Snapshot{Name: d.cfg.Name, Role: d.role, PredUp: d.pred != nil, SuccUp: d.succ != nil,
-		PredPeer: d.peerName(protocol.Pred), SuccPeer: d.peerName(protocol.Succ)}
+	st := Snapshot{Name: d.cfg.Name, Role: d.role, PredUp: d.links.pred != nil, SuccUp: d.links.succ != nil,
+		PredPeer: d.links.peerName(protocol.Pred), SuccPeer: d.links.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(d.faults.recent)
 	if d.store != nil {
 		st.JournalSyncs = d.store.syncs()
 	}
-	if l := d.pred; l != nil && l.heardAt() != 0 {
+	if l := d.links.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
 	}
-	if l := d.succ; l != nil && l.heardAt() != 0 {
+	if l := d.links.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
 	for _, v := range d.view.View() {
@@ -571,7 +564,7 @@ func (d *driver) snapshot() Snapshot {
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
 	d.steer.steerSnapshot(&st)
 	d.faults.graceSnapshot(&st, d.view.Graces())
-	st.PredSilent, st.SuccSilent = d.silentLink(d.pred), d.silentLink(d.succ)
+	st.PredSilent, st.SuccSilent = d.links.silentLink(d.links.pred), d.links.silentLink(d.links.succ)
 	st.Finished = d.book.finished()
 	return st
 }
@@ -643,14 +636,14 @@ func (n *Node) Close() error {
 // links are shut (what is queued on them still goes out); true if the
 // journal is to record a normal end. Loop only.
 func (d *driver) closeLoop() bool {
-	d.closed = true
+	d.lp.closed = true
 	end := d.endedNormally()
-	for _, l := range []*link{d.pred, d.succ} {
+	for _, l := range []*link{d.links.pred, d.links.succ} {
 		if l != nil {
 			l.shut() // what is queued (a fault notice) still goes out
 		}
 	}
-	d.adm.closeAll()
+	d.links.adm.closeAll()
 	return end
 }
 
@@ -755,7 +748,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
 		}
-		if d.infoOn() {
+		if infoOn(d.log) {
 			d.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
 		d.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
@@ -800,7 +793,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 			}
 		case protocol.NotDelivered:
 			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
-				Peer: d.peerName(protocol.Pred), After: d.cfg.ExitWaveTimeout,
+				Peer: d.links.peerName(protocol.Pred), After: d.cfg.ExitWaveTimeout,
 				Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
 			d.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
@@ -814,9 +807,9 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 // down the message is not lost: the machine re-sends it on LinkUp.
 // Loop only.
 func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
-	l := d.succ
+	l := d.links.succ
 	if side == protocol.Pred {
-		l = d.pred
+		l = d.links.pred
 	}
 	if l == nil {
 		if msg.Cmd == protocol.SteerLine {
@@ -859,7 +852,7 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 	d.wbuf = wire.Append(d.wbuf[:0], msg, d.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the
 	// reply to a message before the message.
-	if d.infoOn() {
+	if infoOn(d.log) {
 		d.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
 	d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
@@ -868,12 +861,12 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
-func (d *driver) writeFailed(l *link, err error) {
-	if d.closed {
+func (lk *links) writeFailed(l *link, err error) {
+	if lk.lp.closed {
 		return
 	}
-	d.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
-	d.drop(l, err)
+	lk.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
+	lk.drop(l, err)
 }
 
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
@@ -890,4 +883,4 @@ func (lp *loop) trace(ev TraceEvent) {
 
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
-func (d *driver) infoOn() bool { return d.log.Enabled(context.Background(), slog.LevelInfo) }
+func infoOn(log *slog.Logger) bool { return log.Enabled(context.Background(), slog.LevelInfo) }

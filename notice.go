@@ -141,24 +141,24 @@ type mismatchKey struct {
 // mismatch), tells it with a notice where extensions are on, and under
 // FaultHalt ends every unfinished round. The caller then closes l.
 // Loop only.
-func (d *driver) mismatch(l *link, what, round, reason string) {
+func (lk *links) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
-	if !d.faults.firstMismatch(key) {
+	if !lk.faults.firstMismatch(key) {
 		return
 	}
-	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: d.peerName(l.side),
+	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: lk.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
-	d.recordFault(f)
-	if extensionsOn(&d.cfg) && l != d.pred && l != d.succ {
+	lk.faults.record(f)
+	if extensionsOn(lk.cfg) && l != lk.pred && l != lk.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := d.faults.noticeOf(f)
-		d.wbuf = wire.Append(d.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		d.lp.lastWords(l, d.wbuf)
+		note := lk.faults.noticeOf(f)
+		lk.wbuf = wire.Append(lk.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		lk.lp.lastWords(l, lk.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	d.faults.announceLater(f, true, fe)
+	lk.faults.announceLater(f, true, fe)
 }
 
 // runsText says which rounds a node configured with rs runs, for a

@@ -264,7 +264,7 @@ func sideWord(side protocol.Side) string {
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here. Loop only.
 func (d *driver) delivered(rounds []string) {
-	if d.closed || d.st.broken != nil {
+	if d.lp.closed || d.st.broken != nil {
 		return
 	}
 	for _, id := range rounds {
@@ -282,11 +282,11 @@ func (d *driver) peerRestarted(side protocol.Side, msg protocol.Message) {
 	if side == protocol.Succ {
 		what = "successor"
 	}
-	peer := d.peerName(side)
+	peer := d.links.peerName(side)
 	addr := ""
-	if l := d.pred; side == protocol.Pred && l != nil && l.peer != peer {
+	if l := d.links.pred; side == protocol.Pred && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
-	} else if l := d.succ; side == protocol.Succ && l != nil && l.peer != peer {
+	} else if l := d.links.succ; side == protocol.Succ && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
 	}
 	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",

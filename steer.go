@@ -630,7 +630,7 @@ func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
 // steerRequest carries out a steering request; its answer is an effect
 // of the turn, given once the turn's records are on disk. Loop only.
 func (d *driver) steerRequest(in *input) {
-	if d.closed {
+	if d.lp.closed {
 		in.answer(reply{err: ErrStopped})
 		return
 	}

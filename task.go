@@ -43,7 +43,7 @@ func (lp *loop) queueTask(t taskStart) { lp.cur.add(effect{kind: effTask, task: 
 
 // taskStarted logs the start of a task. Loop only.
 func (d *driver) taskStarted(round string) {
-	if d.infoOn() {
+	if infoOn(d.log) {
 		d.log.Info("task started", "round", round)
 	}
 	d.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
@@ -205,7 +205,7 @@ func (d *driver) taskFinished(round string, err error, timedOut bool) {
 			kind = FaultTaskTimeout
 		}
 		d.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(d.cfg.FaultPolicy)})
-	} else if d.infoOn() {
+	} else if infoOn(d.log) {
 		d.log.Info("task finished", "round", round)
 	}
 	d.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})

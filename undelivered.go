@@ -78,7 +78,7 @@ func andList(names []string) string {
 // cause is the error the round would have ended with as a fault. Loop
 // only (the fields it reads are immutable).
 func (d *driver) undelivered(id string, cause error) *UndeliveredError {
-	e := &UndeliveredError{Round: id, Beyond: d.peerName(protocol.Succ)}
+	e := &UndeliveredError{Round: id, Beyond: d.links.peerName(protocol.Succ)}
 	var fe *FaultError
 	if errors.As(cause, &fe) {
 		e.Cause = fe

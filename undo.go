@@ -49,6 +49,7 @@ type undoState struct {
 	outcomes map[string]string // round -> the wave's outcome, in words
 
 	host   undoHost
+	act    stepHost // the loop's step, the journal's state
 	loop   *loop
 	faults *faultBook
 	book   *roundBook
@@ -62,14 +63,12 @@ type undoState struct {
 	resumeTask  ResumeTask
 }
 
-// undoHost is what the undo part reaches of its node: the loop's step,
-// a neighbour's name and a mismatch's report (the trace and the task
-// starts go through its loop).
+// undoHost is what the undo part reaches of the links: a neighbour's
+// name and a mismatch's report (the step goes through act, the trace
+// and the task starts through its loop).
 type undoHost interface {
-	step(ev protocol.Event, cause *FaultError) error
 	peerName(side protocol.Side) string
 	mismatch(l *link, what, round, reason string)
-	broken() error
 }
 
 // exitCodeOf returns err's exit status, -1 if it has none.
@@ -130,7 +129,7 @@ func (u *undoState) undoFinished(round string, err error, timedOut bool) {
 		u.log.Warn("undo ended", "round", round)
 	}
 	u.loop.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
-	if serr := u.host.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.host.broken() == nil {
+	if serr := u.act.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.act.broken() == nil {
 		u.log.Error("internal error: undo done", "round", round, "err", serr)
 	}
 }
@@ -193,7 +192,7 @@ func (u *undoState) resumeUndo(rec protocol.Record) bool {
 	case protocol.PhaseRunning:
 		if u.resumeTask == ResumeDone {
 			u.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
-			if err := u.host.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
+			if err := u.act.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
 				u.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
 			}
 			return true
