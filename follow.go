@@ -28,16 +28,16 @@ func (n *Node) Rounds() <-chan string { return n.feed.ch }
 
 // opened notes a round this node just heard of (ActOpened): by its
 // predecessor's READY (upstream), or by Ready. Loop only.
-func (d *driver) opened(id string, upstream bool) {
-	if d.cfg.Follow {
-		d.book.get(id) // when it was opened, for Snapshot
+func (b *roundBook) opened(id string, upstream bool) {
+	if b.follow {
+		b.get(id) // when it was opened, for Snapshot
 	}
-	d.lp.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
-	if upstream && d.cfg.Follow {
-		if infoOn(d.log) {
-			d.log.Info("round opened by the predecessor", "round", id)
+	b.lp.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
+	if upstream && b.follow {
+		if infoOn(b.log) {
+			b.log.Info("round opened by the predecessor", "round", id)
 		}
-		d.feed.add(id)
+		b.feed.add(id)
 	}
 }
 

@@ -334,10 +334,10 @@ func (d *driver) react(in *input) {
 	case inCheckHeld:
 		d.links.dup.checkHeld()
 	case inTaskStarted:
-		d.taskStarted(in.round)
+		d.tasks.taskStarted(in.round)
 	case inTaskEnd:
 		if !d.lp.closed {
-			d.taskFinished(in.round, in.err, in.flag)
+			d.tasks.taskFinished(in.round, in.err, in.flag)
 		}
 	case inUndoEnd:
 		if !d.lp.closed {
@@ -349,9 +349,10 @@ func (d *driver) react(in *input) {
 	case inReady:
 		in.answer(reply{err: d.ready(in.round)})
 	case inWait:
-		in.answer(reply{ri: d.waitOn(in.round)})
+		in.answer(reply{ri: d.book.waitOn(in.round, d.lp.closed)})
 	case inUnwait:
-		d.unwait(in.round, in.ri, in.flag)
+		_, known := d.view.State(in.round)
+		d.book.unwait(in.round, in.ri, in.flag, known)
 	case inSnapshot:
 		st := d.snapshot()
 		in.answer(reply{snap: &st})
@@ -500,13 +501,13 @@ func (d *driver) carryOut(b *batch, broken bool) {
 func (d *driver) runQuick(rounds []string) {
 	for _, round := range rounds {
 		if !d.tasks.take() {
-			d.startTask(round) // a slot is busy: wait for it like any task
+			d.tasks.startTask(round) // a slot is busy: wait for it like any task
 			continue
 		}
-		d.taskStarted(round)
+		d.tasks.taskStarted(round)
 		err := d.tasks.runHere(round)
 		if !d.lp.closed {
-			d.taskFinished(round, err, false)
+			d.tasks.taskFinished(round, err, false)
 		}
 	}
 }

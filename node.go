@@ -109,10 +109,6 @@ func (fb *faultBook) stateOf(id string) protocol.State {
 	return st
 }
 
-// recordFault is the fault book's record of f (the parts' way to it).
-// Loop only.
-func (d *driver) recordFault(f Fault) { d.faults.record(f) }
-
 // keep keeps f for Snapshot.
 func (fb *faultBook) keep(f Fault) {
 	if len(fb.recent) == keepFaults {
@@ -282,7 +278,9 @@ func Start(cfg Config) (*Node, error) {
 	var cancel context.CancelFunc
 	d.ctx, cancel = context.WithCancel(context.Background())
 	d.tasks = newTaskRunner(&cfg, d.ctx, d.crew, d.lp)
+	d.tasks.lp, d.tasks.book, d.tasks.faults, d.tasks.act, d.tasks.log, d.tasks.policy = d.lp, d.book, d.faults, d, d.log, cfg.FaultPolicy
 	d.feed = newRoundFeed()
+	d.book.lp, d.book.log, d.book.feed, d.book.follow = d.lp, d.log, d.feed, cfg.Follow
 	d.crew.spawn(func() { d.feed.run(d.ctx.Done()) })
 	d.plim = newAdmitLimiter(d.log)
 	if cfg.peerLogBurst > 0 {
@@ -337,7 +335,7 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	d.self = selfName(&d.cfg, d.ln, d.role)
-	d.steer = &steering{host: d, loop: d.lp, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
+	d.steer = &steering{host: d, loop: d.lp, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
 	d.undo = &undoState{act: d, loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
@@ -454,17 +452,6 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 		n.lp.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
 	}
-}
-
-// waitOn is the start of a Wait on round: its record, nil if the node is
-// closed and has none. Loop only.
-func (d *driver) waitOn(round string) *roundInfo { return d.book.waitOn(round, d.lp.closed) }
-
-// unwait is the end of a Wait on ri; gaveUp: its context ended first.
-// Loop only.
-func (d *driver) unwait(round string, ri *roundInfo, gaveUp bool) {
-	_, known := d.view.State(round)
-	d.book.unwait(round, ri, gaveUp, known)
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -650,7 +637,7 @@ func (d *driver) closeLoop() bool {
 // stopAll ends every unfinished round stopped (Close). Loop only.
 func (d *driver) stopAll() {
 	for id, ri := range d.book.byID {
-		d.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+		d.book.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
 	}
 }
 
@@ -708,7 +695,7 @@ func (d *driver) journalFailed(err error) {
 		"dir", d.cfg.StateDir, "err", err.Error())
 	for id, ri := range d.book.byID {
 		ri.reported = true // the line above
-		d.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: d.st.broken})
+		d.book.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: d.st.broken})
 	}
 }
 
@@ -734,10 +721,10 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		if d.tasks.quick {
 			d.lp.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
-			d.startTask(a.Round)
+			d.tasks.startTask(a.Round)
 		}
 	case protocol.ActOpened:
-		d.opened(a.Round, a.To == protocol.Pred)
+		d.book.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
 		return d.faults.timedOut(a)
 	case protocol.ActForget:
@@ -753,7 +740,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		}
 		d.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 	case protocol.ActPeerRestarted:
-		d.peerRestarted(a.To, a.Msg)
+		d.links.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
 		return d.undo.undoAct(a)
 	case protocol.ActNotice:
@@ -789,16 +776,16 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 			if a.Outcome == protocol.NoExitWave && !failedAfter(res.Err) {
 				// The tasks after this node may have run: say so, not
 				// that the round failed.
-				res.Status, res.Err = StatusUndelivered, d.undelivered(a.Round, res.Err)
+				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), a.Round, res.Err)
 			}
 		case protocol.NotDelivered:
 			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
 				Peer: d.links.peerName(protocol.Pred), After: d.cfg.ExitWaveTimeout,
 				Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
-			d.recordFault(fe.fault())
+			d.faults.record(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		d.resolve(a.Round, ri, d.steer.steerResult(ri, res)) // steer.go: a cancelled round
+		d.book.resolve(a.Round, ri, d.steer.steerResult(ri, res)) // steer.go: a cancelled round
 	}
 	return nil
 }

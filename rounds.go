@@ -93,6 +93,11 @@ func (r RoundStatus) Doing() string {
 type roundBook struct {
 	byID   map[string]*roundInfo
 	recent []string // the last keepHistory rounds that ended, oldest first
+
+	lp     *loop        // a result is released at the end of the turn
+	log    *slog.Logger // a round's end, logged
+	feed   *roundFeed   // the rounds the predecessor opened (Config.Follow)
+	follow bool         // Config.Follow
 }
 
 // get returns the record of id, creating it.
@@ -112,8 +117,11 @@ func (b *roundBook) find(id string) *roundInfo { return b.byID[id] }
 // forget drops the record of id (its waiters, if any, hold it).
 func (b *roundBook) forget(id string) { delete(b.byID, id) }
 
-// settle sets ri's result; false if it had one already. The round is
-// listed as ended last (a retried round once, as its last attempt ended).
+// settle sets ri's result, released to Wait once the turn's records are
+// on disk; false if it had one already. The round is listed as ended
+// last (a retried round once, as its last attempt ended). A round that
+// ended before this process started (resume) is settled too: its result
+// is kept, its end is not reported again. Loop only.
 func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 	if ri.finished() {
 		return false
@@ -126,6 +134,9 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 		b.recent = append(b.recent[:0], b.recent[1:]...)
 	}
 	b.recent = append(b.recent, id)
+	// The record stays until the machine forgets the round (ActForget):
+	// the machine's table says which rounds this node remembers.
+	b.lp.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 
@@ -183,8 +194,8 @@ func (b *roundBook) finished() []RoundResult {
 
 // resolve ends a round for its waiters, and logs and traces its end.
 // Loop only.
-func (d *driver) resolve(id string, ri *roundInfo, res Result) {
-	if !d.settle(id, ri, res) {
+func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
+	if !b.settle(id, ri, res) {
 		return
 	}
 	lvl, msg := slog.LevelInfo, "round over"
@@ -210,24 +221,8 @@ func (d *driver) resolve(id string, ri *roundInfo, res Result) {
 			args = append(args, "err", res.Err.Error())
 		}
 	}
-	d.log.Log(context.Background(), lvl, msg, args...)
-	d.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
-}
-
-// restored is resolve for a round that ended before this process started
-// (resume): its result is kept, its end is not reported again. Loop only.
-func (d *driver) restored(id string, ri *roundInfo, res Result) { d.settle(id, ri, res) }
-
-// settle sets a round's result, released to Wait once the turn's records
-// are on disk; false if it had one already. Loop only.
-func (d *driver) settle(id string, ri *roundInfo, res Result) bool {
-	if !d.book.settle(id, ri, res) {
-		return false
-	}
-	// The record stays until the machine forgets the round (ActForget):
-	// the machine's table says which rounds this node remembers.
-	d.lp.cur.add(effect{kind: effDone, ri: ri})
-	return true
+	b.log.Log(context.Background(), lvl, msg, args...)
+	b.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
 // faultKindOf names the kind of fault err reports, or "".
@@ -277,19 +272,19 @@ func (d *driver) delivered(rounds []string) {
 // peerRestarted reports a neighbour that sent msg, older than its last
 // message for that round: it restarted without its state. The machine
 // answered nothing. Loop only.
-func (d *driver) peerRestarted(side protocol.Side, msg protocol.Message) {
+func (lk *links) peerRestarted(side protocol.Side, msg protocol.Message) {
 	what := "predecessor"
 	if side == protocol.Succ {
 		what = "successor"
 	}
-	peer := d.links.peerName(side)
+	peer := lk.peerName(side)
 	addr := ""
-	if l := d.links.pred; side == protocol.Pred && l != nil && l.peer != peer {
+	if l := lk.pred; side == protocol.Pred && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
-	} else if l := d.links.succ; side == protocol.Succ && l != nil && l.peer != peer {
+	} else if l := lk.succ; side == protocol.Succ && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
 	}
 	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
 		what, peer, addr, msg.Cmd)
-	d.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
+	lk.faults.record(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
 }

@@ -65,14 +65,14 @@ func (d *driver) resume(st *journal.State) {
 				d.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 				ended--
 			} else {
-				d.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
+				d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
 			}
 		case protocol.StateFailed:
 			ri.cause = errors.New("the task failed before this node restarted")
-			d.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
+			d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
 		case protocol.StateAborted:
 			if st.Faults[rec.Round] == string(FaultCancelled) { // steer.go: cancelled at the Head, not a fault
-				d.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}})
+				d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}})
 				break
 			}
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
@@ -84,9 +84,9 @@ func (d *driver) resume(st *journal.State) {
 			ri.reported = true
 			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
 			if rec.Outcome() == protocol.NoExitWave {
-				res.Status, res.Err = StatusUndelivered, d.undelivered(rec.Round, fe)
+				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), rec.Round, fe)
 			}
-			d.restored(rec.Round, ri, res)
+			d.book.settle(rec.Round, ri, res)
 		case protocol.StateStart:
 			interrupted++
 			d.resumeTask(rec.Round, ri)
@@ -124,7 +124,7 @@ func (d *driver) resumeTask(id string, ri *roundInfo) {
 	case ResumeDone:
 		d.log.Warn("resumed: the task was interrupted by the restart; taking it as done (--resume-task done) and sending COMPLETE on", "round", id)
 		if d.cfg.Verify != nil {
-			d.startRun(id, true) // the health gate first, then COMPLETE
+			d.tasks.startRun(id, true) // the health gate first, then COMPLETE
 			return
 		}
 		d.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
@@ -136,11 +136,11 @@ func (d *driver) resumeTask(id string, ri *roundInfo) {
 		if err := d.step(protocol.Rerun(id), nil); err != nil { // its restart grace again (liveness.go)
 			d.log.Error("internal error: rerun", "round", id, "err", err)
 		}
-		d.startTask(id)
+		d.tasks.startTask(id)
 	default:
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
 		d.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
-		d.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
+		d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
 		if err := d.step(protocol.TaskDone(id, true), nil); err != nil {
 			d.log.Error("internal error: resume fail", "round", id, "err", err)
 		}

@@ -138,6 +138,7 @@ type steering struct {
 
 	host    steerHost
 	loop    *loop
+	faults  *faultBook
 	view    machineView
 	book    *roundBook
 	store   *store // nil without a state directory
@@ -151,12 +152,11 @@ type steering struct {
 	onHold  func(HoldEvent)
 }
 
-// steerHost is what steering reaches of its node: the loop's step, the
-// fault record and the turn's write (the trace, the callbacks and the
+// steerHost is what steering reaches of its node: the loop's step and
+// the turn's write (the trace, the callbacks and the
 // follow-ups go through its loop).
 type steerHost interface {
 	step(ev protocol.Event, cause *FaultError) error
-	recordFault(f Fault)
 	// saveSteerFile queues the steering file's content for the turn's
 	// write; the journal's error if it has failed.
 	saveSteerFile(data []byte) error
@@ -568,7 +568,7 @@ func (d *steering) denyReq(req Request) (id string, err error) {
 	ri := d.book.get(id)
 	ri.cause = de
 	te := &TaskError{Round: id, Err: de}
-	d.host.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
+	d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
 	if err := d.host.step(protocol.Deny(id), nil); err != nil {
 		return id, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -22,19 +23,19 @@ type taskStart struct {
 }
 
 // startTask arranges for round's task to run. Loop only.
-func (d *driver) startTask(round string) { d.startRun(round, false) }
+func (r *taskRunner) startTask(round string) { r.startRun(round, false) }
 
 // startRun arranges for round's task (or, verifyOnly, just Verify) to run.
 // Loop only.
-func (d *driver) startRun(round string, verifyOnly bool) {
+func (r *taskRunner) startRun(round string, verifyOnly bool) {
 	// The task starts at the end of the turn, once the step's records
 	// are on disk.
 	start := taskStart{round: round, verifyOnly: verifyOnly}
-	if d.tasks.take() { // a task slot is free: start now
-		d.taskStarted(round)
+	if r.take() { // a task slot is free: start now
+		r.taskStarted(round)
 		start.slot = true
 	}
-	d.lp.cur.add(effect{kind: effTask, task: start})
+	r.lp.cur.add(effect{kind: effTask, task: start})
 }
 
 // queueTask queues t to start at the end of the turn (an undo: undo.go).
@@ -42,11 +43,11 @@ func (d *driver) startRun(round string, verifyOnly bool) {
 func (lp *loop) queueTask(t taskStart) { lp.cur.add(effect{kind: effTask, task: t}) }
 
 // taskStarted logs the start of a task. Loop only.
-func (d *driver) taskStarted(round string) {
-	if infoOn(d.log) {
-		d.log.Info("task started", "round", round)
+func (r *taskRunner) taskStarted(round string) {
+	if infoOn(r.log) {
+		r.log.Info("task started", "round", round)
 	}
-	d.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
+	r.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
 // taskRunner runs a node's tasks and undos off the loop, at most
@@ -64,6 +65,15 @@ type taskRunner struct {
 	inbox   inbox           // the node's loop
 	own     bool            // a goroutine per task, not the shared workers
 	quick   bool            // tasks run on the loop (Config.QuickTask)
+
+	// The loop's side (loop only): the turn a start joins, the rounds'
+	// records, the fault record, and the step of a task's end.
+	lp     *loop
+	book   *roundBook
+	faults *faultBook
+	act    stepHost
+	log    *slog.Logger
+	policy FaultPolicy // Config.FaultPolicy, for a failure's words
 }
 
 // inbox is how a part reaches its node's loop: an input, false if the
@@ -189,32 +199,32 @@ func failedHere(policy FaultPolicy) string {
 }
 
 // taskFinished reports round's task's end to the machine. Loop only.
-func (d *driver) taskFinished(round string, err error, timedOut bool) {
+func (r *taskRunner) taskFinished(round string, err error, timedOut bool) {
 	if timedOut {
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", d.cfg.TaskTimeout, err)
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", r.timeout, err)
 	}
 	if err != nil {
-		ri := d.book.get(round)
+		ri := r.book.get(round)
 		ri.cause, ri.timedOut = err, timedOut
 		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
 		kind := FaultTaskFailed
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		d.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(d.cfg.FaultPolicy)})
-	} else if infoOn(d.log) {
-		d.log.Info("task finished", "round", round)
+		r.faults.record(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(r.policy)})
+	} else if infoOn(r.log) {
+		r.log.Info("task finished", "round", round)
 	}
-	d.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
+	r.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
 	ev := protocol.TaskDone(round, err != nil)
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := d.step(ev, nil); err != nil {
-		d.log.Error("internal error: task done", "round", round, "err", err)
+	if err := r.act.step(ev, nil); err != nil {
+		r.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
 
