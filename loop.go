@@ -337,11 +337,13 @@ func (d *driver) react(in *input) {
 		d.tasks.taskStarted(in.round)
 	case inTaskEnd:
 		if !d.lp.closed {
-			d.tasks.taskFinished(in.round, in.err, in.flag)
+			d.taskEnded(in.round, d.tasks.taskFinished(in.round, in.err, in.flag))
 		}
 	case inUndoEnd:
 		if !d.lp.closed {
-			d.undo.undoFinished(in.round, in.err, in.flag)
+			if err := d.step(d.undo.undoFinished(in.round, in.err, in.flag), nil); err != nil && d.st.broken == nil {
+				d.log.Error("internal error: undo done", "round", in.round, "err", err)
+			}
 		}
 	case inInit:
 		d.initLoop()
@@ -507,8 +509,15 @@ func (d *driver) runQuick(rounds []string) {
 		d.tasks.taskStarted(round)
 		err := d.tasks.runHere(round)
 		if !d.lp.closed {
-			d.tasks.taskFinished(round, err, false)
+			d.taskEnded(round, d.tasks.taskFinished(round, err, false))
 		}
+	}
+}
+
+// taskEnded steps ev, the end of round's task (taskFinished). Loop only.
+func (d *driver) taskEnded(round string, ev protocol.Event) {
+	if err := d.step(ev, nil); err != nil {
+		d.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
 

@@ -278,7 +278,7 @@ func Start(cfg Config) (*Node, error) {
 	var cancel context.CancelFunc
 	d.ctx, cancel = context.WithCancel(context.Background())
 	d.tasks = newTaskRunner(&cfg, d.ctx, d.crew, d.lp)
-	d.tasks.lp, d.tasks.book, d.tasks.faults, d.tasks.act, d.tasks.log, d.tasks.policy = d.lp, d.book, d.faults, d, d.log, cfg.FaultPolicy
+	d.tasks.lp, d.tasks.book, d.tasks.faults, d.tasks.log, d.tasks.policy = d.lp, d.book, d.faults, d.log, cfg.FaultPolicy
 	d.feed = newRoundFeed()
 	d.book.lp, d.book.log, d.book.feed, d.book.follow = d.lp, d.log, d.feed, cfg.Follow
 	d.crew.spawn(func() { d.feed.run(d.ctx.Done()) })
@@ -337,7 +337,7 @@ func Start(cfg Config) (*Node, error) {
 	d.self = selfName(&d.cfg, d.ln, d.role)
 	d.steer = &steering{host: d, loop: d.lp, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
-	d.undo = &undoState{act: d, loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
 	d.links = &links{id: newIdentity(&d.cfg), adm: adm, act: d, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
 		cfg: &d.cfg, log: d.log, role: d.role}

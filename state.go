@@ -50,7 +50,12 @@ func (d *driver) resume(st *journal.State) {
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
 		ri := d.book.get(rec.Round)
-		if d.undo.resumeUndo(rec) {
+		if resumed, done := d.undo.resumeUndo(rec); resumed {
+			if done != nil {
+				if err := d.step(*done, nil); err != nil {
+					d.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
+				}
+			}
 			continue // its undo wave is under way (undo.go)
 		}
 		if rec.State.Terminal() {

@@ -67,11 +67,10 @@ type taskRunner struct {
 	quick   bool            // tasks run on the loop (Config.QuickTask)
 
 	// The loop's side (loop only): the turn a start joins, the rounds'
-	// records, the fault record, and the step of a task's end.
+	// records, and the fault record (a task's end goes back to the loop to step).
 	lp     *loop
 	book   *roundBook
 	faults *faultBook
-	act    stepHost
 	log    *slog.Logger
 	policy FaultPolicy // Config.FaultPolicy, for a failure's words
 }
@@ -198,8 +197,9 @@ func failedHere(policy FaultPolicy) string {
 	return "; halting the chain here (no COMPLETE is sent on)"
 }
 
-// taskFinished reports round's task's end to the machine. Loop only.
-func (r *taskRunner) taskFinished(round string, err error, timedOut bool) {
+// taskFinished logs, traces and records round's task's end, and hands
+// back the event that tells the machine, for the loop to step. Loop only.
+func (r *taskRunner) taskFinished(round string, err error, timedOut bool) protocol.Event {
 	if timedOut {
 		if err == nil {
 			err = context.DeadlineExceeded
@@ -223,9 +223,7 @@ func (r *taskRunner) taskFinished(round string, err error, timedOut bool) {
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := r.act.step(ev, nil); err != nil {
-		r.log.Error("internal error: task done", "round", round, "err", err)
-	}
+	return ev
 }
 
 // Task goroutines are reused: a fresh goroutine per task paid for a new

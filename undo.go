@@ -49,7 +49,6 @@ type undoState struct {
 	outcomes map[string]string // round -> the wave's outcome, in words
 
 	host   undoHost
-	act    stepHost // the loop's step, the journal's state
 	loop   *loop
 	faults *faultBook
 	book   *roundBook
@@ -112,9 +111,9 @@ func (u *undoState) startUndo(round string, w protocol.Wave) {
 	u.loop.queueTask(taskStart{round: round, undo: &info})
 }
 
-// undoFinished reports the end of this node's undo to the machine. Loop
-// only.
-func (u *undoState) undoFinished(round string, err error, timedOut bool) {
+// undoFinished logs and traces the end of this node's undo, and hands
+// back the event that tells the machine, for the loop to step. Loop only.
+func (u *undoState) undoFinished(round string, err error, timedOut bool) protocol.Event {
 	code := exitCodeOf(err)
 	if timedOut {
 		code = protocol.CodeTimeout
@@ -129,9 +128,7 @@ func (u *undoState) undoFinished(round string, err error, timedOut bool) {
 		u.log.Warn("undo ended", "round", round)
 	}
 	u.loop.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
-	if serr := u.act.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.act.broken() == nil {
-		u.log.Error("internal error: undo done", "round", round, "err", serr)
-	}
+	return protocol.UndoDone(round, err != nil, code)
 }
 
 // undone reports how round's undo wave ended: in the log, the trace, the
@@ -183,26 +180,25 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 // resumeUndo carries on a round whose undo wave was under way when the
 // node stopped; false if there is none. An undo that had started and
 // not ended runs again (undo commands are idempotent: docs/UNDO.md),
-// unless ResumeTask is ResumeDone, which takes it as done. Loop only.
-func (u *undoState) resumeUndo(rec protocol.Record) bool {
+// unless ResumeTask is ResumeDone, which takes it as done: then done is
+// the event that tells the machine, for the loop to step. Loop only.
+func (u *undoState) resumeUndo(rec protocol.Record) (resumed bool, done *protocol.Event) {
 	if rec.Undo.Held == 0 {
-		return false
+		return false, nil
 	}
 	switch rec.Undo.Phase {
 	case protocol.PhaseRunning:
 		if u.resumeTask == ResumeDone {
 			u.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
-			if err := u.act.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
-				u.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
-			}
-			return true
+			ev := protocol.UndoDone(rec.Round, false, 0)
+			return true, &ev
 		}
 		u.log.Warn("resumed: the undo was interrupted by the restart; running it again (undo commands must be idempotent)", "round", rec.Round)
 		u.startUndo(rec.Round, rec.Undo.Wave)
 	default:
 		u.log.Info("resumed: the round failed; waiting for its undo wave", "round", rec.Round, "undo", rec.Undo.Phase.String())
 	}
-	return true
+	return true, nil
 }
 
 // undoMismatch reports err, bad input on l, as a configuration mismatch
