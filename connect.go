@@ -149,7 +149,7 @@ func (lk *links) secured(l *link, sc net.Conn, err error) bool {
 }
 
 // dialed makes l, a connection the dialer made, the current successor
-// link. Loop only.
+// link; true if it did, and then the loop steps the link up. Loop only.
 func (lk *links) dialed(l *link) bool {
 	if lk.lp.closed {
 		return false
@@ -157,8 +157,8 @@ func (lk *links) dialed(l *link) bool {
 	lk.succ = l
 	l.startWriter()
 	lk.sendHello(l) // the identity line goes first (identity.go)
-	lk.linkUp(l)
-	return true
+	lk.announceUp(l)
+	return true // the loop steps the link up
 }
 
 // servePred secures a pending connection and reads from it.
@@ -479,15 +479,6 @@ func (lk *links) drop(l *link, err error) {
 	// not restart the count.
 	if err := lk.act.step(protocol.LinkDown(l.side, lk.st.since(l.heardAt())), nil); err != nil && lk.st.broken == nil {
 		lk.log.Error("internal error: link down", "err", err)
-	}
-}
-
-// linkUp records l as the current link on its side and re-sends what the
-// machine says. Loop only.
-func (lk *links) linkUp(l *link) {
-	lk.announceUp(l)
-	if err := lk.act.step(protocol.LinkUp(l.side), nil); err != nil {
-		lk.log.Error("internal error: link up", "err", err)
 	}
 }
 

@@ -45,6 +45,7 @@ type dupState struct {
 
 	host      dupHost
 	act       stepHost
+	st        *stepper // the journal's state
 	faults    *faultBook
 	view      machineView
 	book      *roundBook
@@ -135,7 +136,7 @@ func (g *dupState) admitPred(l *link) {
 		return
 	}
 	g.host.takePred(l)
-	if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.act.broken() == nil {
+	if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.st.broken == nil {
 		g.log.Error("internal error: link up", "err", err)
 	}
 }
@@ -225,7 +226,7 @@ func (g *dupState) checkHeld() {
 		g.release()
 		if len(queue) == 0 {
 			g.host.takePred(l)
-			if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.act.broken() == nil {
+			if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.st.broken == nil {
 				g.log.Error("internal error: link up", "err", err)
 			}
 			return
@@ -289,7 +290,7 @@ func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 	}
 	slices.Sort(open)
 	for _, id := range open {
-		if err := g.act.step(protocol.Abort(id), fe); err != nil && g.act.broken() == nil {
+		if err := g.act.step(protocol.Abort(id), fe); err != nil && g.st.broken == nil {
 			g.log.Error("internal error: abort", "round", id, "err", err)
 		}
 	}

@@ -35,10 +35,9 @@ type links struct {
 	role   protocol.Role
 }
 
-// stepHost is how a part reaches the stepper: a step (and its actions)
-// for what it learned, and the journal's state.
+// stepHost is how a part that still steps reaches the loop: a step (and
+// its actions) for what it learned.
 type stepHost interface {
 	step(ev protocol.Event, cause *FaultError) error
 	stepThen(ev protocol.Event, cause *FaultError, before func()) error
-	broken() error
 }

@@ -328,7 +328,14 @@ func (d *driver) react(in *input) {
 	case inPendingEnd:
 		d.links.adm.endedNow(l, in.err)
 	case inDialed:
-		in.answer(reply{ok: d.links.dialed(l)})
+		ok := d.links.dialed(l)
+		if ok {
+			// Re-sends what the machine says on the new link.
+			if err := d.step(protocol.LinkUp(l.side), nil); err != nil {
+				d.log.Error("internal error: link up", "err", err)
+			}
+		}
+		in.answer(reply{ok: ok})
 	case inViolation:
 		d.lp.trace(*in.trace)
 	case inCheckHeld:

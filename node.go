@@ -273,7 +273,7 @@ func Start(cfg Config) (*Node, error) {
 	m := protocol.New(pc)
 	d.st = &stepper{m: m, durable: cfg.StateDir != "",
 		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
-		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
+		epoch:  time.Now().Add(-time.Second), lp: d.lp} // so that every At is positive
 	d.view = m
 	var cancel context.CancelFunc
 	d.ctx, cancel = context.WithCancel(context.Background())
@@ -335,7 +335,7 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	d.self = selfName(&d.cfg, d.ln, d.role)
-	d.steer = &steering{host: d, loop: d.lp, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
+	d.steer = &steering{host: d, loop: d.lp, st: d.st, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
 	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
@@ -343,7 +343,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg: &d.cfg, log: d.log, role: d.role}
 	d.undo.host = d.links
 	d.plim.untraced = d.links.traceUntraced
-	d.links.dup = dupState{host: d.links, act: d, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
+	d.links.dup = dupState{host: d.links, act: d, st: d.st, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
 		ext: extensionsOn(&d.cfg), self: d.self}
 	fb := d.faults
 	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d.links, d.lp, d.view, d.book, d.steer, d.log
@@ -663,28 +663,6 @@ func (d *driver) stepThen(ev protocol.Event, cause *FaultError, before func()) e
 	return nil
 }
 
-// saveSteerFile queues the steering file's content for the turn's
-// write (store.go); the journal's error if it has failed. Loop only.
-func (d *driver) saveSteerFile(data []byte) error {
-	if d.st.broken != nil {
-		return d.st.broken
-	}
-	d.lp.cur.steer = data
-	return nil
-}
-
-// journalFault queues a fault record, round ended by a fault of kind,
-// for the turn's write, with a state directory that has not failed.
-// Loop only.
-func (d *driver) journalFault(round, kind string) {
-	if d.store != nil && d.st.broken == nil {
-		d.lp.cur.faults = append(d.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
-	}
-}
-
-// broken is the journal's error once it has failed. Loop only.
-func (d *driver) broken() error { return d.st.broken }
-
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
@@ -768,7 +746,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 				ri.cause, ri.reported = &fe, true
 				// Written with the turn's records: a restarted node then
 				// knows the fault the round really ended with.
-				d.journalFault(a.Round, string(fe.Kind))
+				d.st.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")

@@ -138,6 +138,7 @@ type steering struct {
 
 	host    steerHost
 	loop    *loop
+	st      *stepper // the turn's write: the steering file, a fault record
 	faults  *faultBook
 	view    machineView
 	book    *roundBook
@@ -157,14 +158,6 @@ type steering struct {
 // follow-ups go through its loop).
 type steerHost interface {
 	step(ev protocol.Event, cause *FaultError) error
-	// saveSteerFile queues the steering file's content for the turn's
-	// write; the journal's error if it has failed.
-	saveSteerFile(data []byte) error
-	// journalFault queues a fault record for the turn's write (with a
-	// state directory that has not failed).
-	journalFault(round, kind string)
-	// broken is the journal's error once it has failed.
-	broken() error
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -196,7 +189,7 @@ func (d *steering) saveSteer() error {
 	if err != nil {
 		return err
 	}
-	return d.host.saveSteerFile(data) // written with the turn's records (store.go)
+	return d.st.saveSteerFile(data) // written with the turn's records (store.go)
 }
 
 // restoreSteer reinstates what the steering file says (Start, on the
@@ -287,7 +280,7 @@ func (d *steering) stepSteer(s protocol.Steer) {
 	s.At = d.nextAt()
 	s = s.FitReason()
 	if err := d.host.step(protocol.Steering(s), nil); err != nil {
-		if d.host.broken() == nil {
+		if d.st.broken == nil {
 			d.log.Error("internal error: steering line", "err", err.Error())
 		}
 		return
@@ -730,7 +723,7 @@ func (d *steering) cancelled(round string, ce *CancelledError) {
 		ri.cause, ri.reported = ce, true
 		// Written with the turn's records: a restarted node knows the
 		// round was cancelled, not faulted.
-		d.host.journalFault(round, string(FaultCancelled))
+		d.st.journalFault(round, string(FaultCancelled))
 	}
 	if _, ok := d.waiting[round]; ok {
 		delete(d.waiting, round)
