@@ -188,6 +188,82 @@ func TestMachineInOneFile(t *testing.T) {
 	}
 }
 
+// One place steps (docs/DESIGN.md, "The shape of the code"): the
+// stepper's step is called by the driver's stepThen alone, and the
+// driver's step and stepThen by the driver, or by the parts that still
+// reach it through stepHost (the links, the duplicate guard, steering).
+// Every other part hands back the event it learned (a task's end, an
+// undo's end, a new successor link) for the driver to step.
+func TestOneCallerSteps(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stillStep := map[string]bool{"links": true, "dupState": true, "steering": true}
+	fset := token.NewFileSet()
+	calls := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			recv := ""
+			if fn.Recv != nil && len(fn.Recv.List) == 1 {
+				if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); ok {
+					if id, ok := star.X.(*ast.Ident); ok {
+						recv = id.Name
+					}
+				}
+			}
+			ast.Inspect(fn.Body, func(x ast.Node) bool {
+				call, ok := x.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || sel.Sel.Name != "step" && sel.Sel.Name != "stepThen" {
+					return true
+				}
+				calls++
+				where := fmt.Sprintf("%s: %s.%s called in %s.%s", fset.Position(sel.Pos()), exprName(sel.X), sel.Sel.Name, recv, fn.Name.Name)
+				if inner, ok := sel.X.(*ast.SelectorExpr); ok && inner.Sel.Name == "st" {
+					// The stepper itself.
+					if recv != "driver" || fn.Name.Name != "stepThen" {
+						t.Errorf("%s: only the driver's stepThen calls the stepper", where)
+					}
+					return true
+				}
+				if recv != "driver" && !stillStep[recv] {
+					t.Errorf("%s: a part steps; hand the event back for the loop to step", where)
+				}
+				return true
+			})
+		}
+	}
+	if calls == 0 {
+		t.Fatal("found no call of step at all: the check is broken")
+	}
+}
+
+// exprName names an expression for a message: a.b.c, or "?".
+func exprName(x ast.Expr) string {
+	switch x := x.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.SelectorExpr:
+		return exprName(x.X) + "." + x.Sel.Name
+	}
+	return "?"
+}
+
 // types names the receiver of a selector for a message.
 func types(x ast.Expr) string {
 	if id, ok := x.(*ast.Ident); ok {
