@@ -344,7 +344,12 @@ func (lk *links) handle(l *link, msg protocol.Message) bool {
 		return false
 	}
 	if cur == l {
-		if lk.dup.refusedAsDuplicate(l, msg) { // duplicate.go
+		if refused, open, fe := lk.dup.refusedAsDuplicate(l, msg); refused { // duplicate.go
+			for _, id := range open {
+				if err := lk.act.step(protocol.Abort(id), fe); err != nil && lk.st.broken == nil {
+					lk.log.Error("internal error: abort", "round", id, "err", err)
+				}
+			}
 			lk.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
 			return false
 		}

@@ -44,7 +44,6 @@ type dupState struct {
 	logged time.Time
 
 	host      dupHost
-	act       stepHost
 	st        *stepper // the journal's state
 	faults    *faultBook
 	view      machineView
@@ -125,20 +124,19 @@ func (g *dupState) holdPred(l *link, msg protocol.Message) bool {
 }
 
 // admitPred admits l, a pending predecessor connection whose identity
-// line checked out: it replaces the current connection now, or is held
-// while that one is alive. Loop only.
-func (g *dupState) admitPred(l *link) {
+// line checked out: it replaces the current connection now (true: the
+// loop then steps the link up), or is held while that one is alive.
+// Loop only.
+func (g *dupState) admitPred(l *link) (up bool) {
 	if g.held == l {
-		return
+		return false
 	}
 	if g.ext && !g.predGone() {
 		g.hold(l)
-		return
+		return false
 	}
 	g.host.takePred(l)
-	if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.st.broken == nil {
-		g.log.Error("internal error: link up", "err", err)
-	}
+	return true
 }
 
 // aliveFirst acts on a HEARTBEAT as the first line of the pending
@@ -209,16 +207,17 @@ func (g *dupState) swapped(now time.Time) (count int, log bool) {
 // checkHeld decides on the held connection: in, once the current one is
 // gone; refused as a duplicate once the current one is heard from after
 // the newcomer arrived (half a heartbeat interval later, so that what was
-// in flight from a process that died does not count); else later.
-// Loop only.
-func (g *dupState) checkHeld() {
+// in flight from a process that died does not count); else later. True
+// if the held connection, with no line queued, is now the predecessor
+// link: the loop then steps it up. Loop only.
+func (g *dupState) checkHeld() (up bool) {
 	l := g.held
 	if l == nil || g.host.isClosed() {
-		return
+		return false
 	}
 	if !g.host.isPending(l) {
 		g.release() // closed or evicted meanwhile
-		return
+		return false
 	}
 	switch {
 	case g.predGone():
@@ -226,10 +225,7 @@ func (g *dupState) checkHeld() {
 		g.release()
 		if len(queue) == 0 {
 			g.host.takePred(l)
-			if err := g.act.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.st.broken == nil {
-				g.log.Error("internal error: link up", "err", err)
-			}
-			return
+			return true
 		}
 		if g.host.promotePred(l, queue[0]) {
 			g.host.handleAll(l, queue[1:])
@@ -239,6 +235,7 @@ func (g *dupState) checkHeld() {
 	default:
 		g.armHeld()
 	}
+	return false
 }
 
 // duplicate refuses the held connection l: two live processes claim the
@@ -269,11 +266,12 @@ func (g *dupState) duplicate(l *link) {
 // the successor's refusal of this node as a duplicate: this node then
 // reports duplicate-node itself and ends every round it has not
 // finished, whatever the fault policy, so that no task of a round it
-// opened runs anywhere. Loop only.
-func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
+// opened runs anywhere: open are those rounds, for the caller to abort
+// (in this order) with cause. Loop only.
+func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) (refused bool, open []string, cause *FaultError) {
 	note := msg.Note
 	if l.side != protocol.Succ || msg.Cmd != protocol.FaultNotice || note == nil || note.Kind != kindDuplicateNode || note.HasRound {
-		return false
+		return false, nil, nil
 	}
 	fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Succ, Peer: g.host.peerName(protocol.Succ),
 		Reason: fmt.Sprintf("%s refused this node as its predecessor: another live process already holds this node's place (%s) there; stop one of the two (the rounds this node opens never run)",
@@ -282,19 +280,13 @@ func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
 		g.refused = true
 		g.faults.record(fe.fault())
 	}
-	var open []string
 	for id, ri := range g.book.byID {
 		if st, _ := g.view.State(id); st != 0 && !st.Terminal() && !ri.finished() {
 			open = append(open, id)
 		}
 	}
 	slices.Sort(open)
-	for _, id := range open {
-		if err := g.act.step(protocol.Abort(id), fe); err != nil && g.st.broken == nil {
-			g.log.Error("internal error: abort", "round", id, "err", err)
-		}
-	}
-	return true
+	return true, open, fe
 }
 
 // replaced logs that l replaced cur as the predecessor connection and,

@@ -91,14 +91,15 @@ var errMismatch = errors.New("chainsync: configuration mismatch (identity line)"
 // helloArrived acts on the identity line h from l; first says it was the
 // first line on l. A predecessor connection that passes is answered with
 // this node's own line and is then admitted as the predecessor (or held,
-// if the current one is alive: duplicate.go). Loop only.
-func (lk *links) helloArrived(l *link, h wire.Hello, first bool) {
+// if the current one is alive: duplicate.go); true if it is now the
+// predecessor link: the loop then steps it up. Loop only.
+func (lk *links) helloArrived(l *link, h wire.Hello, first bool) (predUp bool) {
 	if lk.lp.closed || l != lk.pred && l != lk.succ && !lk.adm.pending[l] {
-		return
+		return false
 	}
 	if !first {
 		lk.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
-		return
+		return false
 	}
 	id := lk.id
 	if id == nil {
@@ -107,19 +108,19 @@ func (lk *links) helloArrived(l *link, h wire.Hello, first bool) {
 		if l.side == protocol.Pred && l != lk.pred {
 			lk.dup.aliveFirst(l)
 		}
-		return
+		return false
 	}
 	if reason := id.compare(l.side, h); reason != "" {
 		lk.helloMismatch(l, h.Name, reason)
 		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
 		lk.drop(l, errMismatch)
-		return
+		return false
 	}
 	if l.side != protocol.Pred || l == lk.pred {
-		return
+		return false
 	}
 	lk.sendHello(l)
-	lk.dup.admitPred(l)
+	return lk.dup.admitPred(l)
 }
 
 // compare says how the neighbour on side that sent h differs from the

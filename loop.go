@@ -299,7 +299,9 @@ func (d *driver) react(in *input) {
 	case inLines:
 		d.links.handleAll(l, in.msgs)
 	case inHello:
-		d.links.helloArrived(l, *in.hello, in.flag)
+		if d.links.helloArrived(l, *in.hello, in.flag) {
+			d.predUp()
+		}
 	case inAlive:
 		d.links.dup.aliveFirst(l)
 	case inReadEnd:
@@ -339,7 +341,9 @@ func (d *driver) react(in *input) {
 	case inViolation:
 		d.lp.trace(*in.trace)
 	case inCheckHeld:
-		d.links.dup.checkHeld()
+		if d.links.dup.checkHeld() {
+			d.predUp()
+		}
 	case inTaskStarted:
 		d.tasks.taskStarted(in.round)
 	case inTaskEnd:
@@ -518,6 +522,14 @@ func (d *driver) runQuick(rounds []string) {
 		if !d.lp.closed {
 			d.taskEnded(round, d.tasks.taskFinished(round, err, false))
 		}
+	}
+}
+
+// predUp steps the predecessor link up: a pending connection the links
+// (or the duplicate guard) just made current. Loop only.
+func (d *driver) predUp() {
+	if err := d.step(protocol.LinkUp(protocol.Pred), nil); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: link up", "err", err)
 	}
 }
 

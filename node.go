@@ -343,7 +343,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg: &d.cfg, log: d.log, role: d.role}
 	d.undo.host = d.links
 	d.plim.untraced = d.links.traceUntraced
-	d.links.dup = dupState{host: d.links, act: d, st: d.st, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
+	d.links.dup = dupState{host: d.links, st: d.st, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
 		ext: extensionsOn(&d.cfg), self: d.self}
 	fb := d.faults
 	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d.links, d.lp, d.view, d.book, d.steer, d.log
