@@ -824,19 +824,18 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = n.pred
 	}
 	if l == nil {
-		if msg.Cmd == protocol.SteerLine {
-			// The machine re-sends the gating lines when the link is up.
+		// The machine re-sends the steering, grace and notice lines a link
+		// missed when it is up again (a node whose link was down when a
+		// grace passed still learns of it).
+		switch msg.Cmd {
+		case protocol.SteerLine:
 			n.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
 			return
-		}
-		if msg.Cmd == protocol.Grace {
-			n.log.Info("link down; restart grace line not sent that way", "to", side.String(), "grace", msg.Grace.String())
+		case protocol.Grace:
+			n.log.Info("link down; restart grace line goes when it is up", "to", side.String(), "grace", msg.Grace.String())
 			return
-		}
-		if msg.Cmd == protocol.FaultNotice {
-			// Notices are not re-sent: a neighbour that is away learns of
-			// the fault from the notices of those that are not.
-			n.log.Info("link down; fault notice not sent that way", "to", side.String(), "notice", msg.Note.String())
+		case protocol.FaultNotice:
+			n.log.Info("link down; fault notice goes when it is up", "to", side.String(), "notice", msg.Note.String())
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.

@@ -215,8 +215,15 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 }
 
 // restored is resolve for a round that ended before this process started
-// (resume): its result is kept, its end is not reported again. Loop only.
-func (n *Node) restored(id string, ri *roundInfo, res Result) { n.settle(id, ri, res) }
+// (resume): its result is kept, its end is not reported again. When it
+// opened is not known here, and it ended when its task ended, if the
+// journal says (else zero: "before this node restarted"), not now.
+// Loop only.
+func (n *Node) restored(id string, ri *roundInfo, res Result, ended time.Time) {
+	if n.settle(id, ri, res) {
+		ri.opened, ri.ended = time.Time{}, ended
+	}
+}
 
 // settle sets a round's result, released to Wait once the turn's records
 // are on disk; false if it had one already. Loop only.

@@ -65,14 +65,14 @@ func (n *Node) resume(st *journal.State) {
 				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 				ended--
 			} else {
-				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
+				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone}, st.TaskTimes[rec.Round].Ended)
 			}
 		case protocol.StateFailed:
 			ri.cause = errors.New("the task failed before this node restarted")
-			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
+			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}}, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateAborted:
 			if st.Faults[rec.Round] == string(FaultCancelled) { // steer.go: cancelled at the Head, not a fault
-				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}})
+				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}}, st.TaskTimes[rec.Round].Ended)
 				break
 			}
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
@@ -86,7 +86,7 @@ func (n *Node) resume(st *journal.State) {
 			if rec.Outcome() == protocol.NoExitWave {
 				res.Status, res.Err = StatusUndelivered, n.undelivered(rec.Round, fe)
 			}
-			n.restored(rec.Round, ri, res)
+			n.restored(rec.Round, ri, res, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateStart:
 			interrupted++
 			n.resumeTask(rec.Round, ri)
@@ -132,9 +132,25 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 			n.log.Error("internal error: resume done", "round", id, "err", err)
 		}
 	case ResumeRerun:
-		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
-		if err := n.step(protocol.Rerun(id), nil); err != nil { // its restart grace again (liveness.go)
+		err := n.step(protocol.Rerun(id), nil) // its restart grace again (liveness.go)
+		if errors.Is(err, protocol.ErrCancelled) {
+			// The round was cancelled while the task ran (docs/STEERING.md,
+			// "Features together"): it is not run again; the round ends
+			// as the cancel said, once its task is over, which it is.
+			n.log.Warn("resumed: the task was interrupted by the restart, and its round was cancelled while it ran; not running it again", "round", id)
+			if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
+				n.log.Error("internal error: cancelled rerun", "round", id, "err", err)
+			}
+			return
+		}
+		if err != nil {
 			n.log.Error("internal error: rerun", "round", id, "err", err)
+		}
+		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
+		if n.store != nil {
+			if err := n.store.taskRestarted(id); err != nil {
+				n.log.Warn("cannot record the task's second run in the state journal; it runs, and the journal shows one run across the restart", "round", id, "err", err.Error())
+			}
 		}
 		n.startTask(id)
 	default:
