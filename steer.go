@@ -284,14 +284,17 @@ func (d *steering) announceSteer() {
 }
 
 // stepSteer steps s, this node's new steering line. Loop only.
-func (d *steering) stepSteer(s protocol.Steer) {
+func (d *steering) stepSteer(s protocol.Steer) error {
 	s.At = d.nextAt()
 	s = s.FitReason()
 	if err := d.host.step(protocol.Steering(s), nil); err != nil {
+		if errors.Is(err, protocol.ErrUndoUnderWay) || errors.Is(err, protocol.ErrRoundsInFlight) {
+			return err // the machine refuses the retry now: the caller says why
+		}
 		if d.host.broken() == nil {
 			d.log.Error("internal error: steering line", "err", err.Error())
 		}
-		return
+		return err
 	}
 	if s.What.Event() {
 		d.noteEvent(steerStatus(s, true))
@@ -299,6 +302,7 @@ func (d *steering) stepSteer(s protocol.Steer) {
 	} else {
 		d.sent = s
 	}
+	return nil
 }
 
 // keepEvents is how many recent denials and cancels Snapshot shows.
@@ -908,10 +912,18 @@ func (d *steering) retryReq(req Request) error {
 	case st == protocol.StateDone:
 		return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
 	}
-	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
-	d.retried(req.Round)
-	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+	err := d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
 		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	switch {
+	case errors.Is(err, protocol.ErrUndoUnderWay):
+		return refused("round %s's undo wave is still under way: retry it once the wave has ended (chainsync status shows who is undoing)", roundName(req.Round))
+	case errors.Is(err, protocol.ErrRoundsInFlight):
+		return refused("a round whose task ran at this node is still in flight: retry round %s once it has ended, so that every node places the retry alike", roundName(req.Round))
+	case err != nil:
+		return err
+	}
+	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded and was not undone pass it on", "round", req.Round, "by", req.By)
+	d.retried(req.Round)
 	d.announceSteer()
 	return nil
 }
