@@ -791,9 +791,6 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				// Written with the turn's records: a restarted node then
-				// knows the fault the round really ended with.
-				n.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
@@ -810,7 +807,16 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 			n.recordFault(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		n.resolve(a.Round, ri, n.steer.steerResult(ri, res)) // steer.go: a cancelled round
+		res = n.steer.steerResult(ri, res) // steer.go: a cancelled round
+		if k := faultKindOf(res.Err); k != "" && res.Status != StatusCancelled {
+			// Written with the turn's records: the journal (and a node
+			// restarted on it) knows the fault the round really ended
+			// with, whichever way it learned it (a notice, the undo wave,
+			// its own task: task-failed or task-timeout). A cancel wrote
+			// its own record.
+			n.journalFault(a.Round, string(k))
+		}
+		n.resolve(a.Round, ri, res)
 	}
 	return nil
 }
