@@ -195,7 +195,11 @@ func (fb *faultBook) record(f Fault) {
 		// Not this node's failure, and nothing is lost: a warning.
 		fb.log.Warn("neighbour restarted: "+f.Err, args...)
 	case FaultChainHalted:
-		fb.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
+		ran := f.ran
+		if ran == "" {
+			ran = "this node runs no task in the round"
+		}
+		fb.log.Error("halted: "+f.reason()+"; "+ran, args...)
 	case FaultChainFault:
 		fb.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
 	default:
@@ -770,7 +774,7 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		return n.undo.undoAct(a)
 	case protocol.ActNotice:
 		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			return n.faults.noticeArrived(*a.Msg.Note)
+			return n.faults.noticeArrived(*a.Msg.Note, a.Started, a.From)
 		}
 	case protocol.ActGrace:
 		n.faults.graceAct(a)

@@ -260,4 +260,8 @@ type Fault struct {
 	Cause  FaultKind
 	Time   time.Time
 	Err    string // the fault in words
+
+	// ran: for FaultChainHalted, what the halt means for this node's own
+	// task of the round, in words for the log ("" : it runs none).
+	ran string
 }

@@ -1,9 +1,12 @@
 package chainsync
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -31,4 +34,46 @@ func TestFaultErrorWords(t *testing.T) {
 			t.Errorf("%s: Error() = %q, want it to start with %q", tc.e.Kind, got, tc.want)
 		}
 	}
+}
+
+// docs/FAULTS.md, "Fault notices": under halt a notice that a task failed
+// further down the chain says, at each node, what it means for that
+// node's own task (issue: "this node runs no task in the round" at nodes
+// that had run theirs): N0 and N1 had run theirs, N3 runs none.
+func TestHaltSaysWhatBecameOfTheTask(t *testing.T) {
+	simulated(t, func(t *testing.T) {
+		nw := testnet.NewNetwork()
+		cfgs := simChain(t, nw, 4)
+		ws := make([]*watched, 4)
+		for i := range cfgs {
+			cfgs[i].Heartbeat = time.Second // the extension lines: notices
+			cfgs[i].Task = func(context.Context, string) error {
+				if i == 2 {
+					return exitErr(1)
+				}
+				return nil
+			}
+			ws[i] = startWatched(t, cfgs[i])
+		}
+		for _, w := range ws {
+			if err := w.Ready(""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, w := range ws {
+			if _, err := w.Wait(context.Background(), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, want := range []string{"had run already", "had run already", "", "this node runs no task in the round"} {
+			if want == "" {
+				continue // N2's own task failed: no notice of it here
+			}
+			if ws[i].logs.count(func(e capturedLog) bool {
+				return strings.HasPrefix(e.Msg, "halted: ") && strings.Contains(e.Msg, want)
+			}) == 0 {
+				t.Errorf("N%d did not log a halt saying %q", i, want)
+			}
+		}
+	})
 }
