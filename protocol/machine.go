@@ -1546,7 +1546,7 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
-	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt < r.retries {
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
 		// A fault of an attempt before the retry that reopened the
 		// round here (re-sent, or late): it ends nothing now.
 		return out, nil
