@@ -524,9 +524,13 @@ type round struct {
 	// A retry (steer.go): how many reopened it here, and the undo of
 	// this node's work before the latest.
 	retries int
-	prior   UndoRecord
-	retry   Steer // Record.Retry
-	cancel  Steer // Record.Cancel
+	// doneAttempt: the attempt (retries, as Notice.Attempt counts) of
+	// the last task of the round that ended here, so that the failure
+	// the driver then reports is told as of that attempt.
+	doneAttempt int
+	prior       UndoRecord
+	retry       Steer // Record.Retry
+	cancel      Steer // Record.Cancel
 	// succRetried: the successor sent back the retry line that reopened
 	// the round (or there is none): until then a message of the round
 	// from it may be of the attempt before, and is not taken.
@@ -1272,6 +1276,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 		// task may start now (steer.go); if it succeeded, it is done
 		// here and the retry passes the round on.
 		r.stale = false
+		r.doneAttempt = max(r.retries-1, 0)
 		m.orphans--
 		r.taskOK = r.taskOK || !failed
 		return m.ungate(out), nil
@@ -1282,6 +1287,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	case r == nil || r.state != StateStart:
 		return out, ErrNotRunning
 	}
+	r.doneAttempt = r.retries
 	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
 	if r.cancelled {
 		// Cancelled while it ran: the round ends here now, whatever the
@@ -1488,6 +1494,14 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt == 0 {
+		// The attempt the fault is of: a task's failure is of the
+		// attempt whose task it was.
+		n.Attempt = min(r.retries, MaxNoticeAttempt)
+		if n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout {
+			n.Attempt = min(r.doneAttempt, MaxNoticeAttempt)
+		}
+	}
 	if m.cfg.Extensions && m.notices.remember(n) {
 		msg := Message{Cmd: FaultNotice, Note: &n}
 		for _, side := range []Side{Pred, Succ} {
@@ -1532,6 +1546,11 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
+		// A fault of an attempt before the retry that reopened the
+		// round here (re-sent, or late): it ends nothing now.
+		return out, nil
+	}
 	if r := m.rounds[n.Round]; n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
 		// A task after this node failed, but this node's task has not
 		// run in the round's retry yet: the failure is of the attempt
