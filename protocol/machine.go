@@ -1218,7 +1218,8 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		case st != StateWatch:
 			return violation(st, "COMPLETE from the predecessor before this node is in WATCH")
 		case !m.digestKnown(r):
-			return violation(st, "COMPLETE from the predecessor before its receipt digest (RDIGEST)")
+			// A predecessor with receipts sends RDIGEST first, always.
+			return out, &Violation{From: from, Msg: msg, State: st, Reason: "COMPLETE from the predecessor before its receipt digest (RDIGEST)", Mismatch: true, Setting: "receipts"}
 		}
 		r.completeRecv = true
 		return m.advance(r, out), nil

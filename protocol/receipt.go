@@ -39,9 +39,12 @@ import (
 //   - A COMPLETE from the predecessor before its RDIGEST is a violation
 //     (without undo): no task starts before the digest it must bind.
 //   - A link that comes up carries again, before the round lines, this
-//     node's digest (to the successor, until the successor's receipt is
-//     here) and the receipts not yet handed to the predecessor
-//     (ReceiptHanded).
+//     node's digest (to the successor, until the receipts of every node
+//     after this one are here) and the receipts not yet handed to the
+//     predecessor (ReceiptHanded). A digest that comes again is such a
+//     re-send: its receiver sends back again every receipt it holds of
+//     the round, since a receipt handed to a connection that then broke
+//     may be lost.
 //   - ActReceipts says a node holds its own receipt and those of every
 //     node after it: at the Head, the round's whole bundle. It is
 //     independent of the round's ActDone, which it may follow: the round
@@ -388,9 +391,27 @@ func (m *Machine) receiptsOnward(r *round, out []Action) []Action {
 		}
 		rc.sent = len(all)
 	}
-	if !rc.complete && len(hs) == len(m.cfg.Chain)-m.place()-1 {
+	if !rc.complete && len(hs) == m.needed() {
 		rc.complete = true
 		out = append(out, Action{Kind: ActReceipts, Round: r.id})
+	}
+	return out
+}
+
+// needed is how many receipts of the nodes after this one it must hold.
+func (m *Machine) needed() int { return len(m.cfg.Chain) - m.place() - 1 }
+
+// resendBack sends the predecessor again the receipts from the from-th
+// (this node's is the 0th).
+func (m *Machine) resendBack(r *round, from int, out []Action) []Action {
+	if !m.cfg.Role.HasPred() {
+		return out
+	}
+	r.rc.sent = min(from, r.rc.sent)
+	k := len(out)
+	out = m.receiptsOnward(r, out)
+	for i := k; i < len(out); i++ {
+		out[i].Resend = out[i].Kind == ActSend
 	}
 	return out
 }
@@ -418,7 +439,9 @@ func (m *Machine) receiptRecv(from Side, msg Message, out []Action) ([]Action, e
 		case r != nil && r.rc.Pred != "" && r.rc.Pred != n.Digest:
 			return bad("a second, different receipt digest of the predecessor")
 		case r != nil && r.rc.Pred != "":
-			return out, nil // a re-send
+			// A re-send: the predecessor's link came back and it lacks
+			// receipts of this node or after it. Send them again.
+			return m.resendBack(r, 0, out), nil
 		}
 		if r == nil {
 			// The round ended before it reached this node: it ends here
@@ -488,17 +511,12 @@ func (m *Machine) receiptResends(side Side, out []Action) []Action {
 	for _, r := range rs {
 		switch side {
 		case Succ:
-			if r.rc.After == "" {
+			if len(r.rc.after()) < m.needed() {
 				a := Action{Kind: ActSend, To: Succ, Msg: m.digestMsg(r), Resend: true}
 				out = append(out, a)
 			}
 		case Pred:
-			r.rc.sent = r.rc.Handed
-			k := len(out)
-			out = m.receiptsOnward(r, out)
-			for i := k; i < len(out); i++ {
-				out[i].Resend = out[i].Kind == ActSend
-			}
+			out = m.resendBack(r, r.rc.Handed, out)
 		}
 	}
 	return out
