@@ -459,7 +459,7 @@ func (m *Machine) receiptRecv(from Side, msg Message, out []Action) ([]Action, e
 		return bad("RECEIPT travels backward; the predecessor must not send it")
 	}
 	if r == nil {
-		return bad("a receipt for a round this node does not know")
+		return out, nil // a late re-send of a round this node no longer keeps
 	}
 	hs := r.rc.after()
 	if i := slices.Index(m.cfg.Chain[p+1:], n.Node); i >= 0 && i < len(hs) {
