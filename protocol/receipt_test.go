@@ -41,6 +41,7 @@ type rchain struct {
 	done    map[string]protocol.Outcome
 	orders  map[int]protocol.ReceiptOrder // the last order each node was asked to sign
 	noticed bool                          // report a failed task as a fault notice (no undo)
+	deny    map[int]bool                  // nodes whose approval gate denies (else approves)
 	log     []string
 }
 
@@ -146,6 +147,12 @@ func (c *rchain) try(i int, ev protocol.Event) error {
 			c.orders[i] = *a.Sign
 		case protocol.ActReceipts:
 			c.bundle[k] = true
+		case protocol.ActGate:
+			if c.deny[i] {
+				after = append(after, protocol.Deny(a.Round))
+			} else {
+				after = append(after, protocol.Approve(a.Round))
+			}
 		case protocol.ActDone:
 			c.done[k] = a.Outcome
 			if a.Outcome == protocol.TaskFailed && c.noticed {
@@ -662,4 +669,18 @@ func TestReceiptsOffSignNothing(t *testing.T) {
 	if c.done[key(0, "r1")] != protocol.Done {
 		t.Errorf("the round ended %v", c.done[key(0, "r1")])
 	}
+}
+
+// docs/STEERING.md's approval gate with receipts: C's task is denied; C's
+// receipt says denied, D's not-reached, and A's and B's ran-ok.
+func TestReceiptsDenied(t *testing.T) {
+	seeds(t, func(t *testing.T, rng *rand.Rand) {
+		c := newRChain(t, 4, func(i int, pc *protocol.Config) { pc.Approve = i == 2 })
+		c.noticed, c.deny = true, map[int]bool{2: true}
+		for i := range 4 {
+			c.step(i, protocol.LocalReady("r1"))
+		}
+		c.drain(rng, nil)
+		c.checkBundle("r1", "A ran-ok", "B ran-ok", "C denied", "D not-reached")
+	})
 }
