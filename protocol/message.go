@@ -37,6 +37,12 @@ func (c Command) String() string {
 	if s, ok := undoName(c); ok {
 		return s
 	}
+	switch c {
+	case RDigestLine:
+		return "RDIGEST"
+	case ReceiptLine:
+		return "RECEIPT"
+	}
 	return "Command(?)"
 }
 
@@ -53,6 +59,8 @@ type Message struct {
 	Steer *Steer     // SteerLine only
 	Grace *GraceNote // Grace only
 	Undo  *Wave      // UndoLine and UndoEnd only (undo.go)
+	// Receipt: RDigestLine and ReceiptLine only (receipt.go).
+	Receipt *ReceiptNote
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
@@ -66,6 +74,9 @@ func (m Message) String() string {
 	}
 	if m.Cmd == SteerLine && m.Steer != nil {
 		return "STEER " + m.Steer.String()
+	}
+	if (m.Cmd == RDigestLine || m.Cmd == ReceiptLine) && m.Receipt != nil {
+		return m.Cmd.String() + " " + roundText(m.Round) + ": " + m.Receipt.String()
 	}
 	if m.Cmd.IsUndo() && m.Undo != nil {
 		return m.Cmd.String() + " " + roundText(m.Round) + ": " + m.Undo.String()

@@ -289,6 +289,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	if m.Cmd == protocol.Grace && m.Grace != nil {
 		return appendGrace(dst, *m.Grace)
 	}
+	if m.Receipt != nil && (m.Cmd == protocol.RDigestLine || m.Cmd == protocol.ReceiptLine) {
+		return appendReceiptMessage(dst, m)
+	}
 	dst = append(dst, m.Cmd.String()...)
 	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
@@ -311,6 +314,9 @@ func Valid(m protocol.Message) bool {
 	}
 	if m.Cmd == protocol.Grace {
 		return m.Grace != nil && m.Grace.Valid()
+	}
+	if m.Cmd == protocol.RDigestLine || m.Cmd == protocol.ReceiptLine {
+		return validReceiptMessage(m)
 	}
 	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
 }
