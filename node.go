@@ -714,6 +714,9 @@ func (n *Node) journalFault(round, kind string) {
 // broken is the journal's error once it has failed. Loop only.
 func (n *Node) broken() error { return n.st.broken }
 
+// forgetUndo forgets round's undo outcome (steerHost). Loop only.
+func (n *Node) forgetUndo(round string) { n.undo.forget(round) }
+
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.

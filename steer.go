@@ -166,6 +166,9 @@ type steerHost interface {
 	journalFault(round, kind string)
 	// broken is the journal's error once it has failed.
 	broken() error
+	// forgetUndo forgets the outcome of round's undo wave: a retry
+	// reopened it.
+	forgetUndo(round string)
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -871,6 +874,9 @@ func (d *steering) retriedNow(round string) {
 	if ri := d.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
 		d.book.forget(round)
 		d.book.get(round)
+		// The retry's outcome is its own: the undo wave of the attempt
+		// before it is history (the journal keeps it), not this attempt's.
+		d.host.forgetUndo(round)
 	}
 	if !d.view.TaskOK(round) || slices.Contains(d.file.Skip, round) {
 		return
