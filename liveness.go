@@ -1,6 +1,7 @@
 package chainsync
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -136,17 +137,24 @@ func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, 
 	if by != "" {
 		args = append(args, "origin", by)
 	}
-	msg := fmt.Sprintf("fault cleared: %s is back after %s", who, fmtSecs(after))
-	if who == fb.self && by != "" {
-		msg = fmt.Sprintf("fault cleared: %s (this node) is back: %s hears from it again", who, by)
+	// after is how long the fault lasted where it is measured: here, when
+	// this node heard who back itself; when another node's notice clears
+	// it (by), only since this node learned of the fault, which says
+	// nothing of how long who was away: the words then name who heard it.
+	back := fmt.Sprintf("%s is back after %s", who, fmtSecs(after))
+	switch {
+	case who == fb.self && by != "":
+		back = fmt.Sprintf("%s (this node) is back: %s hears from it again", who, by)
+	case by != "":
+		back = fmt.Sprintf("%s is back: %s hears from it again", who, by)
 	}
-	fb.log.Warn(msg, args...)
+	fb.log.Warn("fault cleared: "+back, args...)
 	fb.recent = slices.DeleteFunc(fb.recent, func(f Fault) bool {
 		_, b, ok := liveKind(f)
 		return ok && b == who
 	})
 	fb.loop.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
-		Err: fmt.Errorf("%s is back after %s", who, fmtSecs(after))})
+		Err: errors.New(back)})
 	if by == "" && fb.ext {
 		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: fb.self, Blamed: who}
 		fb.loop.later(input{kind: inReport, note: &note})

@@ -179,7 +179,11 @@ func (fb *faultBook) record(f Fault) {
 		// Not this node's failure, and nothing is lost: a warning.
 		fb.log.Warn("neighbour restarted: "+f.Err, args...)
 	case FaultChainHalted:
-		fb.log.Error("halted: "+f.reason()+"; this node runs no task in the round", args...)
+		ran := f.ran
+		if ran == "" {
+			ran = "this node runs no task in the round"
+		}
+		fb.log.Error("halted: "+f.reason()+"; "+ran, args...)
 	case FaultChainFault:
 		fb.log.Warn("fault elsewhere in the chain: "+f.reason()+" (fault policy wait: keeping the round)", args...)
 	default:
@@ -342,6 +346,7 @@ func Start(cfg Config) (*Node, error) {
 	d.links = &links{id: newIdentity(&d.cfg), adm: adm, act: d, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
 		cfg: &d.cfg, log: d.log, role: d.role}
 	d.undo.host = d.links
+	d.steer.undo = d.undo
 	d.plim.untraced = d.links.traceUntraced
 	d.links.dup = dupState{host: d.links, st: d.st, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
 		ext: extensionsOn(&d.cfg), self: d.self}
@@ -723,7 +728,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		return d.undo.undoAct(a)
 	case protocol.ActNotice:
 		if !d.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			return d.faults.noticeArrived(*a.Msg.Note)
+			return d.faults.noticeArrived(*a.Msg.Note, a.Started, a.From)
 		}
 	case protocol.ActGrace:
 		d.faults.graceAct(a)
@@ -744,9 +749,6 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 				fe := *cause
 				fe.Round, fe.State = a.Round, ri.abortedIn
 				ri.cause, ri.reported = &fe, true
-				// Written with the turn's records: a restarted node then
-				// knows the fault the round really ended with.
-				d.st.journalFault(a.Round, string(fe.Kind))
 			}
 			if res.Err = ri.cause; res.Err == nil {
 				res.Err = errors.New("chainsync: round aborted (a round opened after the node halted for a fault ends at once: see the fault it logged)")
@@ -763,7 +765,16 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 			d.faults.record(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		d.book.resolve(a.Round, ri, d.steer.steerResult(ri, res)) // steer.go: a cancelled round
+		res = d.steer.steerResult(ri, res) // steer.go: a cancelled round
+		if k := faultKindOf(res.Err); k != "" && res.Status != StatusCancelled {
+			// Written with the turn's records: the journal (and a node
+			// restarted on it) knows the fault the round really ended
+			// with, whichever way it learned it (a notice, the undo wave,
+			// its own task: task-failed or task-timeout). A cancel wrote
+			// its own record.
+			d.st.journalFault(a.Round, string(k))
+		}
+		d.book.resolve(a.Round, ri, res)
 	}
 	return nil
 }
@@ -777,19 +788,18 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 		l = d.links.pred
 	}
 	if l == nil {
-		if msg.Cmd == protocol.SteerLine {
-			// The machine re-sends the gating lines when the link is up.
+		// The machine re-sends the steering, grace and notice lines a link
+		// missed when it is up again (a node whose link was down when a
+		// grace passed still learns of it).
+		switch msg.Cmd {
+		case protocol.SteerLine:
 			d.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
 			return
-		}
-		if msg.Cmd == protocol.Grace {
-			d.log.Info("link down; restart grace line not sent that way", "to", side.String(), "grace", msg.Grace.String())
+		case protocol.Grace:
+			d.log.Info("link down; restart grace line goes when it is up", "to", side.String(), "grace", msg.Grace.String())
 			return
-		}
-		if msg.Cmd == protocol.FaultNotice {
-			// Notices are not re-sent: a neighbour that is away learns of
-			// the fault from the notices of those that are not.
-			d.log.Info("link down; fault notice not sent that way", "to", side.String(), "notice", msg.Note.String())
+		case protocol.FaultNotice:
+			d.log.Info("link down; fault notice goes when it is up", "to", side.String(), "notice", msg.Note.String())
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.

@@ -83,8 +83,10 @@ func (fb *faultBook) noticeOf(f Fault) protocol.Notice {
 // already passed on: under FaultHalt it halts this node's rounds
 // (chain-halted), under FaultWait it is reported (chain-fault); the
 // rounds the machine's policy ends for it follow, with it as their cause.
-// Loop only.
-func (fb *faultBook) noticeArrived(note protocol.Notice) *FaultError {
+// started and from (the machine's ActNotice) say whether this node's task
+// of the round had started, and the round's state here before the notice,
+// so that a halt says what it means for that task. Loop only.
+func (fb *faultBook) noticeArrived(note protocol.Notice, started bool, from protocol.State) *FaultError {
 	fe := &FaultError{Round: note.Round, Kind: FaultChainFault, Peer: note.Blamed, Origin: note.Origin,
 		Cause: FaultKind(note.Kind), Reason: describeNotice(note)}
 	if why, ok := fb.steer.deniedReason(note.Origin, note.Round); ok && note.HasRound {
@@ -96,7 +98,15 @@ func (fb *faultBook) noticeArrived(note protocol.Notice) *FaultError {
 	if note.HasRound {
 		fe.State = fb.stateOf(note.Round)
 	}
-	fb.record(fe.fault())
+	f := fe.fault()
+	switch {
+	case !started:
+	case from == protocol.StateStart:
+		f.ran = "this node's task of the round is still running (it is not stopped)"
+	default:
+		f.ran = "this node's task of the round had run already (its work stays)"
+	}
+	fb.record(f)
 	return fe
 }
 

@@ -113,11 +113,17 @@ func (e *FaultError) Error() string {
 	if e.State == 0 {
 		st = "not open here"
 	}
-	s := fmt.Sprintf("chainsync: %s fault in round %s (%s): %s", e.Kind, roundName(e.Round), st, e.Reason)
+	what := string(e.Kind) + " fault"
+	if e.Kind == FaultChainFault || e.Kind == FaultChainHalted {
+		// Not a fault of this node's: another node reported it (the
+		// reason says which), and "chain-fault fault" reads as a typo.
+		what = "fault elsewhere in the chain (" + string(e.Kind) + ")"
+	}
+	s := fmt.Sprintf("chainsync: %s in round %s (%s): %s", what, roundName(e.Round), st, e.Reason)
 	if e.State == 0 && e.Round == "" {
 		// A fault of a link, not of a round (a neighbour configured
 		// differently, a second node in one place): no round to name.
-		s = fmt.Sprintf("chainsync: %s fault: %s", e.Kind, e.Reason)
+		s = fmt.Sprintf("chainsync: %s: %s", what, e.Reason)
 	}
 	switch {
 	case e.Side != 0 && e.Peer != "":
@@ -254,4 +260,8 @@ type Fault struct {
 	Cause  FaultKind
 	Time   time.Time
 	Err    string // the fault in words
+
+	// ran: for FaultChainHalted, what the halt means for this node's own
+	// task of the round, in words for the log ("" : it runs none).
+	ran string
 }

@@ -225,6 +225,17 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 	b.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
+// restored is settle for a round that ended before this process started
+// (resume): its result is kept, its end is not reported again. When it
+// opened is not known here, and it ended when its task ended, if the
+// journal says (else zero: "before this node restarted"), not now.
+// Loop only.
+func (b *roundBook) restored(id string, ri *roundInfo, res Result, ended time.Time) {
+	if b.settle(id, ri, res) {
+		ri.opened, ri.ended = time.Time{}, ended
+	}
+}
+
 // faultKindOf names the kind of fault err reports, or "".
 func faultKindOf(err error) FaultKind {
 	var fe *FaultError

@@ -70,14 +70,14 @@ func (d *driver) resume(st *journal.State) {
 				d.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 				ended--
 			} else {
-				d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone})
+				d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone}, st.TaskTimes[rec.Round].Ended)
 			}
 		case protocol.StateFailed:
 			ri.cause = errors.New("the task failed before this node restarted")
-			d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}})
+			d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}}, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateAborted:
 			if st.Faults[rec.Round] == string(FaultCancelled) { // steer.go: cancelled at the Head, not a fault
-				d.book.settle(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}})
+				d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}}, st.TaskTimes[rec.Round].Ended)
 				break
 			}
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
@@ -91,7 +91,7 @@ func (d *driver) resume(st *journal.State) {
 			if rec.Outcome() == protocol.NoExitWave {
 				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), rec.Round, fe)
 			}
-			d.book.settle(rec.Round, ri, res)
+			d.book.restored(rec.Round, ri, res, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateStart:
 			interrupted++
 			d.resumeTask(rec.Round, ri)
@@ -137,9 +137,25 @@ func (d *driver) resumeTask(id string, ri *roundInfo) {
 			d.log.Error("internal error: resume done", "round", id, "err", err)
 		}
 	case ResumeRerun:
-		d.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
-		if err := d.step(protocol.Rerun(id), nil); err != nil { // its restart grace again (liveness.go)
+		err := d.step(protocol.Rerun(id), nil) // its restart grace again (liveness.go)
+		if errors.Is(err, protocol.ErrCancelled) {
+			// The round was cancelled while the task ran (docs/STEERING.md,
+			// "Features together"): it is not run again; the round ends
+			// as the cancel said, once its task is over, which it is.
+			d.log.Warn("resumed: the task was interrupted by the restart, and its round was cancelled while it ran; not running it again", "round", id)
+			if err := d.step(protocol.TaskDone(id, false), nil); err != nil {
+				d.log.Error("internal error: cancelled rerun", "round", id, "err", err)
+			}
+			return
+		}
+		if err != nil {
 			d.log.Error("internal error: rerun", "round", id, "err", err)
+		}
+		d.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
+		if d.store != nil {
+			if err := d.store.taskRestarted(id); err != nil {
+				d.log.Warn("cannot record the task's second run in the state journal; it runs, and the journal shows one run across the restart", "round", id, "err", err.Error())
+			}
 		}
 		d.tasks.startTask(id)
 	default:

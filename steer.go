@@ -138,7 +138,8 @@ type steering struct {
 
 	host    steerHost
 	loop    *loop
-	st      *stepper // the turn's write: the steering file, a fault record
+	st      *stepper   // the turn's write: the steering file, a fault record
+	undo    *undoState // a retry forgets the undo outcome of the attempt before it
 	faults  *faultBook
 	view    machineView
 	book    *roundBook
@@ -276,14 +277,17 @@ func (d *steering) announceSteer() {
 }
 
 // stepSteer steps s, this node's new steering line. Loop only.
-func (d *steering) stepSteer(s protocol.Steer) {
+func (d *steering) stepSteer(s protocol.Steer) error {
 	s.At = d.nextAt()
 	s = s.FitReason()
 	if err := d.host.step(protocol.Steering(s), nil); err != nil {
+		if errors.Is(err, protocol.ErrUndoUnderWay) || errors.Is(err, protocol.ErrRoundsInFlight) {
+			return err // the machine refuses the retry now: the caller says why
+		}
 		if d.st.broken == nil {
 			d.log.Error("internal error: steering line", "err", err.Error())
 		}
-		return
+		return err
 	}
 	if s.What.Event() {
 		d.noteEvent(steerStatus(s, true))
@@ -291,6 +295,7 @@ func (d *steering) stepSteer(s protocol.Steer) {
 	} else {
 		d.sent = s
 	}
+	return nil
 }
 
 // keepEvents is how many recent denials and cancels Snapshot shows.
@@ -859,6 +864,9 @@ func (d *steering) retriedNow(round string) {
 	if ri := d.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
 		d.book.forget(round)
 		d.book.get(round)
+		// The retry's outcome is its own: the undo wave of the attempt
+		// before it is history (the journal keeps it), not this attempt's.
+		d.undo.forget(round)
 	}
 	if !d.view.TaskOK(round) || slices.Contains(d.file.Skip, round) {
 		return
@@ -900,10 +908,18 @@ func (d *steering) retryReq(req Request) error {
 	case st == protocol.StateDone:
 		return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
 	}
-	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded pass it on", "round", req.Round, "by", req.By)
-	d.retried(req.Round)
-	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+	err := d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
 		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	switch {
+	case errors.Is(err, protocol.ErrUndoUnderWay):
+		return refused("round %s's undo wave is still under way: retry it once the wave has ended (chainsync status shows who is undoing)", roundName(req.Round))
+	case errors.Is(err, protocol.ErrRoundsInFlight):
+		return refused("a round whose task ran at this node is still in flight: retry round %s once it has ended, so that every node places the retry alike", roundName(req.Round))
+	case err != nil:
+		return err
+	}
+	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded and was not undone pass it on", "round", req.Round, "by", req.By)
+	d.retried(req.Round)
 	d.announceSteer()
 	return nil
 }

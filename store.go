@@ -33,6 +33,11 @@ func (s *store) save(b *batch) error {
 // loadSteer returns the steering file's content, nil if there is none.
 func (s *store) loadSteer() ([]byte, error) { return s.j.LoadSteer() }
 
+// taskRestarted records that the task of round starts again after a
+// restart (--resume-task rerun), before it runs, so that the journal shows
+// two runs, the first cut short, not one across the restart.
+func (s *store) taskRestarted(round string) error { return s.j.SaveTaskStart(round) }
+
 // syncs is how many fsyncs the journal made since Start.
 func (s *store) syncs() uint64 { return s.j.Syncs() }
 

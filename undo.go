@@ -131,6 +131,10 @@ func (u *undoState) undoFinished(round string, err error, timedOut bool) protoco
 	return protocol.UndoDone(round, err != nil, code)
 }
 
+// forget drops round's undo outcome: a retry reopened the round, and its
+// outcome is the retry's own. Loop only.
+func (u *undoState) forget(round string) { delete(u.outcomes, round) }
+
 // undone reports how round's undo wave ended: in the log, the trace, the
 // round's Result and, when an undo failed, as an undo-failed fault naming
 // that node. Loop only.

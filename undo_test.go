@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/internal/testnet"
 )
 
@@ -185,6 +186,53 @@ func TestUndoSnapshotSimulated(t *testing.T) {
 		close(release)
 		if res, _ := nodes[0].Wait(context.Background(), ""); res.Undo != "failed at N2 (task exited 1); undone by N1, N0" {
 			t.Errorf("N0: %q", res.Undo)
+		}
+	})
+}
+
+// TestUndoJournalsEveryFault: with a state directory, every node's journal
+// records the fault its round ended with, whichever way the node learned
+// it (issue: after an undo wave, `chainsync journal` showed FAULT "-" at
+// the nodes that undid, and at the node whose task failed): the failing
+// node task-failed, the others a fault of their own kind. docs/UNDO.md,
+// "Outcomes"; docs/JOURNAL.md.
+func TestUndoJournalsEveryFault(t *testing.T) {
+	simulated(t, func(t *testing.T) {
+		cfgs := simChain(t, testnet.NewNetwork(), 4)
+		for i := range cfgs {
+			cfgs[i].StateDir = t.TempDir()
+			cfgs[i].Task = func(ctx context.Context, round string) error {
+				if i == 2 {
+					return exitErr(1)
+				}
+				return nil
+			}
+			cfgs[i].Undo = func(ctx context.Context, round string, u UndoInfo) error { return nil }
+		}
+		nodes := startAll(t, cfgs, []int{3, 2, 1, 0})
+		for _, n := range nodes {
+			if err := n.Ready(""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range nodes {
+			if _, err := n.Wait(context.Background(), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, n := range nodes {
+			n.Close()
+			snap, err := journal.Read(cfgs[i].StateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind := snap.State.Faults[""]
+			switch {
+			case i == 2 && kind != string(FaultTaskFailed):
+				t.Errorf("N2's journal: fault %q, want task-failed", kind)
+			case kind == "":
+				t.Errorf("N%d's journal records no fault for the round that failed at N2", i)
+			}
 		}
 	})
 }

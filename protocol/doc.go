@@ -50,4 +50,11 @@
 //     says a timeout ran out; the machine changed nothing, the caller
 //     applies its fault policy (Abort the round, or every round, or
 //     wait).
+//  8. With Config.Receipts (receipt.go): carry out ActSignReceipt by
+//     signing this node's receipt as Action.Sign says (possibly off the
+//     loop), then step ReceiptSigned with the envelope and its digest;
+//     after a restart, carry out ReceiptsToSign first. Report
+//     ReceiptHanded for each RECEIPT handed to a live connection to the
+//     predecessor. ActReceipts says the receipts this node must hold are
+//     here (Receipts returns them).
 package protocol

@@ -184,7 +184,8 @@ func (ev Event) RoundOf() (string, bool) {
 		if ev.Msg.Cmd != 0 && ev.Msg.Cmd != FaultNotice && ev.Msg.Cmd != Grace {
 			return ev.Msg.Round, true // Promote
 		}
-	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny, EvAlreadyDone, EvUndoDone:
+	case EvLocalReady, EvTaskDone, EvAbort, EvDelivered, EvUndelivered, EvApprove, EvDeny, EvAlreadyDone, EvUndoDone,
+		EvReceiptSigned, EvReceiptHanded:
 		return ev.Round, true
 	}
 	return "", false
@@ -342,6 +343,8 @@ type Action struct {
 	// Started (ActNotice): this node's task of Round had started
 	// before the notice arrived.
 	Started bool
+	// Sign (ActSignReceipt): what the receipt must say (receipt.go).
+	Sign *ReceiptOrder
 }
 
 // Record is everything durable about one round at one node: enough for a
@@ -395,6 +398,8 @@ type Record struct {
 	// it ran: the round ends, aborted, when the task ends (TaskDone,
 	// whatever its result), and the task is not run again.
 	Cancelled bool
+	// Receipt: the round's receipts here (Config.Receipts; receipt.go).
+	Receipt ReceiptRecord
 }
 
 // Violation is a peer's protocol violation: a message that is well formed
@@ -489,6 +494,11 @@ type Config struct {
 	// Approve: each of this node's tasks waits, once its turn has come,
 	// for EvApprove of its round (or ends at EvDeny); see steer.go.
 	Approve bool
+	// Receipts: the chain signs receipts (receipt.go); it needs
+	// Extensions. Chain is the chain's node names, Head first, and Name
+	// (this node's) must be one of them.
+	Receipts bool
+	Chain    []string
 }
 
 // keepNotices is how many notices a Machine remembers, so that each is
@@ -524,9 +534,13 @@ type round struct {
 	// A retry (steer.go): how many reopened it here, and the undo of
 	// this node's work before the latest.
 	retries int
-	prior   UndoRecord
-	retry   Steer // Record.Retry
-	cancel  Steer // Record.Cancel
+	// doneAttempt: the attempt (retries, as Notice.Attempt counts) of
+	// the last task of the round that ended here, so that the failure
+	// the driver then reports is told as of that attempt.
+	doneAttempt int
+	prior       UndoRecord
+	retry       Steer // Record.Retry
+	cancel      Steer // Record.Cancel
 	// succRetried: the successor sent back the retry line that reopened
 	// the round (or there is none): until then a message of the round
 	// from it may be of the attempt before, and is not taken.
@@ -538,6 +552,7 @@ type round struct {
 	// ended while its task ran (its end is still to be reported).
 	cancelled, stale, taskOpen bool
 	started                    bool // the task started (Record.Started)
+	rc                         receipts
 }
 
 func (r *round) record() Record {
@@ -547,7 +562,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled, Receipt: r.rc.ReceiptRecord}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -904,7 +919,7 @@ func (m *Machine) Restore(rec Record) error {
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
 		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
-		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc()}
+		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: receipts{ReceiptRecord: rec.Receipt}}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.cancel.What == SteerCancel {
@@ -947,6 +962,9 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 	out, err := m.step1(ev, out)
 	if err == nil && m.cfg.Ordered {
 		out = m.pump(out)
+	}
+	if err == nil && m.cfg.Receipts {
+		out = m.receiptsStep(ev, out[start:], out)
 	}
 	if err == nil {
 		out = m.live.step(ev, out[start:], m.clock.now, out)
@@ -1020,6 +1038,10 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		return out, nil // the link clocks (clockStep)
 	case EvSteer, EvApprove, EvDeny, EvAlreadyDone:
 		return m.steerStep(ev, out)
+	case EvReceiptSigned:
+		return m.receiptSigned(ev, out)
+	case EvReceiptHanded:
+		return m.receiptHanded(ev, out)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -1106,6 +1128,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if msg.Cmd == SteerLine {
 		return m.steerStep(Event{Kind: EvSteer, From: from, Msg: msg}, out)
+	}
+	if msg.Cmd == RDigestLine || msg.Cmd == ReceiptLine {
+		return m.receiptRecv(from, msg, out)
 	}
 	if msg.Cmd.IsUndo() {
 		r := m.rounds[msg.Round]
@@ -1196,6 +1221,9 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return ahead(st, "COMPLETE from the predecessor before this node is in WATCH")
 		case st != StateWatch:
 			return violation(st, "COMPLETE from the predecessor before this node is in WATCH")
+		case !m.digestKnown(r):
+			// A predecessor with receipts sends RDIGEST first, always.
+			return out, &Violation{From: from, Msg: msg, State: st, Reason: "COMPLETE from the predecessor before its receipt digest (RDIGEST)", Mismatch: true, Setting: "receipts"}
 		}
 		r.completeRecv = true
 		return m.advance(r, out), nil
@@ -1272,6 +1300,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 		// task may start now (steer.go); if it succeeded, it is done
 		// here and the retry passes the round on.
 		r.stale = false
+		r.doneAttempt = max(r.retries-1, 0)
 		m.orphans--
 		r.taskOK = r.taskOK || !failed
 		return m.ungate(out), nil
@@ -1282,6 +1311,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	case r == nil || r.state != StateStart:
 		return out, ErrNotRunning
 	}
+	r.doneAttempt = r.retries
 	out = m.live.announce(r.id, 0, m.clock.now, out) // this node is here: its grace is over
 	if r.cancelled {
 		// Cancelled while it ran: the round ends here now, whatever the
@@ -1297,11 +1327,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	}
 	r.ran = m.cfg.Undo // the undo wave's to know (undo.go)
 	out = m.set(r, StateComplete, out)
-	if m.cfg.Role.HasSucc() {
-		out = r.send(Succ, Complete, out) // triggers the successor's task
-	} else {
-		r.exitRecv = true // the Tail starts the exit wave itself
-	}
+	out = m.passOn(r, ReceiptRanOK, out) // COMPLETE on, or the exit wave begins
 	return m.advance(r, out), nil
 }
 
@@ -1313,6 +1339,7 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
 	out = m.steer.resends(side, out)         // first: what holds the rounds below
 	out = m.notices.resend(side, out)        // the notices it missed
+	out = m.receiptResends(side, out)        // before the COMPLETE a digest must precede
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
 		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
@@ -1488,6 +1515,14 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt == 0 {
+		// The attempt the fault is of: a task's failure is of the
+		// attempt whose task it was.
+		n.Attempt = min(r.retries, MaxNoticeAttempt)
+		if n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout {
+			n.Attempt = min(r.doneAttempt, MaxNoticeAttempt)
+		}
+	}
 	if m.cfg.Extensions && m.notices.remember(n) {
 		msg := Message{Cmd: FaultNotice, Note: &n}
 		for _, side := range []Side{Pred, Succ} {
@@ -1532,6 +1567,11 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
+	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
+		// A fault of an attempt before the retry that reopened the
+		// round here (re-sent, or late): it ends nothing now.
+		return out, nil
+	}
 	if r := m.rounds[n.Round]; n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
 		// A task after this node failed, but this node's task has not
 		// run in the round's retry yet: the failure is of the attempt

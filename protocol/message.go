@@ -1,5 +1,7 @@
 package protocol
 
+import "strconv"
+
 // Command is one of the draft's three message commands.
 type Command uint8
 
@@ -35,6 +37,12 @@ func (c Command) String() string {
 	if s, ok := undoName(c); ok {
 		return s
 	}
+	switch c {
+	case RDigestLine:
+		return "RDIGEST"
+	case ReceiptLine:
+		return "RECEIPT"
+	}
 	return "Command(?)"
 }
 
@@ -51,6 +59,8 @@ type Message struct {
 	Steer *Steer     // SteerLine only
 	Grace *GraceNote // Grace only
 	Undo  *Wave      // UndoLine and UndoEnd only (undo.go)
+	// Receipt: RDigestLine and ReceiptLine only (receipt.go).
+	Receipt *ReceiptNote
 }
 
 // String formats m as "READY r7" (or "READY" for the unnamed round), the
@@ -64,6 +74,9 @@ func (m Message) String() string {
 	}
 	if m.Cmd == SteerLine && m.Steer != nil {
 		return "STEER " + m.Steer.String()
+	}
+	if (m.Cmd == RDigestLine || m.Cmd == ReceiptLine) && m.Receipt != nil {
+		return m.Cmd.String() + " " + roundText(m.Round) + ": " + m.Receipt.String()
 	}
 	if m.Cmd.IsUndo() && m.Undo != nil {
 		return m.Cmd.String() + " " + roundText(m.Round) + ": " + m.Undo.String()
@@ -127,13 +140,20 @@ type Notice struct {
 	Kind     string // the fault kind, e.g. "peer-silent" (1..MaxNoticeKind of a-z 0-9 -)
 	Origin   string // the node that reported the fault (a NoticeName)
 	Blamed   string // the node it blames, "" for none (a NoticeName)
+	// Attempt is the round's attempt the fault is of, as the retries
+	// that had reopened the round at Origin when it was reported (0: the
+	// first attempt, or a node that does not say; only with HasRound): a
+	// node where more retries reopened the round takes it as of an
+	// attempt before, which ends nothing there.
+	Attempt int
 }
 
 // Bounds of a notice's fields, so that the whole line stays within the
 // wire's 256 bytes.
 const (
-	MaxNoticeKind = 24
-	MaxNoticeName = 40
+	MaxNoticeKind    = 24
+	MaxNoticeName    = 40
+	MaxNoticeAttempt = 999999
 )
 
 // String formats n as "peer-silent by C blames B round r7", for logs and
@@ -145,9 +165,13 @@ func (n Notice) String() string {
 	}
 	if n.HasRound {
 		if n.Round == "" {
-			return s + " round (unnamed)"
+			s += " round (unnamed)"
+		} else {
+			s += " round " + n.Round
 		}
-		return s + " round " + n.Round
+	}
+	if n.Attempt > 0 {
+		s += " retry " + strconv.Itoa(n.Attempt)
 	}
 	return s
 }
@@ -157,6 +181,9 @@ func (n Notice) String() string {
 // node that are NoticeNames.
 func (n Notice) Valid() bool {
 	if !ValidRound(n.Round) || !n.HasRound && n.Round != "" {
+		return false
+	}
+	if n.Attempt < 0 || n.Attempt > MaxNoticeAttempt || n.Attempt > 0 && !n.HasRound {
 		return false
 	}
 	if len(n.Kind) == 0 || len(n.Kind) > MaxNoticeKind {

@@ -483,11 +483,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		out = append(out, Action{Kind: ActSkip, Round: r.id})
 		r.ran = m.cfg.Undo // its task did run, before the retry: the undo wave's to know
 		out = m.set(r, StateComplete, out)
-		if m.cfg.Role.HasSucc() {
-			out = r.send(Succ, Complete, out)
-		} else {
-			r.exitRecv = true
-		}
+		out = m.passOn(r, ReceiptSkipped, out)
 		return true, m.advance(r, out)
 	}
 	if r.stale || m.cfg.Ordered && m.orphans > 0 {

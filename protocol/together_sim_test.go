@@ -308,21 +308,28 @@ func cmpString(a, b string) int {
 // in the end every round is over everywhere, a retried round that
 // failed nowhere since done.
 //
-// People act often here (holds, pauses, cancels and retries between
-// most steps). Calmer schedules, where more tasks run between their
-// acts, still find rounds that never end: a fault notice or an undo line
-// of the attempt before a retry, re-sent or late, can end the retry's
-// round at a node (the lines carry no attempt); those schedules are
-// left out until they do.
+// Each seed runs twice: with people acting often (holds, pauses,
+// cancels and retries between most steps), and calm, where more tasks
+// run between their acts. The calm schedules found a fault notice of the
+// attempt before a retry ending the retry's round at a node (calm seed
+// 102: B's task failed in the first retry, and its notice reached the
+// Head after the second); notices now say their attempt
+// (docs/PROTOCOL.md, "Fault notices"). Calm seeds beyond these still
+// find rounds left unfinished after storms of cancels and retries, and
+// a retry line that ends a round while its task runs (calm seeds 734,
+// 747, 869, 929, 1145, 1230): not yet run here.
 func TestSimulateFeaturesTogether(t *testing.T) {
 	runs := uint64(600)
 	if testing.Short() {
 		runs = 100
 	}
 	for seed := range runs {
-		s := newTableSim(seed, nil)
-		if err := s.run(); err != nil {
-			t.Fatalf("seed %d (n=%d): %v", seed, s.n, err)
+		for _, calm := range []bool{false, true} {
+			s := newTableSim(seed, nil)
+			s.calm = calm
+			if err := s.run(); err != nil {
+				t.Fatalf("seed %d (n=%d, calm %v): %v", seed, s.n, calm, err)
+			}
 		}
 	}
 }

@@ -396,3 +396,71 @@ func TestNoticeSaysWhetherTheTaskRan(t *testing.T) {
 		}
 	}
 }
+
+// docs/STEERING.md, "Features together", and docs/PROTOCOL.md, "Fault
+// notices": a fault notice says the attempt it is of. C's task fails in
+// u1, and the Head cancels and retries u1 before C's notice reaches it: the notice,
+// of the attempt before, ends nothing at A when it comes, and the retry
+// runs to the end. C's task fails again in a retry of u2: that notice
+// carries the retry (1), and ends the round everywhere.
+func TestLateNoticeOfTheAttemptBefore(t *testing.T) {
+	tg := newTogether(t, []string{"A", "B", "C"}, func(i int, c *protocol.Config) { c.Policy = protocol.PolicyWait })
+	var sent []protocol.Notice // the notices C sent
+	hook := tg.net.Hook
+	tg.net.Hook = func(i int, ev protocol.Event, acts []protocol.Action, err error) {
+		hook(i, ev, acts, err)
+		for _, a := range acts {
+			if i == 2 && a.Kind == protocol.ActSend && a.Msg.Cmd == protocol.FaultNotice {
+				sent = append(sent, *a.Msg.Note)
+			}
+		}
+	}
+	failC := func(round string) {
+		t.Helper()
+		tg.runUntil(2, round)
+		k := slices.IndexFunc(tg.net.Tasks, func(task sim.Task) bool { return task.Node == 2 })
+		if _, _, err := tg.net.FinishTask(k, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tg.net.Step(2, protocol.Report(protocol.Notice{HasRound: true, Round: round, Kind: protocol.KindTaskFailed, Origin: "C", Blamed: "C"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		tg.net.Step(i, protocol.LocalReady("u1"))
+	}
+	failC("u1")
+	if len(sent) == 0 || sent[0].Attempt != 0 {
+		t.Fatalf("C's notices in the first attempt: %+v, want attempt 0", sent)
+	}
+	// People at A cancel u1 and retry it while C's notice is on its way.
+	tg.steer(0, protocol.Steer{At: 1, What: protocol.SteerCancel, HasRound: true, Round: "u1"})
+	tg.steer(0, protocol.Steer{At: 2, What: protocol.SteerRetry, HasRound: true, Round: "u1"})
+	tg.drain(nil)
+	for i := range 3 {
+		if st, _ := tg.net.Nodes[i].M.State("u1"); st != protocol.StateDone {
+			t.Errorf("%s: u1 %v after its retry ran everywhere, want DONE (a notice of the attempt before ended it?)", tg.net.Nodes[i].Name, st)
+		}
+	}
+
+	for i := range 3 {
+		tg.net.Step(i, protocol.LocalReady("u2"))
+	}
+	failC("u2")
+	tg.drain(nil)
+	tg.steer(0, protocol.Steer{At: 3, What: protocol.SteerRetry, HasRound: true, Round: "u2"})
+	sent = nil
+	failC("u2")
+	if len(sent) == 0 || sent[0].Attempt != 1 {
+		t.Fatalf("C's notices in the retry: %+v, want attempt 1", sent)
+	}
+	tg.drain(nil)
+	for i := range 3 {
+		if st, _ := tg.net.Nodes[i].M.State("u2"); !st.Terminal() || st == protocol.StateDone {
+			t.Errorf("%s: u2 %v after C's task failed in the retry, want it ended, not done", tg.net.Nodes[i].Name, st)
+		}
+	}
+	if t.Failed() {
+		t.Log(fmt.Sprint(tg.log))
+	}
+}

@@ -160,8 +160,8 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 // unnamed round), and blamed is "-" for none.
 func parseNotice(line, raw []byte) (protocol.Message, error) {
 	f := bytes.Split(line, []byte{' '})
-	if len(f) != 5 || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
-		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED)", raw)
+	if (len(f) != 5 && len(f) != 6) || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
+		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED [RETRY])", raw)
 	}
 	n := protocol.Notice{Kind: string(f[2]), Origin: string(f[3])}
 	switch r := f[1]; {
@@ -173,6 +173,15 @@ func parseNotice(line, raw []byte) (protocol.Message, error) {
 	}
 	if b := string(f[4]); b != "-" {
 		n.Blamed = b
+	}
+	if len(f) == 6 {
+		// The attempt, as the retries that reopened the round at the
+		// origin: 1 or more, no sign, no leading zero.
+		a := f[5]
+		if a[0] < '1' || a[0] > '9' || len(a) > 6 || len(bytes.Trim(a, "0123456789")) > 0 {
+			return protocol.Message{}, badLine("malformed fault notice: RETRY must be a number from 1", raw)
+		}
+		n.Attempt, _ = strconv.Atoi(string(a))
 	}
 	if n.Origin == "-" || !n.Valid() {
 		return protocol.Message{}, badLine("malformed fault notice", raw)
@@ -280,6 +289,9 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 	if m.Cmd == protocol.Grace && m.Grace != nil {
 		return appendGrace(dst, *m.Grace)
 	}
+	if m.Receipt != nil && (m.Cmd == protocol.RDigestLine || m.Cmd == protocol.ReceiptLine) {
+		return appendReceiptMessage(dst, m)
+	}
 	dst = append(dst, m.Cmd.String()...)
 	if m.Round != "" || colon && m.Cmd != protocol.Heartbeat {
 		dst = append(dst, ':')
@@ -303,6 +315,9 @@ func Valid(m protocol.Message) bool {
 	if m.Cmd == protocol.Grace {
 		return m.Grace != nil && m.Grace.Valid()
 	}
+	if m.Cmd == protocol.RDigestLine || m.Cmd == protocol.ReceiptLine {
+		return validReceiptMessage(m)
+	}
 	return m.Cmd.Valid() && protocol.ValidRound(m.Round)
 }
 
@@ -323,6 +338,10 @@ func appendNotice(dst []byte, n protocol.Notice) []byte {
 		dst = append(dst, '-')
 	} else {
 		dst = append(dst, n.Blamed...)
+	}
+	if n.Attempt > 0 {
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, int64(n.Attempt), 10)
 	}
 	return append(dst, '\n')
 }

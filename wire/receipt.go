@@ -286,3 +286,36 @@ func (r *Reader) Receipt() (ReceiptLine, bool) {
 	}
 	return *l, true
 }
+
+// Message returns d as the machine takes it (protocol.RDigestLine).
+func (d ReceiptDigest) Message() protocol.Message {
+	return protocol.Message{Cmd: protocol.RDigestLine, Round: d.Round, Receipt: &protocol.ReceiptNote{Node: d.Node, Digest: d.Digest}}
+}
+
+// appendReceiptMessage appends the lines of a machine's receipt message:
+// one RDIGEST line, or the RECEIPT lines of the whole envelope.
+func appendReceiptMessage(dst []byte, m protocol.Message) []byte {
+	n := m.Receipt
+	if m.Cmd == protocol.RDigestLine {
+		return AppendReceiptDigest(dst, ReceiptDigest{Round: m.Round, Node: n.Node, Digest: n.Digest})
+	}
+	out, err := AppendReceipt(dst, m.Round, n.Node, []byte(n.Envelope))
+	if err != nil {
+		return dst // Valid refuses it
+	}
+	return out
+}
+
+// validReceiptMessage reports whether a machine's receipt message can be
+// written.
+func validReceiptMessage(m protocol.Message) bool {
+	n := m.Receipt
+	if n == nil || !ValidReceiptDigest(ReceiptDigest{Round: m.Round, Node: n.Node, Digest: n.Digest}) {
+		return false
+	}
+	if m.Cmd == protocol.ReceiptLine {
+		_, err := AppendReceipt(nil, m.Round, n.Node, []byte(n.Envelope))
+		return err == nil
+	}
+	return true
+}

@@ -226,3 +226,48 @@ func TestReceiptAssemblerRefuses(t *testing.T) {
 		}
 	}
 }
+
+// docs/PROTOCOL.md, "Receipt lines": the machine's receipt messages are
+// written as RDIGEST and RECEIPT lines, and read back (an RDIGEST line as
+// the machine's message, the RECEIPT lines put together) unchanged.
+func TestReceiptMessageRoundTrip(t *testing.T) {
+	digest := strings.Repeat("ab", 32)
+	env := `{"payloadType":"application/vnd.in-toto+json","payload":"` + strings.Repeat("eyJf", 200) + `","signatures":[]}`
+	rd := protocol.Message{Cmd: protocol.RDigestLine, Round: "r7", Receipt: &protocol.ReceiptNote{Node: "B", Digest: digest}}
+	rc := protocol.Message{Cmd: protocol.ReceiptLine, Round: "r7", Receipt: &protocol.ReceiptNote{Node: "B", Digest: digest, Envelope: env}}
+	for _, m := range []protocol.Message{rd, rc} {
+		if !wire.Valid(m) {
+			t.Fatalf("%v is not valid", m)
+		}
+	}
+	if bad := (protocol.Message{Cmd: protocol.ReceiptLine, Round: "r7", Receipt: &protocol.ReceiptNote{Node: "B", Digest: digest, Envelope: "a b"}}); wire.Valid(bad) {
+		t.Error("an envelope with a space is valid")
+	}
+	r := wire.NewReader(bytes.NewReader(wire.Append(wire.Append(nil, rd, false), rc, false)))
+	r.Heartbeats, r.Receipts = true, true
+	var asm wire.ReceiptAssembler
+	var gotDigest protocol.Message
+	var gotEnv []byte
+	for {
+		if _, err := r.ReadMessage(); err != nil {
+			break
+		}
+		l, _ := r.Receipt()
+		switch {
+		case l.Digest != nil:
+			gotDigest = l.Digest.Message()
+		case l.Part != nil:
+			if e, done, err := asm.Add(*l.Part); err != nil {
+				t.Fatal(err)
+			} else if done {
+				gotEnv = e
+			}
+		}
+	}
+	if gotDigest.Cmd != protocol.RDigestLine || *gotDigest.Receipt != *rd.Receipt || gotDigest.Round != "r7" {
+		t.Errorf("RDIGEST read back as %v", gotDigest)
+	}
+	if string(gotEnv) != env {
+		t.Errorf("the envelope read back is %d bytes, want %d", len(gotEnv), len(env))
+	}
+}

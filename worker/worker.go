@@ -108,7 +108,9 @@ func (wk *Worker) Serve(r io.Reader, w io.Writer) error {
 	sc.Buffer(make([]byte, 4096), 1<<20)
 	for sc.Scan() {
 		var m message
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.ID == nil {
+		if id, round, ok := parseRun(sc.Bytes()); ok {
+			m.ID, m.Op, m.Round = &id, "run", round
+		} else if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.ID == nil {
 			wg.Wait()
 			return fmt.Errorf("%w: %q", ErrProtocol, sc.Text())
 		}
@@ -154,4 +156,34 @@ func (wk *Worker) Serve(r io.Reader, w io.Writer) error {
 		return err
 	}
 	return werr
+}
+
+// parseRun reads the line nearly every request is,
+// {"id":N,"op":"run","round":"R"} exactly as the node writes it with a
+// round id of printable ASCII and nothing escaped, without reflection; ok
+// is false for any other line, which json.Unmarshal reads.
+func parseRun(line []byte) (id uint64, round string, ok bool) {
+	const pre, mid, post = `{"id":`, `,"op":"run","round":"`, `"}`
+	if len(line) < len(pre)+1+len(mid)+len(post) || string(line[:len(pre)]) != pre || string(line[len(line)-len(post):]) != post {
+		return 0, "", false
+	}
+	rest := line[len(pre) : len(line)-len(post)]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || (n > 1 && rest[0] == '0') || string(rest[n:min(len(rest), n+len(mid))]) != mid {
+		return 0, "", false
+	}
+	id, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	if err != nil { // above 64 bits
+		return 0, "", false
+	}
+	r := rest[n+len(mid):]
+	for _, c := range r {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return 0, "", false
+		}
+	}
+	return id, string(r), true
 }

@@ -29,6 +29,10 @@ delivered; and how the node ended (normally, at what time, or not:
 running, or killed). It reads the files and changes nothing, and takes no
 lock, so it is safe beside the node running on DIR.
 
+A round reopened by chainsync open --retry shows the retry's own outcome,
+how often it was retried and by whom, and what became of this node's work
+in the attempt before (undone, or not).
+
 The times are those of the task's start and end as this node recorded
 them, by its clock, to the millisecond ("-": not recorded; a journal
 written by a version before they were recorded has none).
@@ -75,6 +79,17 @@ type journalRound struct {
 	LastRecvSucc string `json:"last_recv_succ,omitempty"`
 	// Undo: where the round's undo wave stood here (--undo), "" none.
 	Undo string `json:"undo,omitempty"`
+	// Retries: how many retries reopened the round here (0: none;
+	// chainsync open --retry); RetryBy: who asked for the latest, and at
+	// which node ("ann at A"); PriorUndo: the undo of this node's work in
+	// the attempt before it, as Undo says one ("" none was undone).
+	// Task, TaskText and Outcome are the latest attempt's.
+	Retries   int    `json:"retries,omitempty"`
+	RetryBy   string `json:"retry_by,omitempty"`
+	PriorUndo string `json:"prior_undo,omitempty"`
+	// Cancelled: the Head cancelled the round while this node's task of
+	// it ran (the round ended when the task did).
+	Cancelled bool `json:"cancelled_while_running,omitempty"`
 	// TaskRuns: every run of the task in the round, oldest first, when
 	// there was more than one or the last was cut short by the node's
 	// death; else omitted (TaskStarted and TaskEnded say it).
@@ -183,16 +198,18 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 // of role, with the fault record's kind (fault; "" none) and the task's
 // runs as its task time records say.
 //
-// Only a task time record says the task started: a round whose turn
-// came but that waited for a person (an approval, a hold, a pause) and
-// was then cancelled or aborted has the predecessor's COMPLETE (the
-// Head: the successor's START) and no task start.
+// The record's Started says the task started in the round's latest
+// attempt: a round whose turn came but that waited for a person (an
+// approval, a hold, a pause) and was then cancelled or aborted has the
+// predecessor's COMPLETE (the Head: the successor's START) and never
+// started. A journal written before records kept Started says it by a
+// task time record (such a journal has no retries).
 func describeRound(role string, r protocol.Record, fault string, tt journal.TaskTimes) journalRound {
 	hasPred := role == "middle" || role == "tail"
 	hasSucc := role == "head" || role == "middle"
 	jr := journalRound{Round: r.Round, Seq: r.Seq, State: r.State.String(), LocallyReady: r.LocalReady, Fault: fault,
 		LastSentPred: cmdName(r.LastPred), LastSentSucc: cmdName(r.LastSucc), LastRecvPred: cmdName(r.RecvPred), LastRecvSucc: cmdName(r.RecvSucc)}
-	started := !tt.Started.IsZero()
+	started := r.Started || r.Retries == 0 && !tt.Started.IsZero()
 	// The task succeeded once COMPLETE went on (to the successor, or
 	// back from the Tail).
 	succeeded := r.LastSucc == protocol.Complete
@@ -218,6 +235,10 @@ func describeRound(role string, r protocol.Record, fault string, tt journal.Task
 		}
 	case r.State == protocol.StateComplete || r.State == protocol.StateDone || succeeded:
 		jr.Task, jr.TaskText = "succeeded", "started and succeeded"
+	case r.Cancelled && r.State == protocol.StateStart:
+		jr.Task, jr.TaskText = "running-or-interrupted", "started; the Head cancelled the round while it ran: the round ends when the task ends"
+	case r.Cancelled && r.State == protocol.StateAborted:
+		jr.Task, jr.TaskText = "stopped", "started; the Head cancelled the round while it ran, and the round ended when the task ended"
 	case r.State == protocol.StateStart && !tt.Interrupted.IsZero():
 		jr.Task, jr.TaskText = "running-or-interrupted", "started; the node died while it ran (its restart found it so), no end recorded since"
 	case r.State == protocol.StateStart:
@@ -260,6 +281,17 @@ func describeRound(role string, r protocol.Record, fault string, tt journal.Task
 		// Where this node's own undo stood; the wave's outcome is above.
 		jr.Outcome += "; undo: " + undoText(protocol.UndoRecord{Phase: r.Undo.Phase})
 	}
+	jr.Cancelled = r.Cancelled
+	if jr.Retries = r.Retries; r.Retries > 0 {
+		jr.Outcome += "; " + retryText(r)
+		if r.Retry.What != 0 {
+			jr.RetryBy = r.Retry.Origin
+			if r.Retry.By != "" {
+				jr.RetryBy = r.Retry.By + " at " + r.Retry.Origin
+			}
+		}
+		jr.PriorUndo = undoText(r.Prior)
+	}
 	switch {
 	case hasPred && r.Delivered:
 		jr.ExitWave = "delivered to the predecessor"
@@ -280,6 +312,32 @@ func describeRound(role string, r protocol.Record, fault string, tt journal.Task
 		}
 	}
 	return jr
+}
+
+// retryText says, after a retried round's outcome, how often it was
+// retried, by whom, and what became of this node's work in the attempt
+// before the latest retry: undone (and how the wave ended), or not.
+func retryText(r protocol.Record) string {
+	s := "retried"
+	if r.Retries > 1 {
+		s += fmt.Sprintf(" %d times", r.Retries)
+	}
+	if r.Retry.What != 0 {
+		s += " by "
+		if r.Retry.By != "" {
+			s += r.Retry.By + " at "
+		}
+		s += r.Retry.Origin
+	}
+	switch {
+	case r.Prior.Phase == protocol.PhaseNone:
+		return s + "; nothing was undone here before the retry"
+	case r.Prior.Ended:
+		// undoText ends with the wave's outcome: say that first.
+		return s + "; before the retry: " + r.Prior.Wave.Outcome() + "; undo here: " + undoText(protocol.UndoRecord{Phase: r.Prior.Phase})
+	default:
+		return s + "; before the retry, undo here: " + undoText(r.Prior)
+	}
 }
 
 // runsText says, after the task's words, that this is not its first run

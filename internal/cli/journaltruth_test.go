@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -204,5 +205,99 @@ func TestJournalTaskRerun(t *testing.T) {
 		got.TaskRuns[1].Started == "" || got.TaskRuns[1].Ended == "" || got.TaskRuns[1].Interrupted != "" ||
 		got.TaskStarted != got.TaskRuns[1].Started || !strings.Contains(got.TaskText, "run 2 times here: the first run was cut short by the node's death") {
 		t.Errorf("a task run again after a restart: %q, runs %+v, started %q", got.TaskText, got.TaskRuns, got.TaskStarted)
+	}
+}
+
+// TestJournalRetryAfterUndo: at the Head A of a chain whose round u1
+// failed at C and was undone by B and A, then retried and run again to
+// the end, chainsync journal shows both: the rerun (done, the task run
+// twice) and the undo of the attempt before, in the text and in --json.
+// docs/UNDO.md, "Features together": a retry's outcome is its own, and
+// the journal keeps both the undo and the retry.
+func TestJournalRetryAfterUndo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "A")
+	j, _, err := journal.Open(dir, journal.Header{Role: "head", Name: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wave := protocol.Wave{Failed: "C", Kind: "task-failed", Code: 7, Undone: "B,A", UndoneN: 2, StopCode: -1, KeptN: -1}
+	undone := protocol.UndoRecord{Phase: protocol.PhaseDone, Wave: wave, Ended: true, SentSucc: protocol.UndoEnd}
+	first := headRecords("u1", protocol.Record{State: protocol.StateAborted, Ran: true, Undo: undone})
+	for k := range first[1:] {
+		first[1+k][0].Started = true // the task started, then ran
+	}
+	retry := protocol.Steer{Origin: "A", At: 1_796_537_000_000, What: protocol.SteerRetry, HasRound: true, Round: "u1", By: "ann"}
+	second := headRecords("u1", protocol.Record{State: protocol.StateDone, ExitRecv: true, Ran: true})
+	second = append([][]protocol.Record{{{Round: "u1", State: protocol.StateSync, LocalReady: true, Seq: 1}}}, second...)
+	for k := range second {
+		second[k][0].Retries, second[k][0].Prior, second[k][0].Retry = 1, undone, retry
+		second[k][0].Started = second[k][0].State >= protocol.StateStart
+	}
+	for _, s := range append(first, second...) {
+		if err := j.Save(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	doc, out := readJournal(t, dir)
+	r := doc.Rounds[0]
+	wantOutcome := "done; retried by ann at A; before the retry: failed at C (task exited 7); undone by B, A; undo here: ran and ended"
+	if r.Outcome != wantOutcome || r.Task != "succeeded" || !strings.Contains(r.TaskText, "run 2 times here") {
+		t.Errorf("retried round at A: outcome %q, task %q (%q); want %q, the task succeeded, run twice", r.Outcome, r.Task, r.TaskText, wantOutcome)
+	}
+	if r.Retries != 1 || r.RetryBy != "ann at A" || r.PriorUndo != "ran and ended; failed at C (task exited 7); undone by B, A" || r.Undo != "" {
+		t.Errorf("retried round at A, --json: retries %d, retry_by %q, prior_undo %q, undo %q", r.Retries, r.RetryBy, r.PriorUndo, r.Undo)
+	}
+	if !strings.Contains(out, wantOutcome) {
+		t.Errorf("the table does not show the rerun and the undo:\n%s", out)
+	}
+	var js bytes.Buffer
+	if err := json.NewEncoder(&js).Encode(doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"retries":1`, `"retry_by":"ann at A"`, `"prior_undo":"ran and ended; failed at C (task exited 7); undone by B, A"`, `"outcome":"done; retried`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("--json lacks %s:\n%s", want, js.String())
+		}
+	}
+	// A node restarted now reads the same: the journal kept it all.
+	if doc2, _ := readJournal(t, dir); doc2.Rounds[0].Outcome != r.Outcome {
+		t.Errorf("read again: %q", doc2.Rounds[0].Outcome)
+	}
+}
+
+// TestJournalStartedIsTheRecords: a retried round waiting at an approval
+// in its second attempt reads "not started" though the first attempt's
+// task ran (the task time records say it started once); a round the
+// Head cancelled while this node's task ran says so. docs/STEERING.md,
+// "Features together".
+func TestJournalStartedIsTheRecords(t *testing.T) {
+	b := protocol.Record{Round: "r1", State: protocol.StateWatch, LocalReady: true, PredReady: true, StartRecv: true, LastPred: protocol.Start, RecvPred: protocol.Ready, Seq: 1}
+	steps := [][]protocol.Record{{b}}
+	b.State, b.CompleteRecv, b.RecvPred, b.Started = protocol.StateStart, true, protocol.Complete, true
+	steps = append(steps, []protocol.Record{b})
+	b.State = protocol.StateAborted
+	steps = append(steps, []protocol.Record{b})
+	// The retry: the round's turn came again, and it waits for an approval.
+	b = protocol.Record{Round: "r1", State: protocol.StateWatch, LocalReady: true, PredReady: true, StartRecv: true, CompleteRecv: true,
+		LastPred: protocol.Start, RecvPred: protocol.Complete, Seq: 1, Retries: 1,
+		Retry: protocol.Steer{Origin: "A", At: 1_796_537_000_000, What: protocol.SteerRetry, HasRound: true, Round: "r1"}}
+	steps = append(steps, []protocol.Record{b})
+	doc, _ := writeJournal(t, "middle", "B", steps, nil, false)
+	if r := doc.Rounds[0]; r.Task != "not-started" || r.Retries != 1 || r.RetryBy != "A" ||
+		!strings.HasSuffix(r.Outcome, "; retried by A; nothing was undone here before the retry") {
+		t.Errorf("a retried round waiting for approval: task %q (%q), retries %d by %q, outcome %q", r.Task, r.TaskText, r.Retries, r.RetryBy, r.Outcome)
+	}
+
+	c := protocol.Record{Round: "c1", State: protocol.StateStart, LocalReady: true, PredReady: true, StartRecv: true, CompleteRecv: true,
+		LastPred: protocol.Start, RecvPred: protocol.Complete, Seq: 1, Started: true}
+	cancel := c
+	cancel.Cancelled, cancel.Cancel = true, protocol.Steer{Origin: "A", At: 1_796_537_000_000, What: protocol.SteerCancel, HasRound: true, Round: "c1"}
+	over := cancel
+	over.State = protocol.StateAborted
+	doc, _ = writeJournal(t, "middle", "B", [][]protocol.Record{{c}, {cancel}, {over}}, []journal.Fault{{Round: "c1", Kind: "cancelled"}}, false)
+	if r := doc.Rounds[0]; r.Task != "stopped" || !r.Cancelled || r.Outcome != "cancelled at the Head" ||
+		!strings.Contains(r.TaskText, "cancelled the round while it ran") {
+		t.Errorf("a round cancelled while the task ran: task %q (%q), cancelled %v, outcome %q", r.Task, r.TaskText, r.Cancelled, r.Outcome)
 	}
 }

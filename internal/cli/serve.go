@@ -378,12 +378,13 @@ func waitReady(ctx context.Context, round string, o *runOpts, log *slog.Logger) 
 		path := readyPath(o.readyFile, round)
 		check = func() bool { _, err := os.Stat(path); return err == nil }
 	}
+	if check() { // the usual case: no ticker on every round's path
+		return nil
+	}
+	log.Info("not locally ready yet; checking again every "+o.readyInterval.String(), "round", round)
 	t := time.NewTicker(o.readyInterval)
 	defer t.Stop()
-	for attempt := 1; !check(); attempt++ {
-		if attempt == 1 {
-			log.Info("not locally ready yet; checking again every "+o.readyInterval.String(), "round", round)
-		}
+	for !check() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -23,9 +23,13 @@
 // commands as decimal numbers of the protocol package's State and
 // Command, 0 for none; FLAGS five 0/1 digits: locally ready, READY from
 // the predecessor, START from the successor, COMPLETE from the
-// predecessor, COMPLETE from the successor; SEQ, when present, the
-// protocol package's Record.Seq: the order in which the node learned its
-// rounds), or a delivery,
+// predecessor, COMPLETE from the successor, then two more when either is
+// set (seven digits, never ending "00"): Record.Started and
+// Record.Cancelled; SEQ, when present, the protocol package's
+// Record.Seq: the order in which the node learned its rounds), preceded
+// by the round's attempt records when it has been retried or cancelled
+// (attempt.go: P for Record.Retries and Record.Prior, S for Record.Retry
+// and Record.Cancel), or a delivery,
 //
 //	D :ROUND
 //
@@ -353,8 +357,10 @@ func (j *Journal) load() (*State, error) {
 		return nil, fmt.Errorf("%w: %s holds the state of node %q (%s), but this is node %q (%s); give each node its own --state-dir",
 			ErrMismatch, j.dir, h.Name, h.Role, j.hdr.Name, j.hdr.Role)
 	}
+	pending := attempts{}
 	for _, e := range recs[1:] {
 		switch {
+		case pending.note(e):
 		case e.Header != nil:
 			return nil, fmt.Errorf("%w: %s: a second header", ErrCorrupt, path)
 		case e.Delivered != "" || e.DeliveredUnnamed:
@@ -373,7 +379,7 @@ func (j *Journal) load() (*State, error) {
 		case e.FaultKind != "":
 			j.faults[e.Record.Round] = e.FaultKind
 		default:
-			j.remember(e.Record)
+			j.remember(pending.take(e.Record))
 			j.ended = 0
 		}
 	}
@@ -406,12 +412,14 @@ func (j *Journal) remember(r protocol.Record) {
 type Entry struct {
 	Header           *Header
 	Record           protocol.Record
-	Delivered        string         // a delivery for this round
-	DeliveredUnnamed bool           // a delivery for the unnamed round
-	Ended            int64          // an end record: the node ended normally then (Unix seconds)
-	FaultKind        string         // a fault record: Record.Round was aborted by a fault of this kind
-	Undo             *UndoEntry     // an undo record for Record.Round (undo.go)
-	TaskTime         *TaskTimeEntry // a task time record for Record.Round (times.go)
+	Delivered        string          // a delivery for this round
+	DeliveredUnnamed bool            // a delivery for the unnamed round
+	Ended            int64           // an end record: the node ended normally then (Unix seconds)
+	FaultKind        string          // a fault record: Record.Round was aborted by a fault of this kind
+	Undo             *UndoEntry      // an undo record for Record.Round (undo.go)
+	TaskTime         *TaskTimeEntry  // a task time record for Record.Round (times.go)
+	Attempt          *AttemptEntry   // an attempt record for Record.Round's next round record (attempt.go)
+	Steer            *protocol.Steer // a retry or cancel line for Record.Round's next round record (attempt.go)
 }
 
 func (e Entry) round() string {
@@ -533,6 +541,10 @@ func parsePayload(p []byte) (Entry, error) {
 		return parseUndo(s, f)
 	case f[0] == "T":
 		return parseTaskTime(s, f)
+	case f[0] == "P":
+		return parseAttempt(s, f)
+	case f[0] == "S":
+		return parseSteerRecord(s, f)
 	case len(f) == 2 && f[0] == "D":
 		id, err := roundOf(f[1])
 		if err != nil {
@@ -560,12 +572,12 @@ func parsePayload(p []byte) (Entry, error) {
 			return Entry{}, err
 		}
 		r.State = protocol.State(st)
-		if len(f[3]) != 5 || strings.Trim(f[3], "01") != "" {
+		if len(f[3]) != 5 && (len(f[3]) != 7 || f[3][5:] == "00") || strings.Trim(f[3], "01") != "" {
 			return Entry{}, fmt.Errorf("bad flags %q", f[3])
 		}
-		flags := []*bool{&r.LocalReady, &r.PredReady, &r.StartRecv, &r.CompleteRecv, &r.ExitRecv}
-		for i, b := range flags {
-			*b = f[3][i] == '1'
+		flags := []*bool{&r.LocalReady, &r.PredReady, &r.StartRecv, &r.CompleteRecv, &r.ExitRecv, &r.Started, &r.Cancelled}
+		for i := range f[3] {
+			*flags[i] = f[3][i] == '1'
 		}
 		cmds := []*protocol.Command{&r.LastPred, &r.LastSucc, &r.RecvPred, &r.RecvSucc}
 		for i, c := range cmds {
@@ -616,7 +628,12 @@ func appendRecord(b []byte, r protocol.Record) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(r.State), 10)
 	b = append(b, ' ')
-	for _, f := range [...]bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv} {
+	flags := [...]bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv, r.Started, r.Cancelled}
+	n := len(flags)
+	if !r.Started && !r.Cancelled {
+		n -= 2 // five digits, as before these two facts were kept
+	}
+	for _, f := range flags[:n] {
 		if f {
 			b = append(b, '1')
 		} else {
@@ -634,9 +651,11 @@ func appendRecord(b []byte, r protocol.Record) []byte {
 	return b
 }
 
-// appendRecordFrame appends one frame holding r's record to b, encoding it
-// in place.
+// appendRecordFrame appends the frames of r to b: its attempt records
+// (attempt.go), one frame holding its round record, encoded in place, and
+// its undo record (undo.go).
 func appendRecordFrame(b []byte, r protocol.Record) []byte {
+	b = appendAttemptFrames(b, r)
 	start := len(b)
 	b = append(b, make([]byte, frameHead)...)
 	b = appendRecord(b, r)

@@ -58,14 +58,44 @@ func machineRecords(t testing.TB, rounds ...string) [][]protocol.Record {
 	return steps
 }
 
-// op is one thing written to the journal: a record, a delivery or a
-// task time record (tt, of round).
+// op is one thing written to the journal (one frame): a round record
+// (without its undo), an attempt record written before it (pre: alone it
+// changes nothing), an undo record (undo: rec's Ran and Undo), a delivery
+// or a task time record (tt, of round).
 type op struct {
 	rec       protocol.Record
+	pre       bool
+	undo      bool
 	delivered string
 	isDeliv   bool
 	round     string
 	tt        *TaskTimeEntry
+}
+
+// recordOps returns the ops of the frames appendRecordFrame writes for r
+// (Delivered aside) and each one's length: its attempt records, the round
+// record, its undo record.
+func recordOps(r protocol.Record) (ops []op, lens []int) {
+	r.Delivered = false
+	for _, p := range framePayloads(appendAttemptFrames(nil, r)) {
+		ops, lens = append(ops, op{pre: true}), append(lens, frameHead+len(p))
+	}
+	bare := r
+	bare.Ran, bare.Undo = false, protocol.UndoRecord{}
+	ops, lens = append(ops, op{rec: bare}), append(lens, frameHead+len(EncodeRecord(r)))
+	if hasUndo(r) {
+		ops, lens = append(ops, op{rec: r, undo: true}), append(lens, frameHead+len(appendUndo(nil, r)))
+	}
+	return ops, lens
+}
+
+// framePayloads splits whole frames into their payloads.
+func framePayloads(b []byte) (out [][]byte) {
+	for len(b) > 0 {
+		n := frameHead + int(beUint32(b))
+		out, b = append(out, b[frameHead:n]), b[n:]
+	}
+	return out
 }
 
 // stateAfter is what a journal holding the header and ops must load as.
@@ -82,6 +112,15 @@ func stateAfter(ops []op) *State {
 		if o.isDeliv {
 			if k, ok := pos[o.delivered]; ok {
 				st.Rounds[k].Delivered = true
+			}
+			continue
+		}
+		if o.pre {
+			continue // its round record carries what it says
+		}
+		if o.undo {
+			if k, ok := pos[o.rec.Round]; ok {
+				st.Rounds[k].Ran, st.Rounds[k].Undo = o.rec.Ran, o.rec.Undo
 			}
 			continue
 		}
@@ -131,6 +170,12 @@ func testClock(k int) time.Time {
 // millisecond.
 func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops []op, ends []int) {
 	t.Helper()
+	return writeSteps(t, dir, machineRecords(t, rounds...))
+}
+
+// writeSteps is writeJournal of the given steps, one Save each.
+func writeSteps(t testing.TB, dir string, steps [][]protocol.Record) (data []byte, ops []op, ends []int) {
+	t.Helper()
 	j, st, err := Open(dir, testHdr)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +188,7 @@ func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops 
 	hdrLen := frameHead + len(headerPayload(testHdr))
 	end := hdrLen
 	last := map[string]protocol.Record{} // each round's last record, without Delivered
-	for k, recs := range machineRecords(t, rounds...) {
+	for k, recs := range steps {
 		clock = testClock(k)
 		if err := j.Save(recs); err != nil {
 			t.Fatal(err)
@@ -153,9 +198,12 @@ func writeJournal(t testing.TB, dir string, rounds ...string) (data []byte, ops 
 			deliv := r.Delivered
 			r.Delivered = false // the round record's frame does not hold it
 			if prev, known := last[r.Round]; !known || prev != r {
-				ops = append(ops, op{rec: r})
-				end += frameHead + len(EncodeRecord(r))
-				ends = append(ends, end)
+				rops, lens := recordOps(r)
+				for i := range rops {
+					ops = append(ops, rops[i])
+					end += lens[i]
+					ends = append(ends, end)
+				}
 				wasStart := known && prev.State == protocol.StateStart
 				if isStart := r.State == protocol.StateStart; isStart != wasStart {
 					ops = append(ops, op{round: r.Round, tt: &TaskTimeEntry{Start: isStart, At: at}})
@@ -296,16 +344,23 @@ func decodeState(data []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: %v; move the directory aside", ErrCorrupt, err)
 	}
 	var ops []op
+	pending := attempts{}
 	for _, e := range entries[1:] {
 		if e.Header != nil {
 			return nil, fmt.Errorf("%w: a second header", ErrCorrupt)
+		}
+		if pending.note(e) {
+			ops = append(ops, op{pre: true})
+			continue
 		}
 		if e.Delivered != "" || e.DeliveredUnnamed {
 			ops = append(ops, op{delivered: e.round(), isDeliv: true})
 		} else if e.TaskTime != nil {
 			ops = append(ops, op{round: e.Record.Round, tt: e.TaskTime})
+		} else if e.Undo != nil {
+			ops = append(ops, op{undo: true, rec: protocol.Record{Round: e.Record.Round, Ran: e.Undo.Ran, Undo: e.Undo.Undo}})
 		} else {
-			ops = append(ops, op{rec: e.Record})
+			ops = append(ops, op{rec: pending.take(e.Record)})
 		}
 	}
 	return stateAfter(ops), nil
@@ -423,7 +478,10 @@ func TestCompaction(t *testing.T) {
 			if r.Delivered {
 				written += int64(frameHead + len("D :"+r.Round)) // only the delivery is new
 			} else {
-				written += int64(frameHead + len(EncodeRecord(r)))
+				_, lens := recordOps(r)
+				for _, n := range lens {
+					written += int64(n)
+				}
 			}
 			if prev, ok := last[r.Round]; (r.State == protocol.StateStart) != (ok && prev.State == protocol.StateStart) {
 				written += int64(frameHead + len(taskTimePayload(r.Round, r.State == protocol.StateStart, at)))
@@ -517,6 +575,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(appendFrame(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("T :x S 1780000000123")), []byte("T : E 1")))
 	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("T :x S +0017")))
 	f.Add(appendFrame(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("F :x task-failed")), []byte("E 1780000000")))
+	attempts, _, _ := writeSteps(f, f.TempDir(), attemptSteps("u1"))
+	f.Add(attempts)
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("S :x STEER A 17 cancel :x - why not")))
+	f.Add(appendFrame(appendFrame(nil, headerPayload(testHdr)), []byte("R :x 4 1111110 2 1 3 2 7")))
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 2, 1, 1, 2, 3, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -544,6 +606,10 @@ func FuzzDecode(f *testing.F) {
 				again = appendFrame(again, taskTimePayload(e.Record.Round, e.TaskTime.Start, e.TaskTime.At))
 			case e.Undo != nil:
 				again = appendFrame(again, appendUndo(nil, protocol.Record{Round: e.Record.Round, Ran: e.Undo.Ran, Undo: e.Undo.Undo}))
+			case e.Attempt != nil:
+				again = appendFrame(again, appendAttempt(nil, e.Record.Round, e.Attempt.Retries, e.Attempt.Prior))
+			case e.Steer != nil:
+				again = appendFrame(again, steerPayload(e.Record.Round, *e.Steer))
 			case e.Ended != 0:
 				again = appendFrame(again, []byte("E "+strconv.FormatInt(e.Ended, 10)))
 			case e.FaultKind != "":
@@ -568,19 +634,19 @@ func FuzzDecode(f *testing.F) {
 }
 
 // Every record the protocol package can express (every state, every
-// combination of the five facts, every last command sent and received,
+// combination of the seven facts, every last command sent and received,
 // for the unnamed, a short and a longest round id) survives the journal's
 // encoding exactly: what Restore gets back is what the machine saved.
 func TestRecordEncodingExhaustive(t *testing.T) {
 	n := 0
 	for _, id := range []string{"", "r1", strings.Repeat("L", protocol.MaxRoundLen)} {
 		for st := protocol.StateSync; st <= protocol.StateAborted; st++ {
-			for flags := range 32 {
+			for flags := range 128 {
 				for cmds := range 256 {
 					c := func(k int) protocol.Command { return protocol.Command(cmds >> (2 * k) & 3) }
 					r := protocol.Record{Round: id, State: st,
 						LocalReady: flags&1 != 0, PredReady: flags&2 != 0, StartRecv: flags&4 != 0,
-						CompleteRecv: flags&8 != 0, ExitRecv: flags&16 != 0,
+						CompleteRecv: flags&8 != 0, ExitRecv: flags&16 != 0, Started: flags&32 != 0, Cancelled: flags&64 != 0,
 						LastPred: c(0), LastSucc: c(1), RecvPred: c(2), RecvSucc: c(3)}
 					p := EncodeRecord(r)
 					if len(p) > maxPayload {
@@ -674,13 +740,17 @@ func TestEncodeRecordFormat(t *testing.T) {
 		r := protocol.Record{Round: fmt.Sprint("r", rng.IntN(100)), State: protocol.State(1 + rng.IntN(8)),
 			LocalReady: bit(), PredReady: bit(), StartRecv: bit(), CompleteRecv: bit(), ExitRecv: bit(),
 			LastPred: protocol.Command(rng.IntN(4)), LastSucc: protocol.Command(rng.IntN(4)),
-			RecvPred: protocol.Command(rng.IntN(4)), RecvSucc: protocol.Command(rng.IntN(4))}
+			RecvPred: protocol.Command(rng.IntN(4)), RecvSucc: protocol.Command(rng.IntN(4)),
+			Started: rng.IntN(4) == 0, Cancelled: rng.IntN(4) == 0}
 		if bit() {
 			r.Seq = rng.Uint64()
 		}
 		flags := ""
 		for _, f := range []bool{r.LocalReady, r.PredReady, r.StartRecv, r.CompleteRecv, r.ExitRecv} {
 			flags += map[bool]string{false: "0", true: "1"}[f]
+		}
+		if r.Started || r.Cancelled { // two more digits, only then
+			flags += map[bool]string{false: "0", true: "1"}[r.Started] + map[bool]string{false: "0", true: "1"}[r.Cancelled]
 		}
 		want := fmt.Sprintf("R :%s %d %s %d %d %d %d", r.Round, r.State, flags, r.LastPred, r.LastSucc, r.RecvPred, r.RecvSucc)
 		if r.Seq != 0 {

@@ -119,8 +119,10 @@ func fold(entries []Entry) (State, error) {
 	st := State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}}
 	last := map[string]protocol.Record{}
 	var order []string
+	pending := attempts{}
 	for _, e := range entries {
 		switch {
+		case pending.note(e):
 		case e.Header != nil:
 			return collect(st, order, last), errors.New("a second header")
 		case e.Delivered != "" || e.DeliveredUnnamed:
@@ -139,7 +141,7 @@ func fold(entries []Entry) (State, error) {
 		case e.FaultKind != "":
 			st.Faults[e.Record.Round] = e.FaultKind
 		default:
-			r := e.Record
+			r := pending.take(e.Record)
 			prev, ok := last[r.Round]
 			if !ok {
 				order = append(order, r.Round)

@@ -43,13 +43,20 @@ func undash(s string) string {
 }
 
 func appendUndo(b []byte, r protocol.Record) []byte {
-	u, w := r.Undo, r.Undo.Wave
-	bit := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
+	return appendUndoFields(b, "U", r.Round, bit(r.Ran), r.Undo)
+}
+
+func bit(v bool) string {
+	if v {
+		return "1"
 	}
+	return "0"
+}
+
+// appendUndoFields appends "TAG :ROUND FIRST" and u's fields as the undo
+// record spells them (the attempt record uses them too: attempt.go).
+func appendUndoFields(b []byte, tag, round, first string, u protocol.UndoRecord) []byte {
+	w := u.Wave
 	list := func(s string, n int) string {
 		if n < 0 {
 			return "-"
@@ -59,7 +66,7 @@ func appendUndo(b []byte, r protocol.Record) []byte {
 		}
 		return strconv.Itoa(n) + "," + s
 	}
-	f := []string{"U", ":" + r.Round, bit(r.Ran), strconv.Itoa(int(u.Phase)), bit(u.Ended), strconv.Itoa(int(u.Held)),
+	f := []string{tag, ":" + round, first, strconv.Itoa(int(u.Phase)), bit(u.Ended), strconv.Itoa(int(u.Held)),
 		strconv.Itoa(int(u.SentPred)), strconv.Itoa(int(u.SentSucc)), dash(w.Failed), dash(w.Kind), strconv.Itoa(w.Code),
 		list(w.Undone, w.UndoneN), dash(w.Stop), strconv.Itoa(w.StopCode), list(w.Kept, w.KeptN)}
 	return append(b, strings.Join(f, " ")...)
@@ -77,9 +84,19 @@ func parseUndo(s string, f []string) (Entry, error) {
 	if len(f) != 15 {
 		return Entry{}, fmt.Errorf("bad undo record %q", s)
 	}
+	id, ran, u, err := parseUndoFields(s, f)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{Record: protocol.Record{Round: id}, Undo: &UndoEntry{Ran: ran == "1", Undo: u}}, nil
+}
+
+// parseUndoFields parses the 15 fields of an undo (or attempt) record:
+// the round, the third field as it is, and the undo.
+func parseUndoFields(s string, f []string) (id, first string, u protocol.UndoRecord, err error) {
 	id, ok := strings.CutPrefix(f[1], ":")
 	if !ok || !protocol.ValidRound(id) {
-		return Entry{}, fmt.Errorf("bad round field %q", f[1])
+		return "", "", u, fmt.Errorf("bad round field %q", f[1])
 	}
 	var bad error
 	num := func(field string, lo, hi int) int {
@@ -96,13 +113,12 @@ func parseUndo(s string, f []string) (Entry, error) {
 		n, rest, _ := strings.Cut(field, ",")
 		return rest, num(n, 0, protocol.MaxUndoCount)
 	}
-	u := UndoEntry{Ran: f[2] == "1"}
-	u.Undo.Phase = protocol.UndoPhase(num(f[3], 0, int(protocol.PhaseKept)))
-	u.Undo.Ended = f[4] == "1"
-	u.Undo.Held = protocol.Outcome(num(f[5], 0, 255))
-	u.Undo.SentPred = protocol.Command(num(f[6], 0, 255))
-	u.Undo.SentSucc = protocol.Command(num(f[7], 0, 255))
-	w := &u.Undo.Wave
+	u.Phase = protocol.UndoPhase(num(f[3], 0, int(protocol.PhaseKept)))
+	u.Ended = f[4] == "1"
+	u.Held = protocol.Outcome(num(f[5], 0, 255))
+	u.SentPred = protocol.Command(num(f[6], 0, 255))
+	u.SentSucc = protocol.Command(num(f[7], 0, 255))
+	w := &u.Wave
 	w.Failed, w.Kind = undash(f[8]), undash(f[9])
 	w.Code = num(f[10], protocol.CodeTimeout, protocol.MaxUndoCode)
 	w.Undone, w.UndoneN = list(f[11])
@@ -110,9 +126,9 @@ func parseUndo(s string, f []string) (Entry, error) {
 	w.StopCode = num(f[13], protocol.CodeTimeout, protocol.MaxUndoCode)
 	w.Kept, w.KeptN = list(f[14])
 	if bad != nil {
-		return Entry{}, bad
+		return "", "", protocol.UndoRecord{}, bad
 	}
-	return Entry{Record: protocol.Record{Round: id}, Undo: &u}, nil
+	return id, f[2], u, nil
 }
 
 // mergeUndo puts an undo record's fields into the round's last record.

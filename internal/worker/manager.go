@@ -376,7 +376,7 @@ func (m *Manager) Run(ctx context.Context, round string) error {
 		if ch == nil {
 			continue // ended meanwhile, the request unwritten: the next one takes it
 		}
-		_ = p.write(fmt.Appendf(nil, `{"id":%d,"op":"run","round":%s}`+"\n", id, jsonString(round)))
+		_ = p.write(appendRun(nil, id, round))
 		// A failed write means the worker is ending: its end fails ch.
 		select {
 		case a := <-ch:
@@ -531,7 +531,9 @@ func (p *proc) handle(line []byte) {
 		return
 	}
 	var r reply
-	if json.Unmarshal(line, &r) != nil || r.ID == nil || r.OK == nil {
+	if id, ok := parseOK(line); ok {
+		r.ID, r.OK = &id, &okTrue
+	} else if json.Unmarshal(line, &r) != nil || r.ID == nil || r.OK == nil {
 		p.junk++
 		if p.junk <= 10 || p.junk%1000 == 0 {
 			p.m.log.Warn("the worker wrote a line that is not a response; ignored", "worker", p.m.cfg.Command, "pid", p.pid, "line", clip(line), "such_lines", p.junk)
@@ -646,6 +648,55 @@ func quoteRound(round string) string {
 
 // jsonString returns s as a JSON string.
 func jsonString(s string) []byte {
-	b, _ := json.Marshal(s)
-	return b
+	return appendJSONString(nil, s)
+}
+
+// appendJSONString appends s as a JSON string, as json.Marshal writes it.
+// A round id is nearly always printable ASCII with nothing to escape: that
+// takes no reflection and no allocation (the request is on every round's
+// path); anything else goes to json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendRun appends the line of request id: round's task.
+func appendRun(b []byte, id uint64, round string) []byte {
+	b = strconv.AppendUint(append(b, `{"id":`...), id, 10)
+	b = appendJSONString(append(b, `,"op":"run","round":`...), round)
+	return append(b, "}\n"...)
+}
+
+// okTrue is the OK of a reply parseOK read.
+var okTrue = true
+
+// parseOK reads the answer nearly every request gets, {"id":N,"ok":true}
+// exactly as package worker and the examples write it, without
+// reflection; ok is false for any other line, which json.Unmarshal reads.
+func parseOK(line []byte) (id uint64, ok bool) {
+	const pre, post = `{"id":`, `,"ok":true}`
+	if len(line) < len(pre)+1+len(post) || string(line[:len(pre)]) != pre || string(line[len(line)-len(post):]) != post {
+		return 0, false
+	}
+	digits := line[len(pre) : len(line)-len(post)]
+	if len(digits) > 1 && digits[0] == '0' { // not JSON
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseUint(string(digits), 10, 64)
+	if err != nil { // above 64 bits
+		return 0, false
+	}
+	return id, true
 }
