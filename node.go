@@ -54,7 +54,6 @@ type driver struct {
 	tasks *taskRunner     // runs the tasks and undos (task.go)
 	lp    *loop           // the loop's inbox and its turn (loop.go)
 
-	closed bool
 	st     *stepper    // the one caller of Machine.Step (step.go)
 	view   machineView // the machine, read-only
 	wbuf   []byte      // scratch for encoding
