@@ -37,7 +37,7 @@ type liveFault struct {
 	found bool // this node found it itself (it announces the clearing)
 }
 
-// liveFaults is the driver's liveness state (Node.live). Loop only.
+// liveFaults is the driver's liveness state (faultBook.live). Loop only.
 type liveFaults struct {
 	active  map[string]*liveFault
 	cleared map[string]time.Time // when each blamed node's fault cleared here

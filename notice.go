@@ -17,7 +17,7 @@ import (
 // to put in a notice, and what one does here (the fault policy).
 
 // selfName names a node in the notices it sends: its name, else its
-// listen address, else its role (Node.self, set by Start).
+// listen address, else its role (driver.self, set by Start).
 func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 	switch {
 	case cfg.Name != "":
