@@ -316,75 +316,8 @@ func (cn *connector) readLoop(l *link) {
 	}
 }
 
-// handleAll acts on the lines of one read, up to one that closes l. Loop
-// only.
-func (lk *links) handleAll(l *link, msgs []protocol.Message) {
-	for _, msg := range msgs {
-		if !lk.handle(l, msg) {
-			return
-		}
-	}
-}
-
 // maxBatch bounds the lines of one read handed to the loop in one event.
 const maxBatch = 64
-
-// handle acts on one message; false means l is closed. Loop only.
-func (lk *links) handle(l *link, msg protocol.Message) bool {
-	if lk.lp.closed {
-		return false
-	}
-	cur := lk.succ
-	if l.side == protocol.Pred {
-		cur = lk.pred
-		if cur != l && !lk.adm.pending[l] {
-			return false // already dropped
-		}
-	} else if cur != l {
-		return false
-	}
-	if cur == l {
-		if refused, open, fe := lk.dup.refusedAsDuplicate(l, msg); refused { // duplicate.go
-			for _, id := range open {
-				if err := lk.act.step(protocol.Abort(id), fe); err != nil && lk.st.broken == nil {
-					lk.log.Error("internal error: abort", "round", id, "err", err)
-				}
-			}
-			lk.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
-			return false
-		}
-		lk.received(l, msg)
-		if err := lk.act.step(protocol.Recv(l.side, msg), nil); err != nil {
-			lk.violation(l, err)
-			return false
-		}
-		return true
-	}
-	// A pending predecessor connection. With the extension lines on it is
-	// held while the current one is alive (duplicate.go).
-	if lk.dup.holdPred(l, msg) {
-		return true
-	}
-	return lk.promotePred(l, msg)
-}
-
-// promotePred makes the pending predecessor connection l the current one
-// if msg, its first line, is one the machine accepts (protocol.Promote,
-// which also re-sends what a new link needs); false if it is not (then l
-// is closed). Until then it is logged and traced only as the
-// (rate-limited) bad input it may turn out to be: a stranger's junk line
-// must not cost a log line and a trace record each. Loop only.
-func (lk *links) promotePred(l *link, msg protocol.Message) bool {
-	err := lk.act.stepThen(protocol.Promote(l.side, msg), nil, func() {
-		lk.received(l, msg)
-		lk.takePred(l)
-	})
-	if err != nil {
-		lk.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
-		return false
-	}
-	return true
-}
 
 // takePred makes the pending connection l the current predecessor
 // connection, closing the one it replaces. Loop only.
@@ -459,8 +392,8 @@ func (lk *links) readFailed(l *link, err error) {
 	lk.drop(l, err)
 }
 
-// drop closes l and, if it was a current link, marks that link down.
-// Loop only.
+// drop closes l and, if it was a current link, hands back that link's
+// end (downs) for the loop to step. Loop only.
 func (lk *links) drop(l *link, err error) {
 	if !l.closing {
 		l.shut()
@@ -482,9 +415,8 @@ func (lk *links) drop(l *link, err error) {
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
 	// not restart the count.
-	if err := lk.act.step(protocol.LinkDown(l.side, lk.st.since(l.heardAt())), nil); err != nil && lk.st.broken == nil {
-		lk.log.Error("internal error: link down", "err", err)
-	}
+	// The loop steps it once the call that dropped l returns (downs).
+	lk.downs = append(lk.downs, protocol.LinkDown(l.side, lk.st.since(l.heardAt())))
 }
 
 // announceUp reports the link up. Loop only.

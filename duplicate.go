@@ -65,8 +65,6 @@ type dupHost interface {
 	isClosed() bool
 	drop(l *link, err error)
 	takePred(l *link)
-	promotePred(l *link, msg protocol.Message) bool
-	handleAll(l *link, msgs []protocol.Message)
 	peerName(side protocol.Side) string
 }
 
@@ -207,17 +205,19 @@ func (g *dupState) swapped(now time.Time) (count int, log bool) {
 // checkHeld decides on the held connection: in, once the current one is
 // gone; refused as a duplicate once the current one is heard from after
 // the newcomer arrived (half a heartbeat interval later, so that what was
-// in flight from a process that died does not count); else later. True
-// if the held connection, with no line queued, is now the predecessor
-// link: the loop then steps it up. Loop only.
-func (g *dupState) checkHeld() (up bool) {
+// in flight from a process that died does not count); else later. Once
+// the current one is gone: up if the held connection, with no line
+// queued, is now the predecessor link (the loop then steps it up), else
+// in is the held connection and queue the lines it sent meanwhile, for
+// the loop to promote it with the first and act on the rest. Loop only.
+func (g *dupState) checkHeld() (up bool, in *link, queue []protocol.Message) {
 	l := g.held
 	if l == nil || g.host.isClosed() {
-		return false
+		return false, nil, nil
 	}
 	if !g.host.isPending(l) {
 		g.release() // closed or evicted meanwhile
-		return false
+		return false, nil, nil
 	}
 	switch {
 	case g.predGone():
@@ -225,17 +225,15 @@ func (g *dupState) checkHeld() (up bool) {
 		g.release()
 		if len(queue) == 0 {
 			g.host.takePred(l)
-			return true
+			return true, nil, nil
 		}
-		if g.host.promotePred(l, queue[0]) {
-			g.host.handleAll(l, queue[1:])
-		}
+		return false, l, queue
 	case g.host.predLink().heardAt() > g.since.Add(g.heartbeat/2).UnixNano():
 		g.duplicate(l)
 	default:
 		g.armHeld()
 	}
-	return false
+	return false, nil, nil
 }
 
 // duplicate refuses the held connection l: two live processes claim the

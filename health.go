@@ -97,22 +97,22 @@ func (d *driver) onTick() {
 			}
 		}
 	}
-	if err := d.step(d.tick(resumed), nil); err != nil && d.st.broken == nil {
+	if err := d.step(d.links.tick(resumed), nil); err != nil && d.st.broken == nil {
 		d.log.Error("internal error: tick", "err", err)
 	}
 }
 
 // tick is the Tick event for now: when a line last arrived on each
 // current link. Loop only.
-func (d *driver) tick(resumed bool) protocol.Event {
+func (lk *links) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
-	if l := d.links.pred; l != nil {
-		heard[protocol.Pred] = d.st.since(l.heardAt())
+	if l := lk.pred; l != nil {
+		heard[protocol.Pred] = lk.st.since(l.heardAt())
 	}
-	if l := d.links.succ; l != nil {
-		heard[protocol.Succ] = d.st.since(l.heardAt())
+	if l := lk.succ; l != nil {
+		heard[protocol.Succ] = lk.st.since(l.heardAt())
 	}
-	return protocol.Tick(d.st.now(), heard, resumed)
+	return protocol.Tick(lk.st.now(), heard, resumed)
 }
 
 var heartbeatLine = []byte("HEARTBEAT\n")

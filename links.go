@@ -24,7 +24,9 @@ type links struct {
 	refusedOnce bool
 	wbuf        []byte // scratch for encoding
 
-	act    stepHost // steps what the links learn
+	// downs: the ends of current links dropped in the call the loop made
+	// (drop), for the loop to step when it returns (linksDown).
+	downs  []protocol.Event
 	st     *stepper // the machine's time; the journal's state
 	lp     *loop
 	faults *faultBook
@@ -33,11 +35,4 @@ type links struct {
 	cfg    *Config
 	log    *slog.Logger
 	role   protocol.Role
-}
-
-// stepHost is how a part that still steps reaches the loop: a step (and
-// its actions) for what it learned.
-type stepHost interface {
-	step(ev protocol.Event, cause *FaultError) error
-	stepThen(ev protocol.Event, cause *FaultError, before func()) error
 }

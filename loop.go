@@ -297,17 +297,22 @@ func (d *driver) react(in *input) {
 	l := in.l
 	switch in.kind {
 	case inLines:
-		d.links.handleAll(l, in.msgs)
+		d.handleAll(l, in.msgs)
 	case inHello:
-		if d.links.helloArrived(l, *in.hello, in.flag) {
+		up := d.links.helloArrived(l, *in.hello, in.flag)
+		d.linksDown()
+		if up {
 			d.predUp()
 		}
 	case inAlive:
 		d.links.dup.aliveFirst(l)
+		d.linksDown()
 	case inReadEnd:
 		d.links.readFailed(l, in.err)
+		d.linksDown()
 	case inWriteFailed:
 		d.links.writeFailed(l, in.err)
+		d.linksDown()
 	case inDelivered:
 		d.delivered(in.rounds)
 	case inAccepted:
@@ -341,8 +346,16 @@ func (d *driver) react(in *input) {
 	case inViolation:
 		d.lp.trace(*in.trace)
 	case inCheckHeld:
-		if d.links.dup.checkHeld() {
+		up, held, queue := d.links.dup.checkHeld()
+		d.linksDown()
+		switch {
+		case up:
 			d.predUp()
+		case held != nil && d.promotePred(held, queue[0]):
+			d.linksDown()
+			d.handleAll(held, queue[1:])
+		default:
+			d.linksDown()
 		}
 	case inTaskStarted:
 		d.tasks.taskStarted(in.round)
@@ -379,7 +392,7 @@ func (d *driver) react(in *input) {
 	case inClose:
 		in.answer(reply{ok: d.closeLoop()})
 	case inStopAll:
-		d.stopAll()
+		d.book.stopAll()
 		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inProbe:
@@ -473,6 +486,7 @@ func (d *driver) carryOut(b *batch, broken bool) {
 					err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
 					d.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
 					d.links.drop(e.l, err)
+					d.linksDown()
 				}
 				continue
 			}
@@ -530,6 +544,87 @@ func (d *driver) runQuick(rounds []string) {
 func (d *driver) predUp() {
 	if err := d.step(protocol.LinkUp(protocol.Pred), nil); err != nil && d.st.broken == nil {
 		d.log.Error("internal error: link up", "err", err)
+	}
+}
+
+// handleAll acts on the lines of one read, up to one that closes l. Loop
+// only.
+func (d *driver) handleAll(l *link, msgs []protocol.Message) {
+	for _, msg := range msgs {
+		ok := d.handle(l, msg)
+		d.linksDown()
+		if !ok {
+			return
+		}
+	}
+}
+
+// handle acts on one message; false means l is closed. Loop only.
+func (d *driver) handle(l *link, msg protocol.Message) bool {
+	if d.lp.closed {
+		return false
+	}
+	cur := d.links.succ
+	if l.side == protocol.Pred {
+		cur = d.links.pred
+		if cur != l && !d.links.adm.pending[l] {
+			return false // already dropped
+		}
+	} else if cur != l {
+		return false
+	}
+	if cur == l {
+		if refused, open, fe := d.links.dup.refusedAsDuplicate(l, msg); refused { // duplicate.go
+			for _, id := range open {
+				if err := d.step(protocol.Abort(id), fe); err != nil && d.st.broken == nil {
+					d.log.Error("internal error: abort", "round", id, "err", err)
+				}
+			}
+			d.links.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
+			return false
+		}
+		d.links.received(l, msg)
+		if err := d.step(protocol.Recv(l.side, msg), nil); err != nil {
+			d.links.violation(l, err)
+			return false
+		}
+		return true
+	}
+	// A pending predecessor connection. With the extension lines on it is
+	// held while the current one is alive (duplicate.go).
+	if d.links.dup.holdPred(l, msg) {
+		return true
+	}
+	return d.promotePred(l, msg)
+}
+
+// promotePred makes the pending predecessor connection l the current one
+// if msg, its first line, is one the machine accepts (protocol.Promote,
+// which also re-sends what a new link needs); false if it is not (then l
+// is closed). Until then it is logged and traced only as the
+// (rate-limited) bad input it may turn out to be: a stranger's junk line
+// must not cost a log line and a trace record each. Loop only.
+func (d *driver) promotePred(l *link, msg protocol.Message) bool {
+	err := d.stepThen(protocol.Promote(l.side, msg), nil, func() {
+		d.links.received(l, msg)
+		d.links.takePred(l)
+	})
+	if err != nil {
+		d.links.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
+		return false
+	}
+	return true
+}
+
+// linksDown steps the ends of the current links the links dropped in
+// the call just returned (links.drop). Loop only.
+func (d *driver) linksDown() {
+	for len(d.links.downs) > 0 {
+		ev := d.links.downs[0]
+		d.links.downs = d.links.downs[1:]
+		if err := d.step(ev, nil); err != nil && d.st.broken == nil {
+			d.log.Error("internal error: link down", "err", err)
+		}
 	}
 }
 

@@ -342,7 +342,7 @@ func Start(cfg Config) (*Node, error) {
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
 	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	d.links = &links{id: newIdentity(&d.cfg), adm: adm, act: d, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
+	d.links = &links{id: newIdentity(&d.cfg), adm: adm, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
 		cfg: &d.cfg, log: d.log, role: d.role}
 	d.undo.host = d.links
 	d.steer.undo = d.undo
@@ -394,7 +394,7 @@ func (d *driver) initLoop() {
 	if d.st.timing {
 		// The machine learns the time: its timeouts count from now,
 		// for the rounds restored from the journal too.
-		if err := d.step(d.tick(false), nil); err != nil {
+		if err := d.step(d.links.tick(false), nil); err != nil {
 			d.log.Error("internal error: first tick", "err", err)
 		}
 	}
@@ -636,13 +636,6 @@ func (d *driver) closeLoop() bool {
 	}
 	d.links.adm.closeAll()
 	return end
-}
-
-// stopAll ends every unfinished round stopped (Close). Loop only.
-func (d *driver) stopAll() {
-	for id, ri := range d.book.byID {
-		d.book.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
-	}
 }
 
 // step feeds ev to the machine (through the stepper) and carries out the

@@ -299,3 +299,10 @@ func (lk *links) peerRestarted(side protocol.Side, msg protocol.Message) {
 		what, peer, addr, msg.Cmd)
 	lk.faults.record(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
 }
+
+// stopAll ends every unfinished round stopped (Close). Loop only.
+func (b *roundBook) stopAll() {
+	for id, ri := range b.byID {
+		b.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+	}
+}
