@@ -50,8 +50,8 @@
 // The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
 // driver (the loop's side: its parts, the one place that steps, the
 // machine's actions) and the fault book; loop.go the loop (its inbox and
-// its turn), the inputs, the switch and the end of a turn (persist, act,
-// flush); step.go the stepper, the only
+// its turn), the inputs, the switch, a line's step and the end of a turn
+// (persist, act, flush); step.go the stepper, the only
 // caller of Machine.Step, and the machine's read-only view; store.go the
 // state directory (journal and steering file), state.go resuming from it;
 // rounds.go the round book (waiters and results, dropped when the machine

@@ -10,7 +10,9 @@ import (
 // predecessor and successor links, the pending would-be predecessors
 // (admission), the duplicate guard and the identity line. Its handlers
 // react to what the links' readers, writers and the connector hand the
-// loop (connect.go, identity.go). Loop only.
+// loop (connect.go, identity.go). They step nothing: a line read is the
+// driver's to step once the links have checked it (loop.go), and a link
+// made current or dropped goes back to the driver to step. Loop only.
 type links struct {
 	pred *link      // the current predecessor connection, nil when down
 	succ *link      // the current successor connection, nil when down
