@@ -225,6 +225,18 @@ func (n *Node) helloMismatch(l *link, who, reason string) {
 	n.faults.announceLater(f, true, fe)
 }
 
+// mismatchedOn reports whether a config-mismatch with the neighbour on
+// side was reported already: that neighbour refuses this node's lines
+// for it, which says nothing new. Loop only.
+func (n *Node) mismatchedOn(side protocol.Side) bool {
+	for k := range n.faults.mismatched {
+		if k.side == side {
+			return true
+		}
+	}
+	return false
+}
+
 // heartbeatRefused: with heartbeats, a successor that closed the
 // connection right after this node's first line (its identity line, or
 // a protocol line) without a word runs without the extension lines, so

@@ -119,3 +119,25 @@ func TestHeartbeatMismatchE2E(t *testing.T) {
 		})
 	}
 }
+
+// TestHeartbeatMismatchServedE2E: a served chain with different
+// --heartbeat values: the Head re-dials its successor until its next round
+// opens (then it stops, exit 4), and each reconnect, refused by B for the
+// mismatch it already reported, is not taken for another mismatch (B
+// "runs without --heartbeat"). docs/PROTOCOL.md, "The identity line".
+func TestHeartbeatMismatchServedE2E(t *testing.T) {
+	t.Parallel()
+	chain := chainOf([]string{"A", "B"}, freeAddrs(t, 2))
+	b := startProc(t, "B", nil, "run", "--chain", chain, "--name", "B", "--serve", "--heartbeat", "3s", "--", "true")
+	a := startProc(t, "A", nil, "run", "--chain", chain, "--name", "A", "--serve", "--every", "2s", "--heartbeat", "300ms", "--", "true")
+	if code := a.wait(t, 10*time.Second); code != 4 {
+		t.Errorf("A exited %d, want 4", code)
+	}
+	if n := a.logCount("config-mismatch fault"); n != 1 {
+		t.Errorf("A reports %d config-mismatch faults, want 1:\n%s", n, a.err.String())
+	}
+	if !strings.Contains(a.err.String(), "B's --heartbeat is 3s; this node's is 300ms") {
+		t.Errorf("A does not name both values:\n%s", a.err.String())
+	}
+	b.waitLog(t, 5*time.Second, "B's config-mismatch", containsAll("config-mismatch", "A's --heartbeat is 300ms; this node's is 3s"))
+}
