@@ -553,7 +553,9 @@ func (n *Node) refused(l *link, err error) {
 		return
 	}
 	n.refusedOnce = true
+	if n.mismatchedOn(l.side) || n.undo.undoRefused(l) || n.heartbeatRefused(l) { // identity.go, undo.go
+		return
+	}
 	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
-	n.undo.undoRefused(l) // undo.go
 }
