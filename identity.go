@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/transport"
@@ -26,10 +27,11 @@ import (
 
 // identity is what this node says of itself in HELLO, computed once.
 type identity struct {
-	pos    int    // this node's index in Config.Chain
-	line   []byte // its HELLO line, with LF
-	chain  string // the digest of Config.Chain
-	rounds string // the digest of Config.RoundSettings
+	pos    int           // this node's index in Config.Chain
+	line   []byte        // its HELLO line, with LF
+	chain  string        // the digest of Config.Chain
+	rounds string        // the digest of Config.RoundSettings
+	hb     time.Duration // Config.Heartbeat as the line says it (wire.HelloHeartbeat)
 	names  []string
 	// settings says what rounds this node runs, for a mismatch.
 	settings string
@@ -58,11 +60,11 @@ func newIdentity(cfg *Config) *identity {
 	if pos < 0 {
 		return nil // Validate refuses it
 	}
-	id := &identity{pos: pos, chain: chainDigest(cfg.Chain, cfg.ChainAddrs), rounds: wire.Digest(cfg.RoundSettings)}
+	id := &identity{pos: pos, chain: chainDigest(cfg.Chain, cfg.ChainAddrs), rounds: wire.Digest(cfg.RoundSettings), hb: wire.HelloHeartbeat(cfg.Heartbeat)}
 	for _, name := range cfg.Chain {
 		id.names = append(id.names, protocol.NoticeName(name))
 	}
-	h := wire.Hello{Name: id.names[pos], Pos: pos + 1, Size: len(cfg.Chain), Chain: id.chain, Rounds: id.rounds, Names: id.names}
+	h := wire.Hello{Name: id.names[pos], Pos: pos + 1, Size: len(cfg.Chain), Chain: id.chain, Rounds: id.rounds, Names: id.names, Heartbeat: id.hb}
 	if len(cfg.Chain) > wire.MaxChainSize {
 		return nil
 	}
@@ -111,6 +113,11 @@ func (lk *links) helloArrived(l *link, h wire.Hello, first bool) (predUp bool) {
 		return false
 	}
 	if reason := id.compare(l.side, h); reason != "" {
+		if l.side == protocol.Pred {
+			// This node's own line goes first, so that the predecessor
+			// can say what differs too (its notice follows).
+			lk.sendHello(l)
+		}
 		lk.helloMismatch(l, h.Name, reason)
 		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
 		lk.drop(l, errMismatch)
@@ -141,11 +148,25 @@ func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 	case h.Name != exp || h.Pos != want+1 || h.Size != len(id.names):
 		return fmt.Sprintf("this node's %s is %s (node %d of %d in --chain), but %s answered there, saying it is node %d of %d: check that node's --name, and the addresses it dials and listens on",
 			what, exp, want+1, len(id.names), h.Name, h.Pos, h.Size)
+	case h.Heartbeat != 0 && h.Heartbeat != id.hb:
+		return fmt.Sprintf("%s's --heartbeat is %s; this node's is %s: %s", h.Name, heartbeatText(h.Heartbeat), heartbeatText(id.hb), SameHeartbeat)
 	case h.Rounds != id.rounds:
 		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve and --undo on every node or none",
 			h.Name, id.settings)
 	}
 	return ""
+}
+
+// SameHeartbeat is the advice given with a --heartbeat that differs
+// between neighbours, by a node and by chainsync check alike.
+const SameHeartbeat = "give every node the same --heartbeat (a node calls its neighbour silent after three of its own intervals)"
+
+// heartbeatText says a heartbeat interval as an identity line gives it.
+func heartbeatText(d time.Duration) string {
+	if d == wire.HeartbeatOff {
+		return "off"
+	}
+	return d.String()
 }
 
 // chainDiff says how h's chain differs from this node's. Loop only.
@@ -203,6 +224,38 @@ func (lk *links) helloMismatch(l *link, who, reason string) {
 		lk.lp.lastWords(l, lk.wbuf)
 	}
 	lk.faults.announceLater(f, true, fe)
+}
+
+// mismatchedOn reports whether a config-mismatch with the neighbour on
+// side was reported already: that neighbour refuses this node's lines
+// for it, which says nothing new. Loop only.
+func (fb *faultBook) mismatchedOn(side protocol.Side) bool {
+	for k := range fb.mismatched {
+		if k.side == side {
+			return true
+		}
+	}
+	return false
+}
+
+// heartbeatRefused: with heartbeats, a successor that closed the
+// connection right after this node's first line (its identity line, or
+// a protocol line) without a word runs without the extension lines, so
+// without --heartbeat: a config-mismatch, which under FaultHalt ends this
+// node's rounds rather than re-dialing a successor that will refuse every
+// connection alike. It reports whether it did. Loop only.
+func (lk *links) heartbeatRefused(l *link) bool {
+	if lk.cfg.Heartbeat <= 0 {
+		return false
+	}
+	who := lk.peerName(l.side)
+	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
+		Reason: fmt.Sprintf("%s closed the connection right after this node's first line (%s) without a word: it runs without the extension lines, so without --heartbeat; this node's --heartbeat is %v: set the same --heartbeat on every node of the chain, or on none; compare both nodes' flags (chainsync check compares them)",
+			who, l.firstLine, lk.cfg.Heartbeat)}
+	f := fe.fault()
+	lk.faults.record(f)
+	lk.faults.announceLater(f, true, fe)
+	return true
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused

@@ -23,7 +23,8 @@ func recordedFaults(n *Node, kind FaultKind) []Fault {
 	return out
 }
 
-// helloOf is the identity line of name in the chain names/addrs.
+// helloOf is the identity line of name in the chain names/addrs, with
+// heartbeats every second.
 func helloOf(name string, names, addrs []string, settings string) string {
 	pos := 0
 	for i, n := range names {
@@ -31,13 +32,14 @@ func helloOf(name string, names, addrs []string, settings string) string {
 			pos = i
 		}
 	}
-	h := wire.Hello{Name: name, Pos: pos + 1, Size: len(names), Chain: chainDigest(names, addrs), Rounds: wire.Digest(settings), Names: names}
+	h := wire.Hello{Name: name, Pos: pos + 1, Size: len(names), Chain: chainDigest(names, addrs), Rounds: wire.Digest(settings), Names: names, Heartbeat: time.Second}
 	return string(wire.AppendHello(nil, h))
 }
 
 // docs/PROTOCOL.md, "The identity line": a predecessor whose line checks
 // out is answered with the node's own line and admitted on it alone; one
-// whose --chain is in another order is told with a notice, closed, and
+// whose --chain is in another order gets the node's own line (so that it
+// can say what differs too) and a notice, is closed, and is
 // reported as a config-mismatch that names both orders and blames the
 // node that really answered; nothing of its runs.
 func TestIdentityLineTCP(t *testing.T) {
@@ -58,6 +60,7 @@ func TestIdentityLineTCP(t *testing.T) {
 	other := []string{"A", "C", "B"}
 	otherAddrs := []string{addrs[0], addrs[2], addrs[1]}
 	c.Send(t, helloOf("C", other, otherAddrs, "--rounds 1"))
+	c.Expect(t, helloOf("B", names, addrs, "--rounds 1"))
 	c.Expect(t, "FAULT : config-mismatch B C\n")
 	c.AwaitClosed(t, 5*time.Second)
 	waitCond(t, 5*time.Second, "the config-mismatch", func() bool { return len(recordedFaults(w.Node, FaultConfigMismatch)) > 0 })
@@ -99,6 +102,13 @@ func TestIdentityLineDifferences(t *testing.T) {
 			"A's --chain has the same names in the same order as this node's (A,B,C), with other addresses"},
 		{protocol.Pred, "HELLO C 2/3 " + wire.Digest("x") + " " + wire.Digest("--rounds 3"),
 			"C's --chain differs from this node's: there C is node 2 of 3; in this node's (3 nodes) it is node 3 of 3"},
+		// The heartbeat, named with both values; a line of an older
+		// version, without it, is compared on its digests alone.
+		{protocol.Succ, strings.Replace(helloOf("C", names, addrs, "--rounds 3"), "hb=1000", "hb=300", 1),
+			"C's --heartbeat is 300ms; this node's is 1s: give every node the same --heartbeat"},
+		{protocol.Pred, strings.Replace(helloOf("A", names, addrs, "--rounds 3"), "hb=1000", "hb=0", 1),
+			"A's --heartbeat is off; this node's is 1s"},
+		{protocol.Pred, strings.Replace(helloOf("A", names, addrs, "--rounds 3"), " hb=1000", "", 1), ""},
 	} {
 		got := id.compare(tc.side, parse(tc.line))
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {

@@ -231,16 +231,17 @@ func (u *undoState) undoMismatch(l *link, err error) bool {
 // after this node's first lines (UNDO ON among them) without a word runs
 // without the extension lines, so without --undo: a config-mismatch
 // (docs/UNDO.md, "A chain setting"), which under FaultHalt ends this
-// node's rounds. Loop only.
-func (u *undoState) undoRefused(l *link) {
+// node's rounds. It reports whether it did. Loop only.
+func (u *undoState) undoRefused(l *link) bool {
 	if !u.on {
-		return
+		return false
 	}
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: u.host.peerName(l.side),
 		Reason: "the successor closed the connection right after this node's first lines (UNDO ON) without a word: it runs without --undo (and without --heartbeat); set --undo on every node of the chain, or on none"}
 	f := fe.fault()
 	u.faults.record(f)
 	u.faults.announceLater(f, true, fe)
+	return true
 }
 
 // undoDoing says in words where a failed round's undo wave stands here,

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 )
@@ -15,7 +16,7 @@ import (
 // sends it first on each link, so that its neighbour can tell a
 // mis-wired or differently configured chain from the right one:
 //
-//	HELLO SP name SP pos "/" size SP chain SP rounds [SP names]
+//	HELLO SP name SP pos "/" size SP chain SP rounds [SP names] [SP "hb=" millis]
 //
 // It catches mistakes; it proves nothing (anyone can send it).
 type Hello struct {
@@ -28,6 +29,11 @@ type Hello struct {
 	// Names are the names of the sender's chain, Head first (NoticeNames),
 	// when the line has room for them; nil when it has not.
 	Names []string
+	// Heartbeat is the sender's heartbeat interval, a whole number of
+	// milliseconds (HelloHeartbeat); HeartbeatOff if it runs without
+	// heartbeats (its extension lines on for another reason); 0 if the
+	// line does not say (a sender of an older version).
+	Heartbeat time.Duration
 }
 
 // Bounds of the identity line's fields.
@@ -36,7 +42,23 @@ const (
 	MaxChainSize = 999999
 	// DigestLen is the length of a digest field: 16 lower-case hex digits.
 	DigestLen = 16
+	// MaxHeartbeat is the longest heartbeat interval a Hello can carry.
+	MaxHeartbeat = 999999999 * time.Millisecond
+	// HeartbeatOff is Hello.Heartbeat of a sender without heartbeats.
+	HeartbeatOff time.Duration = -1
 )
+
+// HelloHeartbeat is what a Hello says of a heartbeat interval d:
+// HeartbeatOff if d is not positive, else d rounded up to a whole
+// millisecond, at most MaxHeartbeat.
+func HelloHeartbeat(d time.Duration) time.Duration {
+	if d <= 0 {
+		return HeartbeatOff
+	}
+	return min(MaxHeartbeat, (d+time.Millisecond-1)/time.Millisecond*time.Millisecond)
+}
+
+var hbPrefix = []byte("hb=")
 
 var helloPrefix = []byte("HELLO ")
 
@@ -56,16 +78,27 @@ func ParseHello(line []byte) (Hello, error) {
 		line = line[:n-1]
 	}
 	bad := func() (Hello, error) {
-		return Hello{}, badLine("malformed identity line (want HELLO NAME POS/SIZE CHAIN ROUNDS [NAMES])", raw)
+		return Hello{}, badLine("malformed identity line (want HELLO NAME POS/SIZE CHAIN ROUNDS [NAMES] [hb=MILLIS])", raw)
 	}
 	if !IsHello(line) {
 		return bad()
 	}
 	f := bytes.Split(line[len(helloPrefix):], []byte{' '})
+	var h Hello
+	if n := len(f); n > 4 && bytes.HasPrefix(f[n-1], hbPrefix) {
+		ms, ok := helloMillis(f[n-1][len(hbPrefix):])
+		if !ok {
+			return bad()
+		}
+		h.Heartbeat = HeartbeatOff
+		if ms > 0 {
+			h.Heartbeat = time.Duration(ms) * time.Millisecond
+		}
+		f = f[:n-1]
+	}
 	if len(f) != 4 && len(f) != 5 {
 		return bad()
 	}
-	var h Hello
 	h.Name = string(f[0])
 	if !helloName(h.Name) {
 		return bad()
@@ -117,6 +150,20 @@ func helloNumber(b []byte) (int, bool) {
 	return v, err == nil
 }
 
+// helloMillis reads 0..999999999 in decimal, without leading zeros.
+func helloMillis(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 || len(b) > 1 && b[0] == '0' {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.Atoi(string(b))
+	return v, err == nil
+}
+
 func helloDigest(b []byte) bool {
 	if len(b) != DigestLen {
 		return false
@@ -130,11 +177,13 @@ func helloDigest(b []byte) bool {
 }
 
 // ValidHello reports whether h can be written: a NoticeName, a place
-// within its chain, two digests, and either no names or Size of them.
-// AppendHello drops names that would not fit in the line.
+// within its chain, two digests, either no names or Size of them, and a
+// heartbeat that HelloHeartbeat gives (or 0, not said). AppendHello
+// drops names that would not fit in the line.
 func ValidHello(h Hello) bool {
 	if !helloName(h.Name) || h.Pos < 1 || h.Size > MaxChainSize || h.Pos > h.Size ||
-		!helloDigest([]byte(h.Chain)) || !helloDigest([]byte(h.Rounds)) {
+		!helloDigest([]byte(h.Chain)) || !helloDigest([]byte(h.Rounds)) ||
+		h.Heartbeat != 0 && HelloHeartbeat(h.Heartbeat) != h.Heartbeat {
 		return false
 	}
 	if h.Names == nil {
@@ -152,9 +201,15 @@ func ValidHello(h Hello) bool {
 }
 
 // AppendHello appends h's wire form to dst, with its names if the whole
-// line then stays within MaxLine (otherwise without them). It does not
-// validate h: use ValidHello first.
+// line then stays within MaxLine (otherwise without them), and its
+// heartbeat unless that is 0. It does not validate h: use ValidHello
+// first.
 func AppendHello(dst []byte, h Hello) []byte {
+	var hb []byte
+	if h.Heartbeat != 0 {
+		hb = append(append(hb, ' '), hbPrefix...)
+		hb = strconv.AppendInt(hb, max(0, int64(h.Heartbeat/time.Millisecond)), 10)
+	}
 	start := len(dst)
 	dst = append(dst, helloPrefix...)
 	dst = append(dst, h.Name...)
@@ -171,7 +226,7 @@ func AppendHello(dst []byte, h Hello) []byte {
 		for _, n := range h.Names {
 			k += len(n)
 		}
-		if len(dst)-start+k <= MaxLine {
+		if len(dst)-start+k+len(hb) <= MaxLine {
 			dst = append(dst, ' ')
 			for i, n := range h.Names {
 				if i > 0 {
@@ -181,6 +236,7 @@ func AppendHello(dst []byte, h Hello) []byte {
 			}
 		}
 	}
+	dst = append(dst, hb...)
 	return append(dst, '\n')
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/wire"
@@ -22,6 +23,9 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Name: "B", Pos: 2, Size: 3, Chain: d1, Rounds: d2, Names: []string{"A", "B", "C"}},
 		{Name: "10.0.0.1:7000", Pos: 1, Size: 1, Chain: d1, Rounds: d2},
 		{Name: strings.Repeat("n", 40), Pos: 999999, Size: 999999, Chain: d1, Rounds: d2},
+		{Name: "B", Pos: 2, Size: 2, Chain: d1, Rounds: d2, Names: []string{"A", "B"}, Heartbeat: 300 * time.Millisecond},
+		{Name: "B", Pos: 2, Size: 2, Chain: d1, Rounds: d2, Heartbeat: wire.HeartbeatOff},
+		{Name: strings.Repeat("n", 40), Pos: 999999, Size: 999999, Chain: d1, Rounds: d2, Heartbeat: wire.MaxHeartbeat},
 	} {
 		if !wire.ValidHello(h) {
 			t.Fatalf("%+v not valid", h)
@@ -46,6 +50,54 @@ func TestHelloRoundTrip(t *testing.T) {
 	if err != nil || back.Names != nil || back.Name != "node-3" || back.Pos != 4 || back.Size != 40 {
 		t.Fatalf("%q: %+v, %v; want the names left out", b, back, err)
 	}
+	// Names that fit only without the heartbeat field are left out: the
+	// heartbeat always stays.
+	h = wire.Hello{Name: "a", Pos: 1, Chain: d1, Rounds: d2}
+	for h.Size = 1; ; h.Size++ {
+		h.Names = slices.Repeat([]string{strings.Repeat("a", 40)}, h.Size)
+		h.Names[0] = "a"
+		if len(wire.AppendHello(nil, h))-1+len(" hb=2000") > wire.MaxLine {
+			break
+		}
+	}
+	if b := wire.AppendHello(nil, h); len(b)-1 > wire.MaxLine {
+		t.Fatalf("no size found with names that fit only without the heartbeat: %q", b)
+	}
+	h.Heartbeat = 2 * time.Second
+	b = wire.AppendHello(nil, h)
+	back, err = wire.ParseHello(b[:len(b)-1])
+	if err != nil || len(b)-1 > wire.MaxLine || back.Names != nil || back.Heartbeat != 2*time.Second {
+		t.Fatalf("%q: %+v, %v; want the names left out and the heartbeat kept", b, back, err)
+	}
+}
+
+// docs/PROTOCOL.md, "The identity line": the heartbeat field says an
+// interval in whole milliseconds, rounded up, or 0 for none.
+func TestHelloHeartbeat(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{
+		0: wire.HeartbeatOff, -time.Second: wire.HeartbeatOff, time.Nanosecond: time.Millisecond,
+		300 * time.Millisecond: 300 * time.Millisecond, 1500 * time.Microsecond: 2 * time.Millisecond,
+		1000 * time.Hour: wire.MaxHeartbeat,
+	} {
+		if got := wire.HelloHeartbeat(d); got != want {
+			t.Errorf("HelloHeartbeat(%v) = %v, want %v", d, got, want)
+		}
+	}
+	d := wire.Digest("x")
+	for line, want := range map[string]time.Duration{
+		"HELLO B 2/3 " + d + " " + d:                         0,
+		"HELLO B 2/3 " + d + " " + d + " hb=0":               wire.HeartbeatOff,
+		"HELLO B 2/3 " + d + " " + d + " hb=3000":            3 * time.Second,
+		"HELLO B 2/3 " + d + " " + d + " A,B,C hb=300\r":     300 * time.Millisecond,
+		"HELLO B 2/3 " + d + " " + d + " A,B,C hb=999999999": wire.MaxHeartbeat,
+	} {
+		if h, err := wire.ParseHello([]byte(line)); err != nil || h.Heartbeat != want {
+			t.Errorf("ParseHello(%q) = %+v, %v; want heartbeat %v", line, h, err, want)
+		}
+	}
+	if wire.ValidHello(wire.Hello{Name: "B", Pos: 1, Size: 1, Chain: d, Rounds: d, Heartbeat: 1500 * time.Microsecond}) {
+		t.Error("ValidHello accepts a heartbeat that is not a whole number of milliseconds")
+	}
 }
 
 // docs/PROTOCOL.md, "The identity line": what is not one.
@@ -59,6 +111,10 @@ func TestHelloRefused(t *testing.T) {
 		"HELLO - 2/3 " + d + " " + d, "HELLO B\x00 2/3 " + d + " " + d, "HELLO  B 2/3 " + d + " " + d,
 		"HELLO B 2/3 " + d + " " + d + " A,B,C " + strings.Repeat("x", 200),
 		"HELLO B 1234567/1234567 " + d + " " + d,
+		"HELLO B 2/3 " + d + " " + d + " hb=", "HELLO B 2/3 " + d + " " + d + " hb=01",
+		"HELLO B 2/3 " + d + " " + d + " hb=1000000000", "HELLO B 2/3 " + d + " " + d + " hb=-1",
+		"HELLO B 2/3 " + d + " " + d + " hb=1 hb=1", "HELLO B 2/3 " + d + " " + d + " hb=1 A,B,C",
+		"HELLO B 2/3 " + d + " " + d + " hb=1s", "HELLO B 2/3 " + d + " hb=1",
 	} {
 		if h, err := wire.ParseHello([]byte(s)); err == nil {
 			t.Errorf("ParseHello(%q) = %+v, want an error", s, h)
@@ -107,12 +163,12 @@ func TestHelloAtReader(t *testing.T) {
 
 func sameHello(a, b wire.Hello) bool {
 	return a.Name == b.Name && a.Pos == b.Pos && a.Size == b.Size && a.Chain == b.Chain && a.Rounds == b.Rounds &&
-		slices.Equal(a.Names, b.Names)
+		slices.Equal(a.Names, b.Names) && a.Heartbeat == b.Heartbeat
 }
 
 // refHello is the identity line's grammar (docs/PROTOCOL.md, "The
 // identity line") written as plainly as possible.
-var refHello = regexp.MustCompile(`^HELLO ([A-Za-z0-9._:@\[\]-]{1,40}) ([1-9][0-9]{0,5})/([1-9][0-9]{0,5}) ([0-9a-f]{16}) ([0-9a-f]{16})( [A-Za-z0-9._:@\[\]-]{1,40}(,[A-Za-z0-9._:@\[\]-]{1,40})*)?\r?$`)
+var refHello = regexp.MustCompile(`^HELLO ([A-Za-z0-9._:@\[\]-]{1,40}) ([1-9][0-9]{0,5})/([1-9][0-9]{0,5}) ([0-9a-f]{16}) ([0-9a-f]{16})( [A-Za-z0-9._:@\[\]-]{1,40}(,[A-Za-z0-9._:@\[\]-]{1,40})*)?( hb=(0|[1-9][0-9]{0,8}))?\r?$`)
 
 func refParseHello(line []byte) (wire.Hello, bool) {
 	if len(line) > wire.MaxLine {
@@ -134,6 +190,13 @@ func refParseHello(line []byte) (wire.Hello, bool) {
 			return wire.Hello{}, false
 		}
 	}
+	if len(sub[8]) > 0 {
+		ms, _ := strconv.Atoi(string(sub[9]))
+		h.Heartbeat = time.Duration(ms) * time.Millisecond
+		if ms == 0 {
+			h.Heartbeat = wire.HeartbeatOff
+		}
+	}
 	return h, true
 }
 
@@ -148,6 +211,9 @@ func FuzzHello(f *testing.F) {
 		"HELLO B 2/3 " + d + " " + d, "HELLO B 2/3 " + d + " " + d + " A,B,C", "HELLO B 2/3 " + d + " " + d + " A,B,C\r",
 		"HELLO [::1]:7000 1/1 " + d + " " + d, "HELLO B 2/3 " + d + " " + d + " A,B", "HELLO B 3/2 " + d + " " + d,
 		"HELLO - 1/1 " + d + " " + d, "HELLO B 1/1 " + d + " " + d + " -", "HELLO B 1/1 " + d + " " + d + " ",
+		"HELLO B 2/3 " + d + " " + d + " hb=300", "HELLO B 2/3 " + d + " " + d + " A,B,C hb=0\r",
+		"HELLO B 2/3 " + d + " " + d + " A,B,C hb=999999999", "HELLO B 2/3 " + d + " " + d + " hb=01",
+		"HELLO B 2/3 " + d + " " + d + " hb=3000 hb=3000", "HELLO B 1/1 " + d + " " + d + " hb=",
 		"READY", "HEARTBEAT", "HELLO",
 	} {
 		f.Add([]byte(s))

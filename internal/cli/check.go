@@ -488,10 +488,10 @@ func compareSettings(pred, succ settings) string {
 		diffs = append(diffs, fmt.Sprintf("the predecessor runs %s, the successor %s (--round/--rounds)", describeRounds(pred.rounds), describeRounds(succ.rounds)))
 	}
 	if pred.heartbeat != succ.heartbeat {
-		diffs = append(diffs, fmt.Sprintf("--heartbeat is %s at the predecessor and %s at the successor (set it on every node or none)", onOff(pred.heartbeat), onOff(succ.heartbeat)))
+		diffs = append(diffs, fmt.Sprintf("--heartbeat is %s at the predecessor and %s at the successor (set the same --heartbeat on every node of the chain, or on none)", onOff(pred.heartbeat), onOff(succ.heartbeat)))
 	}
 	if pred.heartbeat && succ.heartbeat && pred.interval > 0 && succ.interval > 0 && pred.interval != succ.interval {
-		diffs = append(diffs, fmt.Sprintf("--heartbeat is %v at the predecessor and %v at the successor (give every node the same interval: a node calls its neighbour silent after three of its own)", pred.interval, succ.interval))
+		diffs = append(diffs, fmt.Sprintf("--heartbeat is %v at the predecessor and %v at the successor (%s)", pred.interval, succ.interval, chainsync.SameHeartbeat))
 	}
 	if pred.serve != succ.serve {
 		diffs = append(diffs, fmt.Sprintf("--serve is %s at the predecessor and %s at the successor (set it on every node of a long-lived chain)", onOff(pred.serve), onOff(succ.serve)))

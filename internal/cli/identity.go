@@ -72,8 +72,9 @@ func loopbackHost(host string) bool {
 }
 
 // roundSettings sums up the round flags that must be the same on every
-// node, for the identity line's digest and its mismatch message. A served
-// chain learns its rounds from the Head: only --serve counts there.
+// node, for the identity line's digest and its mismatch message: the
+// rounds, --undo and --heartbeat. A served chain learns its rounds from
+// the Head: only --serve counts there.
 func (o *runOpts) roundSettings() string {
 	s := "the unnamed round"
 	switch {
@@ -86,6 +87,10 @@ func (o *runOpts) roundSettings() string {
 	}
 	if o.undoCmd != "" {
 		s += " with --undo" // a chain setting too (docs/UNDO.md)
+	}
+	if o.heartbeat > 0 {
+		// Also said on its own in the line (hb=), to name both values.
+		s += " with --heartbeat " + o.heartbeat.String()
 	}
 	return s
 }
