@@ -101,6 +101,9 @@ func (fb *faultBook) noticeArrived(note protocol.Notice, started bool, from prot
 	}
 	if note.HasRound {
 		fe.State = fb.stateOf(note.Round)
+		if ri := fb.book.find(note.Round); ri != nil && (fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout) {
+			ri.failedWhy = note.Why // this attempt's words, or none
+		}
 	}
 	f := fe.fault()
 	switch {

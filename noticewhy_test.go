@@ -14,10 +14,19 @@ import (
 // the failed task's error, in its own words, reaches every node of the
 // chain in the fault notice: each node's log line of the fault, the
 // fault its --on-fault hook hears of (the trace's Err), and the round's
-// error at the Head. Words that are not printable ASCII arrive replaced.
+// error at the Head, with an undo wave too (docs/UNDO.md). Words that
+// are not printable ASCII arrive replaced.
 func TestNoticeCarriesTheTaskError(t *testing.T) {
-	for _, policy := range []FaultPolicy{FaultHalt, FaultWait} {
-		t.Run(policy.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		policy FaultPolicy
+		undo   bool
+	}{{FaultHalt, false}, {FaultWait, false}, {FaultHalt, true}} {
+		policy := tc.policy
+		name := policy.String()
+		if tc.undo {
+			name += "-undo"
+		}
+		t.Run(name, func(t *testing.T) {
 			simulated(t, func(t *testing.T) {
 				nw := testnet.NewNetwork()
 				cfgs := simChain(t, nw, 4)
@@ -25,6 +34,9 @@ func TestNoticeCarriesTheTaskError(t *testing.T) {
 				for i := range cfgs {
 					cfgs[i].Heartbeat = time.Second // the extension lines: notices
 					cfgs[i].FaultPolicy = policy
+					if tc.undo {
+						cfgs[i].Undo = func(context.Context, string, UndoInfo) error { return nil }
+					}
 					cfgs[i].Task = func(context.Context, string) error {
 						if i == 2 {
 							return errors.New("disk full\n\x1b[31mon /data caf\u00e9")
@@ -49,7 +61,7 @@ func TestNoticeCarriesTheTaskError(t *testing.T) {
 					}
 				}
 				const want = "disk full ?[31mon /data caf?"
-				if head.Err == nil || !strings.Contains(head.Err.Error(), want) {
+				if head.Err == nil || !strings.Contains(head.Err.Error(), want) || tc.undo && head.Undo == "" {
 					t.Errorf("the Head's round error %v: want the task's words %q", head.Err, want)
 				}
 				for i, w := range ws {
