@@ -248,8 +248,8 @@ func (n Notice) Len() int {
 // WithWhy returns n with text as its Why, made fit to travel: every
 // control byte and every byte beyond ASCII replaced ("?", a run of
 // spaces, tabs and line ends one space), no space at either end, and cut
-// (ending "...") so that the whole line is at most max bytes; no Why if
-// not even a few bytes of it fit.
+// (ending "...") so that the whole line is at most limit bytes; no Why
+// if it would have to be cut to fewer than minWhyCut bytes.
 func (n Notice) WithWhy(text string, limit int) Notice {
 	b := make([]byte, 0, min(len(text), limit))
 	for i := 0; i < len(text) && len(b) <= limit; i++ {
