@@ -158,9 +158,9 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 //
 // where round is "-" (no round) or ":" and a round id (":" alone is the
 // unnamed round), blamed is "-" for none, retry is a number from 1 and
-// why the rest of the line: the origin's words for the fault. A lone ":"
-// after blamed or retry can be neither (a retry is digits), so it starts
-// why wherever the fields before it stand.
+// why the rest of the line: the origin's words for the fault. The field
+// after blamed is a retry (digits) or the lone ":" that starts why, so
+// the two are never confused.
 func parseNotice(line, raw []byte) (protocol.Message, error) {
 	f := bytes.SplitN(line, []byte{' '}, 6)
 	if len(f) < 5 || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
