@@ -156,7 +156,7 @@ func (n *Node) resumeTask(id string, ri *roundInfo) {
 	default:
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
 		n.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
+		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error(), why: ri.cause.Error()})
 		if err := n.step(protocol.TaskDone(id, true), nil); err != nil {
 			n.log.Error("internal error: resume fail", "round", id, "err", err)
 		}

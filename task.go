@@ -204,7 +204,7 @@ func (n *Node) taskFinished(round string, err error, timedOut bool) {
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy)})
+		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy), why: err.Error()})
 	} else if n.infoOn() {
 		n.log.Info("task finished", "round", round)
 	}
