@@ -67,7 +67,8 @@ func (fb *faultBook) announceLater(f Fault, halt bool, cause *FaultError) {
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
-// neighbour f names, or this node for its own task. Loop only.
+// neighbour f names, or this node for its own task, whose error it
+// carries in words (as many as fit the line). Loop only.
 func (fb *faultBook) noticeOf(f Fault) protocol.Notice {
 	note := protocol.Notice{HasRound: true, Round: f.Round, Kind: string(f.Kind), Origin: fb.self}
 	switch {
@@ -75,6 +76,9 @@ func (fb *faultBook) noticeOf(f Fault) protocol.Notice {
 		note.Blamed = protocol.NoticeName(f.Peer)
 	case f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout:
 		note.Blamed = note.Origin // its own task
+	}
+	if f.why != "" {
+		note = note.WithWhy(f.why, wire.MaxLine)
 	}
 	return note
 }
@@ -97,6 +101,9 @@ func (fb *faultBook) noticeArrived(note protocol.Notice, started bool, from prot
 	}
 	if note.HasRound {
 		fe.State = fb.stateOf(note.Round)
+		if ri := fb.book.find(note.Round); ri != nil && (fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout) {
+			ri.failedWhy = note.Why // this attempt's words, or none
+		}
 	}
 	f := fe.fault()
 	switch {
@@ -110,8 +117,19 @@ func (fb *faultBook) noticeArrived(note protocol.Notice, started bool, from prot
 	return fe
 }
 
-// describeNotice says in words who found what: "C reported B silent".
+// describeNotice says in words who found what: "C reported B silent",
+// and in the origin's words why, if the notice carries them: "C
+// reported that C's task failed: disk full".
 func describeNotice(note protocol.Notice) string {
+	s := noticeWhat(note)
+	if note.Why != "" {
+		s += ": " + note.Why
+	}
+	return s
+}
+
+// noticeWhat is describeNotice without the origin's words.
+func noticeWhat(note protocol.Notice) string {
 	o, b := note.Origin, note.Blamed
 	if b == "" {
 		b = "a node"

@@ -264,4 +264,7 @@ type Fault struct {
 	// ran: for FaultChainHalted, what the halt means for this node's own
 	// task of the round, in words for the log ("" : it runs none).
 	ran string
+	// why: for this node's own failed task, the task's error in its own
+	// words ("disk full"), which the fault's notice carries to the chain.
+	why string
 }

@@ -34,6 +34,10 @@ type roundInfo struct {
 	// reported: why the round ends is already logged at ERROR (its fault,
 	// or the journal failing), so its end is not a second ERROR line.
 	reported bool
+	// failedWhy: the words of the notice that the round's task failed at
+	// another node (its error), for a round end that waits for the undo
+	// wave (undo.go).
+	failedWhy string
 }
 
 // finished reports whether the round's result is in. Loop only.

@@ -161,7 +161,7 @@ func (d *driver) resumeTask(id string, ri *roundInfo) {
 	default:
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
 		d.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
-		d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error()})
+		d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error(), why: ri.cause.Error()})
 		if err := d.step(protocol.TaskDone(id, true), nil); err != nil {
 			d.log.Error("internal error: resume fail", "round", id, "err", err)
 		}

@@ -214,7 +214,7 @@ func (r *taskRunner) taskFinished(round string, err error, timedOut bool) protoc
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		r.faults.record(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(r.policy)})
+		r.faults.record(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(r.policy), why: err.Error()})
 	} else if infoOn(r.log) {
 		r.log.Info("task finished", "round", round)
 	}

@@ -157,7 +157,7 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 		// The round's end here was withheld until now: its cause is the
 		// failure the wave undid, as the notice of it said.
 		fe := &FaultError{Round: round, State: u.faults.stateOf(round), Kind: FaultChainHalted, Peer: w.Failed, Origin: w.Failed,
-			Cause: FaultKind(w.Kind), Reason: describeNotice(protocol.Notice{Kind: w.Kind, Origin: w.Failed, Blamed: w.Failed}) + "; " + line}
+			Cause: FaultKind(w.Kind), Reason: describeNotice(protocol.Notice{Kind: w.Kind, Origin: w.Failed, Blamed: w.Failed, Why: ri.failedWhy}) + "; " + line}
 		if u.policy == FaultWait {
 			fe.Kind = FaultChainFault
 		}

@@ -146,6 +146,11 @@ type Notice struct {
 	// node where more retries reopened the round takes it as of an
 	// attempt before, which ends nothing there.
 	Attempt int
+	// Why is the origin's words for the fault, e.g. its failed task's
+	// error ("disk full"); "" says nothing. Printable ASCII, no leading or
+	// trailing space (WithWhy makes it so); every node passes it on as it
+	// came.
+	Why string
 }
 
 // Bounds of a notice's fields, so that the whole line stays within the
@@ -173,6 +178,9 @@ func (n Notice) String() string {
 	if n.Attempt > 0 {
 		s += " retry " + strconv.Itoa(n.Attempt)
 	}
+	if n.Why != "" {
+		s += ": " + n.Why
+	}
 	return s
 }
 
@@ -194,7 +202,86 @@ func (n Notice) Valid() bool {
 			return false
 		}
 	}
-	return n.Origin != "" && NoticeName(n.Origin) == n.Origin && NoticeName(n.Blamed) == n.Blamed
+	return n.Origin != "" && NoticeName(n.Origin) == n.Origin && NoticeName(n.Blamed) == n.Blamed && validWhy(n.Why)
+}
+
+// minWhyCut is the fewest bytes of words WithWhy keeps when it cuts them.
+const minWhyCut = 8
+
+// trimSpace drops b's trailing spaces (WithWhy writes no leading one).
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// validWhy reports whether s can be a notice's Why: "", or printable
+// ASCII that neither starts nor ends with a space.
+func validWhy(s string) bool {
+	if s == "" {
+		return true
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Len is the length of n's line on the wire, without its LF.
+func (n Notice) Len() int {
+	k := len("FAULT ") + 1 + len(n.Round) + 1 + len(n.Kind) + 1 + len(n.Origin) + 1 + max(len(n.Blamed), 1)
+	if n.Attempt > 0 {
+		k += 1 + len(strconv.Itoa(n.Attempt))
+	}
+	if n.Why != "" {
+		k += len(" : ") + len(n.Why)
+	}
+	return k
+}
+
+// WithWhy returns n with text as its Why, made fit to travel: every
+// control byte and every byte beyond ASCII replaced ("?", a run of
+// spaces, tabs and line ends one space), no space at either end, and cut
+// (ending "...") so that the whole line is at most limit bytes; no Why
+// if it would have to be cut to fewer than minWhyCut bytes.
+func (n Notice) WithWhy(text string, limit int) Notice {
+	b := make([]byte, 0, min(len(text), limit))
+	for i := 0; i < len(text) && len(b) <= limit; i++ {
+		c := text[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
+			if len(b) > 0 && b[len(b)-1] != ' ' {
+				b = append(b, ' ')
+			}
+		case c < 0x20 || c == 0x7f:
+			b = append(b, '?')
+		case c >= 0x80:
+			// One "?" per character: skip its continuation bytes.
+			for i+1 < len(text) && text[i+1]&0xc0 == 0x80 {
+				i++
+			}
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	n.Why = ""
+	room := limit - n.Len() - len(" : ")
+	b = trimSpace(b)
+	if len(b) > room {
+		if room < len("...")+minWhyCut {
+			return n // a stub of words says less than none
+		}
+		b = append(trimSpace(b[:room-3]), "..."...)
+	}
+	n.Why = string(b)
+	return n
 }
 
 // NoticeName returns s as a notice may carry it: at most MaxNoticeName

@@ -108,3 +108,37 @@ func TestNoticeName(t *testing.T) {
 		t.Errorf("long name: %d bytes", len(long))
 	}
 }
+
+// docs/PROTOCOL.md, "Fault notices": the origin's words (Why) are part of
+// the notice: a node passes them on unchanged, and a link that comes
+// back carries them again with the notice it missed.
+func TestNoticeWhyPassedOnAndResent(t *testing.T) {
+	n := protocol.Notice{HasRound: true, Round: "r3", Kind: "task-failed", Origin: "C", Blamed: "C", Why: "disk full at C"}
+	m := protocol.New(protocol.Config{Role: protocol.Middle, Extensions: true})
+	acts, err := m.Step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.FaultNotice, Note: &n}), nil)
+	if err != nil || len(acts) == 0 || acts[0].Kind != protocol.ActSend || acts[0].To != protocol.Succ || *acts[0].Msg.Note != n {
+		t.Fatalf("passed on: %+v, %v; want %+v to the successor", acts, err, n)
+	}
+	acts, err = m.Step(protocol.LinkUp(protocol.Succ), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resent := false
+	for _, a := range acts {
+		if a.Kind == protocol.ActSend && a.Resend && a.Msg.Note != nil {
+			resent = true
+			if *a.Msg.Note != n {
+				t.Errorf("re-sent %+v, want %+v", *a.Msg.Note, n)
+			}
+		}
+	}
+	if !resent {
+		t.Fatalf("the link that came up carried no notice: %+v", acts)
+	}
+	// Words that could not travel make the notice invalid: a violation.
+	bad := n
+	bad.Why = "disk\tfull"
+	if _, err := m.Step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.FaultNotice, Note: &bad}), nil); err == nil {
+		t.Errorf("a notice with a tab in its words was taken")
+	}
+}

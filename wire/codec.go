@@ -154,14 +154,17 @@ func parse(line []byte, intern func([]byte) string, heartbeats bool) (protocol.M
 // parseNotice decodes a fault notice line (docs/PROTOCOL.md, "Fault
 // notices"):
 //
-//	FAULT SP round SP kind SP origin SP blamed
+//	FAULT SP round SP kind SP origin SP blamed [SP retry] [SP ":" SP why]
 //
 // where round is "-" (no round) or ":" and a round id (":" alone is the
-// unnamed round), and blamed is "-" for none.
+// unnamed round), blamed is "-" for none, retry is a number from 1 and
+// why the rest of the line: the origin's words for the fault. The field
+// after blamed is a retry (digits) or the lone ":" that starts why, so
+// the two are never confused.
 func parseNotice(line, raw []byte) (protocol.Message, error) {
-	f := bytes.Split(line, []byte{' '})
-	if (len(f) != 5 && len(f) != 6) || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
-		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED [RETRY])", raw)
+	f := bytes.SplitN(line, []byte{' '}, 6)
+	if len(f) < 5 || slices.ContainsFunc(f, func(b []byte) bool { return len(b) == 0 }) {
+		return protocol.Message{}, badLine("malformed fault notice (want FAULT ROUND KIND ORIGIN BLAMED [RETRY] [: WHY])", raw)
 	}
 	n := protocol.Notice{Kind: string(f[2]), Origin: string(f[3])}
 	switch r := f[1]; {
@@ -175,13 +178,30 @@ func parseNotice(line, raw []byte) (protocol.Message, error) {
 		n.Blamed = b
 	}
 	if len(f) == 6 {
-		// The attempt, as the retries that reopened the round at the
-		// origin: 1 or more, no sign, no leading zero.
-		a := f[5]
-		if a[0] < '1' || a[0] > '9' || len(a) > 6 || len(bytes.Trim(a, "0123456789")) > 0 {
-			return protocol.Message{}, badLine("malformed fault notice: RETRY must be a number from 1", raw)
+		rest := f[5]
+		a, more, cut := bytes.Cut(rest, []byte{' '})
+		if len(a) == 0 {
+			return protocol.Message{}, badLine("malformed fault notice (two spaces)", raw)
 		}
-		n.Attempt, _ = strconv.Atoi(string(a))
+		if a[0] != ':' {
+			// The attempt, as the retries that reopened the round at the
+			// origin: 1 or more, no sign, no leading zero.
+			if a[0] < '1' || a[0] > '9' || len(a) > 6 || len(bytes.Trim(a, "0123456789")) > 0 {
+				return protocol.Message{}, badLine("malformed fault notice: RETRY must be a number from 1", raw)
+			}
+			n.Attempt, _ = strconv.Atoi(string(a))
+			rest = more
+			if cut && len(rest) == 0 {
+				return protocol.Message{}, badLine("malformed fault notice (a space at the end)", raw)
+			}
+		}
+		if len(rest) > 0 {
+			why, ok := bytes.CutPrefix(rest, []byte(": "))
+			if !ok || len(why) == 0 {
+				return protocol.Message{}, badLine("malformed fault notice: after BLAMED and RETRY only \": WHY\" may follow", raw)
+			}
+			n.Why = string(why)
+		}
 	}
 	if n.Origin == "-" || !n.Valid() {
 		return protocol.Message{}, badLine("malformed fault notice", raw)
@@ -304,7 +324,7 @@ func Append(dst []byte, m protocol.Message, colon bool) []byte {
 // round id.
 func Valid(m protocol.Message) bool {
 	if m.Cmd == protocol.FaultNotice {
-		return m.Note != nil && m.Note.Valid()
+		return m.Note != nil && m.Note.Valid() && m.Note.Len() <= MaxLine
 	}
 	if m.Cmd == protocol.SteerLine {
 		return m.Steer != nil && m.Steer.Valid()
@@ -342,6 +362,10 @@ func appendNotice(dst []byte, n protocol.Notice) []byte {
 	if n.Attempt > 0 {
 		dst = append(dst, ' ')
 		dst = strconv.AppendInt(dst, int64(n.Attempt), 10)
+	}
+	if n.Why != "" {
+		dst = append(dst, " : "...)
+		dst = append(dst, n.Why...)
 	}
 	return append(dst, '\n')
 }

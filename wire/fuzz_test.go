@@ -208,7 +208,7 @@ func FuzzReader(f *testing.F) {
 // refNotice is the fault notice's grammar (docs/PROTOCOL.md, "Fault
 // notices") written as plainly as possible, with HEARTBEAT, the other
 // extension line.
-var refNotice = regexp.MustCompile(`^FAULT (-|:[A-Za-z0-9._-]{0,128}) ([a-z0-9-]{1,24}) ([A-Za-z0-9._:@\[\]-]{1,40}) ([A-Za-z0-9._:@\[\]-]{1,40})( [1-9][0-9]{0,5})?\r?$`)
+var refNotice = regexp.MustCompile(`^FAULT (-|:[A-Za-z0-9._-]{0,128}) ([a-z0-9-]{1,24}) ([A-Za-z0-9._:@\[\]-]{1,40}) ([A-Za-z0-9._:@\[\]-]{1,40})( [1-9][0-9]{0,5})?( : [!-~](?:[ -~]*[!-~])?)?\r?$`)
 
 func refParseExt(line []byte) (protocol.Message, bool) {
 	if len(line) > wire.MaxLine {
@@ -245,6 +245,9 @@ func refParseExt(line []byte) (protocol.Message, bool) {
 			return protocol.Message{}, false // a retry is of a round's attempt
 		}
 		n.Attempt, _ = strconv.Atoi(a[1:])
+	}
+	if w := string(sub[6]); w != "" {
+		n.Why = w[3:]
 	}
 	return protocol.Message{Cmd: protocol.FaultNotice, Note: &n}, true
 }
@@ -298,6 +301,13 @@ func FuzzParseExtensions(f *testing.F) {
 		"FAULT :r7 task-failed C C 1", "FAULT :r7 task-failed C C 999999\r", "FAULT :r7 task-failed C C 1000000",
 		"FAULT :r7 task-failed C C 0", "FAULT :r7 task-failed C C 01", "FAULT - peer-silent C B 2", "FAULT :r7 task-failed C C 2 3",
 		"FAULT :r7 task-failed C C +2", "FAULT :r7 task-failed C C ",
+		// The origin's words (docs/PROTOCOL.md, "Fault notices").
+		"FAULT :r3 task-failed C C : disk full", "FAULT :r3 task-failed C C 2 : task exited 7\r", "FAULT : task-failed : : : : : :",
+		"FAULT :r3 task-failed C C :", "FAULT :r3 task-failed C C : ", "FAULT :r3 task-failed C C :  x", "FAULT :r3 task-failed C C : x ",
+		"FAULT : 0 0 0  ", // a fuzz crasher: an empty field after BLAMED was indexed
+		"FAULT :r3 task-failed C C :x", "FAULT :r3 task-failed C C 2 :", "FAULT :r3 task-failed C C 2 ", "FAULT :r3 task-failed C C : 2 3",
+		"FAULT :r3 task-failed C C 2 3 : x", "FAULT :r3 task-failed C C : caf\xc3\xa9", "FAULT :r3 task-failed C C : a\tb",
+		"FAULT :" + strings.Repeat("a", 128) + " exit-wave-undelivered " + strings.Repeat("n", 40) + " " + strings.Repeat("m", 40) + " 999999 : abc",
 		"GRACE :r7 B 600000 1", "GRACE - B 0 2", "GRACE : [::1]:7001 604800000 65535\r", "GRACE :r7 B 604800001 1",
 		"GRACE :r7 B 1000 0", "GRACE :r7 B 1000 65536", "GRACE :r7 - 1000 1", "GRACE :r7 B 1000", "GRACE :r7 B -1 1",
 		"GRACE :r7 B 1000 1 x", "GRACE :r7 B 01000 001", "GRACE  B 1000 1",

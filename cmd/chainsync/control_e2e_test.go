@@ -89,7 +89,8 @@ func TestControlRefusesJunkE2E(t *testing.T) {
 // while the round is held at C is picked up by open --wait-for: it prints
 // the id and exits 0 once the round is done; asked again after the end it
 // answers at once. For a round whose task fails at C, --wait-for and
-// --wait print the same and exit 3 alike. A round the Head does not know
+// --wait print the same, with the task's error as C's notice carried it,
+// and exit 3 alike. A round the Head does not know
 // is refused, exit 1.
 func TestOpenWaitForE2E(t *testing.T) {
 	t.Parallel()
@@ -156,7 +157,7 @@ echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
 		}
 	}
 	if waited.out.String() != pickedUp.out.String() || waited.err.String() != pickedUp.err.String() ||
-		!strings.Contains(waited.err.String(), "task failed at node C") {
+		!strings.Contains(waited.err.String(), "task failed at node C") || !strings.Contains(waited.err.String(), "exited with status 7") {
 		t.Errorf("open --wait and --wait-for differ for r2:\n--wait: %q %q\n--wait-for: %q %q",
 			waited.out.String(), waited.err.String(), pickedUp.out.String(), pickedUp.err.String())
 	}

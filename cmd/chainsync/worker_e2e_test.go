@@ -256,17 +256,17 @@ func TestWorkerHelloGatesChainE2E(t *testing.T) {
 
 // TestWorkerAnswersFailureE2E: C's worker answers ok:false for r3: r3
 // fails at C (no request for it reaches D), with the worker's error text
-// in C's log and its --on-fault hook, and every other node logs the
-// round failed at C; under --fault-policy wait the chain serves r4.
+// in every node's log and in every node's --on-fault hook (C's own fault,
+// and at the others the fault notice, which carries the text); every
+// other node logs the round failed at C; under --fault-policy wait the
+// chain serves r4.
 //
-// Draft: Error Handling (a failed task); docs/DESIGN.md "Long-lived chains".
+// Draft: Error Handling (a failed task); docs/DESIGN.md "Long-lived chains";
+// docs/FAULTS.md "Fault notices".
 func TestWorkerAnswersFailureE2E(t *testing.T) {
 	dir := t.TempDir()
 	extra := func(i int) []string {
-		if i == 2 {
-			return []string{"--fault-policy", "wait", "--on-fault", `echo "$CHAINSYNC_ERROR" >> "$DIR/hook"`}
-		}
-		return []string{"--fault-policy", "wait"}
+		return []string{"--fault-policy", "wait", "--on-fault", `echo "$CHAINSYNC_NODE $CHAINSYNC_FAULT $CHAINSYNC_ERROR" >> "$DIR/hook"`}
 	}
 	procs := workerChain(t, dir, 4, []string{"r1", "r2", "r3", "r4"}, nil, extra, func(i int) []string {
 		if i == 2 {
@@ -275,13 +275,17 @@ func TestWorkerAnswersFailureE2E(t *testing.T) {
 		return shWorker(dir)
 	})
 	procs[0].wait(t, time.Minute) // 4: a round failed elsewhere
-	procs[2].waitLog(t, 20*time.Second, "with its worker's error", containsAll("r3", "disk full at C"))
 	for _, p := range procs {
+		p.waitLog(t, 20*time.Second, "with C's worker's error", containsAll("r3", "disk full at C"))
 		p.waitLog(t, 20*time.Second, "saying r3 failed at C", containsAll("round failed", "round=r3", "node=C"))
 	}
-	waitFor(t, 20*time.Second, "C's hook with the worker's error", func() bool {
-		return slices.ContainsFunc(readLines(t, filepath.Join(dir, "hook")), func(l string) bool { return strings.Contains(l, "disk full at C") })
-	})
+	for _, node := range []string{"A", "B", "C", "D"} {
+		waitFor(t, 20*time.Second, node+"'s hook with C's worker's error", func() bool {
+			return slices.ContainsFunc(readLines(t, filepath.Join(dir, "hook")), func(l string) bool {
+				return strings.HasPrefix(l, node+" ") && strings.Contains(l, "disk full at C")
+			})
+		})
+	}
 	waitFor(t, 20*time.Second, "D running r4", func() bool { return hasRun(t, dir, "D", "r4") })
 	stopServed(t, procs)
 	if hasRun(t, dir, "D", "r3") {
