@@ -271,11 +271,11 @@ func (a *admission) keepIdle(l *link, err error) bool {
 }
 
 // keepIdle is admission.keepIdle, on the loop. Loop only.
-func (n *Node) keepIdle(l *link) bool {
-	if n.closed || !n.adm.pending[l] || n.pred != nil {
+func (lk *links) keepIdle(l *link) bool {
+	if lk.lp.closed || !lk.adm.pending[l] || lk.pred != nil {
 		return false
 	}
-	_ = l.c.SetReadDeadline(time.Now().Add(n.cfg.PendingTimeout))
+	_ = l.c.SetReadDeadline(time.Now().Add(lk.cfg.PendingTimeout))
 	return true
 }
 

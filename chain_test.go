@@ -447,11 +447,11 @@ func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
 	for i, nd := range nodes {
 		var kept, machine []string
 		nd.call(func() {
-			for id := range nd.book.byID {
+			for id := range nd.d.book.byID {
 				kept = append(kept, id)
 			}
 			for r := range rounds {
-				if _, ok := nd.view.State(fmt.Sprintf("r%d", r)); ok {
+				if _, ok := nd.d.view.State(fmt.Sprintf("r%d", r)); ok {
 					machine = append(machine, fmt.Sprintf("r%d", r))
 				}
 			}

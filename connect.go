@@ -126,20 +126,20 @@ func (cn *connector) admitConn(l *link, adm *admission, checks chan struct{}) bo
 
 // accepted admits l, a connection the acceptor took, as pending: it
 // evicts another if MaxPending are (admission.go). Loop only.
-func (n *Node) accepted(l *link) reply {
-	if n.closed {
+func (lk *links) accepted(l *link) reply {
+	if lk.lp.closed {
 		return reply{}
 	}
-	return reply{ok: true, gone: n.adm.admit(l)}
+	return reply{ok: true, gone: lk.adm.admit(l)}
 }
 
 // secured is the end of l's TLS handshake: true if l, still pending and
 // authenticated, now reads from sc. Loop only.
-func (n *Node) secured(l *link, sc net.Conn, err error) bool {
-	adm := n.adm
-	if err != nil || n.closed || !adm.authenticated(l) {
-		if err != nil && !n.closed && adm.stillPending(l) && adm.refused(l, err) {
-			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
+func (lk *links) secured(l *link, sc net.Conn, err error) bool {
+	adm := lk.adm
+	if err != nil || lk.lp.closed || !adm.authenticated(l) {
+		if err != nil && !lk.lp.closed && adm.stillPending(l) && adm.refused(l, err) {
+			lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: err})
 		}
 		delete(adm.pending, l)
 		return false
@@ -149,16 +149,16 @@ func (n *Node) secured(l *link, sc net.Conn, err error) bool {
 }
 
 // dialed makes l, a connection the dialer made, the current successor
-// link. Loop only.
-func (n *Node) dialed(l *link) bool {
-	if n.closed {
+// link; true if it did, and then the loop steps the link up. Loop only.
+func (lk *links) dialed(l *link) bool {
+	if lk.lp.closed {
 		return false
 	}
-	n.succ = l
+	lk.succ = l
 	l.startWriter()
-	n.sendHello(l) // the identity line goes first (identity.go)
-	n.linkUp(l)
-	return true
+	lk.sendHello(l) // the identity line goes first (identity.go)
+	lk.announceUp(l)
+	return true // the loop steps the link up
 }
 
 // servePred secures a pending connection and reads from it.
@@ -316,185 +316,113 @@ func (cn *connector) readLoop(l *link) {
 	}
 }
 
-// handleAll acts on the lines of one read, up to one that closes l. Loop
-// only.
-func (n *Node) handleAll(l *link, msgs []protocol.Message) {
-	for _, msg := range msgs {
-		if !n.handle(l, msg) {
-			return
-		}
-	}
-}
-
 // maxBatch bounds the lines of one read handed to the loop in one event.
 const maxBatch = 64
 
-// handle acts on one message; false means l is closed. Loop only.
-func (n *Node) handle(l *link, msg protocol.Message) bool {
-	if n.closed {
-		return false
-	}
-	cur := n.succ
-	if l.side == protocol.Pred {
-		cur = n.pred
-		if cur != l && !n.adm.pending[l] {
-			return false // already dropped
-		}
-	} else if cur != l {
-		return false
-	}
-	if cur == l {
-		if n.dup.refusedAsDuplicate(l, msg) { // duplicate.go
-			n.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
-			return false
-		}
-		n.received(l, msg)
-		if err := n.step(protocol.Recv(l.side, msg), nil); err != nil {
-			n.violation(l, err)
-			return false
-		}
-		return true
-	}
-	// A pending predecessor connection. With the extension lines on it is
-	// held while the current one is alive (duplicate.go).
-	if n.dup.holdPred(l, msg) {
-		return true
-	}
-	return n.promotePred(l, msg)
-}
-
-// promotePred makes the pending predecessor connection l the current one
-// if msg, its first line, is one the machine accepts (protocol.Promote,
-// which also re-sends what a new link needs); false if it is not (then l
-// is closed). Until then it is logged and traced only as the
-// (rate-limited) bad input it may turn out to be: a stranger's junk line
-// must not cost a log line and a trace record each. Loop only.
-func (n *Node) promotePred(l *link, msg protocol.Message) bool {
-	err := n.stepThen(protocol.Promote(l.side, msg), nil, func() {
-		n.received(l, msg)
-		n.takePred(l)
-	})
-	if err != nil {
-		n.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
-		return false
-	}
-	return true
-}
-
 // takePred makes the pending connection l the current predecessor
 // connection, closing the one it replaces. Loop only.
-func (n *Node) takePred(l *link) {
-	delete(n.adm.pending, l)
+func (lk *links) takePred(l *link) {
+	delete(lk.adm.pending, l)
 	_ = l.c.SetReadDeadline(time.Time{})
-	if cur := n.pred; cur != nil {
-		n.dup.replaced(cur, l) // duplicate.go
+	if cur := lk.pred; cur != nil {
+		lk.dup.replaced(cur, l) // duplicate.go
 		cur.shut()
 	}
-	n.pred = l
+	lk.pred = l
 	l.startWriter()
-	n.announceUp(l)
+	lk.announceUp(l)
 }
 
 // received logs and traces a line from l. Loop only.
-func (n *Node) received(l *link, msg protocol.Message) {
-	if n.infoOn() {
-		n.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
+func (lk *links) received(l *link, msg protocol.Message) {
+	if infoOn(lk.log) {
+		lk.log.Info("received", "round", msg.Round, "msg", msg.Cmd.String(), "from", l.side.String())
 	}
-	n.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
+	lk.lp.trace(TraceEvent{Kind: TraceReceived, Side: l.side, Peer: l.peer, Round: msg.Round, Msg: msg})
 }
 
 // traceUntraced records in the trace the violations the rate limit kept
 // out of the log and the trace in the interval just ended: one
 // TraceViolation with their Count (admission.go).
-func (n *Node) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
-	n.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
+func (lk *links) traceUntraced(side protocol.Side, count int, peer, last string, interval time.Duration) {
+	lk.lp.post(input{kind: inViolation, trace: &TraceEvent{Kind: TraceViolation, Side: side, Peer: peer, Count: count,
 		Err: fmt.Errorf("%d more refused connections or bad lines in %v, not traced one by one (rate limit); the last: %s", count, interval, last)}})
 }
 
 // violation reports bad input on l and closes it; the log line and the
 // trace record are rate-limited (a flood of junk costs a few lines).
 // Loop only.
-func (n *Node) violation(l *link, err error) {
+func (lk *links) violation(l *link, err error) {
 	what := "predecessor"
 	if l.side == protocol.Succ {
 		what = "successor"
 	}
-	if n.configMismatch(l, err) {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
-		n.drop(l, err)
+	if lk.configMismatch(l, err) {
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+		lk.drop(l, err)
 		return
 	}
 	args := []any{"peer", l.peer, "err", err.Error()}
 	var v *protocol.Violation
-	if errors.As(err, &v) && v.Ahead && n.cfg.StateDir == "" {
+	if errors.As(err, &v) && v.Ahead && lk.cfg.StateDir == "" {
 		args = append(args, "hint", "the "+what+" is further along in this round than this node: this node may have restarted without --state-dir and lost its place")
 	}
-	if n.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
+	if lk.plim.noteTraced(kindBadInput, l.side, slog.LevelWarn, "bad input from "+what+"; ignored it and closed the connection, waiting for a well-behaved "+what, args...) {
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: err})
 	}
-	n.drop(l, err)
+	lk.drop(l, err)
 }
 
 // readFailed handles the end of l's stream. Loop only.
-func (n *Node) readFailed(l *link, err error) {
-	if n.closed {
+func (lk *links) readFailed(l *link, err error) {
+	if lk.lp.closed {
 		return
 	}
 	var pe *wire.ProtocolError
 	var ne net.Error
 	switch {
 	case errors.As(err, &pe):
-		n.violation(l, err)
+		lk.violation(l, err)
 		return
-	case n.adm.pending[l] && errors.As(err, &ne) && ne.Timeout():
-		n.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", n.cfg.PendingTimeout)
-	case n.adm.pending[l]:
-		n.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
+	case lk.adm.pending[l] && errors.As(err, &ne) && ne.Timeout():
+		lk.plim.note(kindTimedOut, slog.LevelWarn, "closed connection that sent no protocol line in time", "peer", l.peer, "limit", lk.cfg.PendingTimeout)
+	case lk.adm.pending[l]:
+		lk.plim.note(kindClosed, slog.LevelInfo, "connection closed before sending a protocol line", "peer", l.peer)
 	}
-	n.drop(l, err)
+	lk.drop(l, err)
 }
 
-// drop closes l and, if it was a current link, marks that link down.
-// Loop only.
-func (n *Node) drop(l *link, err error) {
+// drop closes l and, if it was a current link, hands back that link's
+// end (downs) for the loop to step. Loop only.
+func (lk *links) drop(l *link, err error) {
 	if !l.closing {
 		l.shut()
 	}
-	delete(n.adm.pending, l)
-	if n.pred != l && n.succ != l {
+	delete(lk.adm.pending, l)
+	if lk.pred != l && lk.succ != l {
 		return
 	}
-	n.refused(l, err)
-	if n.pred == l {
-		n.pred = nil
-		n.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
+	lk.refused(l, err)
+	if lk.pred == l {
+		lk.pred = nil
+		lk.log.Info("predecessor link down; waiting for it to reconnect", "peer", l.peer, "err", err)
 	} else {
-		n.succ = nil
-		n.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
+		lk.succ = nil
+		lk.log.Info("successor link down; re-dialing", "peer", l.peer, "err", err)
 	}
-	n.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
+	lk.lp.trace(TraceEvent{Kind: TraceLinkDown, Side: l.side, Peer: l.peer, Err: err})
 	// The machine counts ConnectTimeout from when the neighbour was last
 	// healthy: until now if this connection carried a line from it or
 	// lasted; one that is refused, fails authentication or flaps does
 	// not restart the count.
-	if err := n.step(protocol.LinkDown(l.side, n.st.since(l.heardAt())), nil); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: link down", "err", err)
-	}
-}
-
-// linkUp records l as the current link on its side and re-sends what the
-// machine says. Loop only.
-func (n *Node) linkUp(l *link) {
-	n.announceUp(l)
-	if err := n.step(protocol.LinkUp(l.side), nil); err != nil {
-		n.log.Error("internal error: link up", "err", err)
-	}
+	// The loop steps it once the call that dropped l returns (downs).
+	lk.downs = append(lk.downs, protocol.LinkDown(l.side, lk.st.since(l.heardAt())))
 }
 
 // announceUp reports the link up. Loop only.
-func (n *Node) announceUp(l *link) {
-	n.log.Info("link up", "to", l.side.String(), "peer", l.peer)
-	n.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
+func (lk *links) announceUp(l *link) {
+	lk.log.Info("link up", "to", l.side.String(), "peer", l.peer)
+	lk.lp.trace(TraceEvent{Kind: TraceLinkUp, Side: l.side, Peer: l.peer})
 }
 
 // configMismatch reports err, bad input on l, as a configuration mismatch
@@ -502,22 +430,22 @@ func (n *Node) announceUp(l *link) {
 // run, or an extension line at a node without extensions (docs/DESIGN.md,
 // "Extension lines"). Reconnecting never mends those, so they are faults,
 // reported once, not bad input warned about on every reconnect. Loop only.
-func (n *Node) configMismatch(l *link, err error) bool {
-	if l.side == protocol.Pred && n.pred != nil && l != n.pred {
+func (lk *links) configMismatch(l *link, err error) bool {
+	if l.side == protocol.Pred && lk.pred != nil && l != lk.pred {
 		// A new connection while the predecessor is up and well-behaved
 		// is a stranger (on plain TCP anyone can connect): its bad line
 		// is bad input, never a reason to halt the chain.
 		return false
 	}
-	if n.undo.undoMismatch(l, err) {
+	if lk.undo.undoMismatch(l, err) {
 		return true // undo.go
 	}
-	peer := n.peerName(l.side)
+	peer := lk.peerName(l.side)
 	var pe *wire.ProtocolError
 	if errors.As(err, &pe) && pe.Extension {
 		cmd, _, _ := strings.Cut(string(pe.Line), " ")
 		cmd = strings.TrimSuffix(cmd, "\r")
-		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
 			peer, cmd))
 		return true
 	}
@@ -525,14 +453,14 @@ func (n *Node) configMismatch(l *link, err error) bool {
 	if !errors.As(err, &v) {
 		return false
 	}
-	notRun := n.cfg.Rounds != nil && !slices.Contains(n.cfg.Rounds, v.Msg.Round)
+	notRun := lk.cfg.Rounds != nil && !slices.Contains(lk.cfg.Rounds, v.Msg.Round)
 	switch {
 	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
-		n.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
 	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
+		lk.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(lk.cfg.Rounds)))
 	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:
-		n.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(n.cfg.Rounds)))
+		lk.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s sends START for round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(lk.cfg.Rounds)))
 	default:
 		return false
 	}
@@ -547,15 +475,15 @@ const refusedWithin = time.Second
 // this node's first line on it without a word: the way a node without the
 // extension lines says it is configured differently (it cannot send a
 // notice). Loop only.
-func (n *Node) refused(l *link, err error) {
-	if l.side != protocol.Succ || n.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
+func (lk *links) refused(l *link, err error) {
+	if l.side != protocol.Succ || lk.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
 		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 		return
 	}
-	n.refusedOnce = true
-	if n.mismatchedOn(l.side) || n.undo.undoRefused(l) || n.heartbeatRefused(l) { // identity.go, undo.go
+	lk.refusedOnce = true
+	if lk.faults.mismatchedOn(l.side) || lk.undo.undoRefused(l) || lk.heartbeatRefused(l) { // identity.go, undo.go
 		return
 	}
-	n.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
+	lk.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",
 		"peer", l.peer)
 }

@@ -233,7 +233,7 @@ func TestSlowResolverStallsNoAccept(t *testing.T) {
 func TestNoticeLeavesAfterItsTurnsRecords(t *testing.T) {
 	var armed atomic.Bool
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	loopCheck.Store(&loopProbe{goid: curGoid, bad: func(*Node, string) {}, fsync: func(*Node) {
+	loopCheck.Store(&loopProbe{goid: curGoid, bad: func(string, string) {}, fsync: func() {
 		if armed.Load() {
 			select {
 			case entered <- struct{}{}:

@@ -48,8 +48,10 @@
 // machine's actions and never asking it back.
 //
 // The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
-// machine's actions and the fault book; loop.go the inputs, the switch
-// and the turn (persist, act, flush); step.go the stepper, the only
+// driver (the loop's side: its parts, the one place that steps, the
+// machine's actions) and the fault book; loop.go the loop (its inbox and
+// its turn), the inputs, the switch, a line's step and the end of a turn
+// (persist, act, flush); step.go the stepper, the only
 // caller of Machine.Step, and the machine's read-only view; store.go the
 // state directory (journal and steering file), state.go resuming from it;
 // rounds.go the round book (waiters and results, dropped when the machine
@@ -57,9 +59,9 @@
 // application; result.go and undelivered.go results and their errors;
 // task.go the task runner and its shared workers; undo.go the undo wave's
 // part; link.go a link with its outbox and writer, writenow_unix.go and
-// writenow_other.go its non-blocking write; connect.go the connector
-// (accepting, dialing and reading, off the loop) and the loop's side of
-// the links; admission.go pending connections and the rate limit of
+// writenow_other.go its non-blocking write; links.go the links, the
+// loop's side of the connections; connect.go the connector (accepting,
+// dialing and reading, off the loop) and the links' handlers; admission.go pending connections and the rate limit of
 // what strangers make the node log; prevhost.go the predecessor's host
 // check; identity.go the identity line; duplicate.go two processes in
 // one place; health.go the clock (heartbeat lines and ticks) and timeout

@@ -29,6 +29,7 @@ import (
 // dupState is the duplicate guard: the would-be predecessors that claim
 // the current one's place, held, refused or let in. The loop's.
 type dupState struct {
+	loop  *loop
 	held  *link              // a predecessor connection held while the current one is alive
 	since time.Time          // when it was held
 	queue []protocol.Message // its protocol lines meanwhile, in order
@@ -43,6 +44,8 @@ type dupState struct {
 	logged time.Time
 
 	host      dupHost
+	st        *stepper // the journal's state
+	faults    *faultBook
 	view      machineView
 	book      *roundBook
 	log       *slog.Logger
@@ -53,34 +56,27 @@ type dupState struct {
 	buf       []byte        // scratch for a notice
 }
 
-// dupHost is what the duplicate guard reaches of its node: its links
-// (the current predecessor, the pending ones), the loop's step and
-// inputs, and the fault record.
+// dupHost is what the duplicate guard reaches of the links: the current
+// predecessor, the pending ones, and their handlers (the step goes
+// through act, the fault record through faults).
 type dupHost interface {
-	inbox
 	predLink() *link
 	isPending(l *link) bool
 	isClosed() bool
 	drop(l *link, err error)
 	takePred(l *link)
-	promotePred(l *link, msg protocol.Message) bool
-	handleAll(l *link, msgs []protocol.Message)
-	lastWords(l *link, line []byte)
-	step(ev protocol.Event, cause *FaultError) error
-	broken() error
-	recordFault(f Fault)
 	peerName(side protocol.Side) string
 }
 
 // predLink is the current predecessor link, nil when down. Loop only.
-func (n *Node) predLink() *link { return n.pred }
+func (lk *links) predLink() *link { return lk.pred }
 
 // isPending reports whether l is a pending predecessor connection. Loop
 // only.
-func (n *Node) isPending(l *link) bool { return n.adm.pending[l] }
+func (lk *links) isPending(l *link) bool { return lk.adm.pending[l] }
 
 // isClosed reports whether Close has begun. Loop only.
-func (n *Node) isClosed() bool { return n.closed }
+func (lk *links) isClosed() bool { return lk.lp.closed }
 
 // KindDuplicateNode is the notice kind that tells a refused newcomer why.
 const kindDuplicateNode = string(FaultDuplicateNode)
@@ -126,20 +122,19 @@ func (g *dupState) holdPred(l *link, msg protocol.Message) bool {
 }
 
 // admitPred admits l, a pending predecessor connection whose identity
-// line checked out: it replaces the current connection now, or is held
-// while that one is alive. Loop only.
-func (g *dupState) admitPred(l *link) {
+// line checked out: it replaces the current connection now (true: the
+// loop then steps the link up), or is held while that one is alive.
+// Loop only.
+func (g *dupState) admitPred(l *link) (up bool) {
 	if g.held == l {
-		return
+		return false
 	}
 	if g.ext && !g.predGone() {
 		g.hold(l)
-		return
+		return false
 	}
 	g.host.takePred(l)
-	if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
-		g.log.Error("internal error: link up", "err", err)
-	}
+	return true
 }
 
 // aliveFirst acts on a HEARTBEAT as the first line of the pending
@@ -179,7 +174,7 @@ func (g *dupState) armHeld() {
 }
 
 // postCheckHeld is the held connection's timer: time for checkHeld.
-func (g *dupState) postCheckHeld() { g.host.post(input{kind: inCheckHeld}) }
+func (g *dupState) postCheckHeld() { g.loop.post(input{kind: inCheckHeld}) }
 
 // release forgets the held connection (it got in, or was closed).
 func (g *dupState) release() {
@@ -210,16 +205,19 @@ func (g *dupState) swapped(now time.Time) (count int, log bool) {
 // checkHeld decides on the held connection: in, once the current one is
 // gone; refused as a duplicate once the current one is heard from after
 // the newcomer arrived (half a heartbeat interval later, so that what was
-// in flight from a process that died does not count); else later.
-// Loop only.
-func (g *dupState) checkHeld() {
+// in flight from a process that died does not count); else later. Once
+// the current one is gone: up if the held connection, with no line
+// queued, is now the predecessor link (the loop then steps it up), else
+// in is the held connection and queue the lines it sent meanwhile, for
+// the loop to promote it with the first and act on the rest. Loop only.
+func (g *dupState) checkHeld() (up bool, in *link, queue []protocol.Message) {
 	l := g.held
 	if l == nil || g.host.isClosed() {
-		return
+		return false, nil, nil
 	}
 	if !g.host.isPending(l) {
 		g.release() // closed or evicted meanwhile
-		return
+		return false, nil, nil
 	}
 	switch {
 	case g.predGone():
@@ -227,19 +225,15 @@ func (g *dupState) checkHeld() {
 		g.release()
 		if len(queue) == 0 {
 			g.host.takePred(l)
-			if err := g.host.step(protocol.LinkUp(protocol.Pred), nil); err != nil && g.host.broken() == nil {
-				g.log.Error("internal error: link up", "err", err)
-			}
-			return
+			return true, nil, nil
 		}
-		if g.host.promotePred(l, queue[0]) {
-			g.host.handleAll(l, queue[1:])
-		}
+		return false, l, queue
 	case g.host.predLink().heardAt() > g.since.Add(g.heartbeat/2).UnixNano():
 		g.duplicate(l)
 	default:
 		g.armHeld()
 	}
+	return false, nil, nil
 }
 
 // duplicate refuses the held connection l: two live processes claim the
@@ -253,7 +247,7 @@ func (g *dupState) duplicate(l *link) {
 		fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Pred, Peer: place,
 			Reason: fmt.Sprintf("two live processes claim the place of this node's predecessor %s: %s (the current connection, alive) and %s (a new one, refused); stop one of them: the rounds the current one opens go on, the newcomer's never run",
 				place, cur.peer, l.peer)}
-		g.host.recordFault(fe.fault())
+		g.faults.record(fe.fault())
 	} else {
 		g.plim.note(kindRefused, slog.LevelWarn, "refused a second process claiming the predecessor's place again (duplicate-node, reported already)",
 			"peer", l.peer, "current", cur.peer)
@@ -261,7 +255,7 @@ func (g *dupState) duplicate(l *link) {
 	if g.ext {
 		note := protocol.Notice{Kind: kindDuplicateNode, Origin: g.self, Blamed: protocol.NoticeName(place)}
 		g.buf = wire.Append(g.buf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		g.host.lastWords(l, g.buf)
+		g.loop.lastWords(l, g.buf)
 	}
 	g.host.drop(l, fmt.Errorf("refused: another live connection holds the predecessor's place"))
 }
@@ -270,32 +264,27 @@ func (g *dupState) duplicate(l *link) {
 // the successor's refusal of this node as a duplicate: this node then
 // reports duplicate-node itself and ends every round it has not
 // finished, whatever the fault policy, so that no task of a round it
-// opened runs anywhere. Loop only.
-func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) bool {
+// opened runs anywhere: open are those rounds, for the caller to abort
+// (in this order) with cause. Loop only.
+func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) (refused bool, open []string, cause *FaultError) {
 	note := msg.Note
 	if l.side != protocol.Succ || msg.Cmd != protocol.FaultNotice || note == nil || note.Kind != kindDuplicateNode || note.HasRound {
-		return false
+		return false, nil, nil
 	}
 	fe := &FaultError{Kind: FaultDuplicateNode, Side: protocol.Succ, Peer: g.host.peerName(protocol.Succ),
 		Reason: fmt.Sprintf("%s refused this node as its predecessor: another live process already holds this node's place (%s) there; stop one of the two (the rounds this node opens never run)",
 			note.Origin, note.Blamed)}
 	if !g.refused {
 		g.refused = true
-		g.host.recordFault(fe.fault())
+		g.faults.record(fe.fault())
 	}
-	var open []string
 	for id, ri := range g.book.byID {
 		if st, _ := g.view.State(id); st != 0 && !st.Terminal() && !ri.finished() {
 			open = append(open, id)
 		}
 	}
 	slices.Sort(open)
-	for _, id := range open {
-		if err := g.host.step(protocol.Abort(id), fe); err != nil && g.host.broken() == nil {
-			g.log.Error("internal error: abort", "round", id, "err", err)
-		}
-	}
-	return true
+	return true, open, fe
 }
 
 // replaced logs that l replaced cur as the predecessor connection and,

@@ -28,16 +28,16 @@ func (n *Node) Rounds() <-chan string { return n.feed.ch }
 
 // opened notes a round this node just heard of (ActOpened): by its
 // predecessor's READY (upstream), or by Ready. Loop only.
-func (n *Node) opened(id string, upstream bool) {
-	if n.cfg.Follow {
-		n.book.get(id) // when it was opened, for Snapshot
+func (b *roundBook) opened(id string, upstream bool) {
+	if b.follow {
+		b.get(id) // when it was opened, for Snapshot
 	}
-	n.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
-	if upstream && n.cfg.Follow {
-		if n.infoOn() {
-			n.log.Info("round opened by the predecessor", "round", id)
+	b.lp.trace(TraceEvent{Kind: TraceRoundOpened, Round: id})
+	if upstream && b.follow {
+		if infoOn(b.log) {
+			b.log.Info("round opened by the predecessor", "round", id)
 		}
-		n.feed.add(id)
+		b.feed.add(id)
 	}
 }
 

@@ -84,35 +84,35 @@ func (c *clockState) tick(now time.Time) (resumed bool) {
 }
 
 // onTick is the clock's event. Loop only.
-func (n *Node) onTick() {
-	if n.closed {
+func (d *driver) onTick() {
+	if d.lp.closed {
 		return
 	}
 	now := time.Now()
-	resumed := n.clock.tick(now)
-	if hb := n.cfg.Heartbeat; hb > 0 {
-		for _, l := range []*link{n.pred, n.succ} {
+	resumed := d.clock.tick(now)
+	if hb := d.cfg.Heartbeat; hb > 0 {
+		for _, l := range []*link{d.links.pred, d.links.succ} {
 			if l != nil && now.Sub(time.Unix(0, l.lastSent.Load())) >= hb {
-				n.cur.line(l, heartbeatLine, false, "")
+				d.lp.cur.line(l, heartbeatLine, false, "")
 			}
 		}
 	}
-	if err := n.step(n.tick(resumed), nil); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: tick", "err", err)
+	if err := d.step(d.links.tick(resumed), nil); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: tick", "err", err)
 	}
 }
 
 // tick is the Tick event for now: when a line last arrived on each
 // current link. Loop only.
-func (n *Node) tick(resumed bool) protocol.Event {
+func (lk *links) tick(resumed bool) protocol.Event {
 	var heard [3]time.Duration
-	if l := n.pred; l != nil {
-		heard[protocol.Pred] = n.st.since(l.heardAt())
+	if l := lk.pred; l != nil {
+		heard[protocol.Pred] = lk.st.since(l.heardAt())
 	}
-	if l := n.succ; l != nil {
-		heard[protocol.Succ] = n.st.since(l.heardAt())
+	if l := lk.succ; l != nil {
+		heard[protocol.Succ] = lk.st.since(l.heardAt())
 	}
-	return protocol.Tick(n.st.now(), heard, resumed)
+	return protocol.Tick(lk.st.now(), heard, resumed)
 }
 
 var heartbeatLine = []byte("HEARTBEAT\n")

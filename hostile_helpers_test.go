@@ -206,14 +206,14 @@ func startWatched(t *testing.T, cfg Config) *watched {
 // state returns the machine's state of round at the node (0 if unknown).
 func (w *watched) state(round string) protocol.State {
 	var st protocol.State
-	w.call(func() { st, _ = w.view.State(round) })
+	w.call(func() { st, _ = w.d.view.State(round) })
 	return st
 }
 
 // active returns the number of unfinished rounds at the node.
 func (w *watched) active() int {
 	k := 0
-	w.call(func() { k = w.view.Active() })
+	w.call(func() { k = w.d.view.Active() })
 	return k
 }
 
@@ -221,7 +221,7 @@ func (w *watched) active() int {
 // never pruned: peer input alone must not grow it.
 func (w *watched) driverRounds() int {
 	k := 0
-	w.call(func() { k = len(w.book.byID) })
+	w.call(func() { k = len(w.d.book.byID) })
 	return k
 }
 
@@ -229,14 +229,14 @@ func (w *watched) driverRounds() int {
 // sent a protocol line yet.
 func (w *watched) pendingConns() int {
 	k := 0
-	w.call(func() { k = len(w.adm.pending) })
+	w.call(func() { k = len(w.d.links.adm.pending) })
 	return k
 }
 
 // predUp reports whether the node has a current predecessor connection.
 func (w *watched) predUp() bool {
 	up := false
-	w.call(func() { up = w.pred != nil })
+	w.call(func() { up = w.d.links.pred != nil })
 	return up
 }
 

@@ -77,13 +77,13 @@ func newIdentity(cfg *Config) *identity {
 }
 
 // sendHello queues this node's identity line on l, first. Loop only.
-func (n *Node) sendHello(l *link) {
-	id := n.id
+func (lk *links) sendHello(l *link) {
+	id := lk.id
 	if id == nil || l.helloSent {
 		return
 	}
 	l.helloSent = true
-	n.cur.line(l, id.line, false, "")
+	lk.lp.cur.line(l, id.line, false, "")
 }
 
 // errMismatch closes a link whose identity line showed a neighbour
@@ -93,40 +93,41 @@ var errMismatch = errors.New("chainsync: configuration mismatch (identity line)"
 // helloArrived acts on the identity line h from l; first says it was the
 // first line on l. A predecessor connection that passes is answered with
 // this node's own line and is then admitted as the predecessor (or held,
-// if the current one is alive: duplicate.go). Loop only.
-func (n *Node) helloArrived(l *link, h wire.Hello, first bool) {
-	if n.closed || l != n.pred && l != n.succ && !n.adm.pending[l] {
-		return
+// if the current one is alive: duplicate.go); true if it is now the
+// predecessor link: the loop then steps it up. Loop only.
+func (lk *links) helloArrived(l *link, h wire.Hello, first bool) (predUp bool) {
+	if lk.lp.closed || l != lk.pred && l != lk.succ && !lk.adm.pending[l] {
+		return false
 	}
 	if !first {
-		n.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
-		return
+		lk.violation(l, fmt.Errorf("chainsync: an identity line (HELLO) after the first line: %s %d/%d", h.Name, h.Pos, h.Size))
+		return false
 	}
-	id := n.id
+	id := lk.id
 	if id == nil {
 		// Nothing to compare it with: the line only says the peer is
 		// alive, which may claim a live predecessor's place.
-		if l.side == protocol.Pred && l != n.pred {
-			n.dup.aliveFirst(l)
+		if l.side == protocol.Pred && l != lk.pred {
+			lk.dup.aliveFirst(l)
 		}
-		return
+		return false
 	}
 	if reason := id.compare(l.side, h); reason != "" {
 		if l.side == protocol.Pred {
 			// This node's own line goes first, so that the predecessor
 			// can say what differs too (its notice follows).
-			n.sendHello(l)
+			lk.sendHello(l)
 		}
-		n.helloMismatch(l, h.Name, reason)
-		n.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
-		n.drop(l, errMismatch)
-		return
+		lk.helloMismatch(l, h.Name, reason)
+		lk.lp.trace(TraceEvent{Kind: TraceViolation, Side: l.side, Peer: l.peer, Err: errors.New(reason)})
+		lk.drop(l, errMismatch)
+		return false
 	}
-	if l.side != protocol.Pred || l == n.pred {
-		return
+	if l.side != protocol.Pred || l == lk.pred {
+		return false
 	}
-	n.sendHello(l)
-	n.dup.admitPred(l)
+	lk.sendHello(l)
+	return lk.dup.admitPred(l)
 }
 
 // compare says how the neighbour on side that sent h differs from the
@@ -208,28 +209,28 @@ func (cn *connector) dialFunc() func(ctx context.Context, addr string) (net.Conn
 // who, the node that really answered; a notice tells it where l is still
 // pending (the only way to reach it); under FaultHalt every unfinished
 // round ends. The caller closes l. Loop only.
-func (n *Node) helloMismatch(l *link, who, reason string) {
+func (lk *links) helloMismatch(l *link, who, reason string) {
 	key := mismatchKey{l.side, "chain", ""}
-	if !n.faults.firstMismatch(key) {
+	if !lk.faults.firstMismatch(key) {
 		return
 	}
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
 		Reason: reason + "; compare the nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
-	n.recordFault(f)
-	if l != n.pred && l != n.succ {
-		note := n.faults.noticeOf(f)
-		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		n.lastWords(l, n.wbuf)
+	lk.faults.record(f)
+	if l != lk.pred && l != lk.succ {
+		note := lk.faults.noticeOf(f)
+		lk.wbuf = wire.Append(lk.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		lk.lp.lastWords(l, lk.wbuf)
 	}
-	n.faults.announceLater(f, true, fe)
+	lk.faults.announceLater(f, true, fe)
 }
 
 // mismatchedOn reports whether a config-mismatch with the neighbour on
 // side was reported already: that neighbour refuses this node's lines
 // for it, which says nothing new. Loop only.
-func (n *Node) mismatchedOn(side protocol.Side) bool {
-	for k := range n.faults.mismatched {
+func (fb *faultBook) mismatchedOn(side protocol.Side) bool {
+	for k := range fb.mismatched {
 		if k.side == side {
 			return true
 		}
@@ -243,31 +244,31 @@ func (n *Node) mismatchedOn(side protocol.Side) bool {
 // without --heartbeat: a config-mismatch, which under FaultHalt ends this
 // node's rounds rather than re-dialing a successor that will refuse every
 // connection alike. It reports whether it did. Loop only.
-func (n *Node) heartbeatRefused(l *link) bool {
-	if n.cfg.Heartbeat <= 0 {
+func (lk *links) heartbeatRefused(l *link) bool {
+	if lk.cfg.Heartbeat <= 0 {
 		return false
 	}
-	who := n.peerName(l.side)
+	who := lk.peerName(l.side)
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
 		Reason: fmt.Sprintf("%s closed the connection right after this node's first line (%s) without a word: it runs without the extension lines, so without --heartbeat; this node's --heartbeat is %v: set the same --heartbeat on every node of the chain, or on none; compare both nodes' flags (chainsync check compares them)",
-			who, l.firstLine, n.cfg.Heartbeat)}
+			who, l.firstLine, lk.cfg.Heartbeat)}
 	f := fe.fault()
-	n.recordFault(f)
-	n.faults.announceLater(f, true, fe)
+	lk.faults.record(f)
+	lk.faults.announceLater(f, true, fe)
 	return true
 }
 
 // stray logs at ERROR, once per node, a predecessor connection refused
 // because it came from the address the chain gives another node: on the
 // draft's wire that is how a mis-ordered --chain shows. Loop only.
-func (n *Node) stray(err error) {
+func (lk *links) stray(err error) {
 	var se *strayError
-	if !errors.As(err, &se) || n.dup.strays[se.node] {
+	if !errors.As(err, &se) || lk.dup.strays[se.node] {
 		return
 	}
-	if n.dup.strays == nil {
-		n.dup.strays = make(map[string]bool)
+	if lk.dup.strays == nil {
+		lk.dup.strays = make(map[string]bool)
 	}
-	n.dup.strays[se.node] = true
-	n.log.Error(se.Error(), "peer", se.from)
+	lk.dup.strays[se.node] = true
+	lk.log.Error(se.Error(), "peer", se.from)
 }

@@ -37,7 +37,7 @@ type liveFault struct {
 	found bool // this node found it itself (it announces the clearing)
 }
 
-// liveFaults is the driver's liveness state (Node.live). Loop only.
+// liveFaults is the driver's liveness state (faultBook.live). Loop only.
 type liveFaults struct {
 	active  map[string]*liveFault
 	cleared map[string]time.Time // when each blamed node's fault cleared here
@@ -153,19 +153,19 @@ func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, 
 		_, b, ok := liveKind(f)
 		return ok && b == who
 	})
-	fb.host.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
+	fb.loop.trace(TraceEvent{Kind: TraceFaultCleared, Fault: lf.kind, Peer: who, Round: lf.round, Origin: by,
 		Err: errors.New(back)})
 	if by == "" && fb.ext {
 		note := protocol.Notice{HasRound: true, Round: lf.round, Kind: protocol.KindCleared, Origin: fb.self, Blamed: who}
-		fb.host.later(input{kind: inReport, note: &note})
+		fb.loop.later(input{kind: inReport, note: &note})
 	}
 }
 
 // stepNote steps note, a notice this node sends (fault-cleared). Loop
 // only.
-func (n *Node) stepNote(note protocol.Notice) {
-	if err := n.step(protocol.Report(note), nil); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: fault-cleared notice", "err", err.Error())
+func (d *driver) stepNote(note protocol.Notice) {
+	if err := d.step(protocol.Report(note), nil); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: fault-cleared notice", "err", err.Error())
 	}
 }
 
@@ -224,8 +224,8 @@ func (fb *faultBook) graceSnapshot(st *Snapshot, gs []protocol.GraceView) {
 
 // silentLink reports whether l is up but its neighbour has sent nothing
 // for two heartbeat intervals (heartbeats on). Loop only.
-func (n *Node) silentLink(l *link) bool {
-	hb := n.cfg.Heartbeat
+func (lk *links) silentLink(l *link) bool {
+	hb := lk.cfg.Heartbeat
 	if l == nil || hb <= 0 {
 		return false
 	}

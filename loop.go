@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -12,7 +14,7 @@ import (
 
 // The loop: one goroutine per node owns the protocol machine and
 // everything the driver keeps beside it (docs/DESIGN.md, "The shape of
-// the code"). Every input reaches it as a typed input on n.in (inKind
+// the code"). Every input reaches it as a typed input on the loop's inbox (loop.in) (inKind
 // lists them all, react is the one switch over them): the lines a reader
 // read (all the complete lines of one read, in one input), a connection
 // accepted, secured or lost, a task's end, an exit-wave delivery, and the
@@ -46,7 +48,7 @@ import (
 // cannot hold the others' lines back for long.
 const maxTurn = 256
 
-// inboxSize is the capacity of n.in: a reader that is this far ahead of
+// inboxSize is the capacity of the loop's inbox (loop.in): a reader that is this far ahead of
 // the loop waits for it (backpressure, not loss).
 const inboxSize = 256
 
@@ -177,28 +179,64 @@ type reply struct {
 	id   string
 }
 
+// loop is the node's loop seen from outside and from its parts: its inbox,
+// the channels that stop it and tell it ended, the guard that lets a
+// callback's Snapshot read the node, and the turn: what the turn's steps
+// queued (cur, spare), the follow-ups (later), the links to flush and the
+// tasks to start at its end.
+type loop struct {
+	in       chan input
+	stop     chan struct{}
+	loopDone chan struct{}
+	// loopG is the loop goroutine's id, known only to this package's
+	// tests (loopCheck).
+	loopG atomic.Uint64
+	// inCallback is set while the loop is in a Config.Trace or OnHold
+	// callback, which may call Snapshot: the loop is parked in it, and
+	// cbMu holds it there until such a Snapshot has read the node.
+	inCallback atomic.Bool
+	cbMu       sync.Mutex
+
+	// The turn (the loop's only).
+	closed   bool        // Close has begun: nothing new starts
+	cur      *batch      // what the turn's steps queued
+	spare    *batch      // the other batch, reused
+	queued   []input     // follow-ups to react to later in this turn
+	flushing []*link     // links with lines queued in this turn
+	quickRun []string    // scratch for runQuick
+	starting []taskStart // tasks to start at the end of the turn
+
+	name    string           // Config.Name, for the trace and loopCheck
+	traceFn func(TraceEvent) // Config.Trace
+}
+
+func newLoop(cfg *Config) *loop {
+	return &loop{in: make(chan input, inboxSize), stop: make(chan struct{}), loopDone: make(chan struct{}),
+		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace}
+}
+
 // post hands in to the loop; false if the loop has ended (the node is
 // closed). Never called on the loop itself (see later).
-func (n *Node) post(in input) bool {
+func (lp *loop) post(in input) bool {
 	select {
-	case n.in <- in:
+	case lp.in <- in:
 		return true
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		return false
 	}
 }
 
 // ask hands in to the loop and waits for its reply; false if the loop
 // has ended without answering.
-func (n *Node) ask(in input) (reply, bool) {
+func (lp *loop) ask(in input) (reply, bool) {
 	in.reply = make(chan reply, 1)
-	if !n.post(in) {
+	if !lp.post(in) {
 		return reply{}, false
 	}
 	select {
 	case r := <-in.reply:
 		return r, true
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		// The loop reacted to every input it took before it ended.
 		select {
 		case r := <-in.reply:
@@ -220,195 +258,222 @@ func (in *input) answer(r reply) {
 // later queues in to be reacted to after the current input, in the same
 // turn: for what the loop causes itself (a fault's notice, a write that
 // failed while it flushed). Loop only.
-func (n *Node) later(in input) { n.queued = append(n.queued, in) }
+func (lp *loop) later(in input) { lp.queued = append(lp.queued, in) }
 
-// run is the loop. It ends when n.stop is closed, after the last turn.
-func (n *Node) run() {
-	defer close(n.loopDone)
-	defer n.clock.stop()
+// run is the loop. It ends when its stop channel is closed, after the last turn.
+func (d *driver) run() {
+	defer close(d.lp.loopDone)
+	defer d.clock.stop()
 	if p := loopCheck.Load(); p != nil {
-		n.loopG.Store(p.goid())
+		d.lp.loopG.Store(p.goid())
 	}
-	tick := n.clock.C()
+	tick := d.clock.C()
 	for {
 		select {
-		case in := <-n.in:
-			n.react(&in)
+		case in := <-d.lp.in:
+			d.react(&in)
 		case <-tick:
-			n.onTick()
-		case <-n.stop:
-			n.endTurn()
+			d.onTick()
+		case <-d.lp.stop:
+			d.endTurn()
 			return
 		}
 		// Everything that is waiting joins this turn.
 		for k := 1; k < maxTurn; k++ {
 			select {
-			case in := <-n.in:
-				n.react(&in)
+			case in := <-d.lp.in:
+				d.react(&in)
 				continue
 			default:
 			}
 			break
 		}
-		n.endTurn()
+		d.endTurn()
 	}
 }
 
 // react is the one place that lists what a node reacts to. Loop only.
-func (n *Node) react(in *input) {
+func (d *driver) react(in *input) {
 	l := in.l
 	switch in.kind {
 	case inLines:
-		n.handleAll(l, in.msgs)
+		d.handleAll(l, in.msgs)
 	case inHello:
-		n.helloArrived(l, *in.hello, in.flag)
+		up := d.links.helloArrived(l, *in.hello, in.flag)
+		d.linksDown()
+		if up {
+			d.predUp()
+		}
 	case inAlive:
-		n.dup.aliveFirst(l)
+		d.links.dup.aliveFirst(l)
+		d.linksDown()
 	case inReadEnd:
-		n.readFailed(l, in.err)
+		d.links.readFailed(l, in.err)
+		d.linksDown()
 	case inWriteFailed:
-		n.writeFailed(l, in.err)
+		d.links.writeFailed(l, in.err)
+		d.linksDown()
 	case inDelivered:
-		n.delivered(in.rounds)
+		d.delivered(in.rounds)
 	case inAccepted:
-		in.answer(n.accepted(l))
+		in.answer(d.links.accepted(l))
 	case inStray:
-		n.stray(in.err) // identity.go
-		if n.adm.refused(l, in.err) {
-			n.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
+		d.links.stray(in.err) // identity.go
+		if d.links.adm.refused(l, in.err) {
+			d.lp.trace(TraceEvent{Kind: TraceViolation, Side: protocol.Pred, Peer: l.peer, Err: in.err})
 		}
 	case inWatch:
-		in.answer(reply{conn: n.adm.watch(l, l.c)})
+		in.answer(reply{conn: d.links.adm.watch(l, l.c)})
 	case inSecured:
-		in.answer(reply{ok: n.secured(l, in.conn, in.err)})
+		in.answer(reply{ok: d.links.secured(l, in.conn, in.err)})
 	case inServeEnd:
-		n.adm.done(l)
+		d.links.adm.done(l)
 	case inTrack:
-		in.answer(reply{pc: n.adm.conns[l]})
+		in.answer(reply{pc: d.links.adm.conns[l]})
 	case inKeepIdle:
-		in.answer(reply{ok: n.keepIdle(l)})
+		in.answer(reply{ok: d.links.keepIdle(l)})
 	case inPendingEnd:
-		n.adm.endedNow(l, in.err)
+		d.links.adm.endedNow(l, in.err)
 	case inDialed:
-		in.answer(reply{ok: n.dialed(l)})
+		ok := d.links.dialed(l)
+		if ok {
+			// Re-sends what the machine says on the new link.
+			if err := d.step(protocol.LinkUp(l.side), nil); err != nil {
+				d.log.Error("internal error: link up", "err", err)
+			}
+		}
+		in.answer(reply{ok: ok})
 	case inViolation:
-		n.trace(*in.trace)
+		d.lp.trace(*in.trace)
 	case inCheckHeld:
-		n.dup.checkHeld()
+		up, held, queue := d.links.dup.checkHeld()
+		d.linksDown()
+		switch {
+		case up:
+			d.predUp()
+		case held != nil && d.promotePred(held, queue[0]):
+			d.linksDown()
+			d.handleAll(held, queue[1:])
+		default:
+			d.linksDown()
+		}
 	case inTaskStarted:
-		n.taskStarted(in.round)
+		d.tasks.taskStarted(in.round)
 	case inTaskEnd:
-		if !n.closed {
-			n.taskFinished(in.round, in.err, in.flag)
+		if !d.lp.closed {
+			d.taskEnded(in.round, d.tasks.taskFinished(in.round, in.err, in.flag))
 		}
 	case inUndoEnd:
-		if !n.closed {
-			n.undo.undoFinished(in.round, in.err, in.flag)
+		if !d.lp.closed {
+			if err := d.step(d.undo.undoFinished(in.round, in.err, in.flag), nil); err != nil && d.st.broken == nil {
+				d.log.Error("internal error: undo done", "round", in.round, "err", err)
+			}
 		}
 	case inInit:
-		n.initLoop()
+		d.initLoop()
 		in.answer(reply{})
 	case inReady:
-		in.answer(reply{err: n.ready(in.round)})
+		in.answer(reply{err: d.ready(in.round)})
 	case inWait:
-		in.answer(reply{ri: n.waitOn(in.round)})
+		in.answer(reply{ri: d.book.waitOn(in.round, d.lp.closed)})
 	case inUnwait:
-		n.unwait(in.round, in.ri, in.flag)
+		_, known := d.view.State(in.round)
+		d.book.unwait(in.round, in.ri, in.flag, known)
 	case inSnapshot:
-		st := n.snapshot()
+		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inPredUp:
-		in.answer(reply{ok: n.pred != nil})
+		in.answer(reply{ok: d.links.pred != nil})
 	case inSteer:
-		n.steerRequest(in)
+		d.steerRequest(in)
 	case inPaused:
-		ok, ch := n.steer.paused()
+		ok, ch := d.steer.paused()
 		in.answer(reply{ok: ok, ch: ch})
 	case inClose:
-		in.answer(reply{ok: n.closeLoop()})
+		in.answer(reply{ok: d.closeLoop()})
 	case inStopAll:
-		n.stopAll()
-		st := n.snapshot()
+		d.book.stopAll()
+		st := d.snapshot()
 		in.answer(reply{snap: &st})
 	case inProbe:
 		in.fn()
 		in.answer(reply{})
 	case inAnnounce:
-		n.announce(*in.fault, in.flag, in.cause)
+		d.announce(*in.fault, in.flag, in.cause)
 	case inAnnounceSteer:
-		n.steer.announceSteer()
+		d.steer.announceSteer()
 	case inRetried:
-		n.steer.retriedNow(in.round)
+		d.steer.retriedNow(in.round)
 	case inReport:
-		n.stepNote(*in.note)
+		d.stepNote(*in.note)
 	}
 }
 
 // endTurn carries out what the turn's steps queued: persist, act, flush
 // (see the top of this file). Quick tasks' ends and the reactions queued
 // with later are stepped and carried out too, until nothing is left.
-func (n *Node) endTurn() {
+func (d *driver) endTurn() {
 	for {
-		for len(n.queued) > 0 {
-			in := n.queued[0]
-			n.queued = n.queued[1:]
-			n.react(&in)
+		for len(d.lp.queued) > 0 {
+			in := d.lp.queued[0]
+			d.lp.queued = d.lp.queued[1:]
+			d.react(&in)
 		}
-		if !n.cur.empty() {
-			b := n.cur
-			n.cur, n.spare = n.spare, b
-			broken := n.st.broken != nil
+		if !d.lp.cur.empty() {
+			b := d.lp.cur
+			d.lp.cur, d.lp.spare = d.lp.spare, b
+			broken := d.st.broken != nil
 			if !broken && (len(b.recs) > 0 || len(b.faults) > 0 || b.steer != nil) {
-				n.flush() // what is queued already is on disk: out with it first
-				if err := n.store.save(b); err != nil {
-					n.journalFailed(err)
+				d.lp.flush() // what is queued already is on disk: out with it first
+				if err := d.store.save(b); err != nil {
+					d.journalFailed(err)
 					broken = true
 				}
 			}
-			n.carryOut(b, broken)
+			d.carryOut(b, broken)
 			b.reset()
 			continue
 		}
-		n.flush()
-		if len(n.queued) == 0 && n.cur.empty() {
+		d.lp.flush()
+		if len(d.lp.queued) == 0 && d.lp.cur.empty() {
 			break
 		}
 	}
-	for i, t := range n.starting {
-		if ri := n.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
+	for i, t := range d.lp.starting {
+		if ri := d.book.find(t.round); t.undo == nil && ri != nil && ri.finished() {
 			// The round ended in this turn after its task was asked for
 			// (the halt policy ended it for a task that failed in the
 			// same turn): its task does not run.
 			if t.slot {
-				n.tasks.give()
+				d.tasks.give()
 			}
-			n.starting[i] = taskStart{}
-			if n.infoOn() {
-				n.log.Info("task not started: the round ended before it could start", "round", t.round)
+			d.lp.starting[i] = taskStart{}
+			if infoOn(d.log) {
+				d.log.Info("task not started: the round ended before it could start", "round", t.round)
 			}
 			continue
 		}
 		// Once Close waits, it does not start (its round ends stopped; a
 		// restarted node resumes it).
-		n.tasks.launch(t)
-		n.starting[i] = taskStart{}
+		d.tasks.launch(t)
+		d.lp.starting[i] = taskStart{}
 	}
-	n.starting = n.starting[:0]
+	d.lp.starting = d.lp.starting[:0]
 }
 
 // flush writes out the outboxes of the links the turn queued lines on.
-func (n *Node) flush() {
-	for i, l := range n.flushing {
+func (lp *loop) flush() {
+	for i, l := range lp.flushing {
 		l.flush()
-		n.flushing[i] = nil
+		lp.flushing[i] = nil
 	}
-	n.flushing = n.flushing[:0]
+	lp.flushing = lp.flushing[:0]
 }
 
 // carryOut does b's effects in order. With broken (the journal failed) it
 // sends nothing and starts no task: the node acts no more.
-func (n *Node) carryOut(b *batch, broken bool) {
-	quick := n.quickRun[:0]
+func (d *driver) carryOut(b *batch, broken bool) {
+	quick := d.lp.quickRun[:0]
 	for i := range b.effs {
 		e := &b.effs[i]
 		switch e.kind {
@@ -417,24 +482,25 @@ func (n *Node) carryOut(b *batch, broken bool) {
 				continue
 			}
 			if !e.l.enqueue(b.buf[e.off:e.end], e.exit, e.round) {
-				if !n.closed {
+				if !d.lp.closed {
 					err := fmt.Errorf("more than %d bytes queued: the peer is not reading", maxOutbox)
-					n.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
-					n.drop(e.l, err)
+					d.log.Warn("closing link (everything unsent is re-sent on reconnect)", "to", e.l.side.String(), "peer", e.l.peer, "err", err)
+					d.links.drop(e.l, err)
+					d.linksDown()
 				}
 				continue
 			}
-			if !slices.Contains(n.flushing, e.l) {
-				n.flushing = append(n.flushing, e.l)
+			if !slices.Contains(d.lp.flushing, e.l) {
+				d.lp.flushing = append(d.lp.flushing, e.l)
 			}
 		case effTask:
 			if broken {
 				if e.task.slot {
-					n.tasks.give()
+					d.tasks.give()
 				}
 				continue
 			}
-			n.starting = append(n.starting, e.task)
+			d.lp.starting = append(d.lp.starting, e.task)
 		case effQuick:
 			if !broken {
 				quick = append(quick, e.round)
@@ -443,7 +509,7 @@ func (n *Node) carryOut(b *batch, broken bool) {
 			close(e.ri.done)
 		case effAnswer:
 			if broken && e.err == nil {
-				e.err = n.st.broken // what it changed is not on disk
+				e.err = d.st.broken // what it changed is not on disk
 			}
 			e.reply <- reply{err: e.err, id: e.id}
 		case effShut:
@@ -451,25 +517,121 @@ func (n *Node) carryOut(b *batch, broken bool) {
 		}
 	}
 	if len(quick) > 0 {
-		n.runQuick(quick)
+		d.runQuick(quick)
 	}
-	n.quickRun = quick[:0]
+	d.lp.quickRun = quick[:0]
 }
 
 // runQuick runs quick tasks (Config.QuickTask) one after another on the
 // loop, then steps their ends: the lines those steps send go out with the
 // rest of the turn's, in one write per link.
-func (n *Node) runQuick(rounds []string) {
+func (d *driver) runQuick(rounds []string) {
 	for _, round := range rounds {
-		if !n.tasks.take() {
-			n.startTask(round) // a slot is busy: wait for it like any task
+		if !d.tasks.take() {
+			d.tasks.startTask(round) // a slot is busy: wait for it like any task
 			continue
 		}
-		n.taskStarted(round)
-		err := n.tasks.runHere(round)
-		if !n.closed {
-			n.taskFinished(round, err, false)
+		d.tasks.taskStarted(round)
+		err := d.tasks.runHere(round)
+		if !d.lp.closed {
+			d.taskEnded(round, d.tasks.taskFinished(round, err, false))
 		}
+	}
+}
+
+// predUp steps the predecessor link up: a pending connection the links
+// (or the duplicate guard) just made current. Loop only.
+func (d *driver) predUp() {
+	if err := d.step(protocol.LinkUp(protocol.Pred), nil); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: link up", "err", err)
+	}
+}
+
+// handleAll acts on the lines of one read, up to one that closes l. Loop
+// only.
+func (d *driver) handleAll(l *link, msgs []protocol.Message) {
+	for _, msg := range msgs {
+		ok := d.handle(l, msg)
+		d.linksDown()
+		if !ok {
+			return
+		}
+	}
+}
+
+// handle acts on one message; false means l is closed. Loop only.
+func (d *driver) handle(l *link, msg protocol.Message) bool {
+	if d.lp.closed {
+		return false
+	}
+	cur := d.links.succ
+	if l.side == protocol.Pred {
+		cur = d.links.pred
+		if cur != l && !d.links.adm.pending[l] {
+			return false // already dropped
+		}
+	} else if cur != l {
+		return false
+	}
+	if cur == l {
+		if refused, open, fe := d.links.dup.refusedAsDuplicate(l, msg); refused { // duplicate.go
+			for _, id := range open {
+				if err := d.step(protocol.Abort(id), fe); err != nil && d.st.broken == nil {
+					d.log.Error("internal error: abort", "round", id, "err", err)
+				}
+			}
+			d.links.drop(l, fmt.Errorf("refused as a duplicate by the successor"))
+			return false
+		}
+		d.links.received(l, msg)
+		if err := d.step(protocol.Recv(l.side, msg), nil); err != nil {
+			d.links.violation(l, err)
+			return false
+		}
+		return true
+	}
+	// A pending predecessor connection. With the extension lines on it is
+	// held while the current one is alive (duplicate.go).
+	if d.links.dup.holdPred(l, msg) {
+		return true
+	}
+	return d.promotePred(l, msg)
+}
+
+// promotePred makes the pending predecessor connection l the current one
+// if msg, its first line, is one the machine accepts (protocol.Promote,
+// which also re-sends what a new link needs); false if it is not (then l
+// is closed). Until then it is logged and traced only as the
+// (rate-limited) bad input it may turn out to be: a stranger's junk line
+// must not cost a log line and a trace record each. Loop only.
+func (d *driver) promotePred(l *link, msg protocol.Message) bool {
+	err := d.stepThen(protocol.Promote(l.side, msg), nil, func() {
+		d.links.received(l, msg)
+		d.links.takePred(l)
+	})
+	if err != nil {
+		d.links.violation(l, fmt.Errorf("first line %s: %w", msg.Cmd, err))
+		return false
+	}
+	return true
+}
+
+// linksDown steps the ends of the current links the links dropped in
+// the call just returned (links.drop). Loop only.
+func (d *driver) linksDown() {
+	for len(d.links.downs) > 0 {
+		ev := d.links.downs[0]
+		d.links.downs = d.links.downs[1:]
+		if err := d.step(ev, nil); err != nil && d.st.broken == nil {
+			d.log.Error("internal error: link down", "err", err)
+		}
+	}
+}
+
+// taskEnded steps ev, the end of round's task (taskFinished). Loop only.
+func (d *driver) taskEnded(round string, ev protocol.Event) {
+	if err := d.step(ev, nil); err != nil {
+		d.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
 
@@ -483,10 +645,10 @@ func (b *batch) line(l *link, line []byte, exitWave bool, round string) {
 // lastWords queues line (a fault notice) as the last on l, which the
 // caller then drops: it leaves with the turn's other lines, once the
 // turn's records are on disk, and l is closed after it. Loop only.
-func (n *Node) lastWords(l *link, line []byte) {
-	n.cur.line(l, line, false, "")
+func (lp *loop) lastWords(l *link, line []byte) {
+	lp.cur.line(l, line, false, "")
 	l.closing = true
-	n.cur.add(effect{kind: effShut, l: l})
+	lp.cur.add(effect{kind: effShut, l: l})
 }
 
 // add appends an effect to the turn. Loop only.
@@ -494,9 +656,9 @@ func (b *batch) add(e effect) { b.effs = append(b.effs, e) }
 
 // loopEnded reports whether the loop has ended (Close, after its last
 // turn).
-func (n *Node) loopEnded() bool {
+func (lp *loop) loopEnded() bool {
 	select {
-	case <-n.loopDone:
+	case <-lp.loopDone:
 		return true
 	default:
 		return false

@@ -30,10 +30,10 @@ func checkLoop(t *testing.T) func() []string {
 		mu  sync.Mutex
 		bad []string
 	)
-	f := func(n *Node, what string) {
+	f := func(node, what string) {
 		mu.Lock()
 		defer mu.Unlock()
-		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", n.cfg.Name, what))
+		bad = append(bad, fmt.Sprintf("node %s: %s off its loop", node, what))
 	}
 	loopCheck.Store(&loopProbe{goid: curGoid, bad: f})
 	t.Cleanup(func() { loopCheck.Store(nil) })
@@ -153,7 +153,7 @@ func TestLoopCheckCatches(t *testing.T) {
 	}
 	nd := nodes[0]
 	nd.Close() // its loop has ended: stepping here races with nothing
-	_ = nd.step(protocol.LocalReady("b"), nil)
+	_ = nd.d.step(protocol.LocalReady("b"), nil)
 	if v := violations(); len(v) != 1 || !strings.Contains(v[0], "step off its loop") {
 		t.Fatalf("the check caught %q, want one step off the loop", v)
 	}
@@ -186,6 +186,83 @@ func TestMachineInOneFile(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// One place steps (docs/DESIGN.md, "The shape of the code"): the
+// stepper's step is called by the driver's stepThen alone, and the
+// driver's step and stepThen by the driver, or by steering, which still
+// reaches it through steerHost (a request's answer is the step's).
+// Every other part hands back the event it learned (a task's end, an
+// undo's end, a link made current or dropped, the rounds a duplicate's
+// refusal ends) for the driver to step.
+func TestOneCallerSteps(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stillStep := map[string]bool{"steering": true}
+	fset := token.NewFileSet()
+	calls := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			recv := ""
+			if fn.Recv != nil && len(fn.Recv.List) == 1 {
+				if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); ok {
+					if id, ok := star.X.(*ast.Ident); ok {
+						recv = id.Name
+					}
+				}
+			}
+			ast.Inspect(fn.Body, func(x ast.Node) bool {
+				call, ok := x.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || sel.Sel.Name != "step" && sel.Sel.Name != "stepThen" {
+					return true
+				}
+				calls++
+				where := fmt.Sprintf("%s: %s.%s called in %s.%s", fset.Position(sel.Pos()), exprName(sel.X), sel.Sel.Name, recv, fn.Name.Name)
+				if inner, ok := sel.X.(*ast.SelectorExpr); ok && inner.Sel.Name == "st" {
+					// The stepper itself.
+					if recv != "driver" || fn.Name.Name != "stepThen" {
+						t.Errorf("%s: only the driver's stepThen calls the stepper", where)
+					}
+					return true
+				}
+				if recv != "driver" && !stillStep[recv] {
+					t.Errorf("%s: a part steps; hand the event back for the loop to step", where)
+				}
+				return true
+			})
+		}
+	}
+	if calls == 0 {
+		t.Fatal("found no call of step at all: the check is broken")
+	}
+}
+
+// exprName names an expression for a message: a.b.c, or "?".
+func exprName(x ast.Expr) string {
+	switch x := x.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.SelectorExpr:
+		return exprName(x.X) + "." + x.Sel.Name
+	}
+	return "?"
 }
 
 // types names the receiver of a selector for a message.
@@ -235,7 +312,7 @@ func TestTraceMayReadNode(t *testing.T) {
 // call runs f on n's loop and waits until it has run; false if the loop
 // has ended (tests' probes of the loop's state).
 func (n *Node) call(f func()) bool {
-	_, ok := n.ask(input{kind: inProbe, fn: f})
+	_, ok := n.lp.ask(input{kind: inProbe, fn: f})
 	return ok
 }
 

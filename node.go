@@ -19,69 +19,57 @@ import (
 )
 
 // Node is one running member of a chain. Create it with Start; all its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use. It is the facade: each call asks
+// the loop (loop.go), whose driver owns the parts that do the work
+// (docs/DESIGN.md, "The shape of the code").
 type Node struct {
 	cfg  Config
-	undo undoState // the undo wave's outcomes (undo.go); the loop's
+	log  *slog.Logger
+	role protocol.Role
+	ln   net.Listener
+
+	cancel    context.CancelFunc // cancels the node's context (Close)
+	crew      *crew              // every goroutine of the node but the loop (crew.go)
+	lp        *loop              // the loop's inbox and its turn (loop.go)
+	d         *driver            // the loop's side: only the loop's goroutine touches it
+	store     *store             // the state directory (store.go); nil without one
+	feed      *roundFeed         // the rounds learned from the predecessor (follow.go)
+	closeOnce sync.Once
+	final     Snapshot // the last Snapshot, taken by Close for calls after it
+}
+
+// driver is the loop's side of a node: the parts it reacts with, and
+// what it keeps beside them. Only the loop's goroutine reads or writes
+// it (Start builds it before the loop runs).
+type driver struct {
+	cfg  Config
 	log  *slog.Logger
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
 	ln   net.Listener
 	prev *prevHost // Config.PrevHostOnly
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	crew   *crew       // every goroutine of the node but the loop (crew.go)
-	tasks  *taskRunner // runs the tasks and undos (task.go)
+	ctx   context.Context // cancelled by Close
+	crew  *crew           // every goroutine of the node but the loop (crew.go)
+	tasks *taskRunner     // runs the tasks and undos (task.go)
+	lp    *loop           // the loop's inbox and its turn (loop.go)
 
-	// The loop (loop.go): its inbox, the channel that stops it, the one
-	// it closes when it has ended; loopG is its goroutine's id, known
-	// only to this package's tests (loopCheck).
-	in       chan input
-	stop     chan struct{}
-	loopDone chan struct{}
-	loopG    atomic.Uint64
-	// inCallback is set while the loop is in a Config.Trace or OnHold
-	// callback, which may call Snapshot: the loop is parked in it, and
-	// cbMu holds it there until such a Snapshot has read the node.
-	inCallback atomic.Bool
-	cbMu       sync.Mutex
-	closeOnce  sync.Once
-
-	// Everything below belongs to the loop: only its goroutine reads or
-	// writes it.
-	closed   bool
-	st       stepper     // the one caller of Machine.Step (step.go)
-	view     machineView // the machine, read-only
-	wbuf     []byte      // scratch for encoding
-	pred     *link       // the current predecessor connection, nil when down
-	succ     *link       // the current successor connection, nil when down
-	adm      *admission  // the pending predecessor connections (admission.go)
-	book     *roundBook  // the rounds' waiters and results (rounds.go)
-	faults   *faultBook  // the recent faults, liveness, mismatches
-	store    *store      // the state directory (store.go); nil without one
-	cur      *batch      // what the turn's steps queued (loop.go)
-	spare    *batch      // the other batch, reused
-	queued   []input     // follow-ups to react to later in this turn (loop.go)
-	flushing []*link     // links with lines queued in this turn
-	quickRun []string    // scratch for runQuick
-	starting []taskStart // tasks to start at the end of the turn
-	clock    *clockState // the clock's state (health.go); nil without timing
-	final    Snapshot    // the last Snapshot, taken by Close for calls after it
+	st     *stepper    // the one caller of Machine.Step (step.go)
+	view   machineView // the machine, read-only
+	wbuf   []byte      // scratch for encoding
+	links  *links      // the connections (links.go)
+	book   *roundBook  // the rounds' waiters and results (rounds.go)
+	faults *faultBook  // the recent faults, liveness, mismatches
+	store  *store      // the state directory (store.go); nil without one
+	clock  *clockState // the clock's state (health.go); nil without timing
+	undo   *undoState  // the undo wave's outcomes (undo.go)
 	// resumeFrom is the journal's state, for the loop's first input.
 	resumeFrom *journal.State
 
 	// Rounds: the rounds learned from the predecessor (Config.Follow),
 	// queued for the application (follow.go).
-	feed *roundFeed
-	// refusedOnce: the successor's refusal of a first line was logged.
-	refusedOnce bool
-	steer       *steering // steering: holds and approvals (steer.go)
-	// id is this node's identity line (identity.go), nil if it sends
-	// none; dup the would-be predecessors that claim the current one's
-	// place (duplicate.go).
-	id  *identity
-	dup dupState
+	feed  *roundFeed
+	steer *steering // steering: holds and approvals (steer.go)
 	// self names this node in its notices and steering lines (notice.go).
 	self string
 }
@@ -95,6 +83,7 @@ type faultBook struct {
 	mismatched map[mismatchKey]bool
 
 	host  faultHost
+	loop  *loop
 	view  machineView
 	book  *roundBook
 	steer *steering // a denial's reason, for its notice
@@ -106,11 +95,9 @@ type faultBook struct {
 	heartbeat, connectTimeout time.Duration
 }
 
-// faultHost is what the fault book reaches of its node: the trace, the
-// loop's follow-ups (a notice to announce), and a neighbour's name.
+// faultHost is what the fault book reaches of its node: a neighbour's
+// name (the trace and the follow-ups go through its loop).
 type faultHost interface {
-	trace(ev TraceEvent)
-	later(in input)
 	peerName(side protocol.Side) string
 }
 
@@ -120,10 +107,6 @@ func (fb *faultBook) stateOf(id string) protocol.State {
 	st, _ := fb.view.State(id)
 	return st
 }
-
-// recordFault is the fault book's record of f (the parts' way to it).
-// Loop only.
-func (n *Node) recordFault(f Fault) { n.faults.record(f) }
 
 // keep keeps f for Snapshot.
 func (fb *faultBook) keep(f Fault) {
@@ -154,22 +137,22 @@ var loopCheck atomic.Pointer[loopProbe]
 // reports what ran off its node's loop.
 type loopProbe struct {
 	goid  func() uint64
-	bad   func(n *Node, what string)
-	fsync func(n *Node) // if set, called before every fsync
+	bad   func(node, what string)
+	fsync func() // if set, called before every fsync
 }
 
 // checkOnLoop reports what to loopCheck if it runs off n's loop (an
 // fsync may run after the loop has ended: Close's end record).
-func (n *Node) checkOnLoop(what string) {
+func (lp *loop) checkOnLoop(what string) {
 	p := loopCheck.Load()
 	if p == nil {
 		return
 	}
-	if p.goid() != n.loopG.Load() && (what != "fsync" || !n.loopEnded()) {
-		p.bad(n, what)
+	if p.goid() != lp.loopG.Load() && (what != "fsync" || !lp.loopEnded()) {
+		p.bad(lp.name, what)
 	}
 	if what == "fsync" && p.fsync != nil {
-		p.fsync(n)
+		p.fsync()
 	}
 }
 
@@ -209,7 +192,7 @@ func (fb *faultBook) record(f Fault) {
 		}
 	}
 	again := fb.live.page(f) // liveness.go: one page per blamed node until it clears
-	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
+	fb.loop.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin, Err: errors.New(f.Err), Again: again})
 	switch {
 	case (f.Kind == FaultTaskFailed || f.Kind == FaultTaskTimeout) && fb.policy == FaultHalt:
 		// This node's own task failed: under halt the chain stops here,
@@ -226,26 +209,26 @@ func (fb *faultBook) record(f Fault) {
 
 // peerName names the neighbour on side: its configured name, else its
 // address. Loop only (or the fields are immutable).
-func (n *Node) peerName(side protocol.Side) string {
+func (lk *links) peerName(side protocol.Side) string {
 	if side == protocol.Pred {
-		if !n.role.HasPred() {
+		if !lk.role.HasPred() {
 			return ""
 		}
-		if n.cfg.PrevName != "" {
-			return n.cfg.PrevName
+		if lk.cfg.PrevName != "" {
+			return lk.cfg.PrevName
 		}
-		if n.pred != nil {
-			return n.pred.peer
+		if lk.pred != nil {
+			return lk.pred.peer
 		}
-		return n.cfg.Prev
+		return lk.cfg.Prev
 	}
-	if !n.role.HasSucc() {
+	if !lk.role.HasSucc() {
 		return ""
 	}
-	if n.cfg.NextName != "" {
-		return n.cfg.NextName
+	if lk.cfg.NextName != "" {
+		return lk.cfg.NextName
 	}
-	return n.cfg.Next
+	return lk.cfg.Next
 }
 
 // Start validates cfg, binds the listener (if the node has a predecessor)
@@ -256,23 +239,19 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	n := &Node{
-		cfg:      cfg,
-		role:     cfg.Role(),
-		book:     &roundBook{byID: make(map[string]*roundInfo)},
-		crew:     new(crew),
-		faults:   new(faultBook),
-		cur:      new(batch),
-		spare:    new(batch),
-		prev:     newPrevHost(&cfg),
-		in:       make(chan input, inboxSize),
-		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
-		log:      cfg.Logger,
+	d := &driver{
+		cfg:    cfg,
+		role:   cfg.Role(),
+		book:   &roundBook{byID: make(map[string]*roundInfo)},
+		crew:   new(crew),
+		faults: new(faultBook),
+		prev:   newPrevHost(&cfg),
+		lp:     newLoop(&cfg),
+		log:    cfg.Logger,
 	}
 	// One task at a time: the tasks run in the order the Head opened the
 	// rounds, which the READY wave carries down the chain.
-	pc := protocol.Config{Role: n.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
+	pc := protocol.Config{Role: d.role, MaxRounds: cfg.MaxRounds, KeepFinished: cfg.KeepFinished, Ordered: cfg.MaxParallelTasks == 1}
 	if cfg.Rounds != nil && !cfg.Follow {
 		set := make(map[string]bool, len(cfg.Rounds))
 		for _, r := range cfg.Rounds {
@@ -283,7 +262,7 @@ func Start(cfg Config) (*Node, error) {
 	pc.Durable = cfg.StateDir != ""
 	pc.Extensions = cfg.Heartbeat > 0 || cfg.Undo != nil
 	pc.Undo, pc.Name = cfg.Undo != nil, cfg.Name                         // the undo wave (undo.go)
-	pc.Self, pc.RestartGrace = selfLabel(&cfg, n.role), cfg.RestartGrace // liveness.go
+	pc.Self, pc.RestartGrace = selfLabel(&cfg, d.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
 	if cfg.FaultPolicy == FaultWait {
 		pc.Policy = protocol.PolicyWait
@@ -295,61 +274,62 @@ func Start(cfg Config) (*Node, error) {
 		pc.Silence = 3 * cfg.Heartbeat
 	}
 	m := protocol.New(pc)
-	n.st = stepper{m: m, durable: cfg.StateDir != "",
+	d.st = &stepper{m: m, durable: cfg.StateDir != "",
 		timing: pc.PhaseTimeout > 0 || pc.ExitWaveTimeout > 0 || pc.ConnectTimeout > 0 || pc.Silence > 0,
-		epoch:  time.Now().Add(-time.Second)} // so that every At is positive
-	n.view = m
-	n.id = newIdentity(&n.cfg)
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.tasks = newTaskRunner(&cfg, n.ctx, n.crew, n)
-	n.feed = newRoundFeed()
-	n.crew.spawn(func() { n.feed.run(n.ctx.Done()) })
-	n.plim = newAdmitLimiter(n.log)
+		epoch:  time.Now().Add(-time.Second), lp: d.lp} // so that every At is positive
+	d.view = m
+	var cancel context.CancelFunc
+	d.ctx, cancel = context.WithCancel(context.Background())
+	d.tasks = newTaskRunner(&cfg, d.ctx, d.crew, d.lp)
+	d.tasks.lp, d.tasks.book, d.tasks.faults, d.tasks.log, d.tasks.policy = d.lp, d.book, d.faults, d.log, cfg.FaultPolicy
+	d.feed = newRoundFeed()
+	d.book.lp, d.book.log, d.book.feed, d.book.follow = d.lp, d.log, d.feed, cfg.Follow
+	d.crew.spawn(func() { d.feed.run(d.ctx.Done()) })
+	d.plim = newAdmitLimiter(d.log)
 	if cfg.peerLogBurst > 0 {
-		n.plim.burst = cfg.peerLogBurst
+		d.plim.burst = cfg.peerLogBurst
 	}
-	n.plim.untraced = n.traceUntraced
-	n.adm = newAdmission(&cfg, n.plim, n.ctx.Done(), n.crew, n)
-	n.crew.spawn(func() { n.plim.run(n.ctx.Done()) })
+	adm := newAdmission(&cfg, d.plim, d.ctx.Done(), d.crew, d.lp)
+	d.crew.spawn(func() { d.plim.run(d.ctx.Done()) })
 	// The state directory first: a second process for the same node is
 	// told who holds it, rather than that the port is taken.
-	st, err := n.openState()
+	st, err := d.openState()
 	if err == nil {
-		err = refuseRerun(&n.cfg, st)
+		err = refuseRerun(&d.cfg, st)
 	}
 	if err != nil {
-		n.cancel()
-		if n.store != nil {
-			n.store.j.Close()
+		cancel()
+		if d.store != nil {
+			d.store.j.Close()
 		}
 		return nil, err
 	}
 
-	if n.role.HasPred() {
-		n.ln = cfg.Listener
-		if n.ln == nil {
+	if d.role.HasPred() {
+		d.ln = cfg.Listener
+		if d.ln == nil {
 			listen := transport.Listen
 			if cfg.listen != nil {
 				listen = cfg.listen
 			}
-			ln, err := listen(n.ctx, cfg.Listen)
+			ln, err := listen(d.ctx, cfg.Listen)
 			if err != nil {
-				n.cancel()
-				if n.store != nil {
-					n.store.j.Close()
+				cancel()
+				if d.store != nil {
+					d.store.j.Close()
 				}
 				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
 			}
-			n.ln = ln
+			d.ln = ln
 		}
 	}
 	sec := "plain TCP (no TLS: use only on loopback or a trusted network)"
 	if cfg.Secure != nil {
 		sec = cfg.Secure.Describe()
 	}
-	attrs := []any{"role", n.role.String(), "links", sec}
-	if n.ln != nil {
-		attrs = append(attrs, "listen", n.ln.Addr().String())
+	attrs := []any{"role", d.role.String(), "links", sec}
+	if d.ln != nil {
+		attrs = append(attrs, "listen", d.ln.Addr().String())
 		if cfg.Prev != "" {
 			attrs = append(attrs, "prev", cfg.Prev)
 		}
@@ -357,35 +337,41 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Next != "" {
 		attrs = append(attrs, "next", cfg.Next)
 	}
-	n.self = selfName(&n.cfg, n.ln, n.role)
-	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
-		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
-	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
+	d.self = selfName(&d.cfg, d.ln, d.role)
+	d.steer = &steering{host: d, loop: d.lp, st: d.st, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
+		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
+	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
-		ext: extensionsOn(&n.cfg), self: n.self}
-	fb := n.faults
-	fb.host, fb.view, fb.book, fb.steer, fb.log = n, n.view, n.book, n.steer, n.log
-	fb.self, fb.next, fb.ext = n.self, cfg.Next, extensionsOn(&n.cfg)
+	d.links = &links{id: newIdentity(&d.cfg), adm: adm, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
+		cfg: &d.cfg, log: d.log, role: d.role}
+	d.undo.host = d.links
+	d.steer.undo = d.undo
+	d.plim.untraced = d.links.traceUntraced
+	d.links.dup = dupState{host: d.links, st: d.st, faults: d.faults, loop: d.lp, view: d.view, book: d.book, log: d.log, plim: d.plim, heartbeat: cfg.Heartbeat,
+		ext: extensionsOn(&d.cfg), self: d.self}
+	fb := d.faults
+	fb.host, fb.loop, fb.view, fb.book, fb.steer, fb.log = d.links, d.lp, d.view, d.book, d.steer, d.log
+	fb.self, fb.next, fb.ext = d.self, cfg.Next, extensionsOn(&d.cfg)
 	fb.policy, fb.heartbeat, fb.connectTimeout = cfg.FaultPolicy, cfg.Heartbeat, cfg.ConnectTimeout
-	if n.ln != nil {
-		fb.listen = n.ln.Addr().String()
+	if d.ln != nil {
+		fb.listen = d.ln.Addr().String()
 	}
-	n.log.Info("node started", attrs...)
+	d.log.Info("node started", attrs...)
 
-	if n.st.timing {
-		n.clock = newClock(&cfg)
+	if d.st.timing {
+		d.clock = newClock(&cfg)
 	}
-	goSafe(n.run)
-	n.resumeFrom = st
-	n.ask(input{kind: inInit})
-	cn := &connector{cfg: n.cfg, ctx: n.ctx, ln: n.ln, adm: n.adm, prev: n.prev, plim: n.plim, crew: n.crew, log: n.log, loop: n}
-	if n.ln != nil {
-		n.crew.spawn(cn.acceptLoop)
+	goSafe(d.run)
+	d.resumeFrom = st
+	d.lp.ask(input{kind: inInit})
+	cn := &connector{cfg: d.cfg, ctx: d.ctx, ln: d.ln, adm: d.links.adm, prev: d.prev, plim: d.plim, crew: d.crew, log: d.log, loop: d.lp}
+	if d.ln != nil {
+		d.crew.spawn(cn.acceptLoop)
 	}
-	if n.role.HasSucc() {
-		n.crew.spawn(cn.dialLoop)
+	if d.role.HasSucc() {
+		d.crew.spawn(cn.dialLoop)
 	}
+	n := &Node{cfg: d.cfg, log: d.log, role: d.role, ln: d.ln, cancel: cancel, crew: d.crew, lp: d.lp, d: d, store: d.store, feed: d.feed}
 	return n, nil
 }
 
@@ -403,18 +389,18 @@ func (n *Node) Addr() net.Addr {
 
 // initLoop is the loop's first input (Start): the steering state, the
 // first tick and the rounds the journal kept. Loop only.
-func (n *Node) initLoop() {
-	n.steer.restoreSteer() // a node restarted while held is held (steer.go)
-	if n.st.timing {
+func (d *driver) initLoop() {
+	d.steer.restoreSteer() // a node restarted while held is held (steer.go)
+	if d.st.timing {
 		// The machine learns the time: its timeouts count from now,
 		// for the rounds restored from the journal too.
-		if err := n.step(n.tick(false), nil); err != nil {
-			n.log.Error("internal error: first tick", "err", err)
+		if err := d.step(d.links.tick(false), nil); err != nil {
+			d.log.Error("internal error: first tick", "err", err)
 		}
 	}
-	if st := n.resumeFrom; st != nil {
-		n.resumeFrom = nil
-		n.resume(st)
+	if st := d.resumeFrom; st != nil {
+		d.resumeFrom = nil
+		d.resume(st)
 	}
 }
 
@@ -424,7 +410,7 @@ func (n *Node) Ready(round string) error {
 	if n.cfg.Rounds != nil && !n.cfg.Follow && !slices.Contains(n.cfg.Rounds, round) {
 		return fmt.Errorf("chainsync: round %q is not in this node's configured rounds", round)
 	}
-	r, ok := n.ask(input{kind: inReady, round: round})
+	r, ok := n.lp.ask(input{kind: inReady, round: round})
 	if !ok {
 		return ErrStopped
 	}
@@ -432,16 +418,16 @@ func (n *Node) Ready(round string) error {
 }
 
 // ready is Ready, on the loop.
-func (n *Node) ready(round string) error {
-	if n.closed {
+func (d *driver) ready(round string) error {
+	if d.lp.closed {
 		return ErrStopped
 	}
-	if ri := n.book.find(round); ri != nil && ri.finished() {
+	if ri := d.book.find(round); ri != nil && ri.finished() {
 		return protocol.ErrRoundFinished // e.g. ended by a notice before this node was ready
 	}
-	err := n.step(protocol.LocalReady(round), nil)
+	err := d.step(protocol.LocalReady(round), nil)
 	if err == nil {
-		n.book.get(round)
+		d.book.get(round)
 	}
 	return err
 }
@@ -454,33 +440,22 @@ func (n *Node) ready(round string) error {
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	r, _ := n.ask(input{kind: inWait, round: round})
+	r, _ := n.lp.ask(input{kind: inWait, round: round})
 	ri := r.ri
 	if ri == nil {
 		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
 	}
 	select {
 	case <-ri.done:
-		n.post(input{kind: inUnwait, round: round, ri: ri})
+		n.lp.post(input{kind: inUnwait, round: round, ri: ri})
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
+		n.lp.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
 	}
-}
-
-// waitOn is the start of a Wait on round: its record, nil if the node is
-// closed and has none. Loop only.
-func (n *Node) waitOn(round string) *roundInfo { return n.book.waitOn(round, n.closed) }
-
-// unwait is the end of a Wait on ri; gaveUp: its context ended first.
-// Loop only.
-func (n *Node) unwait(round string, ri *roundInfo, gaveUp bool) {
-	_, known := n.view.State(round)
-	n.book.unwait(round, ri, gaveUp, known)
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -518,18 +493,18 @@ type Snapshot struct {
 // where each unfinished round stands. A Config.Trace callback may call
 // it.
 func (n *Node) Snapshot() Snapshot {
-	if n.inCallback.Load() {
+	if n.lp.inCallback.Load() {
 		// The loop is in a callback: parked there until cbMu is
 		// unlocked, so the node is read as if on the loop.
-		n.cbMu.Lock()
-		defer n.cbMu.Unlock()
-		if n.inCallback.Load() {
-			return n.snapshot()
+		n.lp.cbMu.Lock()
+		defer n.lp.cbMu.Unlock()
+		if n.lp.inCallback.Load() {
+			return n.d.snapshot()
 		}
 	}
-	r, ok := n.ask(input{kind: inSnapshot})
+	r, ok := n.lp.ask(input{kind: inSnapshot})
 	if !ok {
-		<-n.loopDone
+		<-n.lp.loopDone
 		return n.final
 	}
 	return *r.snap
@@ -538,50 +513,50 @@ func (n *Node) Snapshot() Snapshot {
 // callback runs f, a Config callback, on the loop: a Snapshot called
 // meanwhile (by f, or by a goroutine f waits for) reads the node at once,
 // the loop being parked in f. Loop only.
-func (n *Node) callback(f func()) {
-	n.inCallback.Store(true)
-	defer n.leaveCallback()
+func (lp *loop) callback(f func()) {
+	lp.inCallback.Store(true)
+	defer lp.leaveCallback()
 	f()
 }
 
 // leaveCallback ends callback (or trace's call of Config.Trace): once a
 // Snapshot reading the node meanwhile is done. Loop only.
-func (n *Node) leaveCallback() {
-	n.cbMu.Lock()
-	n.inCallback.Store(false)
-	n.cbMu.Unlock()
+func (lp *loop) leaveCallback() {
+	lp.cbMu.Lock()
+	lp.inCallback.Store(false)
+	lp.cbMu.Unlock()
 }
 
 // snapshot is Snapshot, on the loop.
-func (n *Node) snapshot() Snapshot {
-	st := Snapshot{Name: n.cfg.Name, Role: n.role, PredUp: n.pred != nil, SuccUp: n.succ != nil,
-		PredPeer: n.peerName(protocol.Pred), SuccPeer: n.peerName(protocol.Succ)}
-	st.Faults = slices.Clone(n.faults.recent)
-	if n.store != nil {
-		st.JournalSyncs = n.store.syncs()
+func (d *driver) snapshot() Snapshot {
+	st := Snapshot{Name: d.cfg.Name, Role: d.role, PredUp: d.links.pred != nil, SuccUp: d.links.succ != nil,
+		PredPeer: d.links.peerName(protocol.Pred), SuccPeer: d.links.peerName(protocol.Succ)}
+	st.Faults = slices.Clone(d.faults.recent)
+	if d.store != nil {
+		st.JournalSyncs = d.store.syncs()
 	}
-	if l := n.pred; l != nil && l.heardAt() != 0 {
+	if l := d.links.pred; l != nil && l.heardAt() != 0 {
 		st.PredHeard = time.Unix(0, l.heardAt())
 	}
-	if l := n.succ; l != nil && l.heardAt() != 0 {
+	if l := d.links.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
 	}
-	for _, v := range n.view.View() {
+	for _, v := range d.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,
-			WaitingFor: protocol.WaitIn(n.role, v.State, v.LocalReady)}
-		if ri := n.book.find(v.Round); ri != nil {
+			WaitingFor: protocol.WaitIn(d.role, v.State, v.LocalReady)}
+		if ri := d.book.find(v.Round); ri != nil {
 			rs.Since = ri.since
 		}
-		if ph, w, _ := n.view.Undo(v.Round); ph != protocol.PhaseNone {
+		if ph, w, _ := d.view.Undo(v.Round); ph != protocol.PhaseNone {
 			rs.Undo = undoDoing(ph, w) // undo.go
 		}
 		st.Rounds = append(st.Rounds, rs)
 	}
 	slices.SortFunc(st.Rounds, func(a, b RoundStatus) int { return strings.Compare(a.Round, b.Round) })
-	n.steer.steerSnapshot(&st)
-	n.faults.graceSnapshot(&st, n.view.Graces())
-	st.PredSilent, st.SuccSilent = n.silentLink(n.pred), n.silentLink(n.succ)
-	st.Finished = n.book.finished()
+	d.steer.steerSnapshot(&st)
+	d.faults.graceSnapshot(&st, d.view.Graces())
+	st.PredSilent, st.SuccSilent = d.links.silentLink(d.links.pred), d.links.silentLink(d.links.succ)
+	st.Finished = d.book.finished()
 	return st
 }
 
@@ -597,7 +572,7 @@ func (n *Node) Linger(ctx context.Context, grace time.Duration) error {
 	defer t.Stop()
 	var goneSince time.Time
 	for {
-		r, _ := n.ask(input{kind: inPredUp})
+		r, _ := n.lp.ask(input{kind: inPredUp})
 		up := r.ok
 		switch {
 		case !n.role.HasPred():
@@ -626,21 +601,21 @@ func (n *Node) Close() error {
 	first := false
 	n.closeOnce.Do(func() { first = true })
 	if !first {
-		<-n.loopDone
+		<-n.lp.loopDone
 		return nil
 	}
-	r, _ := n.ask(input{kind: inClose})
+	r, _ := n.lp.ask(input{kind: inClose})
 	end := r.ok
 	n.cancel()
 	if n.ln != nil {
 		n.ln.Close()
 	}
 	n.crew.wait() // the loop goes on meanwhile: what they post is taken
-	if r, ok := n.ask(input{kind: inStopAll}); ok {
+	if r, ok := n.lp.ask(input{kind: inStopAll}); ok {
 		n.final = *r.snap
 	}
-	close(n.stop)
-	<-n.loopDone // its last turn carried everything out: the journal is free
+	close(n.lp.stop)
+	<-n.lp.loopDone // its last turn carried everything out: the journal is free
 	if n.store != nil {
 		n.store.close(end, n.log)
 	}
@@ -651,83 +626,51 @@ func (n *Node) Close() error {
 // closeLoop is the start of Close on the loop: nothing new starts, the
 // links are shut (what is queued on them still goes out); true if the
 // journal is to record a normal end. Loop only.
-func (n *Node) closeLoop() bool {
-	n.closed = true
-	end := n.endedNormally()
-	for _, l := range []*link{n.pred, n.succ} {
+func (d *driver) closeLoop() bool {
+	d.lp.closed = true
+	end := d.endedNormally()
+	for _, l := range []*link{d.links.pred, d.links.succ} {
 		if l != nil {
 			l.shut() // what is queued (a fault notice) still goes out
 		}
 	}
-	n.adm.closeAll()
+	d.links.adm.closeAll()
 	return end
-}
-
-// stopAll ends every unfinished round stopped (Close). Loop only.
-func (n *Node) stopAll() {
-	for id, ri := range n.book.byID {
-		n.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
-	}
 }
 
 // step feeds ev to the machine (through the stepper) and carries out the
 // actions; cause is the fault the machine's policy carries out in them,
 // if the caller knows it already (a halting report). Loop only.
-func (n *Node) step(ev protocol.Event, cause *FaultError) error {
-	return n.stepThen(ev, cause, nil)
+func (d *driver) step(ev protocol.Event, cause *FaultError) error {
+	return d.stepThen(ev, cause, nil)
 }
 
 // stepThen is step with before run between the step and its actions
 // (promotePred makes the link current there). Loop only.
-func (n *Node) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
-	n.checkOnLoop("step")
-	acts, err := n.st.step(ev, &n.cur.recs)
+func (d *driver) stepThen(ev protocol.Event, cause *FaultError, before func()) error {
+	d.lp.checkOnLoop("step")
+	acts, err := d.st.step(ev, &d.lp.cur.recs)
 	if err != nil {
 		return err
 	}
 	if before != nil {
 		before()
 	}
-	n.perform(acts, cause)
+	d.perform(acts, cause)
 	return nil
 }
-
-// saveSteerFile queues the steering file's content for the turn's
-// write (store.go); the journal's error if it has failed. Loop only.
-func (n *Node) saveSteerFile(data []byte) error {
-	if n.st.broken != nil {
-		return n.st.broken
-	}
-	n.cur.steer = data
-	return nil
-}
-
-// journalFault queues a fault record, round ended by a fault of kind,
-// for the turn's write, with a state directory that has not failed.
-// Loop only.
-func (n *Node) journalFault(round, kind string) {
-	if n.store != nil && n.st.broken == nil {
-		n.cur.faults = append(n.cur.faults, journal.Fault{Round: round, Kind: kind})
-	}
-}
-
-// broken is the journal's error once it has failed. Loop only.
-func (n *Node) broken() error { return n.st.broken }
-
-// forgetUndo forgets round's undo outcome (steerHost). Loop only.
-func (n *Node) forgetUndo(round string) { n.undo.forget(round) }
 
 // journalFailed stops a node whose journal cannot be written: acting on a
 // change that is not on disk could run a task twice after a restart, so
 // every unfinished round ends with a fault and the node does nothing more.
 // Loop only.
-func (n *Node) journalFailed(err error) {
-	n.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
-	n.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
-		"dir", n.cfg.StateDir, "err", err.Error())
-	for id, ri := range n.book.byID {
+func (d *driver) journalFailed(err error) {
+	d.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
+	d.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
+		"dir", d.cfg.StateDir, "err", err.Error())
+	for id, ri := range d.book.byID {
 		ri.reported = true // the line above
-		n.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: n.st.broken})
+		d.book.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: d.st.broken})
 	}
 }
 
@@ -735,9 +678,9 @@ func (n *Node) journalFailed(err error) {
 // machine's policy is carrying out, travels with them: given by the
 // caller, or found by an action (a timeout, a notice) for those after it.
 // Loop only.
-func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
+func (d *driver) perform(acts []protocol.Action, cause *FaultError) {
 	for i := range acts {
-		if fe := n.act(&acts[i], cause); fe != nil {
+		if fe := d.act(&acts[i], cause); fe != nil {
 			cause = fe
 		}
 	}
@@ -745,49 +688,49 @@ func (n *Node) perform(acts []protocol.Action, cause *FaultError) {
 
 // act carries out one action; it returns the fault the action found, if
 // any, the cause of the rounds the policy ends in the actions after it.
-func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
+func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 	switch a.Kind {
 	case protocol.ActSend:
-		n.send(a.To, a.Msg, a.Resend)
+		d.send(a.To, a.Msg, a.Resend)
 	case protocol.ActRunTask:
-		if n.tasks.quick {
-			n.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
+		if d.tasks.quick {
+			d.lp.cur.add(effect{kind: effQuick, round: a.Round}) // run at the end of the turn (loop.go)
 		} else {
-			n.startTask(a.Round)
+			d.tasks.startTask(a.Round)
 		}
 	case protocol.ActOpened:
-		n.opened(a.Round, a.To == protocol.Pred)
+		d.book.opened(a.Round, a.To == protocol.Pred)
 	case protocol.ActTimeout:
-		return n.faults.timedOut(a)
+		return d.faults.timedOut(a)
 	case protocol.ActForget:
-		n.book.forget(a.Round) // its waiters, if any, hold their record
+		d.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
-		ri := n.book.get(a.Round)
+		ri := d.book.get(a.Round)
 		ri.since = time.Now()
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
 		}
-		if n.infoOn() {
-			n.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
+		if infoOn(d.log) {
+			d.log.Info("state", "round", a.Round, "from", a.From.String(), "to", a.State.String())
 		}
-		n.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
+		d.lp.trace(TraceEvent{Kind: TraceState, Round: a.Round, From: a.From, To: a.State})
 	case protocol.ActPeerRestarted:
-		n.peerRestarted(a.To, a.Msg)
+		d.links.peerRestarted(a.To, a.Msg)
 	case protocol.ActRunUndo, protocol.ActUndone:
-		return n.undo.undoAct(a)
+		return d.undo.undoAct(a)
 	case protocol.ActNotice:
-		if !n.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
-			return n.faults.noticeArrived(*a.Msg.Note, a.Started, a.From)
+		if !d.faults.noticeLive(*a.Msg.Note) { // liveness.go: a clearing, or a late notice
+			return d.faults.noticeArrived(*a.Msg.Note, a.Started, a.From)
 		}
 	case protocol.ActGrace:
-		n.faults.graceAct(a)
+		d.faults.graceAct(a)
 	case protocol.ActBack:
-		n.faults.back(a)
+		d.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
-		n.steer.steerAct(a)
+		d.steer.steerAct(a)
 	case protocol.ActDone:
-		ri := n.book.get(a.Round)
-		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
+		ri := d.book.get(a.Round)
+		res := Result{Round: a.Round, Status: StatusDone, Undo: d.undo.outcomes[a.Round]}
 		switch a.Outcome {
 		case protocol.TaskFailed:
 			res.Status, res.Err = StatusTaskFailed, &TaskError{Round: a.Round, Err: ri.cause, Timeout: ri.timedOut}
@@ -805,25 +748,25 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 			if a.Outcome == protocol.NoExitWave && !failedAfter(res.Err) {
 				// The tasks after this node may have run: say so, not
 				// that the round failed.
-				res.Status, res.Err = StatusUndelivered, n.undelivered(a.Round, res.Err)
+				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), a.Round, res.Err)
 			}
 		case protocol.NotDelivered:
 			fe := &FaultError{Round: a.Round, State: protocol.StateDone, Kind: FaultExitWaveUndelivered, Side: protocol.Pred,
-				Peer: n.peerName(protocol.Pred), After: n.cfg.ExitWaveTimeout,
+				Peer: d.links.peerName(protocol.Pred), After: d.cfg.ExitWaveTimeout,
 				Reason: "the exit wave was not delivered: the final COMPLETE could not be handed to the predecessor, which did not reconnect"}
-			n.recordFault(fe.fault())
+			d.faults.record(fe.fault())
 			res.Status, res.Err = StatusFault, fe
 		}
-		res = n.steer.steerResult(ri, res) // steer.go: a cancelled round
+		res = d.steer.steerResult(ri, res) // steer.go: a cancelled round
 		if k := faultKindOf(res.Err); k != "" && res.Status != StatusCancelled {
 			// Written with the turn's records: the journal (and a node
 			// restarted on it) knows the fault the round really ended
 			// with, whichever way it learned it (a notice, the undo wave,
 			// its own task: task-failed or task-timeout). A cancel wrote
 			// its own record.
-			n.journalFault(a.Round, string(k))
+			d.st.journalFault(a.Round, string(k))
 		}
-		n.resolve(a.Round, ri, res)
+		d.book.resolve(a.Round, ri, res)
 	}
 	return nil
 }
@@ -831,10 +774,10 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 // send writes msg to the neighbour on side, if that link is up; if it is
 // down the message is not lost: the machine re-sends it on LinkUp.
 // Loop only.
-func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
-	l := n.succ
+func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
+	l := d.links.succ
 	if side == protocol.Pred {
-		l = n.pred
+		l = d.links.pred
 	}
 	if l == nil {
 		// The machine re-sends the steering, grace and notice lines a link
@@ -842,69 +785,69 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		// grace passed still learns of it).
 		switch msg.Cmd {
 		case protocol.SteerLine:
-			n.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
+			d.log.Info("link down; steering line goes when it is up", "to", side.String(), "steer", msg.Steer.String())
 			return
 		case protocol.Grace:
-			n.log.Info("link down; restart grace line goes when it is up", "to", side.String(), "grace", msg.Grace.String())
+			d.log.Info("link down; restart grace line goes when it is up", "to", side.String(), "grace", msg.Grace.String())
 			return
 		case protocol.FaultNotice:
-			n.log.Info("link down; fault notice goes when it is up", "to", side.String(), "notice", msg.Note.String())
+			d.log.Info("link down; fault notice goes when it is up", "to", side.String(), "notice", msg.Note.String())
 			return
 		}
 		// Its send on LinkUp will be the first on that link, not a re-send.
-		n.book.get(msg.Round).unsent[side] = msg.Cmd
+		d.book.get(msg.Round).unsent[side] = msg.Cmd
 		if side == protocol.Pred && msg.Cmd == protocol.Complete {
-			n.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
+			d.log.Warn("predecessor link down; the final COMPLETE is handed over when it reconnects (the round is not done until then)",
 				"round", msg.Round)
 		} else {
 			// Routine (a neighbour not up yet, or reconnecting): the machine
 			// re-sends it when the link comes up.
-			n.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
+			d.log.Info("link down; message will be sent on reconnect", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String())
 		}
-		n.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
+		d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Round: msg.Round, Msg: msg, Queued: true})
 		return
 	}
 	if resend {
 		// The machine re-sends the last message of each round when a link
 		// comes up; one that never went out (the link was down when it was
 		// sent) goes out for the first time now: not a re-send.
-		if ri := n.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
+		if ri := d.book.find(msg.Round); ri != nil && ri.unsent[side] != 0 {
 			resend = ri.unsent[side] != msg.Cmd
 			ri.unsent[side] = 0
 		}
 	}
-	n.wbuf = wire.Append(n.wbuf[:0], msg, n.cfg.UnnamedColon)
+	d.wbuf = wire.Append(d.wbuf[:0], msg, d.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the
 	// reply to a message before the message.
-	if n.infoOn() {
-		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
+	if infoOn(d.log) {
+		d.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
-	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
+	d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
 	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.cur.line(l, n.wbuf, exitWave, msg.Round)
+	d.lp.cur.line(l, d.wbuf, exitWave, msg.Round)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
-func (n *Node) writeFailed(l *link, err error) {
-	if n.closed {
+func (lk *links) writeFailed(l *link, err error) {
+	if lk.lp.closed {
 		return
 	}
-	n.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
-	n.drop(l, err)
+	lk.log.Warn("write failed; closing link (everything unsent is re-sent on reconnect)", "to", l.side.String(), "peer", l.peer, "err", err)
+	lk.drop(l, err)
 }
 
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
 // time, in the order of events.
-func (n *Node) trace(ev TraceEvent) {
-	if n.cfg.Trace != nil {
+func (lp *loop) trace(ev TraceEvent) {
+	if lp.traceFn != nil {
 		ev.Time = time.Now()
-		ev.Node = n.cfg.Name
-		n.inCallback.Store(true) // as callback does, without a closure per event
-		defer n.leaveCallback()
-		n.cfg.Trace(ev)
+		ev.Node = lp.name
+		lp.inCallback.Store(true) // as callback does, without a closure per event
+		defer lp.leaveCallback()
+		lp.traceFn(ev)
 	}
 }
 
 // infoOn reports whether Info logs are wanted, so hot paths build no
 // log arguments for a silent logger.
-func (n *Node) infoOn() bool { return n.log.Enabled(context.Background(), slog.LevelInfo) }
+func infoOn(log *slog.Logger) bool { return log.Enabled(context.Background(), slog.LevelInfo) }

@@ -17,7 +17,7 @@ import (
 // to put in a notice, and what one does here (the fault policy).
 
 // selfName names a node in the notices it sends: its name, else its
-// listen address, else its role (Node.self, set by Start).
+// listen address, else its role (driver.self, set by Start).
 func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 	switch {
 	case cfg.Name != "":
@@ -50,20 +50,20 @@ func reports(kind FaultKind) bool {
 // halt policy the machine ends every unfinished round for it, taking
 // cause as their fault. Stepped as an event of its own, after the step
 // that found the fault. Loop only.
-func (n *Node) announce(f Fault, halt bool, cause *FaultError) {
-	ev := protocol.Report(n.faults.noticeOf(f))
+func (d *driver) announce(f Fault, halt bool, cause *FaultError) {
+	ev := protocol.Report(d.faults.noticeOf(f))
 	if halt {
 		ev = protocol.ReportHalt(ev.Note)
 	}
-	if err := n.step(ev, cause); err != nil && n.st.broken == nil {
-		n.log.Error("internal error: fault notice", "err", err.Error())
+	if err := d.step(ev, cause); err != nil && d.st.broken == nil {
+		d.log.Error("internal error: fault notice", "err", err.Error())
 	}
 }
 
 // announceLater queues the announcement of f after the current input's
 // actions (an input of its own, inAnnounce). Loop only.
 func (fb *faultBook) announceLater(f Fault, halt bool, cause *FaultError) {
-	fb.host.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
+	fb.loop.later(input{kind: inAnnounce, fault: &f, flag: halt, cause: cause})
 }
 
 // noticeOf is the notice of f, a fault this node found: it blames the
@@ -169,24 +169,24 @@ type mismatchKey struct {
 // mismatch), tells it with a notice where extensions are on, and under
 // FaultHalt ends every unfinished round. The caller then closes l.
 // Loop only.
-func (n *Node) mismatch(l *link, what, round, reason string) {
+func (lk *links) mismatch(l *link, what, round, reason string) {
 	key := mismatchKey{l.side, what, round}
-	if !n.faults.firstMismatch(key) {
+	if !lk.faults.firstMismatch(key) {
 		return
 	}
-	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: n.peerName(l.side),
+	fe := &FaultError{Round: round, Kind: FaultConfigMismatch, Side: l.side, Peer: lk.peerName(l.side),
 		Reason: reason + "; compare both nodes' flags (chainsync check compares them)"}
 	f := fe.fault()
-	n.recordFault(f)
-	if extensionsOn(&n.cfg) && l != n.pred && l != n.succ {
+	lk.faults.record(f)
+	if extensionsOn(lk.cfg) && l != lk.pred && l != lk.succ {
 		// A connection still pending gets the notice itself, before it is
 		// closed: it is the only way to the neighbour that sent the line.
-		note := n.faults.noticeOf(f)
-		n.wbuf = wire.Append(n.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
-		n.lastWords(l, n.wbuf)
+		note := lk.faults.noticeOf(f)
+		lk.wbuf = wire.Append(lk.wbuf[:0], protocol.Message{Cmd: protocol.FaultNotice, Note: &note}, false)
+		lk.lp.lastWords(l, lk.wbuf)
 	}
 	// The notice to the chain and the policy's halt: the machine's.
-	n.faults.announceLater(f, true, fe)
+	lk.faults.announceLater(f, true, fe)
 }
 
 // runsText says which rounds a node configured with rs runs, for a

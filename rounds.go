@@ -97,6 +97,11 @@ func (r RoundStatus) Doing() string {
 type roundBook struct {
 	byID   map[string]*roundInfo
 	recent []string // the last keepHistory rounds that ended, oldest first
+
+	lp     *loop        // a result is released at the end of the turn
+	log    *slog.Logger // a round's end, logged
+	feed   *roundFeed   // the rounds the predecessor opened (Config.Follow)
+	follow bool         // Config.Follow
 }
 
 // get returns the record of id, creating it.
@@ -116,8 +121,11 @@ func (b *roundBook) find(id string) *roundInfo { return b.byID[id] }
 // forget drops the record of id (its waiters, if any, hold it).
 func (b *roundBook) forget(id string) { delete(b.byID, id) }
 
-// settle sets ri's result; false if it had one already. The round is
-// listed as ended last (a retried round once, as its last attempt ended).
+// settle sets ri's result, released to Wait once the turn's records are
+// on disk; false if it had one already. The round is listed as ended
+// last (a retried round once, as its last attempt ended). A round that
+// ended before this process started (resume) is settled too: its result
+// is kept, its end is not reported again. Loop only.
 func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 	if ri.finished() {
 		return false
@@ -130,6 +138,9 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 		b.recent = append(b.recent[:0], b.recent[1:]...)
 	}
 	b.recent = append(b.recent, id)
+	// The record stays until the machine forgets the round (ActForget):
+	// the machine's table says which rounds this node remembers.
+	b.lp.cur.add(effect{kind: effDone, ri: ri})
 	return true
 }
 
@@ -187,8 +198,8 @@ func (b *roundBook) finished() []RoundResult {
 
 // resolve ends a round for its waiters, and logs and traces its end.
 // Loop only.
-func (n *Node) resolve(id string, ri *roundInfo, res Result) {
-	if !n.settle(id, ri, res) {
+func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
+	if !b.settle(id, ri, res) {
 		return
 	}
 	lvl, msg := slog.LevelInfo, "round over"
@@ -214,31 +225,19 @@ func (n *Node) resolve(id string, ri *roundInfo, res Result) {
 			args = append(args, "err", res.Err.Error())
 		}
 	}
-	n.log.Log(context.Background(), lvl, msg, args...)
-	n.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
+	b.log.Log(context.Background(), lvl, msg, args...)
+	b.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
-// restored is resolve for a round that ended before this process started
+// restored is settle for a round that ended before this process started
 // (resume): its result is kept, its end is not reported again. When it
 // opened is not known here, and it ended when its task ended, if the
 // journal says (else zero: "before this node restarted"), not now.
 // Loop only.
-func (n *Node) restored(id string, ri *roundInfo, res Result, ended time.Time) {
-	if n.settle(id, ri, res) {
+func (b *roundBook) restored(id string, ri *roundInfo, res Result, ended time.Time) {
+	if b.settle(id, ri, res) {
 		ri.opened, ri.ended = time.Time{}, ended
 	}
-}
-
-// settle sets a round's result, released to Wait once the turn's records
-// are on disk; false if it had one already. Loop only.
-func (n *Node) settle(id string, ri *roundInfo, res Result) bool {
-	if !n.book.settle(id, ri, res) {
-		return false
-	}
-	// The record stays until the machine forgets the round (ActForget):
-	// the machine's table says which rounds this node remembers.
-	n.cur.add(effect{kind: effDone, ri: ri})
-	return true
 }
 
 // faultKindOf names the kind of fault err reports, or "".
@@ -274,12 +273,12 @@ func sideWord(side protocol.Side) string {
 // delivered is told by a link's writer that the final COMPLETE of rounds
 // was written to a live connection: it tells the machine, for which
 // those rounds are now over here. Loop only.
-func (n *Node) delivered(rounds []string) {
-	if n.closed || n.st.broken != nil {
+func (d *driver) delivered(rounds []string) {
+	if d.lp.closed || d.st.broken != nil {
 		return
 	}
 	for _, id := range rounds {
-		if err := n.step(protocol.Delivered(id), nil); err != nil {
+		if err := d.step(protocol.Delivered(id), nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}
@@ -288,19 +287,26 @@ func (n *Node) delivered(rounds []string) {
 // peerRestarted reports a neighbour that sent msg, older than its last
 // message for that round: it restarted without its state. The machine
 // answered nothing. Loop only.
-func (n *Node) peerRestarted(side protocol.Side, msg protocol.Message) {
+func (lk *links) peerRestarted(side protocol.Side, msg protocol.Message) {
 	what := "predecessor"
 	if side == protocol.Succ {
 		what = "successor"
 	}
-	peer := n.peerName(side)
+	peer := lk.peerName(side)
 	addr := ""
-	if l := n.pred; side == protocol.Pred && l != nil && l.peer != peer {
+	if l := lk.pred; side == protocol.Pred && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
-	} else if l := n.succ; side == protocol.Succ && l != nil && l.peer != peer {
+	} else if l := lk.succ; side == protocol.Succ && l != nil && l.peer != peer {
 		addr = " (" + l.peer + ")"
 	}
 	reason := fmt.Sprintf("the %s %s%s restarted without its state: it sent %s after it had already sent a later message in this round; not answered, so no task runs twice or out of order (give every node a --state-dir)",
 		what, peer, addr, msg.Cmd)
-	n.recordFault(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
+	lk.faults.record(Fault{Kind: FaultPeerRestarted, Round: msg.Round, Side: side, Peer: peer, Err: reason})
+}
+
+// stopAll ends every unfinished round stopped (Close). Loop only.
+func (b *roundBook) stopAll() {
+	for id, ri := range b.byID {
+		b.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+	}
 }

@@ -36,7 +36,7 @@ func TestExpiredWriteDeadlineIsNotAFailure(t *testing.T) {
 		// As if the writers' last blocking writes were long ago.
 		for _, n := range []*Node{a, b} {
 			n.call(func() {
-				for _, l := range []*link{n.pred, n.succ} {
+				for _, l := range []*link{n.d.links.pred, n.d.links.succ} {
 					if l != nil {
 						l.wmu.Lock()
 						l.wdl = time.Now().Add(-time.Second)

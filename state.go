@@ -12,25 +12,25 @@ import (
 // openState opens and locks Config.StateDir and reinstates its rounds in
 // the machine. Nil state without a state directory. Called by Start
 // before any goroutine runs.
-func (n *Node) openState() (*journal.State, error) {
-	if n.cfg.StateDir == "" {
+func (d *driver) openState() (*journal.State, error) {
+	if d.cfg.StateDir == "" {
 		return nil, nil
 	}
-	j, st, err := journal.Open(n.cfg.StateDir, journal.Header{Role: n.role.String(), Name: n.cfg.Name})
+	j, st, err := journal.Open(d.cfg.StateDir, journal.Header{Role: d.role.String(), Name: d.cfg.Name})
 	if err != nil {
 		return nil, err
 	}
 	if st.Dropped > 0 {
-		n.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
-			"dir", n.cfg.StateDir, "bytes", st.Dropped)
+		d.log.Warn("dropped a torn last record from the state journal (the node died while writing it; nothing had acted on it)",
+			"dir", d.cfg.StateDir, "bytes", st.Dropped)
 	}
-	if err := n.st.restore(st.Rounds); err != nil {
+	if err := d.st.restore(st.Rounds); err != nil {
 		j.Close()
-		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, n.cfg.StateDir, err)
+		return nil, fmt.Errorf("%w: %s: %v", journal.ErrCorrupt, d.cfg.StateDir, err)
 	}
-	j.SetKeepFinished(n.cfg.KeepFinished)
-	j.OnSync = func() { n.checkOnLoop("fsync") }
-	n.store = &store{j: j}
+	j.SetKeepFinished(d.cfg.KeepFinished)
+	j.OnSync = func() { d.lp.checkOnLoop("fsync") }
+	d.store = &store{j: j}
 	return st, nil
 }
 
@@ -42,37 +42,42 @@ func (n *Node) openState() (*journal.State, error) {
 // its task follows ResumeTask. Rounds waiting for a neighbour need
 // nothing: when the links come up, the machine re-sends the last message
 // on each. Loop only.
-func (n *Node) resume(st *journal.State) {
+func (d *driver) resume(st *journal.State) {
 	if len(st.Rounds) == 0 {
-		n.log.Info("state directory is new; starting afresh", "dir", n.cfg.StateDir)
+		d.log.Info("state directory is new; starting afresh", "dir", d.cfg.StateDir)
 		return
 	}
 	interrupted, ended := 0, 0
 	for _, rec := range st.Rounds {
-		ri := n.book.get(rec.Round)
-		if n.undo.resumeUndo(rec) {
+		ri := d.book.get(rec.Round)
+		if resumed, done := d.undo.resumeUndo(rec); resumed {
+			if done != nil {
+				if err := d.step(*done, nil); err != nil {
+					d.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
+				}
+			}
 			continue // its undo wave is under way (undo.go)
 		}
 		if rec.State.Terminal() {
 			ended++
 		}
-		handingOver := rec.State == protocol.StateDone && n.role.HasPred() && !rec.Delivered
+		handingOver := rec.State == protocol.StateDone && d.role.HasPred() && !rec.Delivered
 		switch rec.State {
 		case protocol.StateDone:
 			if handingOver {
 				// The machine re-sends it when the link comes up, and
 				// bounds the wait by ExitWaveTimeout.
-				n.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
+				d.log.Info("resumed: round done here, its final COMPLETE still to be handed to the predecessor", "round", rec.Round)
 				ended--
 			} else {
-				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone}, st.TaskTimes[rec.Round].Ended)
+				d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusDone}, st.TaskTimes[rec.Round].Ended)
 			}
 		case protocol.StateFailed:
 			ri.cause = errors.New("the task failed before this node restarted")
-			n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}}, st.TaskTimes[rec.Round].Ended)
+			d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusTaskFailed, Err: &TaskError{Round: rec.Round, Err: ri.cause}}, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateAborted:
 			if st.Faults[rec.Round] == string(FaultCancelled) { // steer.go: cancelled at the Head, not a fault
-				n.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}}, st.TaskTimes[rec.Round].Ended)
+				d.book.restored(rec.Round, ri, Result{Round: rec.Round, Status: StatusCancelled, Err: &CancelledError{}}, st.TaskTimes[rec.Round].Ended)
 				break
 			}
 			fe := &FaultError{Round: rec.Round, State: rec.State, Kind: FaultKind(st.Faults[rec.Round]),
@@ -80,24 +85,24 @@ func (n *Node) resume(st *journal.State) {
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
-			n.faults.restored(fe.fault())
+			d.faults.restored(fe.fault())
 			ri.reported = true
 			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
 			if rec.Outcome() == protocol.NoExitWave {
-				res.Status, res.Err = StatusUndelivered, n.undelivered(rec.Round, fe)
+				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), rec.Round, fe)
 			}
-			n.restored(rec.Round, ri, res, st.TaskTimes[rec.Round].Ended)
+			d.book.restored(rec.Round, ri, res, st.TaskTimes[rec.Round].Ended)
 		case protocol.StateStart:
 			interrupted++
-			n.resumeTask(rec.Round, ri)
+			d.resumeTask(rec.Round, ri)
 		default:
-			n.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
-			if n.cfg.Follow && !rec.LocalReady && rec.PredReady {
-				n.feed.add(rec.Round) // the application learns it again
+			d.log.Info("resumed round", "round", rec.Round, "state", rec.State.String())
+			if d.cfg.Follow && !rec.LocalReady && rec.PredReady {
+				d.feed.add(rec.Round) // the application learns it again
 			}
 		}
 	}
-	n.log.Info("resumed from the state directory", "dir", n.cfg.StateDir, "rounds", len(st.Rounds),
+	d.log.Info("resumed from the state directory", "dir", d.cfg.StateDir, "rounds", len(st.Rounds),
 		"ended_before", ended, "interrupted_tasks", interrupted)
 }
 
@@ -110,7 +115,7 @@ func (fb *faultBook) restored(f Fault) {
 	f.Time = time.Now()
 	fb.keep(f)
 	fb.log.Warn("resumed: round ended by a fault before this node restarted", "round", f.Round, "kind", string(f.Kind))
-	fb.host.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
+	fb.loop.trace(TraceEvent{Kind: TraceFault, Fault: f.Kind, Round: f.Round, Side: f.Side, Peer: f.Peer, Origin: f.Origin,
 		Err: errors.New(f.Err), Resumed: true})
 	if fb.ext && reports(f.Kind) && f.Kind != FaultConfigMismatch {
 		fb.announceLater(f, false, nil)
@@ -119,46 +124,46 @@ func (fb *faultBook) restored(f Fault) {
 
 // resumeTask handles a round whose task was running when the node died,
 // as ResumeTask says. Loop only.
-func (n *Node) resumeTask(id string, ri *roundInfo) {
-	switch n.cfg.ResumeTask {
+func (d *driver) resumeTask(id string, ri *roundInfo) {
+	switch d.cfg.ResumeTask {
 	case ResumeDone:
-		n.log.Warn("resumed: the task was interrupted by the restart; taking it as done (--resume-task done) and sending COMPLETE on", "round", id)
-		if n.cfg.Verify != nil {
-			n.startRun(id, true) // the health gate first, then COMPLETE
+		d.log.Warn("resumed: the task was interrupted by the restart; taking it as done (--resume-task done) and sending COMPLETE on", "round", id)
+		if d.cfg.Verify != nil {
+			d.tasks.startRun(id, true) // the health gate first, then COMPLETE
 			return
 		}
-		n.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
-		if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
-			n.log.Error("internal error: resume done", "round", id, "err", err)
+		d.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: id})
+		if err := d.step(protocol.TaskDone(id, false), nil); err != nil {
+			d.log.Error("internal error: resume done", "round", id, "err", err)
 		}
 	case ResumeRerun:
-		err := n.step(protocol.Rerun(id), nil) // its restart grace again (liveness.go)
+		err := d.step(protocol.Rerun(id), nil) // its restart grace again (liveness.go)
 		if errors.Is(err, protocol.ErrCancelled) {
 			// The round was cancelled while the task ran (docs/STEERING.md,
 			// "Features together"): it is not run again; the round ends
 			// as the cancel said, once its task is over, which it is.
-			n.log.Warn("resumed: the task was interrupted by the restart, and its round was cancelled while it ran; not running it again", "round", id)
-			if err := n.step(protocol.TaskDone(id, false), nil); err != nil {
-				n.log.Error("internal error: cancelled rerun", "round", id, "err", err)
+			d.log.Warn("resumed: the task was interrupted by the restart, and its round was cancelled while it ran; not running it again", "round", id)
+			if err := d.step(protocol.TaskDone(id, false), nil); err != nil {
+				d.log.Error("internal error: cancelled rerun", "round", id, "err", err)
 			}
 			return
 		}
 		if err != nil {
-			n.log.Error("internal error: rerun", "round", id, "err", err)
+			d.log.Error("internal error: rerun", "round", id, "err", err)
 		}
-		n.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
-		if n.store != nil {
-			if err := n.store.taskRestarted(id); err != nil {
-				n.log.Warn("cannot record the task's second run in the state journal; it runs, and the journal shows one run across the restart", "round", id, "err", err.Error())
+		d.log.Warn("resumed: the task was interrupted by the restart; running it again (--resume-task rerun)", "round", id)
+		if d.store != nil {
+			if err := d.store.taskRestarted(id); err != nil {
+				d.log.Warn("cannot record the task's second run in the state journal; it runs, and the journal shows one run across the restart", "round", id, "err", err.Error())
 			}
 		}
-		n.startTask(id)
+		d.tasks.startTask(id)
 	default:
 		ri.cause = errors.New("this node restarted while its task was running; its outcome is unknown (--resume-task fail: the chain halts here; use done or rerun to carry on)")
-		n.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
-		n.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error(), why: ri.cause.Error()})
-		if err := n.step(protocol.TaskDone(id, true), nil); err != nil {
-			n.log.Error("internal error: resume fail", "round", id, "err", err)
+		d.log.Error("resumed: the task was interrupted by the restart; failing the round (--resume-task fail)", "round", id)
+		d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: (&TaskError{Round: id, Err: ri.cause}).Error(), why: ri.cause.Error()})
+		if err := d.step(protocol.TaskDone(id, true), nil); err != nil {
+			d.log.Error("internal error: resume fail", "round", id, "err", err)
 		}
 	}
 }
@@ -210,6 +215,6 @@ func refuseRerun(cfg *Config, st *journal.State) error {
 // the same state directory is refused rather than silently doing nothing.
 // Not for a served node, nor one that stops with rounds unfinished (it
 // resumes them). Loop only.
-func (n *Node) endedNormally() bool {
-	return n.store != nil && n.st.broken == nil && !n.cfg.Follow && n.book.allOver()
+func (d *driver) endedNormally() bool {
+	return d.store != nil && d.st.broken == nil && !d.cfg.Follow && d.book.allOver()
 }

@@ -137,6 +137,10 @@ type steering struct {
 	events  []SteerStatus        // the latest denials and cancels, here and heard of
 
 	host    steerHost
+	loop    *loop
+	st      *stepper   // the turn's write: the steering file, a fault record
+	undo    *undoState // a retry forgets the undo outcome of the attempt before it
+	faults  *faultBook
 	view    machineView
 	book    *roundBook
 	store   *store // nil without a state directory
@@ -151,24 +155,10 @@ type steering struct {
 }
 
 // steerHost is what steering reaches of its node: the loop's step and
-// follow-ups, the trace and the fault record, and the turn's write.
+// the turn's write (the trace, the callbacks and the
+// follow-ups go through its loop).
 type steerHost interface {
 	step(ev protocol.Event, cause *FaultError) error
-	later(in input)
-	trace(ev TraceEvent)
-	callback(f func())
-	recordFault(f Fault)
-	// saveSteerFile queues the steering file's content for the turn's
-	// write; the journal's error if it has failed.
-	saveSteerFile(data []byte) error
-	// journalFault queues a fault record for the turn's write (with a
-	// state directory that has not failed).
-	journalFault(round, kind string)
-	// broken is the journal's error once it has failed.
-	broken() error
-	// forgetUndo forgets the outcome of round's undo wave: a retry
-	// reopened it.
-	forgetUndo(round string)
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -200,7 +190,7 @@ func (d *steering) saveSteer() error {
 	if err != nil {
 		return err
 	}
-	return d.host.saveSteerFile(data) // written with the turn's records (store.go)
+	return d.st.saveSteerFile(data) // written with the turn's records (store.go)
 }
 
 // restoreSteer reinstates what the steering file says (Start, on the
@@ -294,14 +284,14 @@ func (d *steering) stepSteer(s protocol.Steer) error {
 		if errors.Is(err, protocol.ErrUndoUnderWay) || errors.Is(err, protocol.ErrRoundsInFlight) {
 			return err // the machine refuses the retry now: the caller says why
 		}
-		if d.host.broken() == nil {
+		if d.st.broken == nil {
 			d.log.Error("internal error: steering line", "err", err.Error())
 		}
 		return err
 	}
 	if s.What.Event() {
 		d.noteEvent(steerStatus(s, true))
-		d.host.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
+		d.loop.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
 	} else {
 		d.sent = s
 	}
@@ -332,14 +322,14 @@ func (d *steering) steerAct(a *protocol.Action) {
 		now := time.Now()
 		d.waiting[a.Round] = now
 		d.log.Warn("waiting for approval: the round's turn has come; its task starts after chainsync approve (or fails at chainsync deny)", "round", a.Round)
-		d.host.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
+		d.loop.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "approval"})
 		if d.onHold != nil {
-			d.host.callback(func() { d.onHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now}) })
+			d.loop.callback(func() { d.onHold(HoldEvent{Kind: "approval", Round: a.Round, Since: now}) })
 		}
-		d.host.later(input{kind: inAnnounceSteer})
+		d.loop.later(input{kind: inAnnounceSteer})
 	case protocol.ActSkip:
 		d.log.Info("already done here: this node's task for the round succeeded before the retry; passing the round on without running it again", "round", a.Round)
-		d.host.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
+		d.loop.trace(TraceEvent{Kind: TraceSteer, Round: a.Round, Steer: "skip"})
 	case protocol.ActSteer:
 		s := *a.Msg.Steer
 		st := steerStatus(s, false)
@@ -371,7 +361,7 @@ func (d *steering) steerAct(a *protocol.Action) {
 		default:
 			d.log.Info("steering: "+st.Text(time.Local), "origin", s.Origin)
 		}
-		d.host.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String(), Err: errors.New(st.Text(time.Local))})
+		d.loop.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Origin: s.Origin, Steer: s.What.String(), Err: errors.New(st.Text(time.Local))})
 	}
 }
 
@@ -436,10 +426,10 @@ func (d *steering) holdReq(req Request) error {
 		return err
 	}
 	d.log.Warn("held: no task starts here until chainsync release", "by", req.By, "reason", req.Reason)
-	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
+	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "hold", Err: steerWhy(req)})
 	if d.onHold != nil {
 		ev := HoldEvent{Kind: "hold", Round: d.turnRound(), Reason: req.Reason, By: req.By, Since: time.Now()}
-		d.host.callback(func() { d.onHold(ev) })
+		d.loop.callback(func() { d.onHold(ev) })
 	}
 	d.announceSteer()
 	return nil
@@ -475,7 +465,7 @@ func (d *steering) releaseReq(req Request) error {
 		return err
 	}
 	d.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
+	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
 	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "none", Since: time.Now(), By: req.By})
 	d.announceSteer()
 	return nil
@@ -543,7 +533,7 @@ func (d *steering) approveReq(req Request) (id string, err error) {
 	}
 	delete(d.waiting, id)
 	d.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
-	d.host.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
+	d.loop.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
 	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
 	if err := d.host.step(protocol.Approve(id), nil); err != nil {
 		return id, err
@@ -576,7 +566,7 @@ func (d *steering) denyReq(req Request) (id string, err error) {
 	ri := d.book.get(id)
 	ri.cause = de
 	te := &TaskError{Round: id, Err: de}
-	d.host.recordFault(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
+	d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
 	if err := d.host.step(protocol.Deny(id), nil); err != nil {
 		return id, err
 	}
@@ -628,7 +618,7 @@ type steerReq struct {
 // queued): a request is answered only once it has been taken. It returns
 // the round an approval or a denial was about.
 func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
-	r, ok := n.ask(input{kind: inSteer, steer: &steerReq{op: op, req: req}})
+	r, ok := n.lp.ask(input{kind: inSteer, steer: &steerReq{op: op, req: req}})
 	if !ok {
 		return "", ErrStopped
 	}
@@ -637,13 +627,13 @@ func (n *Node) steerAsk(op steerOp, req Request) (string, error) {
 
 // steerRequest carries out a steering request; its answer is an effect
 // of the turn, given once the turn's records are on disk. Loop only.
-func (n *Node) steerRequest(in *input) {
-	if n.closed {
+func (d *driver) steerRequest(in *input) {
+	if d.lp.closed {
 		in.answer(reply{err: ErrStopped})
 		return
 	}
-	id, err := n.steer.request(in.steer)
-	n.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
+	id, err := d.steer.request(in.steer)
+	d.lp.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
 	in.reply = nil
 }
 
@@ -738,11 +728,11 @@ func (d *steering) cancelled(round string, ce *CancelledError) {
 		ri.cause, ri.reported = ce, true
 		// Written with the turn's records: a restarted node knows the
 		// round was cancelled, not faulted.
-		d.host.journalFault(round, string(FaultCancelled))
+		d.st.journalFault(round, string(FaultCancelled))
 	}
 	if _, ok := d.waiting[round]; ok {
 		delete(d.waiting, round)
-		d.host.later(input{kind: inAnnounceSteer})
+		d.loop.later(input{kind: inAnnounceSteer})
 	}
 }
 
@@ -782,7 +772,7 @@ func (d *steering) pauseReq(req Request) error {
 	}
 	d.resumed = make(chan struct{})
 	d.log.Warn("paused: no round opens and no node starts a task until chainsync resume", "by", req.By, "reason", req.Reason)
-	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
+	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "pause", Err: steerWhy(req)})
 	d.announceSteer()
 	return nil
 }
@@ -809,7 +799,7 @@ func (d *steering) resumeReq(req Request) error {
 		d.resumed = nil
 	}
 	d.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
-	d.host.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
+	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
 	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "resume", Since: time.Now(), By: req.By})
 	d.announceSteer()
 	return nil
@@ -818,7 +808,7 @@ func (d *steering) resumeReq(req Request) error {
 // Paused reports whether this node (the Head) paused the chain, and if so
 // a channel closed when it resumes.
 func (n *Node) Paused() (bool, <-chan struct{}) {
-	r, _ := n.ask(input{kind: inPaused})
+	r, _ := n.lp.ask(input{kind: inPaused})
 	return r.ok, r.ch
 }
 
@@ -866,7 +856,7 @@ func (d *steering) cancelReq(req Request) error {
 // the round has a record of its own again (the old result stays with
 // those who waited for it), and if its task had succeeded here that is
 // journalled, so that a restarted node passes it on too. Loop only.
-func (d *steering) retried(round string) { d.host.later(input{kind: inRetried, round: round}) }
+func (d *steering) retried(round string) { d.loop.later(input{kind: inRetried, round: round}) }
 
 // retriedNow is retried, after the step's actions. Loop only.
 func (d *steering) retriedNow(round string) {
@@ -876,7 +866,7 @@ func (d *steering) retriedNow(round string) {
 		d.book.get(round)
 		// The retry's outcome is its own: the undo wave of the attempt
 		// before it is history (the journal keeps it), not this attempt's.
-		d.host.forgetUndo(round)
+		d.undo.forget(round)
 	}
 	if !d.view.TaskOK(round) || slices.Contains(d.file.Skip, round) {
 		return

@@ -3,6 +3,8 @@ package chainsync
 import (
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
+
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -19,6 +21,7 @@ type stepper struct {
 	epoch   time.Time
 	durable bool  // the records are journalled (Config.StateDir)
 	broken  error // the journal failed: the node acts no more
+	lp      *loop // the turn whose batch the records join
 }
 
 // machineView is what the driver may read of the machine: no Step.
@@ -77,4 +80,23 @@ func (s *stepper) since(unixNano int64) time.Duration {
 		return 0
 	}
 	return max(time.Unix(0, unixNano).Sub(s.epoch), 1)
+}
+
+// saveSteerFile queues the steering file's content for the turn's
+// write (store.go); the journal's error if it has failed. Loop only.
+func (s *stepper) saveSteerFile(data []byte) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	s.lp.cur.steer = data
+	return nil
+}
+
+// journalFault queues a fault record, round ended by a fault of kind,
+// for the turn's write, with a state directory that has not failed.
+// Loop only.
+func (s *stepper) journalFault(round, kind string) {
+	if s.durable && s.broken == nil {
+		s.lp.cur.faults = append(s.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
+	}
 }

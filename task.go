@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -22,31 +23,31 @@ type taskStart struct {
 }
 
 // startTask arranges for round's task to run. Loop only.
-func (n *Node) startTask(round string) { n.startRun(round, false) }
+func (r *taskRunner) startTask(round string) { r.startRun(round, false) }
 
 // startRun arranges for round's task (or, verifyOnly, just Verify) to run.
 // Loop only.
-func (n *Node) startRun(round string, verifyOnly bool) {
+func (r *taskRunner) startRun(round string, verifyOnly bool) {
 	// The task starts at the end of the turn, once the step's records
 	// are on disk.
 	start := taskStart{round: round, verifyOnly: verifyOnly}
-	if n.tasks.take() { // a task slot is free: start now
-		n.taskStarted(round)
+	if r.take() { // a task slot is free: start now
+		r.taskStarted(round)
 		start.slot = true
 	}
-	n.cur.add(effect{kind: effTask, task: start})
+	r.lp.cur.add(effect{kind: effTask, task: start})
 }
 
 // queueTask queues t to start at the end of the turn (an undo: undo.go).
 // Loop only.
-func (n *Node) queueTask(t taskStart) { n.cur.add(effect{kind: effTask, task: t}) }
+func (lp *loop) queueTask(t taskStart) { lp.cur.add(effect{kind: effTask, task: t}) }
 
 // taskStarted logs the start of a task. Loop only.
-func (n *Node) taskStarted(round string) {
-	if n.infoOn() {
-		n.log.Info("task started", "round", round)
+func (r *taskRunner) taskStarted(round string) {
+	if infoOn(r.log) {
+		r.log.Info("task started", "round", round)
 	}
-	n.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
+	r.lp.trace(TraceEvent{Kind: TraceTaskStart, Round: round})
 }
 
 // taskRunner runs a node's tasks and undos off the loop, at most
@@ -64,6 +65,14 @@ type taskRunner struct {
 	inbox   inbox           // the node's loop
 	own     bool            // a goroutine per task, not the shared workers
 	quick   bool            // tasks run on the loop (Config.QuickTask)
+
+	// The loop's side (loop only): the turn a start joins, the rounds'
+	// records, and the fault record (a task's end goes back to the loop to step).
+	lp     *loop
+	book   *roundBook
+	faults *faultBook
+	log    *slog.Logger
+	policy FaultPolicy // Config.FaultPolicy, for a failure's words
 }
 
 // inbox is how a part reaches its node's loop: an input, false if the
@@ -188,34 +197,33 @@ func failedHere(policy FaultPolicy) string {
 	return "; halting the chain here (no COMPLETE is sent on)"
 }
 
-// taskFinished reports round's task's end to the machine. Loop only.
-func (n *Node) taskFinished(round string, err error, timedOut bool) {
+// taskFinished logs, traces and records round's task's end, and hands
+// back the event that tells the machine, for the loop to step. Loop only.
+func (r *taskRunner) taskFinished(round string, err error, timedOut bool) protocol.Event {
 	if timedOut {
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", n.cfg.TaskTimeout, err)
+		err = fmt.Errorf("ran past the task timeout (%v) and was stopped: %w", r.timeout, err)
 	}
 	if err != nil {
-		ri := n.book.get(round)
+		ri := r.book.get(round)
 		ri.cause, ri.timedOut = err, timedOut
 		te := &TaskError{Round: round, Err: err, Timeout: timedOut}
 		kind := FaultTaskFailed
 		if timedOut {
 			kind = FaultTaskTimeout
 		}
-		n.recordFault(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(n.cfg.FaultPolicy), why: err.Error()})
-	} else if n.infoOn() {
-		n.log.Info("task finished", "round", round)
+		r.faults.record(Fault{Kind: kind, Round: round, Err: te.Error() + failedHere(r.policy), why: err.Error()})
+	} else if infoOn(r.log) {
+		r.log.Info("task finished", "round", round)
 	}
-	n.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
+	r.lp.trace(TraceEvent{Kind: TraceTaskEnd, Round: round, Err: err})
 	ev := protocol.TaskDone(round, err != nil)
 	if err != nil {
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
-	if err := n.step(ev, nil); err != nil {
-		n.log.Error("internal error: task done", "round", round, "err", err)
-	}
+	return ev
 }
 
 // Task goroutines are reused: a fresh goroutine per task paid for a new

@@ -157,7 +157,7 @@ func TestRefusedPredecessorsDoNotDisturbTLS(t *testing.T) {
 		return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
 	})
 	var st protocol.State
-	nodes[0].call(func() { st, _ = nodes[0].view.State("") })
+	nodes[0].call(func() { st, _ = nodes[0].d.view.State("") })
 	if st != protocol.StateSync {
 		t.Fatalf("middle node moved to %v after refused peers", st)
 	}

@@ -75,25 +75,25 @@ func andList(names []string) string {
 }
 
 // undelivered describes round id, which the machine ended NoExitWave;
-// cause is the error the round would have ended with as a fault. Loop
-// only (the fields it reads are immutable).
-func (n *Node) undelivered(id string, cause error) *UndeliveredError {
-	e := &UndeliveredError{Round: id, Beyond: n.peerName(protocol.Succ)}
+// cause is the error the round would have ended with as a fault; cfg is
+// the node's configuration, succ names its successor.
+func undelivered(cfg *Config, succ, id string, cause error) *UndeliveredError {
+	e := &UndeliveredError{Round: id, Beyond: succ}
 	var fe *FaultError
 	if errors.As(cause, &fe) {
 		e.Cause = fe
 	}
-	self := slices.Index(n.cfg.Chain, n.cfg.Name)
+	self := slices.Index(cfg.Chain, cfg.Name)
 	if fe != nil && fe.Peer != "" {
-		switch k := slices.Index(n.cfg.Chain, fe.Peer); {
+		switch k := slices.Index(cfg.Chain, fe.Peer); {
 		case self >= 0 && k > self:
 			e.Beyond = fe.Peer
 		case self < 0 && fe.Side == protocol.Succ:
 			e.Beyond = fe.Peer
 		}
 	}
-	if k := slices.Index(n.cfg.Chain, e.Beyond); self >= 0 && k > self {
-		e.After = slices.Clone(n.cfg.Chain[k+1:])
+	if k := slices.Index(cfg.Chain, e.Beyond); self >= 0 && k > self {
+		e.After = slices.Clone(cfg.Chain[k+1:])
 		e.Last = len(e.After) == 0
 	}
 	return e

@@ -49,6 +49,7 @@ type undoState struct {
 	outcomes map[string]string // round -> the wave's outcome, in words
 
 	host   undoHost
+	loop   *loop
 	faults *faultBook
 	book   *roundBook
 	log    *slog.Logger
@@ -61,15 +62,12 @@ type undoState struct {
 	resumeTask  ResumeTask
 }
 
-// undoHost is what the undo part reaches of its node: the loop's step,
-// the trace, a task start, a neighbour's name and a mismatch's report.
+// undoHost is what the undo part reaches of the links: a neighbour's
+// name and a mismatch's report (the step goes through act, the trace
+// and the task starts through its loop).
 type undoHost interface {
-	step(ev protocol.Event, cause *FaultError) error
-	trace(ev TraceEvent)
-	queueTask(t taskStart) // started at the end of the turn
 	peerName(side protocol.Side) string
 	mismatch(l *link, what, round, reason string)
-	broken() error
 }
 
 // exitCodeOf returns err's exit status, -1 if it has none.
@@ -107,15 +105,15 @@ func (u *undoState) undoAct(a *protocol.Action) *FaultError {
 func (u *undoState) startUndo(round string, w protocol.Wave) {
 	info := UndoInfo{FailedNode: w.Failed, Fault: w.Kind}
 	u.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
-	u.host.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
+	u.loop.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
 	// are on disk (loop.go), on a task worker (taskRunner.run).
-	u.host.queueTask(taskStart{round: round, undo: &info})
+	u.loop.queueTask(taskStart{round: round, undo: &info})
 }
 
-// undoFinished reports the end of this node's undo to the machine. Loop
-// only.
-func (u *undoState) undoFinished(round string, err error, timedOut bool) {
+// undoFinished logs and traces the end of this node's undo, and hands
+// back the event that tells the machine, for the loop to step. Loop only.
+func (u *undoState) undoFinished(round string, err error, timedOut bool) protocol.Event {
 	code := exitCodeOf(err)
 	if timedOut {
 		code = protocol.CodeTimeout
@@ -129,10 +127,8 @@ func (u *undoState) undoFinished(round string, err error, timedOut bool) {
 	} else {
 		u.log.Warn("undo ended", "round", round)
 	}
-	u.host.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
-	if serr := u.host.step(protocol.UndoDone(round, err != nil, code), nil); serr != nil && u.host.broken() == nil {
-		u.log.Error("internal error: undo done", "round", round, "err", serr)
-	}
+	u.loop.trace(TraceEvent{Kind: TraceUndoEnd, Round: round, Err: err})
+	return protocol.UndoDone(round, err != nil, code)
 }
 
 // forget drops round's undo outcome: a retry reopened the round, and its
@@ -169,7 +165,7 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 	}
 	if w.Stop == "" {
 		u.log.Warn("round failed and undone: "+line, "round", round, "outcome", line)
-		u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+		u.loop.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
 		return nil
 	}
 	f := Fault{Kind: FaultUndoFailed, Round: round, Peer: w.Stop, Time: time.Now(),
@@ -180,34 +176,33 @@ func (u *undoState) undone(round string, w protocol.Wave) *FaultError {
 	cause := &FaultError{Round: round, Kind: FaultUndoFailed, Peer: w.Stop,
 		Reason: "the undo failed at " + w.Stop + " in round " + roundName(round) + ", which halts the chain (" + line + ")"}
 	u.log.Error("undo-failed at "+w.Stop+": "+line, "round", round, "kind", string(FaultUndoFailed), "blamed", w.Stop, "outcome", line)
-	u.host.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
-	u.host.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
+	u.loop.trace(TraceEvent{Kind: TraceFault, Fault: FaultUndoFailed, Round: round, Peer: w.Stop, Err: errors.New(f.Err)})
+	u.loop.trace(TraceEvent{Kind: TraceUndone, Round: round, Err: errors.New(line)})
 	return cause
 }
 
 // resumeUndo carries on a round whose undo wave was under way when the
 // node stopped; false if there is none. An undo that had started and
 // not ended runs again (undo commands are idempotent: docs/UNDO.md),
-// unless ResumeTask is ResumeDone, which takes it as done. Loop only.
-func (u *undoState) resumeUndo(rec protocol.Record) bool {
+// unless ResumeTask is ResumeDone, which takes it as done: then done is
+// the event that tells the machine, for the loop to step. Loop only.
+func (u *undoState) resumeUndo(rec protocol.Record) (resumed bool, done *protocol.Event) {
 	if rec.Undo.Held == 0 {
-		return false
+		return false, nil
 	}
 	switch rec.Undo.Phase {
 	case protocol.PhaseRunning:
 		if u.resumeTask == ResumeDone {
 			u.log.Warn("resumed: the undo was interrupted by the restart; taking it as done (--resume-task done)", "round", rec.Round)
-			if err := u.host.step(protocol.UndoDone(rec.Round, false, 0), nil); err != nil {
-				u.log.Error("internal error: resume undo", "round", rec.Round, "err", err)
-			}
-			return true
+			ev := protocol.UndoDone(rec.Round, false, 0)
+			return true, &ev
 		}
 		u.log.Warn("resumed: the undo was interrupted by the restart; running it again (undo commands must be idempotent)", "round", rec.Round)
 		u.startUndo(rec.Round, rec.Undo.Wave)
 	default:
 		u.log.Info("resumed: the round failed; waiting for its undo wave", "round", rec.Round, "undo", rec.Undo.Phase.String())
 	}
-	return true
+	return true, nil
 }
 
 // undoMismatch reports err, bad input on l, as a configuration mismatch
