@@ -159,7 +159,8 @@ func TestTampering(t *testing.T) {
 
 	t.Run("byte flipped in B's payload", func(t *testing.T) {
 		es := clone()
-		i := bytes.Index(es[1].Payload, []byte(`"taskEnd":"2026-12-06T06:01:30Z"`)) + len(`"taskEnd":"2026-12-06T06:01:3`)
+		end := `"taskEnd":"` + receipttest.Hour + `01:30Z"`
+		i := bytes.Index(es[1].Payload, []byte(end)) + len(end) - len(`0Z"`)
 		es[1].Payload[i] = '1' // still a time: 06:01:31
 		_, err := receipt.Verify(es, trust)
 		wantErr(t, err, "B", receipt.RuleSignature, "B's signature does not verify with B's key")

@@ -88,7 +88,7 @@ func TestReceiptsVerifyE2E(t *testing.T) {
 	otherC := receipttest.LoadCerts(t, other, "C")["C"]
 	r2 := sign("r2", ok, nil)
 	flipped := append([]receipt.Envelope(nil), envs...)
-	flipped[1].Payload = bytes.Replace(bytes.Clone(envs[1].Payload), []byte(`"taskEnd":"2026-12-06T06:01:30Z"`), []byte(`"taskEnd":"2026-12-06T06:01:31Z"`), 1)
+	flipped[1].Payload = bytes.Replace(bytes.Clone(envs[1].Payload), []byte(`"taskEnd":"`+receipttest.Hour+`01:30Z"`), []byte(`"taskEnd":"`+receipttest.Hour+`01:31Z"`), 1)
 	resigned := func() []receipt.Envelope {
 		r := receipttest.Base(receiptNames, 2, "r1", receipt.RanOK)
 		r.Pred = envs[1].Digest()
@@ -140,9 +140,9 @@ func TestReceiptsVerifyE2E(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^round r1 \(attempt 1\) of the chain A,B,C,D, settings 69e51a080b5ec448: 4 receipt\(s\), signatures not checked`,
-		`(?m)^A  undone  task 2026-12-06T06:00:00.000Z \.\. 2026-12-06T06:00:30.000Z \(30s\)  undo 2026-12-06T06:10:00.000Z \.\. 2026-12-06T06:10:01.000Z \(1s\)$`,
-		`(?m)^B  undone  task .* undo 2026-12-06T06:09:00.000Z`,
-		`(?m)^C  failed \(exit 3\)  task 2026-12-06T06:02:00.000Z .*  approved by ann at 2026-12-06T06:01:30.000Z \("window open"\)$`,
+		`(?m)^A  undone  task ` + receipttest.Hour + `00:00.000Z \.\. ` + receipttest.Hour + `00:30.000Z \(30s\)  undo ` + receipttest.Hour + `10:00.000Z \.\. ` + receipttest.Hour + `10:01.000Z \(1s\)$`,
+		`(?m)^B  undone  task .* undo ` + receipttest.Hour + `09:00.000Z`,
+		`(?m)^C  failed \(exit 3\)  task ` + receipttest.Hour + `02:00.000Z .*  approved by ann at ` + receipttest.Hour + `01:30.000Z \("window open"\)$`,
 		`(?m)^D  not-reached$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {

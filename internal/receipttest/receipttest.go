@@ -64,8 +64,15 @@ func ReadCert(t testing.TB, path string) *x509.Certificate {
 	return c
 }
 
-// T0 is when the rounds Base describes begin.
-var T0 = time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
+// T0 is when the rounds Base describes begin: the hour before the current
+// one, so that the receipts, signed an hour after it, are signed within
+// the validity of certificates made now (chainsync certs dates them an
+// hour back), whenever the tests run.
+var T0 = time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+
+// Hour is T0's date and hour as receipts spell their times
+// ("2006-01-02T15:"), for tests that match the minutes and seconds.
+var Hour = T0.Format("2006-01-02T15:")
 
 // Base is the receipt of node i of chain for round, with outcome o and
 // the times (and exit status 3, for a failure) that o needs: task i
