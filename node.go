@@ -23,6 +23,7 @@ import (
 type Node struct {
 	cfg  Config
 	undo undoState // the undo wave's outcomes (undo.go); the loop's
+	rcpt *receipts // Config.Receipts (receipts.go); nil without; the loop's
 	log  *slog.Logger
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
@@ -281,7 +282,10 @@ func Start(cfg Config) (*Node, error) {
 		pc.AcceptRound = func(r string) bool { return set[r] }
 	}
 	pc.Durable = cfg.StateDir != ""
-	pc.Extensions = cfg.Heartbeat > 0 || cfg.Undo != nil
+	pc.Extensions = extensionsOn(&cfg)
+	if pc.Receipts = cfg.Receipts; pc.Receipts {
+		pc.Chain = cfg.Chain // receipts.go
+	}
 	pc.Undo, pc.Name = cfg.Undo != nil, cfg.Name                         // the undo wave (undo.go)
 	pc.Self, pc.RestartGrace = selfLabel(&cfg, n.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
@@ -360,6 +364,9 @@ func Start(cfg Config) (*Node, error) {
 	n.self = selfName(&n.cfg, n.ln, n.role)
 	n.steer = &steering{host: n, view: n.view, book: n.book, store: n.store, log: n.log, self: n.self, role: n.role,
 		approve: cfg.Approve, ext: extensionsOn(&n.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
+	if n.rcpt = newReceipts(&n.cfg, n, n.log); n.rcpt != nil {
+		n.steer.decided = n.rcpt.decided
+	}
 	n.undo = undoState{host: n, faults: n.faults, book: n.book, log: n.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
 	n.dup = dupState{host: n, view: n.view, book: n.book, log: n.log, plim: n.plim, heartbeat: cfg.Heartbeat,
@@ -415,6 +422,9 @@ func (n *Node) initLoop() {
 	if st := n.resumeFrom; st != nil {
 		n.resumeFrom = nil
 		n.resume(st)
+		if n.rcpt != nil {
+			n.rcpt.resume(st.TaskTimes) // receipts.go
+		}
 	}
 }
 
@@ -782,6 +792,8 @@ func (n *Node) act(a *protocol.Action, cause *FaultError) *FaultError {
 		n.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
 		n.steer.steerAct(a)
+	case protocol.ActSignReceipt, protocol.ActReceipts:
+		n.rcpt.act(a) // receipts.go
 	case protocol.ActDone:
 		ri := n.book.get(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone, Undo: n.undo.outcomes[a.Round]}
@@ -877,8 +889,11 @@ func (n *Node) send(side protocol.Side, msg protocol.Message, resend bool) {
 		n.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
 	n.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
-	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	n.cur.line(l, n.wbuf, exitWave, msg.Round)
+	exitWave, mark := side == protocol.Pred && msg.Cmd == protocol.Complete, msg.Round
+	if side == protocol.Pred && msg.Cmd == protocol.ReceiptLine {
+		exitWave, mark = true, receiptMark(msg.Round, msg.Receipt.Node) // its handing reported (receipts.go)
+	}
+	n.cur.line(l, n.wbuf, exitWave, mark)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
@@ -893,8 +908,14 @@ func (n *Node) writeFailed(l *link, err error) {
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
 // time, in the order of events.
 func (n *Node) trace(ev TraceEvent) {
-	if n.cfg.Trace != nil {
+	if n.rcpt != nil {
 		ev.Time = time.Now()
+		n.rcpt.observe(&ev) // the task's and the undo's times (receipts.go)
+	}
+	if n.cfg.Trace != nil {
+		if ev.Time.IsZero() {
+			ev.Time = time.Now()
+		}
 		ev.Node = n.cfg.Name
 		n.inCallback.Store(true) // as callback does, without a closure per event
 		defer n.leaveCallback()

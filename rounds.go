@@ -275,7 +275,11 @@ func (n *Node) delivered(rounds []string) {
 		return
 	}
 	for _, id := range rounds {
-		if err := n.step(protocol.Delivered(id), nil); err != nil {
+		ev := protocol.Delivered(id)
+		if round, node, ok := handedReceipt(id); ok {
+			ev = protocol.ReceiptHanded(round, node) // receipts.go
+		}
+		if err := n.step(ev, nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}

@@ -87,6 +87,9 @@ func (o *runOpts) roundSettings() string {
 	if o.undoCmd != "" {
 		s += " with --undo" // a chain setting too (docs/UNDO.md)
 	}
+	if o.receipts {
+		s += " with --receipts" // a chain setting too (docs/RECEIPTS.md)
+	}
 	return s
 }
 

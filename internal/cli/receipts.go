@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -15,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/receipt"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -354,3 +359,61 @@ func showLine(r receipt.Receipt) string {
 
 // stamp writes a receipt's time in UTC to the millisecond.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// receiptConfig sets cfg's receipt fields from --receipts, --receipt-key
+// and --receipts-dir (chainsync run), or says what is missing.
+func (o *runOpts) receiptConfig(cfg *chainsync.Config) error {
+	if !o.receipts {
+		if o.receiptKey != "" || o.receiptsDir != "" {
+			return usagef("--receipt-key and --receipts-dir need --receipts")
+		}
+		return nil
+	}
+	if len(cfg.Chain) == 0 || o.name == "" {
+		return usagef("--receipts needs --chain and --name: each receipt names the chain, in order, and this node's place in it")
+	}
+	switch {
+	case o.receiptKey != "":
+		key, err := receipt.LoadKey(o.receiptKey)
+		if err != nil {
+			return usagef("--receipt-key %s: %v", o.receiptKey, err)
+		}
+		cfg.ReceiptKey = key
+	case o.tls.KeyFile != "" && o.tls.CertFile != "":
+		pair, err := tls.LoadX509KeyPair(o.tls.CertFile, o.tls.KeyFile)
+		if err != nil {
+			return usagef("--receipts signs with --tls-key: %v", err)
+		}
+		key, ok := pair.PrivateKey.(crypto.Signer)
+		if !ok || !receiptKeyType(key.Public()) {
+			return usagef("--receipts signs with --tls-key, which is not ECDSA P-256 or Ed25519: give --receipt-key FILE (chainsync keygen makes one)")
+		}
+		leaf := pair.Leaf
+		if leaf == nil {
+			if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+				return usagef("--tls-cert %s: %v", o.tls.CertFile, err)
+			}
+		}
+		cfg.ReceiptKey, cfg.ReceiptCert = key, leaf
+	default:
+		return usagef("--receipts needs a key to sign the receipts with: give --tls-key with --tls-cert, or --receipt-key FILE (chainsync keygen makes one)")
+	}
+	if o.receiptsDir != "" {
+		if fi, err := os.Stat(o.receiptsDir); err != nil || !fi.IsDir() {
+			return usagef("--receipts-dir %s is not a directory: create it first (the bundles are written in it, mode 0600)", o.receiptsDir)
+		}
+	}
+	cfg.Receipts, cfg.ReceiptsDir = true, o.receiptsDir
+	return nil
+}
+
+// receiptKeyType reports whether pub is a key receipts are signed with.
+func receiptKeyType(pub crypto.PublicKey) bool {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return k.Curve == elliptic.P256()
+	case ed25519.PublicKey:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,314 @@
+package chainsync
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/receipt"
+	"github.com/chainsync-go/chainsync/wire"
+)
+
+// Receipts (docs/RECEIPTS.md): the machine decides when this node signs
+// and what its receipt says of the round's outcome (protocol/receipt.go);
+// this file is the driver's part: it keeps the facts a receipt states
+// that only the driver knows (when the task and the undo ran, who
+// approved or denied), signs, reads the receipt lines, and writes the
+// bundles.
+
+// receipts is the driver's receipts part (Config.Receipts). It reaches
+// the node through receiptsHost. Loop only.
+type receipts struct {
+	host     receiptsHost
+	log      *slog.Logger
+	key      crypto.Signer
+	cert     *x509.Certificate
+	chain    []string
+	name     string
+	place    int    // 1: the Head
+	settings string // digest of Config.RoundSettings
+	dir      string // Config.ReceiptsDir
+	facts    map[string]*roundFacts
+}
+
+// roundFacts is what the driver saw of a round at this node, for its
+// receipt.
+type roundFacts struct {
+	taskStart, taskEnd, undoStart, undoEnd time.Time
+	decisions                              []receipt.Decision
+}
+
+// receiptsHost is what the receipts part reaches of its node: the loop's
+// step and the receipts the machine holds.
+type receiptsHost interface {
+	step(ev protocol.Event, cause *FaultError) error
+	heldReceipts(round string) []protocol.ReceiptNote
+	receiptsToSign() []protocol.Action
+}
+
+// newReceipts returns the receipts part of a node configured by cfg, nil
+// with receipts off.
+func newReceipts(cfg *Config, host receiptsHost, log *slog.Logger) *receipts {
+	if !cfg.Receipts {
+		return nil
+	}
+	return &receipts{host: host, log: log, key: cfg.ReceiptKey, cert: cfg.ReceiptCert, chain: cfg.Chain, name: cfg.Name,
+		place: slices.Index(cfg.Chain, cfg.Name) + 1, settings: wire.Digest(cfg.RoundSettings), dir: cfg.ReceiptsDir,
+		facts: map[string]*roundFacts{}}
+}
+
+// checkReceipts checks the receipt fields of c (Validate).
+func (c *Config) checkReceipts(bad func(field, value, format string, a ...any) error) error {
+	if !c.Receipts {
+		if c.ReceiptsDir != "" {
+			return bad("ReceiptsDir", c.ReceiptsDir, "ReceiptsDir needs Receipts")
+		}
+		return nil
+	}
+	switch {
+	case c.ReceiptKey == nil:
+		return bad("ReceiptKey", "", "Receipts needs ReceiptKey, the key that signs this node's receipts (its TLS key, or one from chainsync keygen)")
+	case len(c.Chain) == 0 || !slices.Contains(c.Chain, c.Name):
+		return bad("Chain", strings.Join(c.Chain, ","), "Receipts needs Chain, the chain's node names in order, with Name %q in it", c.Name)
+	case len(c.Chain) > receipt.MaxChain:
+		return bad("Chain", strings.Join(c.Chain, ","), "Receipts takes a chain of at most %d nodes", receipt.MaxChain)
+	}
+	if c.ReceiptCert != nil {
+		eq, ok := c.ReceiptCert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+		if !ok || !eq.Equal(c.ReceiptKey.Public()) {
+			return bad("ReceiptCert", c.ReceiptCert.Subject.String(), "ReceiptCert is not ReceiptKey's certificate")
+		}
+	}
+	if c.ReceiptsDir != "" {
+		if fi, err := os.Stat(c.ReceiptsDir); err != nil || !fi.IsDir() {
+			return bad("ReceiptsDir", c.ReceiptsDir, "ReceiptsDir %q is not a directory", c.ReceiptsDir)
+		}
+	}
+	return nil
+}
+
+// of returns round's facts, made on first use.
+func (rc *receipts) of(round string) *roundFacts {
+	f := rc.facts[round]
+	if f == nil {
+		f = &roundFacts{}
+		rc.facts[round] = f
+	}
+	return f
+}
+
+// observe notes the times of the task and the undo from the node's trace
+// events (the moment each is traced is the moment it happened).
+func (rc *receipts) observe(ev *TraceEvent) {
+	switch ev.Kind {
+	case TraceTaskStart:
+		f := rc.of(ev.Round)
+		f.taskStart, f.taskEnd = ev.Time, time.Time{} // a retry runs it again
+	case TraceTaskEnd:
+		rc.of(ev.Round).taskEnd = ev.Time
+	case TraceUndoStart:
+		rc.of(ev.Round).undoStart = ev.Time
+	case TraceUndoEnd:
+		rc.of(ev.Round).undoEnd = ev.Time
+	}
+}
+
+// decided notes an approval or denial given at this node (steer.go).
+func (rc *receipts) decided(round string, approved bool, req Request, at time.Time) {
+	d := receipt.Decision{Verdict: receipt.VerdictDenied, By: req.By, At: at, Reason: req.Reason}
+	if approved {
+		d.Verdict = receipt.VerdictApproved
+	}
+	if d.By == "" {
+		d.By = "unknown"
+	}
+	d.By = truncate(d.By, receipt.MaxBy)
+	d.Reason = truncate(d.Reason, receipt.MaxReason)
+	f := rc.of(round)
+	if len(f.decisions) < receipt.MaxDecisions {
+		f.decisions = append(f.decisions, d)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// resume seeds the task times of the rounds a restarted node found in
+// its journal, then signs the receipts the machine still wants signed.
+func (rc *receipts) resume(times map[string]journal.TaskTimes) {
+	for id, t := range times {
+		f := rc.of(id)
+		f.taskStart, f.taskEnd = t.Started, t.Ended
+		if f.taskEnd.IsZero() && !t.Interrupted.IsZero() {
+			f.taskEnd = t.Interrupted
+		}
+	}
+	for _, a := range rc.host.receiptsToSign() {
+		rc.act(&a)
+	}
+}
+
+// act carries out ActSignReceipt and ActReceipts.
+func (rc *receipts) act(a *protocol.Action) {
+	switch a.Kind {
+	case protocol.ActSignReceipt:
+		rc.sign(a.Round, a.Sign)
+	case protocol.ActReceipts:
+		rc.keep(a.Round)
+	}
+}
+
+// sign makes, signs and reports this node's receipt for round as o says.
+// Signing is on the loop: an ECDSA P-256 or Ed25519 signature takes tens
+// of microseconds (docs/BENCHMARKS.md, "Receipts").
+func (rc *receipts) sign(round string, o *protocol.ReceiptOrder) {
+	if o == nil {
+		return
+	}
+	now := time.Now()
+	f := rc.of(round)
+	r := receipt.Receipt{Chain: rc.chain, Settings: rc.settings, Round: round, Attempt: o.Attempt, Node: rc.name,
+		Place: rc.place, Outcome: receipt.Outcome(o.Outcome), Pred: o.Pred, Signed: now, Decisions: f.decisions}
+	if r.Outcome == receipt.Failed || r.Outcome == receipt.UndoFailed {
+		st := o.Status
+		r.Status = &st
+	}
+	ran := r.Outcome == receipt.RanOK || r.Outcome == receipt.Undone || r.Outcome == receipt.UndoFailed ||
+		r.Outcome == receipt.Failed || r.Outcome == receipt.TimedOut
+	if ran {
+		// A time this process did not see (the task ran before a restart
+		// whose journal kept no time of it) is the signing time.
+		r.TaskStart, r.TaskEnd = orNow(f.taskStart, now), orNow(f.taskEnd, now)
+		if r.TaskEnd.Before(r.TaskStart) {
+			r.TaskEnd = r.TaskStart
+		}
+	}
+	if r.Outcome == receipt.Undone || r.Outcome == receipt.UndoFailed {
+		r.UndoStart, r.UndoEnd = orNow(f.undoStart, now), orNow(f.undoEnd, now)
+		if r.UndoStart.Before(r.TaskEnd) {
+			r.UndoStart = r.TaskEnd
+		}
+		if r.UndoEnd.Before(r.UndoStart) {
+			r.UndoEnd = r.UndoStart
+		}
+	}
+	if r.Outcome == receipt.Denied && !slices.ContainsFunc(r.Decisions, func(d receipt.Decision) bool { return d.Verdict == receipt.VerdictDenied }) {
+		// Denied before a restart: who denied it is in the log, not here.
+		r.Decisions = append(slices.Clip(r.Decisions), receipt.Decision{Verdict: receipt.VerdictDenied, By: "unknown", At: now,
+			Reason: "denied before this node restarted"})
+	}
+	env, err := receipt.Sign(rc.key, rc.cert, r)
+	var b []byte
+	if err == nil {
+		b, err = env.Marshal()
+	}
+	if err != nil {
+		rc.log.Error("cannot sign this node's receipt; the round's receipts stop here", "round", round, "err", err.Error())
+		return
+	}
+	if err := rc.host.step(protocol.ReceiptSigned(round, string(b), env.Digest()), nil); err != nil {
+		if !errors.Is(err, protocol.ErrNotAsked) {
+			rc.log.Error("receipt signed but not taken", "round", round, "err", err.Error())
+		}
+		return
+	}
+	delete(rc.facts, round)
+}
+
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+// keep writes the receipts this node holds for round to ReceiptsDir, if
+// set: its own and every one after it, in chain order.
+func (rc *receipts) keep(round string) {
+	if rc.dir == "" {
+		return
+	}
+	notes := rc.host.heldReceipts(round)
+	envs := make([]receipt.Envelope, 0, len(notes))
+	for _, n := range notes {
+		e, err := receipt.Unmarshal([]byte(n.Envelope))
+		if err != nil {
+			rc.log.Error("a held receipt does not parse; bundle not written", "round", round, "node", n.Node, "err", err.Error())
+			return
+		}
+		envs = append(envs, e)
+	}
+	path := filepath.Join(rc.dir, bundleName(round))
+	if err := receipt.WriteBundle(path, envs); err != nil {
+		rc.log.Error("cannot write the round's receipts", "round", round, "path", path, "err", err.Error())
+		return
+	}
+	rc.log.Info("receipts kept", "round", round, "path", path, "receipts", len(envs))
+}
+
+// bundleName is the file of round's receipts in ReceiptsDir:
+// "round-ID.jsonl", "round.jsonl" for the unnamed round.
+func bundleName(round string) string {
+	if round == "" {
+		return "round.jsonl"
+	}
+	return "round-" + round + ".jsonl"
+}
+
+// receiptMark is the outbox mark of node's receipt for round, sent to the
+// predecessor: a round id holds no NUL, so it is told from a round's
+// final COMPLETE (link.enqueue).
+func receiptMark(round, node string) string { return "\x00" + node + "\x00" + round }
+
+// handedReceipt reads a mark: the receipt handed, if it is one.
+func handedReceipt(mark string) (round, node string, ok bool) {
+	rest, ok := strings.CutPrefix(mark, "\x00")
+	if !ok {
+		return "", "", false
+	}
+	node, round, _ = strings.Cut(rest, "\x00")
+	return round, node, true
+}
+
+// receiptMessage turns a receipt line that msg stood for (the reader
+// returns a HEARTBEAT for one) into the machine's message: an RDIGEST at
+// once, a RECEIPT once its last part is read (a HEARTBEAT until then).
+// Reader goroutine of l only.
+func (l *link) receiptMessage(msg protocol.Message) (protocol.Message, error) {
+	rl, ok := l.r.Receipt()
+	if !ok {
+		return msg, nil
+	}
+	if rl.Digest != nil {
+		return rl.Digest.Message(), nil
+	}
+	env, done, err := l.rasm.Add(*rl.Part)
+	if err != nil || !done {
+		return protocol.Message{Cmd: protocol.Heartbeat}, err
+	}
+	e, err := receipt.Unmarshal(env)
+	if err != nil {
+		return msg, &wire.ProtocolError{Reason: "a RECEIPT of " + rl.Part.Node + " that is no DSSE envelope: " + err.Error()}
+	}
+	return protocol.Message{Cmd: protocol.ReceiptLine, Round: rl.Part.Round,
+		Receipt: &protocol.ReceiptNote{Node: rl.Part.Node, Digest: e.Digest(), Envelope: string(env)}}, nil
+}
+
+// heldReceipts returns the receipts this node holds for round (receipts.go).
+func (n *Node) heldReceipts(round string) []protocol.ReceiptNote { return n.st.m.Receipts(round) }
+
+// receiptsToSign returns the ActSignReceipt of each restored round whose
+// receipt is still to be signed (receipts.go).
+func (n *Node) receiptsToSign() []protocol.Action { return n.st.m.ReceiptsToSign(nil) }
