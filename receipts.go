@@ -1,6 +1,7 @@
 package chainsync
 
 import (
+	"context"
 	"crypto"
 	"crypto/x509"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
@@ -37,7 +39,24 @@ type receipts struct {
 	settings string // digest of Config.RoundSettings
 	dir      string // Config.ReceiptsDir
 	facts    map[string]*roundFacts
+
+	// mu guards the rounds whose receipts are settled here (WaitReceipts
+	// reads them off the loop).
+	mu      sync.Mutex
+	settled map[string]*settling
 }
+
+// settling is how far a round's receipts are at this node: all held
+// (ActReceipts), and which of them were handed to the predecessor.
+type settling struct {
+	held   bool
+	handed map[string]bool
+	done   chan struct{} // closed once held and, but at the Head, all handed
+}
+
+// maxSettled bounds the rounds whose settling is kept (a served chain
+// runs rounds without end): the oldest are dropped beyond it.
+const maxSettled = 4096
 
 // roundFacts is what the driver saw of a round at this node, for its
 // receipt.
@@ -62,7 +81,72 @@ func newReceipts(cfg *Config, host receiptsHost, log *slog.Logger) *receipts {
 	}
 	return &receipts{host: host, log: log, key: cfg.ReceiptKey, cert: cfg.ReceiptCert, chain: cfg.Chain, name: cfg.Name,
 		place: slices.Index(cfg.Chain, cfg.Name) + 1, settings: wire.Digest(cfg.RoundSettings), dir: cfg.ReceiptsDir,
-		facts: map[string]*roundFacts{}}
+		facts: map[string]*roundFacts{}, settled: map[string]*settling{}}
+}
+
+// settlingOf returns round's settling, made on first use. rc.mu held.
+func (rc *receipts) settlingOf(round string) *settling {
+	s := rc.settled[round]
+	if s == nil {
+		if len(rc.settled) >= maxSettled {
+			for id, o := range rc.settled {
+				if o.held {
+					delete(rc.settled, id)
+					break
+				}
+			}
+		}
+		s = &settling{handed: map[string]bool{}, done: make(chan struct{})}
+		rc.settled[round] = s
+	}
+	return s
+}
+
+// settle closes s.done once this node holds round's receipts and, but at
+// the Head, handed every one of them to its predecessor. rc.mu held.
+func (rc *receipts) settle(s *settling) {
+	if s.held && (rc.place == 1 || len(s.handed) >= len(rc.chain)-rc.place+1) {
+		select {
+		case <-s.done:
+		default:
+			close(s.done)
+		}
+	}
+}
+
+// handed notes that node's receipt of round was handed to the
+// predecessor (rounds.go).
+func (rc *receipts) handed(round, node string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	s := rc.settlingOf(round)
+	s.handed[node] = true
+	rc.settle(s)
+}
+
+// wait returns a channel closed once round's receipts are settled here.
+func (rc *receipts) wait(round string) <-chan struct{} {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.settlingOf(round).done
+}
+
+// WaitReceipts waits until this node holds the receipts of round it must
+// hold (its own and those of every node after it; at the Head, the whole
+// chain's) and, but at the Head, has handed them all to its predecessor;
+// or until ctx ends (its error). With receipts off it returns at once. A
+// command waits so before it exits: after a round that ended early, the
+// receipts travel after the round's end (docs/RECEIPTS.md).
+func (n *Node) WaitReceipts(ctx context.Context, round string) error {
+	if n.rcpt == nil {
+		return nil
+	}
+	select {
+	case <-n.rcpt.wait(round):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // checkReceipts checks the receipt fields of c (Validate).
@@ -167,6 +251,11 @@ func (rc *receipts) act(a *protocol.Action) {
 		rc.sign(a.Round, a.Sign)
 	case protocol.ActReceipts:
 		rc.keep(a.Round)
+		rc.mu.Lock()
+		s := rc.settlingOf(a.Round)
+		s.held = true
+		rc.settle(s)
+		rc.mu.Unlock()
 	}
 }
 

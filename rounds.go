@@ -278,6 +278,7 @@ func (n *Node) delivered(rounds []string) {
 		ev := protocol.Delivered(id)
 		if round, node, ok := handedReceipt(id); ok {
 			ev = protocol.ReceiptHanded(round, node) // receipts.go
+			n.rcpt.handed(round, node)
 		}
 		if err := n.step(ev, nil); err != nil {
 			return // the journal failed: the node acts no more

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -14,12 +15,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/bug"
 	"github.com/chainsync-go/chainsync/receipt"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -416,4 +419,30 @@ func receiptKeyType(pub crypto.PublicKey) bool {
 		return true
 	}
 	return false
+}
+
+// waitReceipts waits, at most linger in all, until node holds the
+// receipts of each round it must hold and has handed them on: after a
+// round that ended early they travel after its end.
+func waitReceipts(node *chainsync.Node, rounds []string, linger time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), linger)
+	defer cancel()
+	done := make(chan error, 1)
+	bug.Go(func() {
+		for _, r := range rounds {
+			if err := node.WaitReceipts(ctx, r); err != nil {
+				done <- fmt.Errorf("round %s: %w", r, err)
+				return
+			}
+		}
+		done <- nil
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Warn("receipts not all here after --linger; exiting anyway (the bundle holds those that came)", "err", err.Error())
+		}
+	case s := <-sigs:
+		log.Warn("interrupted while waiting for the receipts", "signal", s.String())
+	}
 }

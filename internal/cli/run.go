@@ -584,6 +584,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 	}
 	cancel()
+	if o.receipts {
+		waitReceipts(node, rounds, o.linger, sigs, log) // receipts.go
+	}
 	if code == ExitOK && role.HasPred() {
 		log.Info("all rounds done; waiting for the predecessor to hang up", "at_most", o.linger)
 		lctx, lcancel := context.WithTimeout(context.Background(), o.linger)
