@@ -12,7 +12,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,25 +29,38 @@ import (
 func receiptChain(t *testing.T, failAt string, extra func(n string) []string) (map[string]*proc, string, map[string]string) {
 	t.Helper()
 	certs := certsDir(t)
-	addrs := freeAddrs(t, len(receiptNames))
-	chain := chainOf(receiptNames, addrs)
-	procs, dirs := map[string]*proc{}, map[string]string{}
-	for i := len(receiptNames) - 1; i >= 0; i-- {
-		n := receiptNames[i]
-		dirs[n] = t.TempDir()
+	procs, dirs, _ := receiptNodes(t, func(n string) (string, []string) {
 		task := "true"
 		if n == failAt {
 			task = "exit 7"
 		}
-		args := []string{"run", "--chain", chain, "--name", n, "--round", "r1", "--receipts", "--receipts-dir", dirs[n],
-			"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"),
+		args := []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"),
 			"--tls-ca", filepath.Join(certs, "ca.pem")}
 		if extra != nil {
 			args = append(args, extra(n)...)
 		}
-		procs[n] = startProc(t, n, nil, append(args, "--", "sh", "-c", task)...)
-	}
+		return task, args
+	})
 	return procs, certs, dirs
+}
+
+// receiptNodes starts A..D with --receipts, each writing its bundles to
+// a directory of its own; node gives each node's task and flags. It
+// returns the processes, the receipts directories and each node's
+// arguments (to start one again).
+func receiptNodes(t *testing.T, node func(n string) (task string, args []string)) (map[string]*proc, map[string]string, map[string][]string) {
+	t.Helper()
+	chain := chainOf(receiptNames, freeAddrs(t, len(receiptNames)))
+	procs, dirs, argv := map[string]*proc{}, map[string]string{}, map[string][]string{}
+	for i := len(receiptNames) - 1; i >= 0; i-- {
+		n := receiptNames[i]
+		dirs[n] = t.TempDir()
+		task, extra := node(n)
+		args := append([]string{"run", "--chain", chain, "--name", n, "--round", "r1", "--receipts", "--receipts-dir", dirs[n]}, extra...)
+		argv[n] = append(args, "--", "sh", "-c", task)
+		procs[n] = startProc(t, n, nil, argv[n]...)
+	}
+	return procs, dirs, argv
 }
 
 // bundleOf reads a node's bundle of round r1 and opens its receipts.
@@ -148,5 +163,134 @@ func TestReceiptsUndoE2E(t *testing.T) {
 	code, stdout, stderr := runBin(t, "receipts", "show", file)
 	if code != 0 || !strings.Contains(stdout, "not-reached") || !strings.Contains(stdout, "undone") {
 		t.Fatalf("show: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestReceiptsApprovalE2E: C's task waits for chainsync approve; C's
+// receipt names who approved, why, and when (docs/STEERING.md with
+// docs/RECEIPTS.md).
+func TestReceiptsApprovalE2E(t *testing.T) {
+	t.Parallel()
+	ctl := t.TempDir()
+	procs, certs, dirs := receiptChain(t, "", func(n string) []string {
+		if n == "C" {
+			return []string{"--approve", "--control", controlOf(ctl, "C")}
+		}
+		return nil
+	})
+	procs["C"].waitLog(t, 20*time.Second, "C waits for its approval", containsAll("waiting for approval"))
+	before := time.Now()
+	if code, _, errOut := steerCmd(t, "approve", "--control", controlOf(ctl, "C"), "--by", "carol", "--reason", "change 42"); code != 0 {
+		t.Fatalf("approve exited %d: %s", code, errOut)
+	}
+	for n, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("%s exited %d\n%s", n, code, p.err.String())
+		}
+	}
+	_, rs := bundleOf(t, dirs["A"])
+	if len(rs) != 4 {
+		t.Fatalf("the Head holds %d receipts, want 4", len(rs))
+	}
+	ds := rs[2].Decisions
+	if len(ds) != 1 || ds[0].Verdict != receipt.VerdictApproved || ds[0].By != "carol" || ds[0].Reason != "change 42" ||
+		ds[0].At.Before(before.Add(-time.Second)) || ds[0].At.After(rs[2].TaskStart) {
+		t.Fatalf("C's decisions: %+v (task started %v)", ds, rs[2].TaskStart)
+	}
+	for _, i := range []int{0, 1, 3} {
+		if len(rs[i].Decisions) != 0 {
+			t.Errorf("%s's receipt names decisions: %+v", rs[i].Node, rs[i].Decisions)
+		}
+	}
+	if code, stdout, stderr := runBin(t, "receipts", "verify", filepath.Join(dirs["A"], "round-r1.jsonl"), "--tls-ca", filepath.Join(certs, "ca.pem")); code != 0 {
+		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestReceiptsPSKE2E: a chain secured by a pre-shared key signs with
+// --receipt-key on every node; the Head's bundle verifies with
+// --receipt-pin.
+func TestReceiptsPSKE2E(t *testing.T) {
+	t.Parallel()
+	psk, keys := newPSK(t), t.TempDir()
+	pinRE := regexp.MustCompile(`(?m)^sha256//[A-Za-z0-9+/]{43}=$`)
+	var pins []string
+	for _, n := range receiptNames {
+		code, stdout, stderr := runBin(t, "keygen", "--out", filepath.Join(keys, n+".pem"))
+		if code != 0 || pinRE.FindString(stdout) == "" {
+			t.Fatalf("keygen: exit %d\n%s%s", code, stdout, stderr)
+		}
+		pins = append(pins, "--receipt-pin", n+"="+pinRE.FindString(stdout))
+	}
+	procs, dirs, _ := receiptNodes(t, func(n string) (string, []string) {
+		return "true", []string{"--psk-file", psk, "--receipt-key", filepath.Join(keys, n+".pem")}
+	})
+	for n, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("%s exited %d\n%s", n, code, p.err.String())
+		}
+	}
+	file := filepath.Join(dirs["A"], "round-r1.jsonl")
+	if code, stdout, stderr := runBin(t, append([]string{"receipts", "verify", file}, pins...)...); code != 0 {
+		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
+	}
+	wrong := append([]string(nil), pins...)
+	wrong[3] = "B=" + strings.TrimPrefix(pins[1], "A=")
+	if code, _, stderr := runBin(t, append([]string{"receipts", "verify", file}, wrong...)...); code != 1 || !strings.Contains(stderr, "B's") {
+		t.Fatalf("verify with A's pin for B: exit %d: %s", code, stderr)
+	}
+}
+
+// TestReceiptsKillE2E: B, with --state-dir, is killed with SIGKILL after
+// it signed and sent its receipt, and restarted on its state directory:
+// it sends the receipt it signed before, byte for byte, not a second
+// one (an ECDSA signature differs each time it is made), and the Head's
+// bundle verifies. docs/RESTARTS.md with docs/RECEIPTS.md.
+func TestReceiptsKillE2E(t *testing.T) {
+	t.Parallel()
+	certs, state, gate := certsDir(t), t.TempDir(), filepath.Join(t.TempDir(), "go")
+	procs, dirs, argv := receiptNodes(t, func(n string) (string, []string) {
+		task := "true"
+		if n == "C" {
+			task = "while [ ! -e " + gate + " ]; do sleep 0.05; done"
+		}
+		args := []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"),
+			"--tls-ca", filepath.Join(certs, "ca.pem")}
+		if n == "B" {
+			args = append(args, "--state-dir", filepath.Join(state, "B"))
+		}
+		return task, args
+	})
+	procs["B"].waitLog(t, 20*time.Second, "B sends its receipt", containsAll("sent RECEIPT to pred"))
+	procs["C"].waitLog(t, 20*time.Second, "C's task starts", containsAll("task started"))
+	killed := time.Now()
+	procs["B"].signal(t, syscall.SIGKILL)
+	procs["B"].wait(t, 10*time.Second)
+	b2 := startProc(t, "B2", nil, argv["B"]...)
+	b2.waitLog(t, 20*time.Second, "B's links are up again", containsAll("link up to succ"))
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	procs["B"] = b2
+	for n, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("%s exited %d\n%s", n, code, p.err.String())
+		}
+	}
+	headData, rs := bundleOf(t, dirs["A"])
+	bData, _ := bundleOf(t, dirs["B"])
+	if len(rs) != 4 {
+		t.Fatalf("the Head holds %d receipts, want 4", len(rs))
+	}
+	headB := bytes.Split(headData, []byte{'\n'})[1]
+	own := bytes.Split(bData, []byte{'\n'})[0]
+	if !bytes.Equal(headB, own) {
+		t.Fatalf("B's receipt at the Head differs from the one B kept:\n%s\n%s", headB, own)
+	}
+	if !rs[1].Signed.Before(killed) {
+		t.Fatalf("B's receipt was signed at %v, after B was killed at %v", rs[1].Signed, killed)
+	}
+	if code, stdout, stderr := runBin(t, "receipts", "verify", filepath.Join(dirs["A"], "round-r1.jsonl"), "--tls-ca", filepath.Join(certs, "ca.pem")); code != 0 {
+		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
