@@ -140,6 +140,7 @@ const (
 	inAnnounceSteer // step this node's steering line if it changed (steer.go)
 	inRetried       // round was reopened by a retry (steer.go)
 	inReport        // step note, a notice this node sends (liveness.go)
+	inStepLater     // run fn, a step after the actions of the one before (receipts.go)
 )
 
 // input is one thing for the loop to react to; which fields it carries
@@ -341,6 +342,8 @@ func (n *Node) react(in *input) {
 		n.steer.retriedNow(in.round)
 	case inReport:
 		n.stepNote(*in.note)
+	case inStepLater:
+		in.fn()
 	}
 }
 

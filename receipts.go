@@ -66,9 +66,10 @@ type roundFacts struct {
 }
 
 // receiptsHost is what the receipts part reaches of its node: the loop's
-// step and the receipts the machine holds.
+// step, run after the actions being carried out (stepLater), and the
+// receipts the machine holds.
 type receiptsHost interface {
-	step(ev protocol.Event, cause *FaultError) error
+	stepLater(ev protocol.Event, then func(error))
 	heldReceipts(round string) []protocol.ReceiptNote
 	receiptsToSign() []protocol.Action
 }
@@ -307,13 +308,17 @@ func (rc *receipts) sign(round string, o *protocol.ReceiptOrder) {
 		rc.log.Error("cannot sign this node's receipt; the round's receipts stop here", "round", round, "err", err.Error())
 		return
 	}
-	if err := rc.host.step(protocol.ReceiptSigned(round, string(b), env.Digest()), nil); err != nil {
-		if !errors.Is(err, protocol.ErrNotAsked) {
-			rc.log.Error("receipt signed but not taken", "round", round, "err", err.Error())
+	// The step waits for the actions being carried out: a step inside
+	// one would reuse their buffer.
+	rc.host.stepLater(protocol.ReceiptSigned(round, string(b), env.Digest()), func(err error) {
+		if err != nil {
+			if !errors.Is(err, protocol.ErrNotAsked) {
+				rc.log.Error("receipt signed but not taken", "round", round, "err", err.Error())
+			}
+			return
 		}
-		return
-	}
-	delete(rc.facts, round)
+		delete(rc.facts, round)
+	})
 }
 
 func orNow(t, now time.Time) time.Time {
@@ -393,6 +398,12 @@ func (l *link) receiptMessage(msg protocol.Message) (protocol.Message, error) {
 	}
 	return protocol.Message{Cmd: protocol.ReceiptLine, Round: rl.Part.Round,
 		Receipt: &protocol.ReceiptNote{Node: rl.Part.Node, Digest: e.Digest(), Envelope: string(env)}}, nil
+}
+
+// stepLater steps ev after the current input, in the same turn, and
+// hands then the step's error (receipts.go).
+func (n *Node) stepLater(ev protocol.Event, then func(error)) {
+	n.later(input{kind: inStepLater, fn: func() { then(n.step(ev, nil)) }})
 }
 
 // heldReceipts returns the receipts this node holds for round (receipts.go).
