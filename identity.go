@@ -141,7 +141,7 @@ func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 		return fmt.Sprintf("this node's %s is %s (node %d of %d in --chain), but %s answered there, saying it is node %d of %d: check that node's --name, and the addresses it dials and listens on",
 			what, exp, want+1, len(id.names), h.Name, h.Pos, h.Size)
 	case h.Rounds != id.rounds:
-		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve and --undo on every node or none",
+		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve, --undo and --receipts on every node or none",
 			h.Name, id.settings)
 	}
 	return ""

@@ -294,3 +294,52 @@ func TestReceiptsKillE2E(t *testing.T) {
 		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
+
+// TestReceiptsMismatchE2E: receipts are a chain setting: A with
+// --receipts and B without, both with --heartbeat (so each says who it
+// is), is a config-mismatch that names --receipts, before any task runs.
+func TestReceiptsMismatchE2E(t *testing.T) {
+	t.Parallel()
+	dir, keys := t.TempDir(), t.TempDir()
+	if code, _, stderr := runBin(t, "keygen", "--out", filepath.Join(keys, "A.pem")); code != 0 {
+		t.Fatalf("keygen: %s", stderr)
+	}
+	addrs := freeAddrs(t, 2)
+	chain := "A=" + addrs[0] + ",B=" + addrs[1]
+	b := startProc(t, "B", []string{"DIR=" + dir}, "run", "--chain", chain, "--name", "B", "--round", "r1", "--heartbeat", "200ms",
+		"--", "sh", "-c", `touch "$DIR/B.task"`)
+	a := startProc(t, "A", []string{"DIR=" + dir}, "run", "--chain", chain, "--name", "A", "--round", "r1", "--heartbeat", "200ms",
+		"--receipts", "--receipt-key", filepath.Join(keys, "A.pem"), "--", "sh", "-c", `touch "$DIR/A.task"`)
+	b.waitLog(t, 20*time.Second, "B's config-mismatch", containsAll("config-mismatch", "--receipts"))
+	if code := a.wait(t, 30*time.Second); code != 4 {
+		t.Errorf("A exited %d, want 4\n%s", code, a.err.String())
+	}
+	for _, n := range []string{"A", "B"} {
+		if exists(filepath.Join(dir, n+".task")) {
+			t.Errorf("%s's task ran despite the mismatch", n)
+		}
+	}
+}
+
+// TestReceiptsRunUsageE2E: --receipts without a key to sign with, or
+// without --chain, is a usage error (exit 2) that names the fix, and
+// starts nothing.
+func TestReceiptsRunUsageE2E(t *testing.T) {
+	t.Parallel()
+	addrs := freeAddrs(t, 2)
+	chain := "A=" + addrs[0] + ",B=" + addrs[1]
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--chain", chain, "--name", "A", "--receipts"}, "--tls-key with --tls-cert, or --receipt-key FILE (chainsync keygen makes one)"},
+		{[]string{"--next", addrs[1], "--receipts", "--receipt-key", "x.pem"}, "--receipts needs --chain and --name"},
+		{[]string{"--chain", chain, "--name", "A", "--receipts-dir", t.TempDir()}, "--receipts-dir need --receipts"},
+		{[]string{"--chain", chain, "--name", "A", "--receipts", "--receipt-key", filepath.Join(t.TempDir(), "none.pem")}, "--receipt-key"},
+	} {
+		code, _, stderr := runBin(t, append(append([]string{"run"}, tc.args...), "--", "true")...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want 2 naming %q:\n%s", tc.args, code, tc.want, stderr)
+		}
+	}
+}
