@@ -72,6 +72,7 @@ type receiptsHost interface {
 	stepLater(ev protocol.Event, then func(error))
 	heldReceipts(round string) []protocol.ReceiptNote
 	receiptsToSign() []protocol.Action
+	spawn(f func()) bool // on a goroutine Close waits for; false: not started
 }
 
 // newReceipts returns the receipts part of a node configured by cfg, nil
@@ -329,12 +330,20 @@ func orNow(t, now time.Time) time.Time {
 }
 
 // keep writes the receipts this node holds for round to ReceiptsDir, if
-// set: its own and every one after it, in chain order.
+// set: its own and every one after it, in chain order; off the loop (a
+// file written and synced), before the node's Close returns.
 func (rc *receipts) keep(round string) {
 	if rc.dir == "" {
 		return
 	}
 	notes := rc.host.heldReceipts(round)
+	if !rc.host.spawn(func() { rc.write(round, notes) }) {
+		rc.write(round, notes)
+	}
+}
+
+// write writes notes, round's receipts, as its bundle in ReceiptsDir.
+func (rc *receipts) write(round string, notes []protocol.ReceiptNote) {
 	envs := make([]receipt.Envelope, 0, len(notes))
 	for _, n := range notes {
 		e, err := receipt.Unmarshal([]byte(n.Envelope))
@@ -405,6 +414,9 @@ func (l *link) receiptMessage(msg protocol.Message) (protocol.Message, error) {
 func (n *Node) stepLater(ev protocol.Event, then func(error)) {
 	n.later(input{kind: inStepLater, fn: func() { then(n.step(ev, nil)) }})
 }
+
+// spawn runs f on a goroutine of the node's crew (receipts.go).
+func (n *Node) spawn(f func()) bool { return n.crew.spawn(f) }
 
 // heldReceipts returns the receipts this node holds for round (receipts.go).
 func (n *Node) heldReceipts(round string) []protocol.ReceiptNote { return n.st.m.Receipts(round) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/chainsync-go/chainsync/internal/testnet"
@@ -76,6 +78,15 @@ func TestReceiptsLibrarySimulated(t *testing.T) {
 			if r.Node != chain[i] || r.Outcome != receipt.RanOK {
 				t.Errorf("receipt %d: %s %s", i, r.Node, r.Outcome)
 			}
+		}
+		nodes[0].Close() // the bundle is written before Close returns
+		f, err := os.Open(filepath.Join(dir, "round.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if kept, err := receipt.ParseBundle(f); err != nil || len(kept) != 4 {
+			t.Fatalf("the Head's bundle: %d receipts, %v", len(kept), err)
 		}
 	})
 }
