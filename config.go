@@ -2,6 +2,8 @@ package chainsync
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,6 +164,25 @@ type Config struct {
 	// expiry the task's context is cancelled and the round ends
 	// task-failed, with a FaultTaskTimeout fault. Zero: no bound.
 	TaskTimeout time.Duration
+	// Receipts turns receipts on (docs/RECEIPTS.md): for every round,
+	// this node signs one receipt of what it did there, bound to its
+	// predecessor's, and the receipts travel back to the Head with the
+	// exit wave. It is a chain setting (every node has it, or none; put it
+	// in RoundSettings) and turns the extension lines on. It needs Chain,
+	// with Name in it, and ReceiptKey.
+	Receipts bool
+	// ReceiptKey signs this node's receipts: ECDSA P-256 or Ed25519 (the
+	// TLS key, or a key of its own from chainsync keygen). ReceiptCert,
+	// if set, is the key's certificate, which each receipt then carries
+	// (a verifier checks it against the chain's CA); without it a receipt
+	// carries the public key, checked against a pin.
+	ReceiptKey  crypto.Signer
+	ReceiptCert *x509.Certificate
+	// ReceiptsDir, if set with Receipts, is a directory where the node
+	// writes, once it holds them, the receipts of each round (its own and
+	// every one after it: at the Head, the whole chain's) as a bundle,
+	// one file per round, mode 0600 (receipt.WriteBundle).
+	ReceiptsDir string
 	// Verify, if set, runs after the task succeeds, and for a task taken
 	// as done on resume (ResumeDone), before COMPLETE is sent on: "the
 	// switch is back and healthy before the next one restarts". An error
@@ -381,6 +402,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains(c.Chain, c.Name) {
 			return bad("Name", c.Name, "Name %q is not in Chain %v", c.Name, c.Chain)
 		}
+	}
+	if err := c.checkReceipts(bad); err != nil {
+		return err
 	}
 	for _, r := range c.Rounds {
 		if !protocol.ValidRound(r) {

@@ -258,6 +258,7 @@ func (cn *connector) sleep(d time.Duration) bool {
 // leave in one write per link.
 func (cn *connector) readLoop(l *link) {
 	l.r.Heartbeats = extensionsOn(&cn.cfg)
+	l.r.Receipts = cn.cfg.Receipts
 	first := true // the next line is the first on l
 	for {
 		msg, err := l.r.ReadMessage()
@@ -274,6 +275,10 @@ func (cn *connector) readLoop(l *link) {
 				return
 			}
 			continue
+		}
+		if msg, err = l.receiptMessage(msg); err != nil { // receipts.go
+			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
+			return
 		}
 		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
 			// A would-be predecessor that says only that it is alive may
@@ -295,6 +300,9 @@ func (cn *connector) readLoop(l *link) {
 			l.heard()
 			if h, ok := l.r.Hello(); ok {
 				hello = &h
+				break
+			}
+			if msg, err = l.receiptMessage(msg); err != nil {
 				break
 			}
 			if msg.Cmd != protocol.Heartbeat {

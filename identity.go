@@ -151,7 +151,7 @@ func (id *identity) compare(side protocol.Side, h wire.Hello) string {
 	case h.Heartbeat != 0 && h.Heartbeat != id.hb:
 		return fmt.Sprintf("%s's --heartbeat is %s; this node's is %s: %s", h.Name, heartbeatText(h.Heartbeat), heartbeatText(id.hb), SameHeartbeat)
 	case h.Rounds != id.rounds:
-		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve and --undo on every node or none",
+		return fmt.Sprintf("%s's round settings differ from this node's (%s): give every node the same --round or --rounds, and --serve, --undo and --receipts on every node or none",
 			h.Name, id.settings)
 	}
 	return ""

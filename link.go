@@ -48,12 +48,13 @@ type link struct {
 	quit    chan struct{}
 	wdl     time.Time // writer only: when to refresh the write deadline
 
-	helloSent bool         // this node's identity line was queued on it (loop only)
-	closing   bool         // its last words are queued: closed after them (loop only)
-	firstLine string       // the first line queued on it, HEARTBEAT included (wmu)
-	firstAt   time.Time    // when (zero: none yet)
-	lastRecv  atomic.Int64 // UnixNano of the last line read from the peer (0: none yet)
-	lastSent  atomic.Int64 // UnixNano of the last line queued to the peer
+	helloSent bool                  // this node's identity line was queued on it (loop only)
+	rasm      wire.ReceiptAssembler // RECEIPT lines read so far (reader only; receipts.go)
+	closing   bool                  // its last words are queued: closed after them (loop only)
+	firstLine string                // the first line queued on it, HEARTBEAT included (wmu)
+	firstAt   time.Time             // when (zero: none yet)
+	lastRecv  atomic.Int64          // UnixNano of the last line read from the peer (0: none yet)
+	lastSent  atomic.Int64          // UnixNano of the last line queued to the peer
 }
 
 // heard records that a line arrived from the peer.

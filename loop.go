@@ -142,6 +142,7 @@ const (
 	inAnnounceSteer // step this node's steering line if it changed (steer.go)
 	inRetried       // round was reopened by a retry (steer.go)
 	inReport        // step note, a notice this node sends (liveness.go)
+	inStepLater     // run fn, a step after the actions of the one before (receipts.go)
 )
 
 // input is one thing for the loop to react to; which fields it carries
@@ -163,6 +164,8 @@ type input struct {
 	note   *protocol.Notice
 	steer  *steerReq
 	fn     func()
+	ev     *protocol.Event // inStepLater: the event to step
+	then   func(error)     // inStepLater: told the step's error
 	reply  chan reply
 }
 
@@ -208,6 +211,9 @@ type loop struct {
 
 	name    string           // Config.Name, for the trace and loopCheck
 	traceFn func(TraceEvent) // Config.Trace
+	// observe, if set, sees every trace event first, with its time: the
+	// receipts part takes the task's and the undo's times from them.
+	observe func(*TraceEvent)
 }
 
 func newLoop(cfg *Config) *loop {
@@ -406,6 +412,8 @@ func (d *driver) react(in *input) {
 		d.steer.retriedNow(in.round)
 	case inReport:
 		d.stepNote(*in.note)
+	case inStepLater:
+		in.then(d.step(*in.ev, nil)) // a part's event, handed back (receipts.go)
 	}
 }
 

@@ -43,6 +43,7 @@ type Node struct {
 // it (Start builds it before the loop runs).
 type driver struct {
 	cfg  Config
+	rcpt *receipts // Config.Receipts (receipts.go); nil without
 	log  *slog.Logger
 	plim *admitLimiter // rate-limits what peers can make the node log and trace (admission.go)
 	role protocol.Role
@@ -260,7 +261,10 @@ func Start(cfg Config) (*Node, error) {
 		pc.AcceptRound = func(r string) bool { return set[r] }
 	}
 	pc.Durable = cfg.StateDir != ""
-	pc.Extensions = cfg.Heartbeat > 0 || cfg.Undo != nil
+	pc.Extensions = extensionsOn(&cfg)
+	if pc.Receipts = cfg.Receipts; pc.Receipts {
+		pc.Chain = cfg.Chain // receipts.go
+	}
 	pc.Undo, pc.Name = cfg.Undo != nil, cfg.Name                         // the undo wave (undo.go)
 	pc.Self, pc.RestartGrace = selfLabel(&cfg, d.role), cfg.RestartGrace // liveness.go
 	pc.Approve = cfg.Approve
@@ -340,6 +344,10 @@ func Start(cfg Config) (*Node, error) {
 	d.self = selfName(&d.cfg, d.ln, d.role)
 	d.steer = &steering{host: d, loop: d.lp, st: d.st, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
+	if d.rcpt = newReceipts(&d.cfg, &receiptsPort{lp: d.lp, st: d.st, crew: d.crew}, d.log); d.rcpt != nil {
+		d.steer.decided = d.rcpt.decided
+		d.lp.observe = d.rcpt.observe // the task's and the undo's times
+	}
 	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
 	d.links = &links{id: newIdentity(&d.cfg), adm: adm, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
@@ -401,6 +409,9 @@ func (d *driver) initLoop() {
 	if st := d.resumeFrom; st != nil {
 		d.resumeFrom = nil
 		d.resume(st)
+		if d.rcpt != nil {
+			d.rcpt.resume(st.TaskTimes) // receipts.go
+		}
 	}
 }
 
@@ -728,6 +739,8 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		d.faults.back(a)
 	case protocol.ActSteer, protocol.ActGate, protocol.ActSkip:
 		d.steer.steerAct(a)
+	case protocol.ActSignReceipt, protocol.ActReceipts:
+		d.rcpt.act(a) // receipts.go
 	case protocol.ActDone:
 		ri := d.book.get(a.Round)
 		res := Result{Round: a.Round, Status: StatusDone, Undo: d.undo.outcomes[a.Round]}
@@ -823,8 +836,11 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 		d.log.Info("sent", "round", msg.Round, "msg", msg.Cmd.String(), "to", side.String(), "resend", resend)
 	}
 	d.lp.trace(TraceEvent{Kind: TraceSent, Side: side, Peer: l.peer, Round: msg.Round, Msg: msg, Resend: resend})
-	exitWave := side == protocol.Pred && msg.Cmd == protocol.Complete
-	d.lp.cur.line(l, d.wbuf, exitWave, msg.Round)
+	exitWave, mark := side == protocol.Pred && msg.Cmd == protocol.Complete, msg.Round
+	if side == protocol.Pred && msg.Cmd == protocol.ReceiptLine {
+		exitWave, mark = true, receiptMark(msg.Round, msg.Receipt.Node) // its handing reported (receipts.go)
+	}
+	d.lp.cur.line(l, d.wbuf, exitWave, mark)
 }
 
 // writeFailed closes a link whose write failed or timed out. Loop only.
@@ -839,8 +855,14 @@ func (lk *links) writeFailed(l *link, err error) {
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
 // time, in the order of events.
 func (lp *loop) trace(ev TraceEvent) {
-	if lp.traceFn != nil {
+	if lp.observe != nil {
 		ev.Time = time.Now()
+		lp.observe(&ev) // the task's and the undo's times (receipts.go)
+	}
+	if lp.traceFn != nil {
+		if ev.Time.IsZero() {
+			ev.Time = time.Now()
+		}
 		ev.Node = lp.name
 		lp.inCallback.Store(true) // as callback does, without a closure per event
 		defer lp.leaveCallback()

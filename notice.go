@@ -31,7 +31,7 @@ func selfName(cfg *Config, ln net.Listener, role protocol.Role) string {
 // extensionsOn reports whether cfg's node speaks the extension lines
 // (HEARTBEAT, the fault notice, the identity line): with heartbeats or
 // the undo wave on.
-func extensionsOn(cfg *Config) bool { return cfg.Heartbeat > 0 || cfg.Undo != nil }
+func extensionsOn(cfg *Config) bool { return cfg.Heartbeat > 0 || cfg.Undo != nil || cfg.Receipts }
 
 // reports says whether a fault of kind is announced to the chain: every
 // fault this node finds itself, but not a restarted neighbour (nothing is

@@ -278,7 +278,12 @@ func (d *driver) delivered(rounds []string) {
 		return
 	}
 	for _, id := range rounds {
-		if err := d.step(protocol.Delivered(id), nil); err != nil {
+		ev := protocol.Delivered(id)
+		if round, node, ok := handedReceipt(id); ok {
+			ev = protocol.ReceiptHanded(round, node) // receipts.go
+			d.rcpt.handed(round, node)
+		}
+		if err := d.step(ev, nil); err != nil {
 			return // the journal failed: the node acts no more
 		}
 	}

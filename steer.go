@@ -148,9 +148,12 @@ type steering struct {
 	self    string        // this node's name in steering lines
 	role    protocol.Role // pause, cancel and retry are the Head's
 	approve bool          // Config.Approve
-	ext     bool          // the extension lines are on
-	dir     string        // Config.StateDir, for the log
-	policy  FaultPolicy   // what a denial does
+	// decided, if set, is told of each approval and denial given here
+	// (receipts.go).
+	decided func(round string, approved bool, req Request, at time.Time)
+	ext     bool        // the extension lines are on
+	dir     string      // Config.StateDir, for the log
+	policy  FaultPolicy // what a denial does
 	onHold  func(HoldEvent)
 }
 
@@ -532,6 +535,9 @@ func (d *steering) approveReq(req Request) (id string, err error) {
 		return id, err
 	}
 	delete(d.waiting, id)
+	if d.decided != nil {
+		d.decided(id, true, req, time.Now())
+	}
 	d.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
 	d.loop.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
 	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
@@ -556,6 +562,9 @@ func (d *steering) denyReq(req Request) (id string, err error) {
 		return id, err
 	}
 	delete(d.waiting, id)
+	if d.decided != nil {
+		d.decided(id, false, req, time.Now())
+	}
 	reason := req.Reason
 	if reason == "" {
 		reason = "no reason given"

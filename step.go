@@ -100,3 +100,10 @@ func (s *stepper) journalFault(round, kind string) {
 		s.lp.cur.faults = append(s.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
 	}
 }
+
+// receipts returns the receipts the machine holds for round (receipts.go).
+func (s *stepper) receipts(round string) []protocol.ReceiptNote { return s.m.Receipts(round) }
+
+// receiptsToSign returns the ActSignReceipt of each restored round whose
+// receipt is still to be signed (receipts.go).
+func (s *stepper) receiptsToSign() []protocol.Action { return s.m.ReceiptsToSign(nil) }

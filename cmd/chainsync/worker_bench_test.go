@@ -113,3 +113,40 @@ func benchChain(b *testing.B, dir string, flags, task []string) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "rounds/s")
 }
+
+// BenchmarkReceiptsChain measures what --receipts costs (docs/RECEIPTS.md,
+// docs/BENCHMARKS.md): the served four-node chain of BenchmarkWorkerChain,
+// every node's task the Go example worker, without receipts and with
+// them (each node signing with an Ed25519 key from chainsync keygen, and
+// with an ECDSA P-256 key as chainsync certs makes), side by side in one
+// run. Run it as
+//
+//	go test -run '^$' -bench ReceiptsChain -benchtime 3000x ./cmd/chainsync/
+func BenchmarkReceiptsChain(b *testing.B) {
+	dir := b.TempDir()
+	goWorker := filepath.Join(dir, "goworker")
+	build := exec.Command("go", "build", "-o", goWorker, "../../examples/workers/goworker")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build goworker: %v\n%s", err, out)
+	}
+	edKey := filepath.Join(dir, "receipt.pem")
+	if out, err := exec.Command(bin, "keygen", "--out", edKey).CombinedOutput(); err != nil {
+		b.Fatalf("keygen: %v\n%s", err, out)
+	}
+	certs := filepath.Join(dir, "certs")
+	if out, err := exec.Command(bin, "certs", "--dir", certs, "--nodes", "A").CombinedOutput(); err != nil {
+		b.Fatalf("certs: %v\n%s", err, out)
+	}
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{
+		{"without", nil},
+		{"receipts-ed25519", []string{"--receipts", "--receipt-key", edKey}},
+		{"receipts-p256", []string{"--receipts", "--receipt-key", filepath.Join(certs, "A-key.pem")}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			benchChain(b, dir, append([]string{"--worker"}, mode.flags...), []string{goWorker})
+		})
+	}
+}

@@ -92,6 +92,9 @@ func (o *runOpts) roundSettings() string {
 		// Also said on its own in the line (hb=), to name both values.
 		s += " with --heartbeat " + o.heartbeat.String()
 	}
+	if o.receipts {
+		s += " with --receipts" // a chain setting too (docs/RECEIPTS.md)
+	}
 	return s
 }
 

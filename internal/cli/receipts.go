@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -10,11 +15,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/bug"
 	"github.com/chainsync-go/chainsync/receipt"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -354,3 +362,87 @@ func showLine(r receipt.Receipt) string {
 
 // stamp writes a receipt's time in UTC to the millisecond.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// receiptConfig sets cfg's receipt fields from --receipts, --receipt-key
+// and --receipts-dir (chainsync run), or says what is missing.
+func (o *runOpts) receiptConfig(cfg *chainsync.Config) error {
+	if !o.receipts {
+		if o.receiptKey != "" || o.receiptsDir != "" {
+			return usagef("--receipt-key and --receipts-dir need --receipts")
+		}
+		return nil
+	}
+	if len(cfg.Chain) == 0 || o.name == "" {
+		return usagef("--receipts needs --chain and --name: each receipt names the chain, in order, and this node's place in it")
+	}
+	switch {
+	case o.receiptKey != "":
+		key, err := receipt.LoadKey(o.receiptKey)
+		if err != nil {
+			return usagef("--receipt-key %s: %v", o.receiptKey, err)
+		}
+		cfg.ReceiptKey = key
+	case o.tls.KeyFile != "" && o.tls.CertFile != "":
+		pair, err := tls.LoadX509KeyPair(o.tls.CertFile, o.tls.KeyFile)
+		if err != nil {
+			return usagef("--receipts signs with --tls-key: %v", err)
+		}
+		key, ok := pair.PrivateKey.(crypto.Signer)
+		if !ok || !receiptKeyType(key.Public()) {
+			return usagef("--receipts signs with --tls-key, which is not ECDSA P-256 or Ed25519: give --receipt-key FILE (chainsync keygen makes one)")
+		}
+		leaf := pair.Leaf
+		if leaf == nil {
+			if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+				return usagef("--tls-cert %s: %v", o.tls.CertFile, err)
+			}
+		}
+		cfg.ReceiptKey, cfg.ReceiptCert = key, leaf
+	default:
+		return usagef("--receipts needs a key to sign the receipts with: give --tls-key with --tls-cert, or --receipt-key FILE (chainsync keygen makes one)")
+	}
+	if o.receiptsDir != "" {
+		if fi, err := os.Stat(o.receiptsDir); err != nil || !fi.IsDir() {
+			return usagef("--receipts-dir %s is not a directory: create it first (the bundles are written in it, mode 0600)", o.receiptsDir)
+		}
+	}
+	cfg.Receipts, cfg.ReceiptsDir = true, o.receiptsDir
+	return nil
+}
+
+// receiptKeyType reports whether pub is a key receipts are signed with.
+func receiptKeyType(pub crypto.PublicKey) bool {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return k.Curve == elliptic.P256()
+	case ed25519.PublicKey:
+		return true
+	}
+	return false
+}
+
+// waitReceipts waits, at most linger in all, until node holds the
+// receipts of each round it must hold and has handed them on: after a
+// round that ended early they travel after its end.
+func waitReceipts(node *chainsync.Node, rounds []string, linger time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), linger)
+	defer cancel()
+	done := make(chan error, 1)
+	bug.Go(func() {
+		for _, r := range rounds {
+			if err := node.WaitReceipts(ctx, r); err != nil {
+				done <- fmt.Errorf("round %s: %w", r, err)
+				return
+			}
+		}
+		done <- nil
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Warn("receipts not all here after --linger; exiting anyway (the bundle holds those that came)", "err", err.Error())
+		}
+	case s := <-sigs:
+		log.Warn("interrupted while waiting for the receipts", "signal", s.String())
+	}
+}

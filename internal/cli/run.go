@@ -102,6 +102,8 @@ type runOpts struct {
 	heartbeat, taskTimeout          time.Duration
 	faultPolicy, verifyCmd          string
 	undoCmd                         string // undo.go
+	receipts                        bool   // receipts.go
+	receiptKey, receiptsDir         string // receipts.go
 	parallel                        int
 	tls                             secure.Options
 	statusAddr, traceFile           string // observe.go
@@ -147,6 +149,9 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "bound this node's task (and --verify-cmd): on expiry its process group gets SIGTERM, then SIGKILL after 5s, and the round fails (exit 3, task-timeout) (0: no bound)")
 	fs.StringVar(&o.faultPolicy, "fault-policy", "halt", "what a neighbour's fault (peer-silent, peer-unreachable, phase-timeout) does, `POLICY`: halt (report, run --on-fault, exit 4) or wait (report, run --on-fault, keep waiting for it to come back)")
 	fs.StringVar(&o.undoCmd, "undo", "", "this node's compensation: when a round fails further down the chain after this node's task succeeded, run `CMD` with sh -c, in reverse chain order (env: CHAINSYNC_ROUND, CHAINSYNC_NODE, CHAINSYNC_FAILED_NODE, CHAINSYNC_FAULT; bounded by --task-timeout; must be idempotent); every node of the chain has --undo, or none")
+	fs.BoolVar(&o.receipts, "receipts", false, "sign, for every round, a receipt of what this node did there (an in-toto statement in a DSSE envelope), bound to its predecessor's; the receipts travel back to the Head with the exit wave (docs/RECEIPTS.md); signed with --receipt-key, else with --tls-key; needs --chain and --name; every node of the chain has --receipts, or none")
+	fs.StringVar(&o.receiptKey, "receipt-key", "", "with --receipts, sign the receipts with the key in `FILE` (chainsync keygen makes one) instead of --tls-key: for chains without certificates")
+	fs.StringVar(&o.receiptsDir, "receipts-dir", "", "with --receipts, write the receipts this node holds for each round to `DIR`, one file a round (round-ID.jsonl, mode 0600; at the Head, the whole chain's): chainsync receipts verify checks it")
 	fs.StringVar(&o.verifyCmd, "verify-cmd", "", "after the task succeeds (and for a task taken as done on resume), run `CMD` with sh -c every --ready-interval until it exits 0, before COMPLETE is sent on (bounded by --task-timeout)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "keep this node's progress in `DIR` (created 0700), synced before every message and task, so a restarted node resumes where it stopped; one process per DIR")
 	fs.StringVar(&o.resumeTask, "resume-task", "fail", "what to do with a task interrupted by a restart (needs --state-dir), `HOW`: fail the round (exit 3), take it as done (the restart was the task), or rerun it")
@@ -356,6 +361,9 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 		// An explicit --prev is checked: the predecessor's connections
 		// must come from its host (with --chain it is only a name).
 		cfg.PrevHostOnly = true
+	}
+	if err := o.receiptConfig(&cfg); err != nil { // receipts.go
+		return cfg, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, flagError(err)
@@ -576,6 +584,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 	}
 	cancel()
+	if o.receipts {
+		waitReceipts(node, rounds, o.linger, sigs, log) // receipts.go
+	}
 	if code == ExitOK && role.HasPred() {
 		log.Info("all rounds done; waiting for the predecessor to hang up", "at_most", o.linger)
 		lctx, lcancel := context.WithTimeout(context.Background(), o.linger)

@@ -9,7 +9,7 @@
 // second process gets), and "journal". The journal is a sequence of
 // frames:
 //
-//	length   4 bytes, big endian: the payload's length (1..512)
+//	length   4 bytes, big endian: the payload's length (1..16896)
 //	checksum 4 bytes, big endian: CRC-32C (Castagnoli) of the payload
 //	payload  length bytes of text, fields separated by one space
 //
@@ -127,8 +127,10 @@ var (
 )
 
 const (
-	magic      = "chainsync-journal 1"
-	maxPayload = 512
+	magic = "chainsync-journal 1"
+	// maxPayload bounds a frame's payload: a receipt record holds an
+	// envelope (receipt.go).
+	maxPayload = protocol.MaxReceiptEnvelope + 512
 	frameHead  = 8
 	// KeepFinished is how many finished rounds compaction keeps.
 	KeepFinished = 16384
@@ -357,10 +359,10 @@ func (j *Journal) load() (*State, error) {
 		return nil, fmt.Errorf("%w: %s holds the state of node %q (%s), but this is node %q (%s); give each node its own --state-dir",
 			ErrMismatch, j.dir, h.Name, h.Role, j.hdr.Name, j.hdr.Role)
 	}
-	pending := attempts{}
+	pending, rcs := attempts{}, receiptChanges{}
 	for _, e := range recs[1:] {
 		switch {
-		case pending.note(e):
+		case pending.note(e), rcs.note(e):
 		case e.Header != nil:
 			return nil, fmt.Errorf("%w: %s: a second header", ErrCorrupt, path)
 		case e.Delivered != "" || e.DeliveredUnnamed:
@@ -379,7 +381,11 @@ func (j *Journal) load() (*State, error) {
 		case e.FaultKind != "":
 			j.faults[e.Record.Round] = e.FaultKind
 		default:
-			j.remember(pending.take(e.Record))
+			r, err := rcs.take(pending.take(e.Record), j.last[e.Record.Round].Receipt)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+			}
+			j.remember(r)
 			j.ended = 0
 		}
 	}
@@ -420,6 +426,7 @@ type Entry struct {
 	TaskTime         *TaskTimeEntry  // a task time record for Record.Round (times.go)
 	Attempt          *AttemptEntry   // an attempt record for Record.Round's next round record (attempt.go)
 	Steer            *protocol.Steer // a retry or cancel line for Record.Round's next round record (attempt.go)
+	Receipt          *ReceiptEntry   // a receipt record for Record.Round's next round record (receipt.go)
 }
 
 func (e Entry) round() string {
@@ -545,6 +552,8 @@ func parsePayload(p []byte) (Entry, error) {
 		return parseAttempt(s, f)
 	case f[0] == "S":
 		return parseSteerRecord(s, f)
+	case f[0] == "K" || f[0] == "O" || f[0] == "A":
+		return parseReceipt(s, f)
 	case len(f) == 2 && f[0] == "D":
 		id, err := roundOf(f[1])
 		if err != nil {
@@ -652,10 +661,13 @@ func appendRecord(b []byte, r protocol.Record) []byte {
 }
 
 // appendRecordFrame appends the frames of r to b: its attempt records
-// (attempt.go), one frame holding its round record, encoded in place, and
-// its undo record (undo.go).
-func appendRecordFrame(b []byte, r protocol.Record) []byte {
+// (attempt.go), its receipt records where they changed since prev, the
+// receipts of the round's previous round record (receipt.go), one frame
+// holding its round record, encoded in place, and its undo record
+// (undo.go).
+func appendRecordFrame(b []byte, r protocol.Record, prev protocol.ReceiptRecord) []byte {
 	b = appendAttemptFrames(b, r)
+	b = appendReceiptFrames(b, r.Round, r.Receipt, prev)
 	start := len(b)
 	b = append(b, make([]byte, frameHead)...)
 	b = appendRecord(b, r)
@@ -707,7 +719,7 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 		same := r
 		same.Delivered = prev.Delivered
 		if !known || same != prev {
-			j.buf = appendRecordFrame(j.buf, r)
+			j.buf = appendRecordFrame(j.buf, r, prev.Receipt)
 			frames++
 			var n int
 			j.buf, n = j.noteTaskTime(j.buf, r, prev, known, now) // times.go
@@ -815,7 +827,7 @@ func (j *Journal) compact() error {
 	j.order = keep
 	b := appendFrame(nil, headerPayload(j.hdr))
 	for _, id := range j.order {
-		b = appendRecordFrame(b, j.last[id])
+		b = appendRecordFrame(b, j.last[id], protocol.ReceiptRecord{})
 		b = j.appendTaskTimes(b, id) // times.go
 		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))

@@ -73,11 +73,12 @@ type op struct {
 }
 
 // recordOps returns the ops of the frames appendRecordFrame writes for r
-// (Delivered aside) and each one's length: its attempt records, the round
+// after a record with the receipts prev (Delivered aside) and each one's
+// length: its attempt and receipt records, the round
 // record, its undo record.
-func recordOps(r protocol.Record) (ops []op, lens []int) {
+func recordOps(r protocol.Record, prev protocol.ReceiptRecord) (ops []op, lens []int) {
 	r.Delivered = false
-	for _, p := range framePayloads(appendAttemptFrames(nil, r)) {
+	for _, p := range framePayloads(appendReceiptFrames(appendAttemptFrames(nil, r), r.Round, r.Receipt, prev)) {
 		ops, lens = append(ops, op{pre: true}), append(lens, frameHead+len(p))
 	}
 	bare := r
@@ -198,7 +199,7 @@ func writeSteps(t testing.TB, dir string, steps [][]protocol.Record) (data []byt
 			deliv := r.Delivered
 			r.Delivered = false // the round record's frame does not hold it
 			if prev, known := last[r.Round]; !known || prev != r {
-				rops, lens := recordOps(r)
+				rops, lens := recordOps(r, last[r.Round].Receipt)
 				for i := range rops {
 					ops = append(ops, rops[i])
 					end += lens[i]
@@ -478,7 +479,7 @@ func TestCompaction(t *testing.T) {
 			if r.Delivered {
 				written += int64(frameHead + len("D :"+r.Round)) // only the delivery is new
 			} else {
-				_, lens := recordOps(r)
+				_, lens := recordOps(r, protocol.ReceiptRecord{})
 				for _, n := range lens {
 					written += int64(n)
 				}
@@ -759,7 +760,7 @@ func TestEncodeRecordFormat(t *testing.T) {
 		if got := string(EncodeRecord(r)); got != want {
 			t.Fatalf("EncodeRecord(%+v) = %q, want %q", r, got, want)
 		}
-		if got, want := appendRecordFrame([]byte("x"), r), appendFrame([]byte("x"), []byte(want)); !bytes.Equal(got, want) {
+		if got, want := appendRecordFrame([]byte("x"), r, protocol.ReceiptRecord{}), appendFrame([]byte("x"), []byte(want)); !bytes.Equal(got, want) {
 			t.Fatalf("appendRecordFrame(%+v) = %q, want %q", r, got, want)
 		}
 	}
