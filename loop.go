@@ -514,6 +514,10 @@ func (d *driver) carryOut(b *batch, broken bool) {
 				quick = append(quick, e.round)
 			}
 		case effDone:
+			if say := e.ri.say; say != nil {
+				e.ri.say = nil
+				say() // the turn's records are on disk: the round is over
+			}
 			close(e.ri.done)
 		case effAnswer:
 			if broken && e.err == nil {

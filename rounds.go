@@ -34,6 +34,12 @@ type roundInfo struct {
 	// reported: why the round ends is already logged at ERROR (its fault,
 	// or the journal failing), so its end is not a second ERROR line.
 	reported bool
+	// say logs the round's end ("round over ..."): resolve sets it, and
+	// the turn calls it once the turn's records are on disk, with the
+	// result's release, so that a log that says a round is over never
+	// precedes the records that make it so (a node killed just after
+	// the line resumes with the round over).
+	say func()
 	// failedWhy: the words of the notice that the round's task failed at
 	// another node (its error), for a round end that waits for the undo
 	// wave (undo.go).
@@ -225,7 +231,9 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 			args = append(args, "err", res.Err.Error())
 		}
 	}
-	b.log.Log(context.Background(), lvl, msg, args...)
+	if log := b.log; log.Enabled(context.Background(), lvl) {
+		ri.say = func() { log.Log(context.Background(), lvl, msg, args...) }
+	}
 	b.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
 }
 
