@@ -570,9 +570,11 @@ func (r *round) record() Record {
 //
 // It is made of parts, each owning its own fields: the order of the
 // rounds (queue), the notices seen (noticeBook), the clock (time.go),
-// restart graces (liveness.go), steering (steer.go) and the undo wave
-// (undo.go). No part points back to the Machine: the Machine hands each
-// what it needs and applies what the part decided.
+// restart graces (liveness.go), steering (steer.go), the undo wave
+// (undo.go) and receipts (receipt.go). No part points back to the
+// Machine: the Machine hands each what it needs (the receipts part, the
+// few round operations it may do, as functions) and applies what the
+// part decided.
 type Machine struct {
 	cfg      Config
 	rounds   map[string]*round
@@ -590,10 +592,11 @@ type Machine struct {
 	// Config.Ordered no other task starts until they have ended.
 	orphans int
 
-	clock clock    // logical time and the deadlines (time.go)
-	live  liveness // restart graces, neighbours back (liveness.go)
-	steer steering // the steering table (steer.go)
-	undo  undoWave // the undo wave (undo.go)
+	clock clock       // logical time and the deadlines (time.go)
+	live  liveness    // restart graces, neighbours back (liveness.go)
+	steer steering    // the steering table (steer.go)
+	undo  undoWave    // the undo wave (undo.go)
+	rcpt  receiptBook // receipts (receipt.go)
 }
 
 // saves is the rounds a step moved besides its event's, each once, to
@@ -759,15 +762,15 @@ func New(cfg Config) *Machine {
 	if cfg.Role == 0 {
 		cfg.Role = Single
 	}
-	return &Machine{cfg: cfg, rounds: make(map[string]*round),
+	m := &Machine{cfg: cfg, rounds: make(map[string]*round),
 		q:     queue{role: cfg.Role, ordered: cfg.Ordered, undo: cfg.Undo},
 		moved: saves{on: cfg.Durable},
 		clock: newClock(&cfg), live: newLiveness(&cfg), undo: newUndoWave(&cfg),
 		steer: steering{role: cfg.Role, ext: cfg.Extensions}}
+	m.rcpt = receiptBook{cfg: &m.cfg, rounds: m.rounds, active: &m.active, moved: &m.moved,
+		advance: m.advance, open: m.open, abortRound: m.abortRound}
+	return m
 }
-
-// Role returns the node's role.
-func (m *Machine) Role() Role { return m.cfg.Role }
 
 // State returns the state of round, and false if the round is unknown.
 func (m *Machine) State(round string) (State, bool) {
@@ -776,18 +779,6 @@ func (m *Machine) State(round string) (State, bool) {
 		return 0, false
 	}
 	return r.state, true
-}
-
-// Unfinished returns the ids of the rounds that are not finished, in no
-// particular order.
-func (m *Machine) Unfinished() []string {
-	ids := make([]string, 0, m.active)
-	for id, r := range m.rounds {
-		if !r.state.Terminal() {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // RoundView is one unfinished round as Machine.View shows it.
@@ -964,7 +955,7 @@ func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 		out = m.pump(out)
 	}
 	if err == nil && m.cfg.Receipts {
-		out = m.receiptsStep(ev, out[start:], out)
+		out = m.rcpt.receiptsStep(ev, out[start:], out)
 	}
 	if err == nil {
 		out = m.live.step(ev, out[start:], m.clock.now, out)
@@ -1039,9 +1030,9 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvSteer, EvApprove, EvDeny, EvAlreadyDone:
 		return m.steerStep(ev, out)
 	case EvReceiptSigned:
-		return m.receiptSigned(ev, out)
+		return m.rcpt.receiptSigned(ev, out)
 	case EvReceiptHanded:
-		return m.receiptHanded(ev, out)
+		return m.rcpt.receiptHanded(ev, out)
 	}
 	return out, fmt.Errorf("chainsync: unknown event kind %d", ev.Kind)
 }
@@ -1130,7 +1121,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return m.steerStep(Event{Kind: EvSteer, From: from, Msg: msg}, out)
 	}
 	if msg.Cmd == RDigestLine || msg.Cmd == ReceiptLine {
-		return m.receiptRecv(from, msg, out)
+		return m.rcpt.receiptRecv(from, msg, out)
 	}
 	if msg.Cmd.IsUndo() {
 		r := m.rounds[msg.Round]
@@ -1221,7 +1212,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			return ahead(st, "COMPLETE from the predecessor before this node is in WATCH")
 		case st != StateWatch:
 			return violation(st, "COMPLETE from the predecessor before this node is in WATCH")
-		case !m.digestKnown(r):
+		case !m.rcpt.digestKnown(r):
 			// A predecessor with receipts sends RDIGEST first, always.
 			return out, &Violation{From: from, Msg: msg, State: st, Reason: "COMPLETE from the predecessor before its receipt digest (RDIGEST)", Mismatch: true, Setting: "receipts"}
 		}
@@ -1327,7 +1318,7 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 	}
 	r.ran = m.cfg.Undo // the undo wave's to know (undo.go)
 	out = m.set(r, StateComplete, out)
-	out = m.passOn(r, ReceiptRanOK, out) // COMPLETE on, or the exit wave begins
+	out = m.rcpt.passOn(r, ReceiptRanOK, out) // COMPLETE on, or the exit wave begins
 	return m.advance(r, out), nil
 }
 
@@ -1339,7 +1330,7 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
 	out = m.steer.resends(side, out)         // first: what holds the rounds below
 	out = m.notices.resend(side, out)        // the notices it missed
-	out = m.receiptResends(side, out)        // before the COMPLETE a digest must precede
+	out = m.rcpt.receiptResends(side, out)   // before the COMPLETE a digest must precede
 	rs := make([]*round, 0, m.active)
 	for _, r := range m.rounds {
 		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {

@@ -107,8 +107,11 @@ func TestRoleOf(t *testing.T) {
 			t.Errorf("RoleOf(%v, %v) = %v (pred %v succ %v)", tc.pred, tc.succ, r, r.HasPred(), r.HasSucc())
 		}
 	}
-	if got := protocol.New(protocol.Config{}).Role(); got != protocol.Single {
-		t.Errorf("zero Config role = %v, want single", got)
+	// A zero Config is a single node: locally ready, it runs its task at
+	// once, with no neighbour to wait for.
+	acts, err := protocol.New(protocol.Config{}).Step(protocol.LocalReady(""), nil)
+	if err != nil || !slices.ContainsFunc(acts, func(a protocol.Action) bool { return a.Kind == protocol.ActRunTask }) {
+		t.Errorf("zero Config, locally ready: %v %v; want the task run at once (role single)", acts, err)
 	}
 }
 

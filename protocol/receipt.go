@@ -195,20 +195,20 @@ func (rr *ReceiptRecord) after() []held {
 }
 
 // place is this node's index in Config.Chain, -1 if it is not there.
-func (m *Machine) place() int { return slices.Index(m.cfg.Chain, m.cfg.Name) }
+func (rb *receiptBook) place() int { return slices.Index(rb.cfg.Chain, rb.cfg.Name) }
 
 // receiptsOn reports whether this node runs receipts: Config.Receipts,
 // with its name in Config.Chain.
-func (m *Machine) receiptsOn() bool { return m.cfg.Receipts && m.place() >= 0 }
+func (rb *receiptBook) receiptsOn() bool { return rb.cfg.Receipts && rb.place() >= 0 }
 
-// Receipts returns the receipts this node holds for round: its own first
+// held returns the receipts this node holds for round: its own first
 // (if signed), then those of the nodes after it, in chain order.
-func (m *Machine) Receipts(round string) []ReceiptNote {
-	r := m.rounds[round]
+func (rb *receiptBook) held(round string) []ReceiptNote {
+	r := rb.rounds[round]
 	if r == nil || r.rc.Envelope == "" {
 		return nil
 	}
-	ns := []ReceiptNote{{Node: m.cfg.Name, Digest: r.rc.Digest, Envelope: r.rc.Envelope}}
+	ns := []ReceiptNote{{Node: rb.cfg.Name, Digest: r.rc.Digest, Envelope: r.rc.Envelope}}
 	for _, h := range r.rc.after() {
 		ns = append(ns, ReceiptNote{Node: h.node, Digest: h.digest, Envelope: h.env})
 	}
@@ -218,17 +218,17 @@ func (m *Machine) Receipts(round string) []ReceiptNote {
 // ReceiptsToSign appends the ActSignReceipt of every restored round whose
 // outcome settled before the restart but whose receipt was not signed
 // yet: a restarted node's driver carries them out after Restore.
-func (m *Machine) ReceiptsToSign(out []Action) []Action {
-	if !m.receiptsOn() {
+func (rb *receiptBook) toSign(out []Action) []Action {
+	if !rb.receiptsOn() {
 		return out
 	}
-	rs := make([]*round, 0, len(m.rounds))
-	for _, r := range m.rounds {
+	rs := make([]*round, 0, len(rb.rounds))
+	for _, r := range rb.rounds {
 		rs = append(rs, r)
 	}
 	slices.SortFunc(rs, bySeq)
 	for _, r := range rs {
-		out = m.askSign(r, out)
+		out = rb.askSign(r, out)
 	}
 	return out
 }
@@ -248,16 +248,16 @@ func bySeq(a, b *round) int {
 // or at the Tail the exit wave begins. Without undo, with receipts, the
 // node signs first, and the COMPLETE (or the Tail's exit wave) waits for
 // the signature: receiptSigned sends it, after the digest.
-func (m *Machine) passOn(r *round, o ReceiptOutcome, out []Action) []Action {
-	if m.receiptsOn() && !m.cfg.Undo {
+func (rb *receiptBook) passOn(r *round, o ReceiptOutcome, out []Action) []Action {
+	if rb.receiptsOn() && !rb.cfg.Undo {
 		if r.rc.Outcome == "" {
 			r.rc.Outcome, r.rc.Status = o, -1
 		}
-		if out = m.askSign(r, out); r.rc.Envelope == "" {
+		if out = rb.askSign(r, out); r.rc.Envelope == "" {
 			return out
 		}
 	}
-	if !m.cfg.Role.HasSucc() {
+	if !rb.cfg.Role.HasSucc() {
 		r.exitRecv = true // the Tail starts the exit wave itself
 		return out
 	}
@@ -266,9 +266,9 @@ func (m *Machine) passOn(r *round, o ReceiptOutcome, out []Action) []Action {
 
 // askSign asks for r's receipt once its outcome settled and, but at the
 // Head, its predecessor's digest is here.
-func (m *Machine) askSign(r *round, out []Action) []Action {
+func (rb *receiptBook) askSign(r *round, out []Action) []Action {
 	rc := &r.rc
-	if rc.Outcome == "" || rc.Envelope != "" || rc.asked || m.place() > 0 && rc.Pred == "" {
+	if rc.Outcome == "" || rc.Envelope != "" || rc.asked || rb.place() > 0 && rc.Pred == "" {
 		return out
 	}
 	rc.asked = true
@@ -279,8 +279,8 @@ func (m *Machine) askSign(r *round, out []Action) []Action {
 // receiptsStep settles the outcome of the rounds the step ended here
 // (their ActDone among acts), and of a task that ended after its round
 // did, and asks for their receipts.
-func (m *Machine) receiptsStep(ev Event, acts []Action, out []Action) []Action {
-	if r := m.rounds[ev.Round]; r != nil {
+func (rb *receiptBook) receiptsStep(ev Event, acts []Action, out []Action) []Action {
+	if r := rb.rounds[ev.Round]; r != nil {
 		switch ev.Kind {
 		case EvTaskDone:
 			r.rc.why = Failure{Code: -1}
@@ -293,7 +293,7 @@ func (m *Machine) receiptsStep(ev Event, acts []Action, out []Action) []Action {
 			if r.over && r.rc.Outcome == "" && r.started {
 				// The round ended while its task ran: the task's end
 				// settles what this node did.
-				out = m.settle(r, out)
+				out = rb.settle(r, out)
 			}
 		case EvDeny:
 			r.rc.denied = true
@@ -303,8 +303,8 @@ func (m *Machine) receiptsStep(ev Event, acts []Action, out []Action) []Action {
 	}
 	for i := range acts {
 		if a := acts[i]; a.Kind == ActDone {
-			if r := m.rounds[a.Round]; r != nil && r.rc.Outcome == "" && !r.taskOpen {
-				out = m.settle(r, out)
+			if r := rb.rounds[a.Round]; r != nil && r.rc.Outcome == "" && !r.taskOpen {
+				out = rb.settle(r, out)
 			}
 		}
 	}
@@ -313,7 +313,7 @@ func (m *Machine) receiptsStep(ev Event, acts []Action, out []Action) []Action {
 
 // settle fixes the outcome of r, over at this node, and asks for its
 // receipt.
-func (m *Machine) settle(r *round, out []Action) []Action {
+func (rb *receiptBook) settle(r *round, out []Action) []Action {
 	rc := &r.rc
 	rc.Status = -1
 	switch {
@@ -334,18 +334,18 @@ func (m *Machine) settle(r *round, out []Action) []Action {
 	default:
 		rc.Outcome = ReceiptNotReached
 	}
-	m.moved.add(r)
-	return m.askSign(r, out)
+	rb.moved.add(r)
+	return rb.askSign(r, out)
 }
 
 // receiptSigned takes this node's signed receipt: it is kept (saved with
 // the step, before anything is sent), its digest goes forward, then the
 // COMPLETE it held back, and it goes backward.
-func (m *Machine) receiptSigned(ev Event, out []Action) ([]Action, error) {
-	r := m.rounds[ev.Round]
+func (rb *receiptBook) receiptSigned(ev Event, out []Action) ([]Action, error) {
+	r := rb.rounds[ev.Round]
 	n := ev.Msg.Receipt
 	switch {
-	case !m.receiptsOn():
+	case !rb.receiptsOn():
 		return out, ErrNoReceipts
 	case r == nil || n == nil || !r.rc.asked || r.rc.Envelope != "":
 		return out, ErrNotAsked
@@ -355,43 +355,43 @@ func (m *Machine) receiptSigned(ev Event, out []Action) ([]Action, error) {
 	r.rc.Digest, r.rc.Envelope = n.Digest, n.Envelope
 	// The task succeeded and the round went on held for this receipt
 	// (passOn), unless it ended meanwhile.
-	held := r.state == StateComplete && !m.cfg.Undo
-	if m.cfg.Role.HasSucc() {
-		out = append(out, Action{Kind: ActSend, To: Succ, Msg: m.digestMsg(r)})
+	held := r.state == StateComplete && !rb.cfg.Undo
+	if rb.cfg.Role.HasSucc() {
+		out = append(out, Action{Kind: ActSend, To: Succ, Msg: rb.digestMsg(r)})
 		if held && r.lastSucc < Complete {
 			out = r.send(Succ, Complete, out) // triggers the successor's task
 		}
 	}
-	out = m.receiptsOnward(r, out)
-	if held && !m.cfg.Role.HasSucc() && !r.exitRecv {
+	out = rb.receiptsOnward(r, out)
+	if held && !rb.cfg.Role.HasSucc() && !r.exitRecv {
 		r.exitRecv = true // the Tail starts the exit wave, after its receipt
-		out = m.advance(r, out)
+		out = rb.advance(r, out)
 	}
 	return out, nil
 }
 
-func (m *Machine) digestMsg(r *round) Message {
-	return Message{Cmd: RDigestLine, Round: r.id, Receipt: &ReceiptNote{Node: m.cfg.Name, Digest: r.rc.Digest}}
+func (rb *receiptBook) digestMsg(r *round) Message {
+	return Message{Cmd: RDigestLine, Round: r.id, Receipt: &ReceiptNote{Node: rb.cfg.Name, Digest: r.rc.Digest}}
 }
 
 // receiptsOnward sends the predecessor the receipts not sent on its
 // current link (once this node's own is signed), and reports ActReceipts
 // when every receipt this node must hold is here.
-func (m *Machine) receiptsOnward(r *round, out []Action) []Action {
+func (rb *receiptBook) receiptsOnward(r *round, out []Action) []Action {
 	rc := &r.rc
 	if rc.Envelope == "" {
 		return out
 	}
 	hs := rc.after()
-	if m.cfg.Role.HasPred() {
-		all := append([]held{{m.cfg.Name, rc.Digest, rc.Envelope}}, hs...)
+	if rb.cfg.Role.HasPred() {
+		all := append([]held{{rb.cfg.Name, rc.Digest, rc.Envelope}}, hs...)
 		for _, h := range all[rc.sent:] {
 			out = append(out, Action{Kind: ActSend, To: Pred,
 				Msg: Message{Cmd: ReceiptLine, Round: r.id, Receipt: &ReceiptNote{Node: h.node, Digest: h.digest, Envelope: h.env}}})
 		}
 		rc.sent = len(all)
 	}
-	if !rc.complete && len(hs) == m.needed() {
+	if !rc.complete && len(hs) == rb.needed() {
 		rc.complete = true
 		out = append(out, Action{Kind: ActReceipts, Round: r.id})
 	}
@@ -399,17 +399,17 @@ func (m *Machine) receiptsOnward(r *round, out []Action) []Action {
 }
 
 // needed is how many receipts of the nodes after this one it must hold.
-func (m *Machine) needed() int { return len(m.cfg.Chain) - m.place() - 1 }
+func (rb *receiptBook) needed() int { return len(rb.cfg.Chain) - rb.place() - 1 }
 
 // resendBack sends the predecessor again the receipts from the from-th
 // (this node's is the 0th).
-func (m *Machine) resendBack(r *round, from int, out []Action) []Action {
-	if !m.cfg.Role.HasPred() {
+func (rb *receiptBook) resendBack(r *round, from int, out []Action) []Action {
+	if !rb.cfg.Role.HasPred() {
 		return out
 	}
 	r.rc.sent = min(from, r.rc.sent)
 	k := len(out)
-	out = m.receiptsOnward(r, out)
+	out = rb.receiptsOnward(r, out)
 	for i := k; i < len(out); i++ {
 		out[i].Resend = out[i].Kind == ActSend
 	}
@@ -417,43 +417,43 @@ func (m *Machine) resendBack(r *round, from int, out []Action) []Action {
 }
 
 // receiptRecv takes a receipt line from a neighbour.
-func (m *Machine) receiptRecv(from Side, msg Message, out []Action) ([]Action, error) {
+func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Action, error) {
 	bad := func(why string) ([]Action, error) {
 		return out, &Violation{From: from, Msg: msg, Reason: why}
 	}
-	if !m.receiptsOn() {
+	if !rb.receiptsOn() {
 		return out, &Violation{From: from, Msg: msg, Reason: "a receipt line at a node without receipts", Mismatch: true, Setting: "receipts"}
 	}
 	n := msg.Receipt
 	if n == nil || !ValidRound(msg.Round) || !validDigest(n.Digest) || msg.Cmd == ReceiptLine && !validEnvelope(n.Envelope) {
 		return bad("malformed receipt line")
 	}
-	p := m.place()
-	r := m.rounds[msg.Round]
+	p := rb.place()
+	r := rb.rounds[msg.Round]
 	if msg.Cmd == RDigestLine {
 		switch {
 		case from != Pred:
 			return bad("RDIGEST travels forward; the successor must not send it")
-		case n.Node != m.cfg.Chain[p-1]:
-			return bad("RDIGEST of " + n.Node + ", not of the predecessor " + m.cfg.Chain[p-1])
+		case n.Node != rb.cfg.Chain[p-1]:
+			return bad("RDIGEST of " + n.Node + ", not of the predecessor " + rb.cfg.Chain[p-1])
 		case r != nil && r.rc.Pred != "" && r.rc.Pred != n.Digest:
 			return bad("a second, different receipt digest of the predecessor")
 		case r != nil && r.rc.Pred != "":
 			// A re-send: the predecessor's link came back and it lacks
 			// receipts of this node or after it. Send them again.
-			return m.resendBack(r, 0, out), nil
+			return rb.resendBack(r, 0, out), nil
 		}
 		if r == nil {
 			// The round ended before it reached this node: it ends here
 			// too, and this node signs "not-reached".
-			if m.active >= m.cfg.MaxRounds {
-				return bad("too many concurrent rounds (limit " + strconv.Itoa(m.cfg.MaxRounds) + ")")
+			if *rb.active >= rb.cfg.MaxRounds {
+				return bad("too many concurrent rounds (limit " + strconv.Itoa(rb.cfg.MaxRounds) + ")")
 			}
-			r, out = m.open(msg.Round, Pred, out)
-			out = m.abortRound(r, out)
+			r, out = rb.open(msg.Round, Pred, out)
+			out = rb.abortRound(r, out)
 		}
 		r.rc.Pred = n.Digest
-		return m.askSign(r, out), nil
+		return rb.askSign(r, out), nil
 	}
 	if from != Succ {
 		return bad("RECEIPT travels backward; the predecessor must not send it")
@@ -462,30 +462,30 @@ func (m *Machine) receiptRecv(from Side, msg Message, out []Action) ([]Action, e
 		return out, nil // a late re-send of a round this node no longer keeps
 	}
 	hs := r.rc.after()
-	if i := slices.Index(m.cfg.Chain[p+1:], n.Node); i >= 0 && i < len(hs) {
+	if i := slices.Index(rb.cfg.Chain[p+1:], n.Node); i >= 0 && i < len(hs) {
 		if hs[i].digest != n.Digest {
 			return bad("a second, different receipt of " + n.Node)
 		}
 		return out, nil // a re-send
 	}
-	if k := p + 1 + len(hs); k >= len(m.cfg.Chain) || m.cfg.Chain[k] != n.Node {
+	if k := p + 1 + len(hs); k >= len(rb.cfg.Chain) || rb.cfg.Chain[k] != n.Node {
 		return bad("a receipt of " + n.Node + " out of the chain's order")
 	}
 	r.rc.After += n.Node + " " + n.Digest + " " + n.Envelope + "\n"
-	return m.receiptsOnward(r, out), nil
+	return rb.receiptsOnward(r, out), nil
 }
 
 // receiptHanded takes the driver's word that a receipt sent to the
 // predecessor was handed to a live connection.
-func (m *Machine) receiptHanded(ev Event, out []Action) ([]Action, error) {
-	r := m.rounds[ev.Round]
-	if !m.receiptsOn() || r == nil || ev.Msg.Receipt == nil {
+func (rb *receiptBook) receiptHanded(ev Event, out []Action) ([]Action, error) {
+	r := rb.rounds[ev.Round]
+	if !rb.receiptsOn() || r == nil || ev.Msg.Receipt == nil {
 		return out, ErrNotAsked
 	}
 	k := 0
-	if node := ev.Msg.Receipt.Node; node != m.cfg.Name {
-		i := slices.Index(m.cfg.Chain, node)
-		k = i - m.place()
+	if node := ev.Msg.Receipt.Node; node != rb.cfg.Name {
+		i := slices.Index(rb.cfg.Chain, node)
+		k = i - rb.place()
 		if i < 0 || k <= 0 {
 			return out, ErrNotAsked
 		}
@@ -497,12 +497,12 @@ func (m *Machine) receiptHanded(ev Event, out []Action) ([]Action, error) {
 // receiptResends is what a link that comes up carries again first: to
 // the successor, this node's digest while its receipt is not here; to the
 // predecessor, the receipts not handed to it yet.
-func (m *Machine) receiptResends(side Side, out []Action) []Action {
-	if !m.receiptsOn() {
+func (rb *receiptBook) receiptResends(side Side, out []Action) []Action {
+	if !rb.receiptsOn() {
 		return out
 	}
-	rs := make([]*round, 0, len(m.rounds))
-	for _, r := range m.rounds {
+	rs := make([]*round, 0, len(rb.rounds))
+	for _, r := range rb.rounds {
 		if r.rc.Envelope != "" {
 			rs = append(rs, r)
 		}
@@ -511,12 +511,12 @@ func (m *Machine) receiptResends(side Side, out []Action) []Action {
 	for _, r := range rs {
 		switch side {
 		case Succ:
-			if len(r.rc.after()) < m.needed() {
-				a := Action{Kind: ActSend, To: Succ, Msg: m.digestMsg(r), Resend: true}
+			if len(r.rc.after()) < rb.needed() {
+				a := Action{Kind: ActSend, To: Succ, Msg: rb.digestMsg(r), Resend: true}
 				out = append(out, a)
 			}
 		case Pred:
-			out = m.resendBack(r, r.rc.Handed, out)
+			out = rb.resendBack(r, r.rc.Handed, out)
 		}
 	}
 	return out
@@ -525,8 +525,8 @@ func (m *Machine) receiptResends(side Side, out []Action) []Action {
 // digestKnown reports whether a COMPLETE from the predecessor may start
 // r's task: without receipts or with undo, always; otherwise once the
 // predecessor's digest is here.
-func (m *Machine) digestKnown(r *round) bool {
-	return !m.receiptsOn() || m.cfg.Undo || r.rc.Pred != ""
+func (rb *receiptBook) digestKnown(r *round) bool {
+	return !rb.receiptsOn() || rb.cfg.Undo || r.rc.Pred != ""
 }
 
 func validDigest(d string) bool {
@@ -562,3 +562,25 @@ var (
 	ErrNotAsked   = errors.New("chainsync: no receipt of this round was asked for, or it is signed already")
 	ErrBadReceipt = errors.New("chainsync: a receipt needs a 64-hex digest and an envelope of printable ASCII")
 )
+
+// receiptBook is the machine's part for receipts (Config.Receipts): which
+// node signs when, the digests forward, the receipts back, their
+// re-sends. It reads the machine's configuration and rounds; what it
+// does to a round beyond its receipts (open it, abort it, advance it,
+// mark it moved for the step's saves) it does through what New hands it.
+type receiptBook struct {
+	cfg        *Config
+	rounds     map[string]*round
+	active     *int   // the machine's count of unfinished rounds
+	moved      *saves // the rounds the step moved (Durable)
+	advance    func(r *round, out []Action) []Action
+	open       func(id string, by Side, out []Action) (*round, []Action)
+	abortRound func(r *round, out []Action) []Action
+}
+
+// Receipts returns the receipts this node holds for round, its own first.
+func (m *Machine) Receipts(round string) []ReceiptNote { return m.rcpt.held(round) }
+
+// ReceiptsToSign appends to out an ActSignReceipt for each round restored
+// whose receipt is still to be signed here (after Restore).
+func (m *Machine) ReceiptsToSign(out []Action) []Action { return m.rcpt.toSign(out) }

@@ -483,7 +483,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 		out = append(out, Action{Kind: ActSkip, Round: r.id})
 		r.ran = m.cfg.Undo // its task did run, before the retry: the undo wave's to know
 		out = m.set(r, StateComplete, out)
-		out = m.passOn(r, ReceiptSkipped, out)
+		out = m.rcpt.passOn(r, ReceiptSkipped, out)
 		return true, m.advance(r, out)
 	}
 	if r.stale || m.cfg.Ordered && m.orphans > 0 {

@@ -471,9 +471,10 @@ func (c *Checker) action(i int, a protocol.Action) error {
 func (c *Checker) policyDone(i int) error {
 	m := c.net.Nodes[i].M
 	if c.mustAll {
-		if ids := m.Unfinished(); len(ids) > 0 {
-			slices.Sort(ids)
-			return fmt.Errorf("the halt policy left round %q unfinished", ids[0])
+		for _, v := range m.View() { // by id
+			if !v.State.Terminal() {
+				return fmt.Errorf("the halt policy left round %q unfinished", v.Round)
+			}
 		}
 	}
 	for _, id := range c.must {
