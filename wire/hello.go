@@ -138,30 +138,20 @@ func helloName(s string) bool {
 
 // helloNumber reads 1..MaxChainSize in decimal, without leading zeros.
 func helloNumber(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 6 || b[0] == '0' {
+	if len(b) > 0 && b[0] == '0' {
 		return 0, false
 	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	v, err := strconv.Atoi(string(b))
-	return v, err == nil
+	v, ok := digits(b, 6)
+	return int(v), ok
 }
 
 // helloMillis reads 0..999999999 in decimal, without leading zeros.
 func helloMillis(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 9 || len(b) > 1 && b[0] == '0' {
+	if len(b) > 1 && b[0] == '0' {
 		return 0, false
 	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	v, err := strconv.Atoi(string(b))
-	return v, err == nil
+	v, ok := digits(b, 9)
+	return int(v), ok
 }
 
 func helloDigest(b []byte) bool {
