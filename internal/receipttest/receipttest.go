@@ -64,10 +64,10 @@ func ReadCert(t testing.TB, path string) *x509.Certificate {
 	return c
 }
 
-// T0 is when the rounds Base describes begin: the hour before the current
-// one, so that the receipts, signed an hour after it, are signed within
-// the validity of certificates made now (chainsync certs dates them an
-// hour back), whenever the tests run.
+// T0 is when the rounds Base describes begin: the start of the hour
+// before the current one, so that every task and undo time Base gives
+// (within T0's first 11 minutes) is in the past and shares one date and
+// hour (Hour) that tests can match.
 var T0 = time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
 
 // Hour is T0's date and hour as receipts spell their times
@@ -77,10 +77,13 @@ var Hour = T0.Format("2006-01-02T15:")
 // Base is the receipt of node i of chain for round, with outcome o and
 // the times (and exit status 3, for a failure) that o needs: task i
 // starts i minutes after T0 and lasts 30s; undo i runs 10-i minutes
-// after T0 (the last first).
+// after T0 (the last first). The receipt is signed now: certificates
+// that chainsync certs makes before it (dated an hour back) are valid
+// then, whenever the tests run (a fixed signing time fell before the
+// certificates' start when the hour changed between the two).
 func Base(chain []string, i int, round string, o receipt.Outcome) receipt.Receipt {
 	r := receipt.Receipt{Chain: chain, Settings: "69e51a080b5ec448", Round: round, Attempt: 1,
-		Node: chain[i], Place: i + 1, Outcome: o, Signed: T0.Add(time.Hour)}
+		Node: chain[i], Place: i + 1, Outcome: o, Signed: time.Now().UTC().Truncate(time.Millisecond)}
 	start := T0.Add(time.Duration(i) * time.Minute)
 	switch o {
 	case receipt.RanOK, receipt.Failed, receipt.TimedOut, receipt.Undone, receipt.UndoFailed:
