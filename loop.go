@@ -308,7 +308,7 @@ func (d *driver) react(in *input) {
 		up := d.links.helloArrived(l, *in.hello, in.flag)
 		d.linksDown()
 		if up {
-			d.predUp()
+			d.stepOrLog(protocol.LinkUp(protocol.Pred), "link up", "")
 		}
 	case inAlive:
 		d.links.dup.aliveFirst(l)
@@ -344,9 +344,7 @@ func (d *driver) react(in *input) {
 		ok := d.links.dialed(l)
 		if ok {
 			// Re-sends what the machine says on the new link.
-			if err := d.step(protocol.LinkUp(l.side), nil); err != nil {
-				d.log.Error("internal error: link up", "err", err)
-			}
+			d.stepOrLog(protocol.LinkUp(l.side), "link up", "")
 		}
 		in.answer(reply{ok: ok})
 	case inViolation:
@@ -356,7 +354,7 @@ func (d *driver) react(in *input) {
 		d.linksDown()
 		switch {
 		case up:
-			d.predUp()
+			d.stepOrLog(protocol.LinkUp(protocol.Pred), "link up", "")
 		case held != nil && d.promotePred(held, queue[0]):
 			d.linksDown()
 			d.handleAll(held, queue[1:])
@@ -367,13 +365,11 @@ func (d *driver) react(in *input) {
 		d.tasks.taskStarted(in.round)
 	case inTaskEnd:
 		if !d.lp.closed {
-			d.taskEnded(in.round, d.tasks.taskFinished(in.round, in.err, in.flag))
+			d.stepOrLog(d.tasks.taskFinished(in.round, in.err, in.flag), "task done", in.round)
 		}
 	case inUndoEnd:
 		if !d.lp.closed {
-			if err := d.step(d.undo.undoFinished(in.round, in.err, in.flag), nil); err != nil && d.st.broken == nil {
-				d.log.Error("internal error: undo done", "round", in.round, "err", err)
-			}
+			d.stepOrLog(d.undo.undoFinished(in.round, in.err, in.flag), "undo done", in.round)
 		}
 	case inInit:
 		d.initLoop()
@@ -408,6 +404,7 @@ func (d *driver) react(in *input) {
 		d.announce(*in.fault, in.flag, in.cause)
 	case inAnnounceSteer:
 		d.steer.announceSteer()
+		_ = d.steerSteps()
 	case inRetried:
 		d.steer.retriedNow(in.round)
 	case inReport:
@@ -546,16 +543,22 @@ func (d *driver) runQuick(rounds []string) {
 		d.tasks.taskStarted(round)
 		err := d.tasks.runHere(round)
 		if !d.lp.closed {
-			d.taskEnded(round, d.tasks.taskFinished(round, err, false))
+			d.stepOrLog(d.tasks.taskFinished(round, err, false), "task done", round)
 		}
 	}
 }
 
-// predUp steps the predecessor link up: a pending connection the links
-// (or the duplicate guard) just made current. Loop only.
-func (d *driver) predUp() {
-	if err := d.step(protocol.LinkUp(protocol.Pred), nil); err != nil && d.st.broken == nil {
-		d.log.Error("internal error: link up", "err", err)
+// stepOrLog steps ev, an event the machine must take (a link up, a
+// task's or an undo's end); an error it returns is a bug here, logged
+// as an internal error about what (and round, if any), unless the
+// journal has failed. Loop only.
+func (d *driver) stepOrLog(ev protocol.Event, what, round string) {
+	if err := d.step(ev, nil); err != nil && d.st.broken == nil {
+		if round != "" {
+			d.log.Error("internal error: "+what, "round", round, "err", err)
+		} else {
+			d.log.Error("internal error: "+what, "err", err)
+		}
 	}
 }
 
@@ -637,13 +640,6 @@ func (d *driver) linksDown() {
 		if err := d.step(ev, nil); err != nil && d.st.broken == nil {
 			d.log.Error("internal error: link down", "err", err)
 		}
-	}
-}
-
-// taskEnded steps ev, the end of round's task (taskFinished). Loop only.
-func (d *driver) taskEnded(round string, ev protocol.Event) {
-	if err := d.step(ev, nil); err != nil {
-		d.log.Error("internal error: task done", "round", round, "err", err)
 	}
 }
 

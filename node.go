@@ -342,7 +342,7 @@ func Start(cfg Config) (*Node, error) {
 		attrs = append(attrs, "next", cfg.Next)
 	}
 	d.self = selfName(&d.cfg, d.ln, d.role)
-	d.steer = &steering{host: d, loop: d.lp, st: d.st, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
+	d.steer = &steering{loop: d.lp, st: d.st, faults: d.faults, view: d.view, book: d.book, store: d.store, log: d.log, self: d.self, role: d.role,
 		approve: cfg.Approve, ext: extensionsOn(&d.cfg), dir: cfg.StateDir, policy: cfg.FaultPolicy, onHold: cfg.OnHold}
 	if d.rcpt = newReceipts(&d.cfg, &receiptsPort{lp: d.lp, st: d.st, crew: d.crew}, d.log); d.rcpt != nil {
 		d.steer.decided = d.rcpt.decided
@@ -399,6 +399,7 @@ func (n *Node) Addr() net.Addr {
 // first tick and the rounds the journal kept. Loop only.
 func (d *driver) initLoop() {
 	d.steer.restoreSteer() // a node restarted while held is held (steer.go)
+	_ = d.steerSteps()
 	if d.st.timing {
 		// The machine learns the time: its timeouts count from now,
 		// for the rounds restored from the journal too.

@@ -126,17 +126,19 @@ const keepApprovals = 1024
 // steering is a node's steering part: the holds, approvals and pause
 // asked of it and journalled in the steering file, the rounds waiting
 // for an approval, what it heard of other nodes' steering, and the
-// machine's steering actions. It reaches the rest of the node through
-// steerHost. Loop only.
+// machine's steering actions. It never steps the machine: what it asks
+// the machine (a steering line, an approval, a denial, a restored skip)
+// it queues in steps, which the driver steps as soon as the call into
+// steering returns (driver.steerSteps), in order. Loop only.
 type steering struct {
 	file    steerFile
-	waiting map[string]time.Time // rounds waiting for an approval here (ActGate), since
-	denied  map[string]string    // "origin round" -> the reason of a denial, from its line
-	sent    protocol.Steer       // the last own state stepped
-	resumed chan struct{}        // closed when a pause at this Head ends (Paused)
-	events  []SteerStatus        // the latest denials and cancels, here and heard of
+	waiting waitingRounds     // rounds waiting for an approval here (ActGate), since
+	denied  map[string]string // "origin round" -> the reason of a denial, from its line
+	sent    protocol.Steer    // the last own state stepped
+	resumed chan struct{}     // closed when a pause at this Head ends (Paused)
+	events  []SteerStatus     // the latest denials and cancels, here and heard of
 
-	host    steerHost
+	steps   []steerStep // handed back to the driver, stepped in order
 	loop    *loop
 	st      *stepper   // the turn's write: the steering file, a fault record
 	undo    *undoState // a retry forgets the undo outcome of the attempt before it
@@ -157,11 +159,21 @@ type steering struct {
 	onHold  func(HoldEvent)
 }
 
-// steerHost is what steering reaches of its node: the loop's step and
-// the turn's write (the trace, the callbacks and the
-// follow-ups go through its loop).
-type steerHost interface {
-	step(ev protocol.Event, cause *FaultError) error
+// steerStep is one step steering hands back to the driver: ev, or with
+// announce this node's own steering line as it stands when its turn
+// comes (announceNow). then, if set, is told the step's error; what it
+// returns answers the request being carried out (nil: the request's own
+// answer stands).
+type steerStep struct {
+	ev       protocol.Event
+	announce bool
+	then     func(error) error
+}
+
+// hand queues ev for the driver to step, then tells then its error.
+// Loop only.
+func (d *steering) hand(ev protocol.Event, then func(error) error) {
+	d.steps = append(d.steps, steerStep{ev: ev, then: then})
 }
 
 // stateOf returns round id's state in the machine, 0 if it does not keep
@@ -223,14 +235,14 @@ func (d *steering) restoreSteer() {
 	if cp := d.file.ChainPause; cp != nil && d.role.HasPred() && d.ext && cp.Valid() {
 		// As heard before the restart; the link to the predecessor
 		// re-sends the Head's latest line when it is up.
-		_ = d.host.step(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}), nil)
+		d.hand(protocol.Recv(protocol.Pred, protocol.Message{Cmd: protocol.SteerLine, Steer: cp}), nil)
 	}
 	d.announceSteer() // the hold first: no approval below may start a task of a held node
 	for _, id := range d.file.Skip {
-		_ = d.host.step(protocol.AlreadyDone(id), nil) // a round since ended: nothing to do
+		d.hand(protocol.AlreadyDone(id), nil) // an error: a round since ended, nothing to do
 	}
 	for _, id := range d.file.Approved {
-		_ = d.host.step(protocol.Approve(id), nil) // a round since ended, or forgotten: nothing to do
+		d.hand(protocol.Approve(id), nil) // an error: a round since ended, or forgotten, nothing to do
 	}
 }
 
@@ -248,16 +260,20 @@ func (d *steering) ownSteer(self string) protocol.Steer {
 		h := d.file.Hold
 		s.What, s.By, s.Reason = protocol.SteerHold, protocol.NoticeName(h.By), h.Reason
 	case len(d.waiting) > 0:
-		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, d.firstWaiting()
+		s.What, s.HasRound, s.Round = protocol.SteerApproval, true, d.waiting.first()
 	}
 	return s
 }
 
-// firstWaiting returns the round that waits longest for an approval here.
-func (d *steering) firstWaiting() string {
+// waitingRounds are the rounds waiting for an approval at a node, each
+// with the time it began to wait.
+type waitingRounds map[string]time.Time
+
+// first returns the round that waits longest.
+func (w waitingRounds) first() string {
 	var first string
 	var at time.Time
-	for id, t := range d.waiting {
+	for id, t := range w {
 		if at.IsZero() || t.Before(at) || t.Equal(at) && id < first {
 			first, at = id, t
 		}
@@ -265,40 +281,59 @@ func (d *steering) firstWaiting() string {
 	return first
 }
 
-// announceSteer steps this node's steering state into the machine if it
-// changed since the last one (which the machine sends on). Loop only.
+// announceSteer queues this node's steering state, to be stepped into
+// the machine (which sends it on) if it changed since the last one when
+// its turn comes (announceNow). Loop only.
 func (d *steering) announceSteer() {
+	d.steps = append(d.steps, steerStep{announce: true})
+}
+
+// announceNow returns the steering line announceSteer asked for, if this
+// node's state changed since the last one stepped. Loop only.
+func (d *steering) announceNow() (protocol.Event, func(error) error, bool) {
 	s := d.ownSteer(d.self)
 	last := d.sent
 	if s.What == last.What && s.Round == last.Round && s.Reason == last.Reason && s.By == last.By {
-		return
+		return protocol.Event{}, nil, false
 	}
 	if !last.What.Gates() && s.What == protocol.SteerNone {
-		return // nothing to say: not gated before either
+		return protocol.Event{}, nil, false // nothing to say: not gated before either
 	}
-	d.stepSteer(s)
+	ev, then := d.steerLine(s, nil)
+	return ev, then, true
 }
 
-// stepSteer steps s, this node's new steering line. Loop only.
-func (d *steering) stepSteer(s protocol.Steer) error {
+// steerLine is the event of s, this node's new steering line, and what
+// follows its step (for hand); refused, if set, is told the machine's
+// refusal of it (a retry the machine cannot take now) or nil, and what
+// it returns answers the request. Loop only.
+func (d *steering) steerLine(s protocol.Steer, refused func(error) error) (protocol.Event, func(error) error) {
 	s.At = d.nextAt()
 	s = s.FitReason()
-	if err := d.host.step(protocol.Steering(s), nil); err != nil {
-		if errors.Is(err, protocol.ErrUndoUnderWay) || errors.Is(err, protocol.ErrRoundsInFlight) {
-			return err // the machine refuses the retry now: the caller says why
+	return protocol.Steering(s), func(err error) error {
+		if err != nil {
+			if refused != nil && (errors.Is(err, protocol.ErrUndoUnderWay) || errors.Is(err, protocol.ErrRoundsInFlight)) {
+				return refused(err) // the machine refuses the retry now: the request says why
+			}
+			if d.st.broken == nil {
+				d.log.Error("internal error: steering line", "err", err.Error())
+			}
+			if refused != nil {
+				return err // the request failed
+			}
+			return nil
 		}
-		if d.st.broken == nil {
-			d.log.Error("internal error: steering line", "err", err.Error())
+		if s.What.Event() {
+			d.noteEvent(steerStatus(s, true))
+			d.loop.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
+		} else {
+			d.sent = s
 		}
-		return err
+		if refused != nil {
+			return refused(nil)
+		}
+		return nil
 	}
-	if s.What.Event() {
-		d.noteEvent(steerStatus(s, true))
-		d.loop.trace(TraceEvent{Kind: TraceSteer, Round: s.Round, Steer: s.What.String(), Err: steerWhy(Request{By: s.By, Reason: s.Reason})})
-	} else {
-		d.sent = s
-	}
-	return nil
 }
 
 // keepEvents is how many recent denials and cancels Snapshot shows.
@@ -320,7 +355,7 @@ func (d *steering) steerAct(a *protocol.Action) {
 			return // approved before a restart: restoreSteer approves it again now
 		}
 		if d.waiting == nil {
-			d.waiting = make(map[string]time.Time)
+			d.waiting = make(waitingRounds)
 		}
 		now := time.Now()
 		d.waiting[a.Round] = now
@@ -356,7 +391,7 @@ func (d *steering) steerAct(a *protocol.Action) {
 			d.log.Warn("steering: "+st.Text(time.Local)+"; no task starts here until the Head resumes", "origin", s.Origin)
 			d.chainPause(s)
 		case protocol.SteerRetry:
-			d.retried(s.Round)
+			d.loop.later(input{kind: inRetried, round: s.Round}) // retriedNow
 			d.log.Warn("steering: round "+roundName(s.Round)+" reopened by a retry at the Head "+s.Origin+byText(s.By), "round", s.Round)
 		case protocol.SteerCancel:
 			d.cancelled(s.Round, &CancelledError{By: s.By, Reason: s.Reason})
@@ -486,7 +521,7 @@ func (d *steering) waitingRound(req Request, what string) (string, error) {
 				return req.Round, nil
 			}
 		}
-		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), d.waitingText())
+		return "", refused("round %s is not waiting for an approval here%s", roundName(req.Round), d.waiting.text())
 	}
 	switch len(d.waiting) {
 	case 0:
@@ -495,15 +530,15 @@ func (d *steering) waitingRound(req Request, what string) (string, error) {
 		}
 		return "", refused("no round is waiting for an approval here (a round waits once its predecessor's COMPLETE has come)")
 	case 1:
-		return d.firstWaiting(), nil
+		return d.waiting.first(), nil
 	}
-	return "", refused("several rounds wait for an approval here%s: give --round", d.waitingText())
+	return "", refused("several rounds wait for an approval here%s: give --round", d.waiting.text())
 }
 
-// waitingText lists the rounds waiting for an approval, for a refusal.
-func (d *steering) waitingText() string {
-	ids := make([]string, 0, len(d.waiting))
-	for id := range d.waiting {
+// text lists the rounds, for a refusal.
+func (w waitingRounds) text() string {
+	ids := make([]string, 0, len(w))
+	for id := range w {
 		ids = append(ids, roundName(id))
 	}
 	if len(ids) == 0 {
@@ -541,10 +576,12 @@ func (d *steering) approveReq(req Request) (id string, err error) {
 	d.log.Warn("approved: the task starts", "round", id, "by", req.By, "reason", req.Reason)
 	d.loop.trace(TraceEvent{Kind: TraceSteer, Round: id, Steer: "approved", Err: steerWhy(req)})
 	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "approved", Round: id, HasRound: true, Since: time.Now(), By: req.By, Reason: req.Reason})
-	if err := d.host.step(protocol.Approve(id), nil); err != nil {
-		return id, err
-	}
-	d.announceSteer()
+	d.hand(protocol.Approve(id), func(err error) error {
+		if err == nil {
+			d.announceSteer()
+		}
+		return err
+	})
 	return id, nil
 }
 
@@ -570,16 +607,18 @@ func (d *steering) denyReq(req Request) (id string, err error) {
 		reason = "no reason given"
 	}
 	de := &DeniedError{Node: d.self, By: req.By, Reason: reason}
-	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerDenied, HasRound: true, Round: id,
-		By: protocol.NoticeName(req.By), Reason: reason})
+	d.hand(d.steerLine(protocol.Steer{Origin: d.self, What: protocol.SteerDenied, HasRound: true, Round: id,
+		By: protocol.NoticeName(req.By), Reason: reason}, nil))
 	ri := d.book.get(id)
 	ri.cause = de
 	te := &TaskError{Round: id, Err: de}
 	d.faults.record(Fault{Kind: FaultTaskFailed, Round: id, Err: te.Error() + failedHere(d.policy)})
-	if err := d.host.step(protocol.Deny(id), nil); err != nil {
-		return id, err
-	}
-	d.announceSteer()
+	d.hand(protocol.Deny(id), func(err error) error {
+		if err == nil {
+			d.announceSteer()
+		}
+		return err
+	})
 	return id, nil
 }
 
@@ -642,8 +681,40 @@ func (d *driver) steerRequest(in *input) {
 		return
 	}
 	id, err := d.steer.request(in.steer)
+	if stepErr := d.steerSteps(); err == nil {
+		err = stepErr // what the machine said of the request's step
+	}
 	d.lp.cur.add(effect{kind: effAnswer, reply: in.reply, err: err, id: id})
 	in.reply = nil
+}
+
+// steerSteps steps what steering handed back (steering.steps), in order,
+// until none is left: a step's then may queue more. It returns the
+// first error a then returned. Loop only.
+func (d *driver) steerSteps() error {
+	var first error
+	for len(d.steer.steps) > 0 {
+		s := d.steer.steps[0]
+		d.steer.steps = d.steer.steps[1:]
+		ev, then := s.ev, s.then
+		if s.announce {
+			var ok bool
+			if ev, then, ok = d.steer.announceNow(); !ok {
+				continue
+			}
+		}
+		err := d.step(ev, nil)
+		if then != nil {
+			err = then(err)
+		} else {
+			err = nil // a restored step the machine has no use for now
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	d.steer.steps = d.steer.steps[:0]
+	return first
 }
 
 // request carries out a steering request: the round an approval or a
@@ -854,20 +925,17 @@ func (d *steering) cancelReq(req Request) error {
 	}
 	d.cancelled(req.Round, &CancelledError{By: req.By, Reason: req.Reason})
 	d.log.Warn("cancelling the round everywhere", "round", req.Round, "by", req.By, "reason", req.Reason)
-	d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerCancel, HasRound: true, Round: req.Round,
-		By: protocol.NoticeName(req.By), Reason: req.Reason})
+	d.hand(d.steerLine(protocol.Steer{Origin: d.self, What: protocol.SteerCancel, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason}, nil))
 	d.announceSteer()
 	return nil
 }
 
-// retried notes that round was reopened by a retry (the machine resets
-// it in the step being carried out): once the step's actions are done,
+// retriedNow notes that round was reopened by a retry (the machine reset
+// it in a step whose actions are done, which queued this as a follow-up):
 // the round has a record of its own again (the old result stays with
 // those who waited for it), and if its task had succeeded here that is
 // journalled, so that a restarted node passes it on too. Loop only.
-func (d *steering) retried(round string) { d.loop.later(input{kind: inRetried, round: round}) }
-
-// retriedNow is retried, after the step's actions. Loop only.
 func (d *steering) retriedNow(round string) {
 	st := d.stateOf(round)
 	if ri := d.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
@@ -917,19 +985,19 @@ func (d *steering) retryReq(req Request) error {
 	case st == protocol.StateDone:
 		return refused("round %s ended done already: there is nothing to retry", roundName(req.Round))
 	}
-	err := d.stepSteer(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
-		By: protocol.NoticeName(req.By), Reason: req.Reason})
-	switch {
-	case errors.Is(err, protocol.ErrUndoUnderWay):
-		return refused("round %s's undo wave is still under way: retry it once the wave has ended (chainsync status shows who is undoing)", roundName(req.Round))
-	case errors.Is(err, protocol.ErrRoundsInFlight):
-		return refused("a round whose task ran at this node is still in flight: retry round %s once it has ended, so that every node places the retry alike", roundName(req.Round))
-	case err != nil:
-		return err
-	}
-	d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded and was not undone pass it on", "round", req.Round, "by", req.By)
-	d.retried(req.Round)
-	d.announceSteer()
+	d.hand(d.steerLine(protocol.Steer{Origin: d.self, What: protocol.SteerRetry, HasRound: true, Round: req.Round,
+		By: protocol.NoticeName(req.By), Reason: req.Reason}, func(err error) error {
+		switch {
+		case errors.Is(err, protocol.ErrUndoUnderWay):
+			return refused("round %s's undo wave is still under way: retry it once the wave has ended (chainsync status shows who is undoing)", roundName(req.Round))
+		case errors.Is(err, protocol.ErrRoundsInFlight):
+			return refused("a round whose task ran at this node is still in flight: retry round %s once it has ended, so that every node places the retry alike", roundName(req.Round))
+		}
+		d.log.Warn("retrying the round under its own id: the nodes whose task for it succeeded and was not undone pass it on", "round", req.Round, "by", req.By)
+		d.loop.later(input{kind: inRetried, round: req.Round}) // retriedNow
+		d.announceSteer()
+		return nil
+	}))
 	return nil
 }
 
