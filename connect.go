@@ -271,7 +271,8 @@ func (cn *connector) readLoop(l *link) {
 			// The identity line (identity.go), read as a HEARTBEAT.
 			isFirst := first
 			first = false
-			if !cn.loop.post(input{kind: inHello, l: l, hello: &h, flag: isFirst}) {
+			hello := h // only this copy escapes: no allocation for other lines
+			if !cn.loop.post(input{kind: inHello, l: l, hello: &hello, flag: isFirst}) {
 				return
 			}
 			continue
@@ -291,7 +292,10 @@ func (cn *connector) readLoop(l *link) {
 		if msg.Cmd == protocol.Heartbeat {
 			continue // it only says the neighbour is alive
 		}
-		msgs := []protocol.Message{msg}
+		// One line, the usual case, travels in the input itself; more
+		// that came in the same read, in a slice.
+		one := msg
+		var msgs []protocol.Message
 		var hello *wire.Hello // one out of place, after msgs
 		for len(msgs) < maxBatch && l.r.HasLine() {
 			if msg, err = l.r.ReadMessage(); err != nil {
@@ -299,19 +303,23 @@ func (cn *connector) readLoop(l *link) {
 			}
 			l.heard()
 			if h, ok := l.r.Hello(); ok {
-				hello = &h
+				hc := h
+				hello = &hc
 				break
 			}
 			if msg, err = l.receiptMessage(msg); err != nil {
 				break
 			}
 			if msg.Cmd != protocol.Heartbeat {
+				if msgs == nil {
+					msgs = append(make([]protocol.Message, 0, 4), one)
+				}
 				msgs = append(msgs, msg)
 			}
 		}
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
-		if !cn.loop.post(input{kind: inLines, l: l, msgs: msgs}) {
+		if !cn.loop.post(input{kind: inLines, l: l, msg: one, msgs: msgs}) {
 			return
 		}
 		if hello != nil && !cn.loop.post(input{kind: inHello, l: l, hello: hello}) {

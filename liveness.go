@@ -161,14 +161,6 @@ func (fb *faultBook) clearFault(who string, lf *liveFault, after time.Duration, 
 	}
 }
 
-// stepNote steps note, a notice this node sends (fault-cleared). Loop
-// only.
-func (d *driver) stepNote(note protocol.Notice) {
-	if err := d.step(protocol.Report(note), nil); err != nil && d.st.broken == nil {
-		d.log.Error("internal error: fault-cleared notice", "err", err.Error())
-	}
-}
-
 // clear notes that the fault blaming who cleared now.
 func (lv *liveFaults) clear(who string) {
 	delete(lv.active, who)

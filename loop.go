@@ -48,8 +48,9 @@ import (
 // cannot hold the others' lines back for long.
 const maxTurn = 256
 
-// inboxSize is the capacity of the loop's inbox (loop.in): a reader that is this far ahead of
-// the loop waits for it (backpressure, not loss).
+// inboxSize bounds the loop's inbox (loop.queue): a reader that finds
+// this many inputs waiting waits for the token and takes them itself
+// (backpressure, not loss).
 const inboxSize = 256
 
 // effKind is the kind of one queued effect.
@@ -103,7 +104,7 @@ type inKind uint8
 
 const (
 	// From a link's reader, writer and the goroutines that connect it.
-	inLines       inKind = iota + 1 // l read msgs: all the complete lines of one read
+	inLines       inKind = iota + 1 // l read msg, or msgs: all the complete lines of one read
 	inHello                         // l's identity line; flag: it was l's first line (identity.go)
 	inAlive                         // a HEARTBEAT was the first line of the pending predecessor l (duplicate.go)
 	inReadEnd                       // l's stream ended with err
@@ -151,7 +152,8 @@ type input struct {
 	kind   inKind
 	flag   bool
 	l      *link
-	msgs   []protocol.Message
+	msg    protocol.Message   // inLines: the one line read (msgs nil)
+	msgs   []protocol.Message // inLines: the lines of one read, if more than one
 	round  string
 	rounds []string
 	err    error
@@ -188,11 +190,23 @@ type reply struct {
 // queued (cur, spare), the follow-ups (later), the links to flush and the
 // tasks to start at its end.
 type loop struct {
-	in       chan input
+	// The inbox: every input in the order it was posted, taken by
+	// whichever goroutine holds the token. over (qmu) says the loop has
+	// ended: nothing more is taken.
+	qmu   sync.Mutex
+	queue []input
+	over  bool
+	// token is held by the one goroutine that runs the node's turns at a
+	// time: the loop goroutine (run), or the node's own goroutine that
+	// posted an input and found the token free (post). wake tells the
+	// loop goroutine that an input waits.
+	token    sync.Mutex
+	wake     chan struct{}
+	turnFn   func() // the driver's turn, run with the token held
 	stop     chan struct{}
 	loopDone chan struct{}
-	// loopG is the loop goroutine's id, known only to this package's
-	// tests (loopCheck).
+	// loopG is the id of the goroutine holding the token, known only to
+	// this package's tests (loopCheck).
 	loopG atomic.Uint64
 	// inCallback is set while the loop is in a Config.Trace or OnHold
 	// callback, which may call Snapshot: the loop is parked in it, and
@@ -200,7 +214,8 @@ type loop struct {
 	inCallback atomic.Bool
 	cbMu       sync.Mutex
 
-	// The turn (the loop's only).
+	// The turn (the token holder's only).
+	taken    []input     // the inputs the turn took from the inbox
 	closed   bool        // Close has begun: nothing new starts
 	cur      *batch      // what the turn's steps queued
 	spare    *batch      // the other batch, reused
@@ -217,26 +232,106 @@ type loop struct {
 }
 
 func newLoop(cfg *Config) *loop {
-	return &loop{in: make(chan input, inboxSize), stop: make(chan struct{}), loopDone: make(chan struct{}),
+	return &loop{wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{}),
 		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace}
 }
 
-// post hands in to the loop; false if the loop has ended (the node is
-// closed). Never called on the loop itself (see later).
-func (lp *loop) post(in input) bool {
-	select {
-	case lp.in <- in:
-		return true
-	case <-lp.loopDone:
+// post hands in to the loop from one of the node's own goroutines (a
+// reader, a writer, a task worker, the acceptor): if no turn is running
+// it runs one right here, on the poster's goroutine, with the token held,
+// which saves waking the loop goroutine for it; else the loop goroutine
+// is told. false if the loop has ended (the node is closed). Never
+// called on the loop itself (see later).
+func (lp *loop) post(in input) bool { return lp.put(in, true) }
+
+// submit hands in to the loop goroutine: for the API's callers, whose
+// goroutines are the application's and run no turn.
+func (lp *loop) submit(in input) bool { return lp.put(in, false) }
+
+// put queues in; with here it runs a turn on the caller's goroutine if
+// the token is free (or, the inbox being full, once it is).
+func (lp *loop) put(in input, here bool) bool {
+	lp.qmu.Lock()
+	if lp.over {
+		lp.qmu.Unlock()
 		return false
+	}
+	lp.queue = append(lp.queue, in)
+	full := len(lp.queue) >= inboxSize
+	lp.qmu.Unlock()
+	switch {
+	case !here:
+	case full:
+		lp.token.Lock() // backpressure: wait for the turn running now
+		lp.runHeld(lp.turnFn)
+		return true
+	case lp.token.TryLock():
+		lp.runHeld(lp.turnFn)
+		return true
+	}
+	// The loop goroutine takes it: after the turn running now, if any
+	// (whoever holds the token drains the inbox in order, so in never
+	// overtakes an input posted before it).
+	select {
+	case lp.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take moves up to k waiting inputs from the inbox to dst. Token
+// holder only.
+func (lp *loop) take(dst []input, k int) []input {
+	lp.qmu.Lock()
+	k = min(k, len(lp.queue))
+	dst = append(dst, lp.queue[:k]...)
+	n := copy(lp.queue, lp.queue[k:])
+	clear(lp.queue[n:])
+	lp.queue = lp.queue[:n]
+	lp.qmu.Unlock()
+	return dst
+}
+
+// runHeld runs f with the token, which the caller has just taken, and
+// releases it; nothing if the loop has ended. A panic in f ends the
+// loop (Close still releases everything) and goes on to the goroutine's
+// panic handler.
+func (lp *loop) runHeld(f func()) {
+	ok := false
+	defer func() {
+		if !ok {
+			lp.end()
+		}
+		lp.token.Unlock()
+	}()
+	lp.qmu.Lock()
+	over := lp.over
+	lp.qmu.Unlock()
+	if !over {
+		if p := loopCheck.Load(); p != nil {
+			lp.loopG.Store(p.goid())
+		}
+		f()
+	}
+	ok = true
+}
+
+// end ends the loop: nothing more is taken, and loopDone is closed.
+// Token holder only.
+func (lp *loop) end() {
+	lp.qmu.Lock()
+	defer lp.qmu.Unlock()
+	if !lp.over {
+		lp.over = true
+		close(lp.loopDone)
 	}
 }
 
-// ask hands in to the loop and waits for its reply; false if the loop
-// has ended without answering.
+// ask hands in to the loop goroutine and waits for its reply; false if
+// the loop has ended without answering.
 func (lp *loop) ask(in input) (reply, bool) {
 	in.reply = make(chan reply, 1)
-	if !lp.post(in) {
+	if !lp.submit(in) {
 		return reply{}, false
 	}
 	select {
@@ -266,36 +361,53 @@ func (in *input) answer(r reply) {
 // failed while it flushed). Loop only.
 func (lp *loop) later(in input) { lp.queued = append(lp.queued, in) }
 
-// run is the loop. It ends when its stop channel is closed, after the last turn.
+// run is the loop goroutine: it runs a turn when told an input waits,
+// and the clock's ticks. It ends when its stop channel is closed, after
+// the last turn, or when a turn elsewhere ended the loop (a panic).
 func (d *driver) run() {
-	defer close(d.lp.loopDone)
+	lp := d.lp
 	defer d.clock.stop()
-	if p := loopCheck.Load(); p != nil {
-		d.lp.loopG.Store(p.goid())
-	}
 	tick := d.clock.C()
 	for {
 		select {
-		case in := <-d.lp.in:
-			d.react(&in)
+		case <-lp.wake:
+			lp.token.Lock()
+			lp.runHeld(d.turn)
 		case <-tick:
-			d.onTick()
-		case <-d.lp.stop:
-			d.endTurn()
+			lp.token.Lock()
+			lp.runHeld(func() {
+				d.onTick()
+				d.turn()
+			})
+		case <-lp.stop:
+			lp.token.Lock()
+			lp.runHeld(func() {
+				d.endTurn()
+				lp.end()
+			})
 			return
+		case <-lp.loopDone:
+			return // a turn ended it (a panic)
 		}
-		// Everything that is waiting joins this turn.
-		for k := 1; k < maxTurn; k++ {
-			select {
-			case in := <-d.lp.in:
-				d.react(&in)
-				continue
-			default:
-			}
+	}
+}
+
+// turn takes the inputs waiting (up to maxTurn), reacts to each, and
+// carries out what their steps asked for (endTurn). Token holder only.
+func (d *driver) turn() {
+	lp := d.lp
+	for n := 0; n < maxTurn; {
+		lp.taken = lp.take(lp.taken[:0], maxTurn-n)
+		if len(lp.taken) == 0 {
 			break
 		}
-		d.endTurn()
+		for i := range lp.taken {
+			d.react(&lp.taken[i])
+		}
+		n += len(lp.taken)
 	}
+	clear(lp.taken)
+	d.endTurn()
 }
 
 // react is the one place that lists what a node reacts to. Loop only.
@@ -303,7 +415,12 @@ func (d *driver) react(in *input) {
 	l := in.l
 	switch in.kind {
 	case inLines:
-		d.handleAll(l, in.msgs)
+		if in.msgs == nil {
+			d.handle(l, in.msg)
+			d.linksDown()
+		} else {
+			d.handleAll(l, in.msgs)
+		}
 	case inHello:
 		up := d.links.helloArrived(l, *in.hello, in.flag)
 		d.linksDown()
@@ -408,7 +525,7 @@ func (d *driver) react(in *input) {
 	case inRetried:
 		d.steer.retriedNow(in.round)
 	case inReport:
-		d.stepNote(*in.note)
+		d.stepOrLog(protocol.Report(*in.note), "fault-cleared notice", "") // a notice this node sends (liveness.go)
 	case inStepLater:
 		in.then(d.step(*in.ev, nil)) // a part's event, handed back (receipts.go)
 	}
@@ -419,11 +536,13 @@ func (d *driver) react(in *input) {
 // with later are stepped and carried out too, until nothing is left.
 func (d *driver) endTurn() {
 	for {
-		for len(d.lp.queued) > 0 {
-			in := d.lp.queued[0]
-			d.lp.queued = d.lp.queued[1:]
+		// A reaction may queue more: taken in order, the slice reused.
+		for i := 0; i < len(d.lp.queued); i++ {
+			in := d.lp.queued[i]
+			d.lp.queued[i] = input{}
 			d.react(&in)
 		}
+		d.lp.queued = d.lp.queued[:0]
 		if !d.lp.cur.empty() {
 			b := d.lp.cur
 			d.lp.cur, d.lp.spare = d.lp.spare, b

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,4 +384,112 @@ func TestPartsStaySmall(t *testing.T) {
 	if n := methodCounts(t, "protocol")["Machine"]; n == 0 || n > 40 {
 		t.Errorf("protocol.Machine has %d methods, want 1 to 40", n)
 	}
+}
+
+// The loop's token (docs/DESIGN.md, "The shape of the code"): the node's
+// goroutines that post inputs at once (readers, writers, task workers)
+// run turns themselves when the token is free, and the loop goroutine
+// runs the rest. Whoever runs it, one turn runs at a time, every input is
+// taken once, and each poster's inputs are taken in the order it posted
+// them.
+func TestTokenOneTurnAtATimeInOrder(t *testing.T) {
+	lp := newLoop(&Config{Name: "T"})
+	var (
+		running  atomic.Int32
+		overlaps atomic.Int32
+		mu       sync.Mutex
+		last     = map[int]int{} // poster -> last sequence number taken
+		taken    int
+		bad      []string
+	)
+	var scratch []input
+	lp.turnFn = func() {
+		if running.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		runtime.Gosched() // a window for a second turn to show itself
+		scratch = lp.take(scratch[:0], maxTurn)
+		mu.Lock()
+		for _, in := range scratch {
+			p, seq := tokenPoster(&in)
+			if seq != last[p]+1 {
+				bad = append(bad, fmt.Sprintf("poster %d: input %d after %d", p, seq, last[p]))
+			}
+			last[p] = seq
+			taken++
+		}
+		mu.Unlock()
+		running.Add(-1)
+	}
+	// The loop goroutine, as driver.run runs it.
+	go func() {
+		for {
+			select {
+			case <-lp.wake:
+				lp.token.Lock()
+				lp.runHeld(lp.turnFn)
+			case <-lp.stop:
+				lp.token.Lock()
+				lp.runHeld(func() { lp.turnFn(); lp.end() })
+				return
+			}
+		}
+	}()
+	const posters, each = 4, 5000
+	var wg sync.WaitGroup
+	for p := 1; p <= posters; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= each; i++ {
+				// Posters 1 and 2 are the node's own (they may run the
+				// turn); 3 and 4 are the API's (the loop goroutine runs it).
+				in := input{kind: inProbe, round: strconv.Itoa(p*1_000_000 + i)}
+				if p <= 2 {
+					lp.post(in)
+				} else {
+					lp.submit(in)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Whatever is still queued, the loop goroutine takes.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := taken
+		mu.Unlock()
+		if n == posters*each || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case lp.wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(lp.stop)
+	<-lp.loopDone
+	if lp.post(input{kind: inProbe}) {
+		t.Error("post after the loop ended reported the input taken")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if taken != posters*each {
+		t.Errorf("%d inputs taken, want %d", taken, posters*each)
+	}
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("%d turns ran while another was running", n)
+	}
+	for _, b := range bad[:min(len(bad), 5)] {
+		t.Error(b)
+	}
+}
+
+// tokenPoster decodes a TestTokenOneTurnAtATimeInOrder input: its
+// poster and its sequence number, from its round.
+func tokenPoster(in *input) (poster, seq int) {
+	n, _ := strconv.Atoi(in.round)
+	return n / 1_000_000, n % 1_000_000
 }

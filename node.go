@@ -369,6 +369,7 @@ func Start(cfg Config) (*Node, error) {
 	if d.st.timing {
 		d.clock = newClock(&cfg)
 	}
+	d.lp.turnFn = d.turn // what a goroutine that posts runs (loop.go)
 	goSafe(d.run)
 	d.resumeFrom = st
 	d.lp.ask(input{kind: inInit})
@@ -459,13 +460,13 @@ func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
 	}
 	select {
 	case <-ri.done:
-		n.lp.post(input{kind: inUnwait, round: round, ri: ri})
+		n.lp.submit(input{kind: inUnwait, round: round, ri: ri})
 		if ri.res.Status == StatusStopped {
 			return ri.res, ErrStopped
 		}
 		return ri.res, nil
 	case <-ctx.Done():
-		n.lp.post(input{kind: inUnwait, round: round, ri: ri, flag: true})
+		n.lp.submit(input{kind: inUnwait, round: round, ri: ri, flag: true})
 		return Result{Round: round}, ctx.Err()
 	}
 }
@@ -854,8 +855,17 @@ func (lk *links) writeFailed(l *link, err error) {
 }
 
 // trace hands ev to Config.Trace. Loop only: the callbacks come one at a
-// time, in the order of events.
+// time, in the order of events. Without a callback it costs nothing: the
+// event is copied to the heap (it escapes to the callbacks) only in
+// traceTo.
 func (lp *loop) trace(ev TraceEvent) {
+	if lp.observe != nil || lp.traceFn != nil {
+		lp.traceTo(ev)
+	}
+}
+
+// traceTo is trace, with a callback to call. Loop only.
+func (lp *loop) traceTo(ev TraceEvent) {
 	if lp.observe != nil {
 		ev.Time = time.Now()
 		lp.observe(&ev) // the task's and the undo's times (receipts.go)

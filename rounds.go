@@ -209,11 +209,11 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 		return
 	}
 	lvl, msg := slog.LevelInfo, "round over"
-	args := []any{"round", id, "status", res.Status.String()}
 	var ue *UndeliveredError
+	var extra []any // built only for a line that is logged
 	switch {
 	case res.Status == StatusDone:
-	case errors.As(res.Err, &ue):
+	case res.Status == StatusUndelivered && errors.As(res.Err, &ue):
 		// Not a failure here: what is not known, and whom to ask.
 		lvl, msg = slog.LevelWarn, "round over: undelivered: "+ue.Known()
 	case ri.reported:
@@ -221,17 +221,18 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 		// this one only refers to it.
 		lvl, msg = slog.LevelWarn, "round over; the cause is the fault logged above"
 		if k := faultKindOf(res.Err); k != "" {
-			args = append(args, "fault", k)
+			extra = []any{"fault", k}
 		}
 	case res.Status == StatusStopped:
 		lvl = slog.LevelWarn // the node was closed (interrupted): not a fault
 	default:
 		lvl = slog.LevelError
 		if res.Err != nil {
-			args = append(args, "err", res.Err.Error())
+			extra = []any{"err", res.Err.Error()}
 		}
 	}
 	if log := b.log; log.Enabled(context.Background(), lvl) {
+		args := append([]any{"round", id, "status", res.Status.String()}, extra...)
 		ri.say = func() { log.Log(context.Background(), lvl, msg, args...) }
 	}
 	b.lp.trace(TraceEvent{Kind: TraceRoundDone, Round: id, Status: res.Status, Err: res.Err})
@@ -250,6 +251,9 @@ func (b *roundBook) restored(id string, ri *roundInfo, res Result, ended time.Ti
 
 // faultKindOf names the kind of fault err reports, or "".
 func faultKindOf(err error) FaultKind {
+	if err == nil {
+		return "" // a round done: nothing to look for (and no allocation)
+	}
 	var fe *FaultError
 	var te *TaskError
 	switch {

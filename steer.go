@@ -820,8 +820,11 @@ func (d *steering) cancelled(round string, ce *CancelledError) {
 // cancelled at the Head ended StatusCancelled, whatever the machine's
 // outcome (aborted, or undelivered after this node's task). Loop only.
 func (d *steering) steerResult(ri *roundInfo, res Result) Result {
+	if res.Status == StatusDone || ri.cause == nil {
+		return res
+	}
 	var ce *CancelledError
-	if errors.As(ri.cause, &ce) && res.Status != StatusDone {
+	if errors.As(ri.cause, &ce) {
 		res.Status, res.Err = StatusCancelled, ce
 	}
 	return res
