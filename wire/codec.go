@@ -283,8 +283,12 @@ func (r *Reader) internRound(id []byte) string {
 	if s, ok := r.intern[string(id)]; ok {
 		return s
 	}
-	if r.intern == nil || len(r.intern) >= maxInterned {
-		r.intern = make(map[string]string)
+	switch {
+	case r.intern == nil:
+		// Sized once: a table that grows as it fills rehashes each time.
+		r.intern = make(map[string]string, maxInterned)
+	case len(r.intern) >= maxInterned:
+		clear(r.intern)
 	}
 	s := string(id)
 	r.intern[s] = s
