@@ -19,8 +19,9 @@ const maxOutbox = 1 << 20
 // own writer, so that the node's loop never waits on a socket.
 //
 // The node's loop queues lines with enqueue once the turn's journal
-// records are synced, and flush tries to write the queue at once without
-// blocking, in one system call for everything queued (plain TCP only);
+// records are synced, and after the turn (off the loop's token) flush
+// tries to write the queue at once without blocking, in one system call
+// for everything queued (plain TCP only);
 // whatever the socket does not take at once goes to the link's writer
 // goroutine, which waits up to WriteTimeout for the peer to read. A peer
 // that stops reading therefore stalls nothing but its own link. wmu
@@ -64,10 +65,9 @@ func (l *link) heard() { l.lastRecv.Store(time.Now().UnixNano()) }
 func (l *link) heardAt() int64 { return l.lastRecv.Load() }
 
 // linkLoop is how a link reaches its node's loop: an input from its
-// writer, or a follow-up from a flush on the loop itself.
+// writer, or from the goroutine that flushed it after a turn.
 type linkLoop interface {
 	inbox
-	later(in input)
 }
 
 func (cn *connector) newLink(c net.Conn, side protocol.Side) *link {
@@ -149,7 +149,8 @@ const (
 )
 
 // flush writes what is queued without blocking, if no other write is in
-// progress, and hands any rest to the writer. Loop only.
+// progress, and hands any rest to the writer: after a turn, by the
+// goroutine that ran it, off the loop's token.
 func (l *link) flush() { l.drain(false) }
 
 func (l *link) writer() {
@@ -188,7 +189,7 @@ func (l *link) drain(block bool) {
 	l.writing = false
 	if err != nil {
 		l.wmu.Unlock()
-		l.tell(block, input{kind: inWriteFailed, l: l, err: err})
+		l.loop.post(input{kind: inWriteFailed, l: l, err: err})
 		return
 	}
 	if wrote < len(batch) {
@@ -206,17 +207,7 @@ func (l *link) drain(block bool) {
 		l.kick()
 	}
 	if len(marks) > 0 {
-		l.tell(block, input{kind: inDelivered, rounds: marks})
-	}
-}
-
-// tell runs f on the loop: after the current event if the caller is the
-// loop (flush), as an event of its own from the writer (block).
-func (l *link) tell(writer bool, in input) {
-	if writer {
-		l.loop.post(in)
-	} else {
-		l.loop.later(in)
+		l.loop.post(input{kind: inDelivered, rounds: marks})
 	}
 }
 

@@ -298,11 +298,23 @@ func (lp *loop) take(dst []input, k int) []input {
 // panic handler.
 func (lp *loop) runHeld(f func()) {
 	ok := false
+	var flush [4]*link
+	out := flush[:0]
 	defer func() {
 		if !ok {
 			lp.end()
 		}
+		out = append(out, lp.flushing...)
+		clear(lp.flushing)
+		lp.flushing = lp.flushing[:0]
 		lp.token.Unlock()
+		// The turn's lines leave after it, off the token: no socket I/O
+		// under it. Each link's outbox keeps its lines in order whoever
+		// writes them, and a write the socket does not take at once goes
+		// to the link's writer.
+		for _, l := range out {
+			l.flush()
+		}
 	}()
 	lp.qmu.Lock()
 	over := lp.over
@@ -548,7 +560,7 @@ func (d *driver) endTurn() {
 			d.lp.cur, d.lp.spare = d.lp.spare, b
 			broken := d.st.broken != nil
 			if !broken && (len(b.recs) > 0 || len(b.faults) > 0 || b.steer != nil) {
-				d.lp.flush() // what is queued already is on disk: out with it first
+				d.lp.handOff() // what is queued already is on disk: out with it first
 				if err := d.store.save(b); err != nil {
 					d.journalFailed(err)
 					broken = true
@@ -558,8 +570,7 @@ func (d *driver) endTurn() {
 			b.reset()
 			continue
 		}
-		d.lp.flush()
-		if len(d.lp.queued) == 0 && d.lp.cur.empty() {
+		if len(d.lp.queued) == 0 {
 			break
 		}
 	}
@@ -585,10 +596,12 @@ func (d *driver) endTurn() {
 	d.lp.starting = d.lp.starting[:0]
 }
 
-// flush writes out the outboxes of the links the turn queued lines on.
-func (lp *loop) flush() {
+// handOff hands the outboxes of the links the turn queued lines on so
+// far to their writers, which write them while the turn goes on (it is
+// about to sync the journal). Token holder only.
+func (lp *loop) handOff() {
 	for i, l := range lp.flushing {
-		l.flush()
+		l.kick()
 		lp.flushing[i] = nil
 	}
 	lp.flushing = lp.flushing[:0]
