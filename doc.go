@@ -39,13 +39,16 @@
 // line codec is package wire, TCP plumbing is package transport and TLS is
 // package secure. The machine owns the protocol and its time: every
 // round's state, the exit wave's delivery, restarted peers, the fault
-// policy, faults and timeouts. One goroutine per node owns the machine
+// policy, faults and timeouts. One turn at a time owns each node's machine
 // (loop.go): every input (the lines of a read, a connection accepted or
-// lost, a task's end, the clock's tick, an API call) is a typed input for
-// it, listed in one switch; the stepper steps the machine, the store
-// persists the turn's records with one fsync, then each link's lines are
-// written once, waiters answered and tasks started, acting on the
-// machine's actions and never asking it back.
+// lost, a task's end, the clock's tick, an API call) is a typed input
+// for it, listed in one switch, and queued in one inbox; a turn runs on
+// the loop goroutine, or on the node's own goroutine that posted the
+// input if no turn is running (the loop's token). The stepper steps the
+// machine, the store persists the turn's records with one fsync, then
+// waiters are answered and tasks started, and after the turn each link's
+// lines are written once, acting on the machine's actions and never
+// asking it back.
 //
 // The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
 // driver (the loop's side: its parts, the one place that steps, the

@@ -12,10 +12,13 @@ import (
 	"github.com/chainsync-go/chainsync/wire"
 )
 
-// The loop: one goroutine per node owns the protocol machine and
-// everything the driver keeps beside it (docs/DESIGN.md, "The shape of
-// the code"). Every input reaches it as a typed input on the loop's inbox (loop.in) (inKind
-// lists them all, react is the one switch over them): the lines a reader
+// The loop: one turn at a time owns the protocol machine and everything
+// the driver keeps beside it (docs/DESIGN.md, "The shape of the code").
+// A turn runs on whichever goroutine holds the loop's token: the loop
+// goroutine (run), or the node's own goroutine that posted an input and
+// found no turn running (post). Every input reaches it as a typed input
+// in the loop's inbox (loop.queue), in the order posted (inKind lists
+// them all, react is the one switch over them): the lines a reader
 // read (all the complete lines of one read, in one input), a connection
 // accepted, secured or lost, a task's end, an exit-wave delivery, and the
 // API's calls (Ready, Wait, Snapshot, steering, Close), which wait for
@@ -36,7 +39,8 @@ import (
 //  2. act: lines go to their links' outboxes, results are released to
 //     Wait, requests are answered, tasks start (quick tasks run here, on
 //     the loop, and their ends are stepped into the same turn);
-//  3. flush: each link's lines leave in one write.
+//  3. flush: after the turn, off the token, each link's lines leave in
+//     one write (runHeld).
 //
 // So every record a step made is on disk before any line that step sends
 // leaves, any task it starts runs and any result it reports is seen. The
