@@ -227,6 +227,10 @@ type loop struct {
 	flushing []*link     // links with lines queued in this turn
 	quickRun []string    // scratch for runQuick
 	starting []taskStart // tasks to start at the end of the turn
+	// launching are the tasks the turn starts, launched by the goroutine
+	// that ran it once its lines are written (runHeld), with launchFn.
+	launching []taskStart
+	launchFn  func(taskStart)
 
 	name    string           // Config.Name, for the trace and loopCheck
 	traceFn func(TraceEvent) // Config.Trace
@@ -303,11 +307,16 @@ func (lp *loop) take(dst []input, k int) []input {
 func (lp *loop) runHeld(f func()) {
 	ok := false
 	var flush [4]*link
-	out := flush[:0]
+	var launch [2]taskStart
+	out, tasks := flush[:0], launch[:0]
 	defer func() {
 		if !ok {
 			lp.end()
+		} else {
+			tasks = append(tasks, lp.launching...)
 		}
+		clear(lp.launching)
+		lp.launching = lp.launching[:0]
 		out = append(out, lp.flushing...)
 		clear(lp.flushing)
 		lp.flushing = lp.flushing[:0]
@@ -318,6 +327,11 @@ func (lp *loop) runHeld(f func()) {
 		// to the link's writer.
 		for _, l := range out {
 			l.flush()
+		}
+		// Then the tasks it started: their workers wake once the lines
+		// are out, on this thread when this goroutine next waits.
+		for _, t := range tasks {
+			lp.launchFn(t)
 		}
 	}()
 	lp.qmu.Lock()
@@ -594,7 +608,7 @@ func (d *driver) endTurn() {
 		}
 		// Once Close waits, it does not start (its round ends stopped; a
 		// restarted node resumes it).
-		d.tasks.launch(t)
+		d.lp.launching = append(d.lp.launching, t)
 		d.lp.starting[i] = taskStart{}
 	}
 	d.lp.starting = d.lp.starting[:0]

@@ -370,6 +370,7 @@ func Start(cfg Config) (*Node, error) {
 		d.clock = newClock(&cfg)
 	}
 	d.lp.turnFn = d.turn // what a goroutine that posts runs (loop.go)
+	d.lp.launchFn = func(t taskStart) { d.tasks.launch(t) }
 	goSafe(d.run)
 	d.resumeFrom = st
 	d.lp.ask(input{kind: inInit})
