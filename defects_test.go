@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,4 +311,97 @@ func TestCloseAfterLoopPanicCancelsTasks(t *testing.T) {
 	go func() { closed <- nd.Close() }()
 	recvWithin(t, stopped, 10*time.Second, "Close to cancel the running task")
 	recvWithin(t, closed, 10*time.Second, "Close to return")
+}
+
+// docs/STEERING.md, "Features together" (the draft's section 4: no
+// task out of order): the Head cancels round c1 while B's task of it
+// runs, then retries c1 before that task has ended. B does not report
+// c1 over while its task runs; once the task succeeds, the retry passes
+// c1 on at B as already done, and c1 ends done everywhere. Before, the
+// retry ended B's round under its running task ("round over: aborted"
+// while the task still ran).
+func TestRetryWhileOldTaskRunsEndsNothingUnderIt(t *testing.T) {
+	cfgs := chainConfigs(t, 3)
+	release, started := make(chan struct{}), make(chan struct{})
+	var (
+		mu     sync.Mutex
+		events []string // B's, in order
+		runs   atomic.Int32
+	)
+	for i := range cfgs {
+		cfgs[i].Heartbeat = time.Second // the steering lines travel
+		cfgs[i].Task = func(context.Context, string) error { return nil }
+	}
+	cfgs[1].Task = func(ctx context.Context, round string) error {
+		if runs.Add(1) == 1 {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	cfgs[1].Trace = func(ev TraceEvent) {
+		if ev.Round != "c1" || ev.Kind != TraceTaskEnd && ev.Kind != TraceRoundDone {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		what := "round over: " + ev.Status.String()
+		if ev.Kind == TraceTaskEnd {
+			what = "task end"
+		}
+		events = append(events, what)
+	}
+	nodes := startAll(t, cfgs, []int{2, 1, 0})
+	for i := 2; i >= 0; i-- {
+		if err := nodes[i].Ready("c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("B's task of c1 did not start: %+v", nodes[1].Snapshot())
+	}
+	if err := nodes[0].Cancel(Request{Round: "c1", HasRound: true, By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, _ := nodes[0].Wait(ctx, "c1"); res.Status != StatusCancelled {
+		t.Fatalf("the Head's c1 after the cancel: %+v", res)
+	}
+	if err := nodes[0].Retry(Request{Round: "c1", HasRound: true, By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	// The retry reaches B while its task runs: B reopens c1 (it leaves
+	// START for the retry's own way through the chain, its task held by
+	// the old one) but ends nothing.
+	eventually(t, "the retry at B", func() bool {
+		for _, r := range nodes[1].Snapshot().Rounds {
+			if r.Round == "c1" && r.State < protocol.StateStart {
+				return true
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	early := slices.Clone(events)
+	mu.Unlock()
+	if len(early) > 0 {
+		t.Fatalf("B reported %v for c1 while its task still ran", early)
+	}
+	close(release)
+	waitDone(t, nodes, "c1", "")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) == 0 || events[0] != "task end" {
+		t.Errorf("B's c1: %v, want its task's end before anything else", events)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("B ran c1's task %d times, want once (the retry passes it on)", n)
+	}
 }

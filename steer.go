@@ -941,12 +941,18 @@ func (d *steering) cancelReq(req Request) error {
 // journalled, so that a restarted node passes it on too. Loop only.
 func (d *steering) retriedNow(round string) {
 	st := d.stateOf(round)
-	if ri := d.book.find(round); ri != nil && ri.finished() && st != 0 && !st.Terminal() {
+	switch ri := d.book.find(round); {
+	case ri != nil && ri.finished() && st != 0 && !st.Terminal():
 		d.book.forget(round)
 		d.book.get(round)
 		// The retry's outcome is its own: the undo wave of the attempt
 		// before it is history (the journal keeps it), not this attempt's.
 		d.undo.forget(round)
+	case ri != nil && !ri.finished():
+		// Taken over while the task of the attempt before still runs
+		// here (its end holds the retry's task): what ended that
+		// attempt elsewhere (a cancel) is not the retry's cause.
+		ri.cause, ri.reported, ri.timedOut = nil, false, false
 	}
 	if !d.view.TaskOK(round) || slices.Contains(d.file.Skip, round) {
 		return

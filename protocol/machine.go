@@ -1043,11 +1043,17 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 // take is one of the attempt before (a re-send that crossed the retry
 // line on a link that came back): it changes nothing.
 func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, error) {
+	// A message from the successor of a retried round before its echo of
+	// the retry may be of the attempt before: recv does not take it, and
+	// it is not noted either (noted, a START of the retry coming after it
+	// would look older, as from a successor that restarted).
+	before := m.rounds[msg.Round]
+	notTaken := before != nil && from == Succ && before.retries > 0 && !before.succRetried
 	out, err := m.recv(from, msg, out)
 	if r := m.rounds[msg.Round]; err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
 		return out, nil
 	}
-	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() {
+	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() && !notTaken {
 		if from == Pred {
 			r.recvPred = max(r.recvPred, msg.Cmd)
 		} else {

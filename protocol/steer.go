@@ -701,6 +701,14 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 	}
 	switch {
 	case r.over:
+	case r.state == StateStart:
+		// Its task of the attempt before still runs here (the round
+		// ended elsewhere, or a cancel waits for the task to end): the
+		// round does not end under it. The retry takes the round over,
+		// and its own task waits for that one's end (stale, taskDone).
+		r.taskOpen = true
+		m.orphans++
+		m.active-- // counted again below, as the retry's
 	case !r.state.Terminal():
 		out = m.abortRound(r, out)
 	case r.undo.Held != 0:
@@ -755,15 +763,20 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 		}
 		return out
 	}
+	// Taken before: this node reopened the round for this retry already
+	// (the line is a re-send, or this node restarted and no longer knows
+	// the line, though its record does).
+	taken := r != nil && r.retry.At >= s.At
 	if fresh {
 		out = m.retryRound(s, Pred, out)
 		out = m.ungate(out)
 	}
 	if r := m.rounds[s.Round]; r == nil || r.retry.At >= s.At {
 		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
-		if r != nil && !fresh && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
+		if r != nil && taken && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
 			// The predecessor asks again (it restarted, or lost the
-			// echo): what was sent it since may have been dropped.
+			// echo): what was sent it since may have been dropped, as
+			// of the attempt before the echo it had not yet.
 			out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: r.lastPred, Round: r.id}, Resend: true})
 		}
 	}

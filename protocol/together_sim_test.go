@@ -314,10 +314,18 @@ func cmpString(a, b string) int {
 // attempt before a retry ending the retry's round at a node (calm seed
 // 102: B's task failed in the first retry, and its notice reached the
 // Head after the second); notices now say their attempt
-// (docs/PROTOCOL.md, "Fault notices"). Calm seeds beyond these still
-// find rounds left unfinished after storms of cancels and retries, and
-// a retry line that ends a round while its task runs (calm seeds 734,
-// 747, 869, 929, 1145, 1230): not yet run here.
+// (docs/PROTOCOL.md, "Fault notices"). Calm seeds beyond 600 found
+// three more, fixed and kept below (TestSimulateFeaturesTogetherFound):
+// a retry line that ended a round while the task of the attempt before
+// still ran (calm seeds 1145, 1230); a successor's START dropped as
+// maybe of the attempt before and not sent again when a restarted node
+// was asked for the retry line again (734, 869, 929); and a message so
+// dropped still noted as received, so that the retry's own START looked
+// older, as from a successor that restarted (747, 2072, 2611). Left:
+// calm seeds 2019 and 2877, where the Head issued retries that a node
+// never saw (a later line of the Head's replaced them while a link was
+// down), so that node counts fewer attempts, and its task-failed notice
+// reaches the Head as of an attempt before and ends nothing there.
 func TestSimulateFeaturesTogether(t *testing.T) {
 	runs := uint64(600)
 	if testing.Short() {
@@ -330,6 +338,18 @@ func TestSimulateFeaturesTogether(t *testing.T) {
 			if err := s.run(); err != nil {
 				t.Fatalf("seed %d (n=%d, calm %v): %v", seed, s.n, calm, err)
 			}
+		}
+	}
+}
+
+// TestSimulateFeaturesTogetherFound runs the calm seeds beyond the
+// first 600 that found the defects TestSimulateFeaturesTogether names.
+func TestSimulateFeaturesTogetherFound(t *testing.T) {
+	for _, seed := range []uint64{734, 747, 869, 929, 1145, 1230, 2072, 2611} {
+		s := newTableSim(seed, nil)
+		s.calm = true
+		if err := s.run(); err != nil {
+			t.Errorf("calm seed %d (n=%d): %v", seed, s.n, err)
 		}
 	}
 }
