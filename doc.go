@@ -53,8 +53,9 @@
 // The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
 // driver (the loop's side: its parts, the one place that steps, the
 // machine's actions) and the fault book; loop.go the loop (its inbox and
-// its turn), the inputs, the switch, a line's step and the end of a turn
-// (persist, act, flush); step.go the stepper, the only
+// its turn, and the token that lets the goroutine that posts run it),
+// the inputs, the switch, a line's step and the end of a turn (persist,
+// act, flush); step.go the stepper, the only
 // caller of Machine.Step, and the machine's read-only view; store.go the
 // state directory (journal and steering file), state.go resuming from it;
 // rounds.go the round book (waiters and results, dropped when the machine
@@ -70,7 +71,9 @@
 // one place; health.go the clock (heartbeat lines and ticks) and timeout
 // faults; liveness.go faults that clear and restart graces; notice.go
 // fault notices and configuration mismatches; steer.go steering (holds,
-// approvals, pause, cancel, retry); config.go the configuration; crew.go
+// approvals, pause, cancel, retry); receipts.go the receipts part
+// (signing, keeping and handing on each round's receipts); config.go the
+// configuration; crew.go
 // the node's goroutines, which Close waits for; panic.go the panic
 // handler every goroutine runs under; doc.go this comment.
 //

@@ -10,7 +10,9 @@ import (
 	"go/token"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -492,4 +494,23 @@ func TestTokenOneTurnAtATimeInOrder(t *testing.T) {
 func tokenPoster(in *input) (poster, seq int) {
 	n, _ := strconv.Atoi(in.round)
 	return n / 1_000_000, n % 1_000_000
+}
+
+// doc.go's file map names every file of the package (docs/DESIGN.md,
+// "The shape of the code"): a file added without a word there fails.
+func TestDocMapsEveryFile(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		named := regexp.MustCompile(`(^|[\s(])` + regexp.QuoteMeta(f) + `[\s,;:)]`)
+		if !strings.HasSuffix(f, "_test.go") && !named.Match(doc) {
+			t.Errorf("doc.go's file map does not name %s", f)
+		}
+	}
 }
