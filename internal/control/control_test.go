@@ -2,6 +2,10 @@ package control
 
 import (
 	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -69,4 +73,48 @@ func TestLocal(t *testing.T) {
 			t.Errorf("Local(%q) = %v, want %v", addr, got, want)
 		}
 	}
+}
+
+// A unix control socket's file appears only once it takes connections
+// (it is bound beside its path and renamed into place), mode 0600, with
+// nothing else left in its directory; a second Listen on a live socket
+// is refused, and one on a stale socket replaces it.
+func TestListenUnixInPlace(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("unix sockets: Linux and macOS")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.sock")
+	ln, got, err := Listen("unix:" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != path {
+		t.Fatalf("path %q, want %q", got, path)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("dial right after Listen: %v", err)
+	}
+	c.Close()
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket file: %v %v, want mode 0600", fi, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want the socket alone", len(entries))
+	}
+	if _, _, err := Listen("unix:" + path); err == nil || !strings.Contains(err.Error(), "another process serves") {
+		t.Fatalf("second Listen on a live socket: %v", err)
+	}
+	ln.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the caller removes the socket file, not Close: %v", err)
+	}
+	ln2, _, err := Listen("unix:" + path)
+	if err != nil {
+		t.Fatalf("Listen on a stale socket: %v", err)
+	}
+	ln2.Close()
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -25,8 +26,8 @@ func Network(addr string) (network, address string, err error) {
 }
 
 // Listen binds the control socket at addr. A unix socket is created
-// with mode 0600 (a stale socket left by a dead node is replaced; a live
-// one is not); path is then its file, for the caller to remove when it
+// with mode 0600, and its file appears only once it takes connections
+// (a stale socket left by a dead node is replaced; a live one is not); path is then its file, for the caller to remove when it
 // closes the listener, and "" for TCP.
 func Listen(addr string) (ln net.Listener, path string, err error) {
 	network, address, err := Network(addr)
@@ -50,18 +51,44 @@ func Listen(addr string) (ln net.Listener, path string, err error) {
 		}
 		_ = os.Remove(address) // stale: nobody answers on it
 	}
-	old := umask(0o177) // the socket is born 0600
-	ln, err = net.Listen("unix", address)
-	umask(old)
-	if err == nil {
-		if err = os.Chmod(address, 0o600); err != nil {
-			ln.Close()
-		}
-	}
+	ln, err = listenUnix(address)
 	if err != nil {
 		return nil, "", fmt.Errorf("--control %s: %v", addr, err)
 	}
 	return ln, address, nil
+}
+
+// listenUnix listens on a unix socket at path, mode 0600. It binds a
+// name of its own beside path and renames it into place once it
+// listens, so that the file at path, once there, takes connections: a
+// client (or a script) that waits for the file is never refused for
+// coming between the bind and the listen.
+func listenUnix(path string) (net.Listener, error) {
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".cs%d.sock", os.Getpid()))
+	if len(tmp) > len(path) && len(tmp) > 100 {
+		tmp = path // too long a name for a socket: bind in place
+	}
+	_ = os.Remove(tmp)  // a leftover of a process with this pid
+	old := umask(0o177) // the socket is born 0600
+	ln, err := net.Listen("unix", tmp)
+	umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if tmp != path {
+		// The caller removes path when it closes the listener.
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		if err := os.Rename(tmp, path); err != nil {
+			ln.Close()
+			os.Remove(tmp)
+			return nil, err
+		}
+	}
+	return ln, nil
 }
 
 // Local reports whether only this machine can reach a control socket at
