@@ -321,6 +321,17 @@ func (lp *loop) runHeld(f func()) {
 		clear(lp.flushing)
 		lp.flushing = lp.flushing[:0]
 		lp.token.Unlock()
+		// A turn takes at most maxTurn inputs: what is left, the loop
+		// goroutine takes (its wake-ups may have been folded into one).
+		lp.qmu.Lock()
+		left := len(lp.queue) > 0 && !lp.over
+		lp.qmu.Unlock()
+		if left {
+			select {
+			case lp.wake <- struct{}{}:
+			default:
+			}
+		}
 		// The turn's lines leave after it, off the token: no socket I/O
 		// under it. Each link's outbox keeps its lines in order whoever
 		// writes them, and a write the socket does not take at once goes

@@ -456,7 +456,9 @@ func TestTokenOneTurnAtATimeInOrder(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// Whatever is still queued, the loop goroutine takes.
+	// Whatever is still queued (a turn takes at most maxTurn inputs, and
+	// the wake-ups of the loop goroutine fold into one), the loop
+	// goroutine takes, untold.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
@@ -464,10 +466,6 @@ func TestTokenOneTurnAtATimeInOrder(t *testing.T) {
 		mu.Unlock()
 		if n == posters*each || time.Now().After(deadline) {
 			break
-		}
-		select {
-		case lp.wake <- struct{}{}:
-		default:
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -512,5 +510,39 @@ func TestDocMapsEveryFile(t *testing.T) {
 		if !strings.HasSuffix(f, "_test.go") && !named.Match(doc) {
 			t.Errorf("doc.go's file map does not name %s", f)
 		}
+	}
+}
+
+// A turn takes at most maxTurn inputs, and the loop goroutine's
+// wake-ups fold into one: what a turn leaves in the inbox, the loop
+// goroutine takes without another input to wake it.
+func TestTokenLeftoversTaken(t *testing.T) {
+	lp := newLoop(&Config{Name: "T"})
+	var taken atomic.Int32
+	var scratch []input
+	lp.turnFn = func() {
+		scratch = lp.take(scratch[:0], maxTurn)
+		taken.Add(int32(len(scratch)))
+	}
+	const n = 3*maxTurn + 10
+	lp.token.Lock() // a turn runs: every input waits
+	for range n {
+		lp.submit(input{kind: inProbe})
+	}
+	go func() {
+		for {
+			select {
+			case <-lp.wake:
+				lp.token.Lock()
+				lp.runHeld(lp.turnFn)
+			case <-lp.stop:
+				return
+			}
+		}
+	}()
+	lp.runHeld(func() {}) // the running turn ends, having taken nothing
+	defer close(lp.stop)
+	if !poll(5*time.Second, time.Millisecond, func() bool { return taken.Load() == n }) {
+		t.Fatalf("%d of %d inputs taken", taken.Load(), n)
 	}
 }
