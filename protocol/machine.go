@@ -518,29 +518,14 @@ type round struct {
 	// A neighbour that restarted without its state: nothing more is
 	// re-sent to it for this round.
 	lostPred, lostSucc bool
-	delivered          bool   // the final COMPLETE was handed to the predecessor (EvDelivered)
-	over               bool   // finished at this node (ActDone)
-	seq                uint64 // when this node learned the round (see learn), for re-sends in that order
-	queued             bool   // in Machine.order (Config.Ordered)
-	// The round's deadlines (0: none): PhaseTimeout in its state, and
-	// ExitWaveTimeout while handing its final COMPLETE over.
-	deadline, exitBy time.Duration
+	delivered          bool // the final COMPLETE was handed to the predecessor (EvDelivered)
+	over               bool // finished at this node (ActDone)
+	queued             bool // in Machine.order (Config.Ordered)
 	// Steering (steer.go): the task may start (Config.Approve), ActGate
 	// was reported, and (a retried round) the task succeeded here before.
 	approved, gateNoted, taskOK bool
-	// The undo wave (undo.go): the task succeeded here, and the undo.
-	ran  bool
-	undo UndoRecord
-	// A retry (steer.go): how many reopened it here, and the undo of
-	// this node's work before the latest.
-	retries int
-	// doneAttempt: the attempt (retries, as Notice.Attempt counts) of
-	// the last task of the round that ended here, so that the failure
-	// the driver then reports is told as of that attempt.
-	doneAttempt int
-	prior       UndoRecord
-	retry       Steer // Record.Retry
-	cancel      Steer // Record.Cancel
+	// The undo wave (undo.go): the task succeeded here (and undo below).
+	ran bool
 	// succRetried: the successor sent back the retry line that reopened
 	// the round (or there is none): until then a message of the round
 	// from it may be of the attempt before, and is not taken.
@@ -551,8 +536,23 @@ type round struct {
 	// attempt's task waits for that one's end); taskOpen, the round
 	// ended while its task ran (its end is still to be reported).
 	cancelled, stale, taskOpen bool
-	started                    bool // the task started (Record.Started)
-	rc                         receipts
+	started                    bool   // the task started (Record.Started)
+	seq                        uint64 // when this node learned the round (see learn), for re-sends in that order
+	// The round's deadlines (0: none): PhaseTimeout in its state, and
+	// ExitWaveTimeout while handing its final COMPLETE over.
+	deadline, exitBy time.Duration
+	// A retry (steer.go): how many reopened it here, and the undo of
+	// this node's work before the latest.
+	retries int
+	// doneAttempt: the attempt (retries, as Notice.Attempt counts) of
+	// the last task of the round that ended here, so that the failure
+	// the driver then reports is told as of that attempt.
+	doneAttempt int
+	undo        UndoRecord // the undo wave (undo.go)
+	prior       UndoRecord
+	retry       Steer     // Record.Retry
+	cancel      Steer     // Record.Cancel
+	rc          *receipts // nil until used (rcpt): a chain without receipts has none
 }
 
 func (r *round) record() Record {
@@ -562,7 +562,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled, Receipt: r.rc.ReceiptRecord}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled, Receipt: r.receiptRecord()}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -910,7 +910,7 @@ func (m *Machine) Restore(rec Record) error {
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
 		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
-		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: receipts{ReceiptRecord: rec.Receipt}}
+		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: restoredReceipts(rec.Receipt)}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
 	if r.cancel.What == SteerCancel {

@@ -181,6 +181,32 @@ type receipts struct {
 	skipped  bool
 }
 
+// rcpt returns r's receipt state, made on first use: a round of a chain
+// without receipts carries none.
+func (r *round) rcpt() *receipts {
+	if r.rc == nil {
+		r.rc = new(receipts)
+	}
+	return r.rc
+}
+
+// receiptRecord is r's receipt record for the journal (zero: none).
+func (r *round) receiptRecord() ReceiptRecord {
+	if r.rc == nil {
+		return ReceiptRecord{}
+	}
+	return r.rc.ReceiptRecord
+}
+
+// restoredReceipts is the receipt state of a round restored with rec
+// (nil if rec is empty).
+func restoredReceipts(rec ReceiptRecord) *receipts {
+	if rec == (ReceiptRecord{}) {
+		return nil
+	}
+	return &receipts{ReceiptRecord: rec}
+}
+
 // held is one receipt of After.
 type held struct{ node, digest, env string }
 
@@ -205,11 +231,11 @@ func (rb *receiptBook) receiptsOn() bool { return rb.cfg.Receipts && rb.place() 
 // (if signed), then those of the nodes after it, in chain order.
 func (rb *receiptBook) held(round string) []ReceiptNote {
 	r := rb.rounds[round]
-	if r == nil || r.rc.Envelope == "" {
+	if r == nil || r.rcpt().Envelope == "" {
 		return nil
 	}
-	ns := []ReceiptNote{{Node: rb.cfg.Name, Digest: r.rc.Digest, Envelope: r.rc.Envelope}}
-	for _, h := range r.rc.after() {
+	ns := []ReceiptNote{{Node: rb.cfg.Name, Digest: r.rcpt().Digest, Envelope: r.rcpt().Envelope}}
+	for _, h := range r.rcpt().after() {
 		ns = append(ns, ReceiptNote{Node: h.node, Digest: h.digest, Envelope: h.env})
 	}
 	return ns
@@ -250,10 +276,10 @@ func bySeq(a, b *round) int {
 // the signature: receiptSigned sends it, after the digest.
 func (rb *receiptBook) passOn(r *round, o ReceiptOutcome, out []Action) []Action {
 	if rb.receiptsOn() && !rb.cfg.Undo {
-		if r.rc.Outcome == "" {
-			r.rc.Outcome, r.rc.Status = o, -1
+		if r.rcpt().Outcome == "" {
+			r.rcpt().Outcome, r.rcpt().Status = o, -1
 		}
-		if out = rb.askSign(r, out); r.rc.Envelope == "" {
+		if out = rb.askSign(r, out); r.rcpt().Envelope == "" {
 			return out
 		}
 	}
@@ -267,7 +293,7 @@ func (rb *receiptBook) passOn(r *round, o ReceiptOutcome, out []Action) []Action
 // askSign asks for r's receipt once its outcome settled and, but at the
 // Head, its predecessor's digest is here.
 func (rb *receiptBook) askSign(r *round, out []Action) []Action {
-	rc := &r.rc
+	rc := r.rcpt()
 	if rc.Outcome == "" || rc.Envelope != "" || rc.asked || rb.place() > 0 && rc.Pred == "" {
 		return out
 	}
@@ -283,27 +309,27 @@ func (rb *receiptBook) receiptsStep(ev Event, acts []Action, out []Action) []Act
 	if r := rb.rounds[ev.Round]; r != nil {
 		switch ev.Kind {
 		case EvTaskDone:
-			r.rc.why = Failure{Code: -1}
+			r.rcpt().why = Failure{Code: -1}
 			if ev.Failed {
-				r.rc.why = ev.Why
+				r.rcpt().why = ev.Why
 				if ev.Why.Kind == "" {
-					r.rc.why.Kind = KindTaskFailed
+					r.rcpt().why.Kind = KindTaskFailed
 				}
 			}
-			if r.over && r.rc.Outcome == "" && r.started {
+			if r.over && r.rcpt().Outcome == "" && r.started {
 				// The round ended while its task ran: the task's end
 				// settles what this node did.
 				out = rb.settle(r, out)
 			}
 		case EvDeny:
-			r.rc.denied = true
+			r.rcpt().denied = true
 		case EvAlreadyDone:
-			r.rc.skipped = true
+			r.rcpt().skipped = true
 		}
 	}
 	for i := range acts {
 		if a := acts[i]; a.Kind == ActDone {
-			if r := rb.rounds[a.Round]; r != nil && r.rc.Outcome == "" && !r.taskOpen {
+			if r := rb.rounds[a.Round]; r != nil && r.rcpt().Outcome == "" && !r.taskOpen {
 				out = rb.settle(r, out)
 			}
 		}
@@ -314,7 +340,7 @@ func (rb *receiptBook) receiptsStep(ev Event, acts []Action, out []Action) []Act
 // settle fixes the outcome of r, over at this node, and asks for its
 // receipt.
 func (rb *receiptBook) settle(r *round, out []Action) []Action {
-	rc := &r.rc
+	rc := r.rcpt()
 	rc.Status = -1
 	switch {
 	case r.undo.Phase == PhaseDone:
@@ -347,12 +373,12 @@ func (rb *receiptBook) receiptSigned(ev Event, out []Action) ([]Action, error) {
 	switch {
 	case !rb.receiptsOn():
 		return out, ErrNoReceipts
-	case r == nil || n == nil || !r.rc.asked || r.rc.Envelope != "":
+	case r == nil || n == nil || !r.rcpt().asked || r.rcpt().Envelope != "":
 		return out, ErrNotAsked
 	case !validDigest(n.Digest) || !validEnvelope(n.Envelope):
 		return out, ErrBadReceipt
 	}
-	r.rc.Digest, r.rc.Envelope = n.Digest, n.Envelope
+	r.rcpt().Digest, r.rcpt().Envelope = n.Digest, n.Envelope
 	// The task succeeded and the round went on held for this receipt
 	// (passOn), unless it ended meanwhile.
 	held := r.state == StateComplete && !rb.cfg.Undo
@@ -371,14 +397,14 @@ func (rb *receiptBook) receiptSigned(ev Event, out []Action) ([]Action, error) {
 }
 
 func (rb *receiptBook) digestMsg(r *round) Message {
-	return Message{Cmd: RDigestLine, Round: r.id, Receipt: &ReceiptNote{Node: rb.cfg.Name, Digest: r.rc.Digest}}
+	return Message{Cmd: RDigestLine, Round: r.id, Receipt: &ReceiptNote{Node: rb.cfg.Name, Digest: r.rcpt().Digest}}
 }
 
 // receiptsOnward sends the predecessor the receipts not sent on its
 // current link (once this node's own is signed), and reports ActReceipts
 // when every receipt this node must hold is here.
 func (rb *receiptBook) receiptsOnward(r *round, out []Action) []Action {
-	rc := &r.rc
+	rc := r.rcpt()
 	if rc.Envelope == "" {
 		return out
 	}
@@ -407,7 +433,7 @@ func (rb *receiptBook) resendBack(r *round, from int, out []Action) []Action {
 	if !rb.cfg.Role.HasPred() {
 		return out
 	}
-	r.rc.sent = min(from, r.rc.sent)
+	r.rcpt().sent = min(from, r.rcpt().sent)
 	k := len(out)
 	out = rb.receiptsOnward(r, out)
 	for i := k; i < len(out); i++ {
@@ -436,9 +462,9 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 			return bad("RDIGEST travels forward; the successor must not send it")
 		case n.Node != rb.cfg.Chain[p-1]:
 			return bad("RDIGEST of " + n.Node + ", not of the predecessor " + rb.cfg.Chain[p-1])
-		case r != nil && r.rc.Pred != "" && r.rc.Pred != n.Digest:
+		case r != nil && r.rcpt().Pred != "" && r.rcpt().Pred != n.Digest:
 			return bad("a second, different receipt digest of the predecessor")
-		case r != nil && r.rc.Pred != "":
+		case r != nil && r.rcpt().Pred != "":
 			// A re-send: the predecessor's link came back and it lacks
 			// receipts of this node or after it. Send them again.
 			return rb.resendBack(r, 0, out), nil
@@ -452,7 +478,7 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 			r, out = rb.open(msg.Round, Pred, out)
 			out = rb.abortRound(r, out)
 		}
-		r.rc.Pred = n.Digest
+		r.rcpt().Pred = n.Digest
 		return rb.askSign(r, out), nil
 	}
 	if from != Succ {
@@ -461,7 +487,7 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 	if r == nil {
 		return out, nil // a late re-send of a round this node no longer keeps
 	}
-	hs := r.rc.after()
+	hs := r.rcpt().after()
 	if i := slices.Index(rb.cfg.Chain[p+1:], n.Node); i >= 0 && i < len(hs) {
 		if hs[i].digest != n.Digest {
 			return bad("a second, different receipt of " + n.Node)
@@ -471,7 +497,7 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 	if k := p + 1 + len(hs); k >= len(rb.cfg.Chain) || rb.cfg.Chain[k] != n.Node {
 		return bad("a receipt of " + n.Node + " out of the chain's order")
 	}
-	r.rc.After += n.Node + " " + n.Digest + " " + n.Envelope + "\n"
+	r.rcpt().After += n.Node + " " + n.Digest + " " + n.Envelope + "\n"
 	return rb.receiptsOnward(r, out), nil
 }
 
@@ -490,7 +516,7 @@ func (rb *receiptBook) receiptHanded(ev Event, out []Action) ([]Action, error) {
 			return out, ErrNotAsked
 		}
 	}
-	r.rc.Handed = max(r.rc.Handed, k+1)
+	r.rcpt().Handed = max(r.rcpt().Handed, k+1)
 	return out, nil
 }
 
@@ -503,7 +529,7 @@ func (rb *receiptBook) receiptResends(side Side, out []Action) []Action {
 	}
 	rs := make([]*round, 0, len(rb.rounds))
 	for _, r := range rb.rounds {
-		if r.rc.Envelope != "" {
+		if r.rcpt().Envelope != "" {
 			rs = append(rs, r)
 		}
 	}
@@ -511,12 +537,12 @@ func (rb *receiptBook) receiptResends(side Side, out []Action) []Action {
 	for _, r := range rs {
 		switch side {
 		case Succ:
-			if len(r.rc.after()) < rb.needed() {
+			if len(r.rcpt().after()) < rb.needed() {
 				a := Action{Kind: ActSend, To: Succ, Msg: rb.digestMsg(r), Resend: true}
 				out = append(out, a)
 			}
 		case Pred:
-			out = rb.resendBack(r, r.rc.Handed, out)
+			out = rb.resendBack(r, r.rcpt().Handed, out)
 		}
 	}
 	return out
@@ -526,7 +552,7 @@ func (rb *receiptBook) receiptResends(side Side, out []Action) []Action {
 // r's task: without receipts or with undo, always; otherwise once the
 // predecessor's digest is here.
 func (rb *receiptBook) digestKnown(r *round) bool {
-	return !rb.receiptsOn() || rb.cfg.Undo || r.rc.Pred != ""
+	return !rb.receiptsOn() || rb.cfg.Undo || r.rcpt().Pred != ""
 }
 
 func validDigest(d string) bool {
