@@ -3,10 +3,7 @@ package chainsync
 import (
 	"context"
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -129,19 +126,8 @@ func TestSnapshotFromCallbackHelper(t *testing.T) {
 // time.AfterFunc callback goes through safely. A goroutine outside it
 // would crash the process with a panic a command meant to report.
 func TestEveryGoroutineUnderPanicHandler(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := sourceFiles(t, ".")
+	for _, file := range files {
 		for _, d := range file.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok {

@@ -166,18 +166,10 @@ func TestLoopCheckCatches(t *testing.T) {
 // refers to it, and nothing else calls Step; the rest of the driver reads
 // it through machineView, which has no Step.
 func TestMachineInOneFile(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") || f == "step.go" {
+	fset, files := sourceFiles(t, ".")
+	for _, file := range files {
+		if filepath.Base(fset.File(file.Pos()).Name()) == "step.go" {
 			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
 		}
 		ast.Inspect(file, func(x ast.Node) bool {
 			if sel, ok := x.(*ast.SelectorExpr); ok && sel.Sel.Name == "m" {
@@ -198,33 +190,15 @@ func TestMachineInOneFile(t *testing.T) {
 // or dropped, the rounds a duplicate's refusal ends, a steering line, an
 // approval) for the driver to step.
 func TestOneCallerSteps(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
+	fset, files := sourceFiles(t, ".")
 	calls := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		for _, decl := range file.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
 				continue
 			}
-			recv := ""
-			if fn.Recv != nil && len(fn.Recv.List) == 1 {
-				if star, ok := fn.Recv.List[0].Type.(*ast.StarExpr); ok {
-					if id, ok := star.X.(*ast.Ident); ok {
-						recv = id.Name
-					}
-				}
-			}
+			recv := recvName(fn)
 			ast.Inspect(fn.Body, func(x ast.Node) bool {
 				call, ok := x.(*ast.CallExpr)
 				if !ok {
@@ -330,17 +304,17 @@ func curGoid() uint64 {
 	return id
 }
 
-// methodCounts counts the methods of each receiver type declared in the
-// non-test Go files of dir (`func (x T)` and `func (x *T)` alike).
-func methodCounts(t *testing.T, dir string) map[string]int {
+// sourceFiles parses the non-test Go files of dir, for the tests that
+// check the package's shape.
+func sourceFiles(t *testing.T, dir string) (*token.FileSet, []*ast.File) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
 	fset := token.NewFileSet()
-	for _, f := range files {
+	var files []*ast.File
+	for _, f := range names {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
@@ -348,17 +322,38 @@ func methodCounts(t *testing.T, dir string) map[string]int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		files = append(files, file)
+	}
+	return fset, files
+}
+
+// recvName is the name of fn's receiver type (`func (x T)` and
+// `func (x *T)` alike), "" for a function.
+func recvName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) != 1 {
+		return ""
+	}
+	typ := fn.Recv.List[0].Type
+	if star, ok := typ.(*ast.StarExpr); ok {
+		typ = star.X
+	}
+	if id, ok := typ.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+// methodCounts counts the methods of each receiver type declared in the
+// non-test Go files of dir.
+func methodCounts(t *testing.T, dir string) map[string]int {
+	_, files := sourceFiles(t, dir)
+	counts := map[string]int{}
+	for _, file := range files {
 		for _, decl := range file.Decls {
-			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
-				continue
-			}
-			typ := fn.Recv.List[0].Type
-			if star, ok := typ.(*ast.StarExpr); ok {
-				typ = star.X
-			}
-			if id, ok := typ.(*ast.Ident); ok {
-				counts[id.Name]++
+			if fn, ok := decl.(*ast.FuncDecl); ok {
+				if name := recvName(fn); name != "" {
+					counts[name]++
+				}
 			}
 		}
 	}

@@ -1047,8 +1047,7 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 	// the retry may be of the attempt before: recv does not take it, and
 	// it is not noted either (noted, a START of the retry coming after it
 	// would look older, as from a successor that restarted).
-	before := m.rounds[msg.Round]
-	notTaken := before != nil && from == Succ && before.retries > 0 && !before.succRetried
+	notTaken := m.rounds[msg.Round].ofAttemptBefore(from)
 	out, err := m.recv(from, msg, out)
 	if r := m.rounds[msg.Round]; err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
 		return out, nil
@@ -1061,6 +1060,14 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 		}
 	}
 	return out, err
+}
+
+// ofAttemptBefore reports whether a message of r (nil: unknown here)
+// from side may be of the attempt before a retry: from the successor of
+// a retried round, before its echo of the retry came back (steer.go).
+// Such a message is not taken, nor noted as received.
+func (r *round) ofAttemptBefore(from Side) bool {
+	return r != nil && from == Succ && r.retries > 0 && !r.succRetried
 }
 
 // staleAttempt reports whether err, a message refused in a retried
@@ -1131,7 +1138,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	if msg.Cmd.IsUndo() {
 		r := m.rounds[msg.Round]
-		if msg.Cmd != UndoOn && r != nil && r.retries > 0 && from == Succ && !r.succRetried {
+		if msg.Cmd != UndoOn && r.ofAttemptBefore(from) {
 			return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
 		}
 		out, v, err := m.undo.recv(from, msg, r, out)
@@ -1157,7 +1164,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	}
 	r := m.rounds[msg.Round]
 	var st State
-	if r != nil && from == Succ && !r.succRetried && r.retries > 0 {
+	if r.ofAttemptBefore(from) {
 		return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
 	}
 	if r != nil {
