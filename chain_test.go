@@ -447,8 +447,8 @@ func TestDriverForgetsWhatTheMachineForgets(t *testing.T) {
 	for i, nd := range nodes {
 		var kept, machine []string
 		nd.call(func() {
-			for id := range nd.d.book.byID {
-				kept = append(kept, id)
+			for _, e := range nd.d.book.all() {
+				kept = append(kept, e.id)
 			}
 			for r := range rounds {
 				if _, ok := nd.d.view.State(fmt.Sprintf("r%d", r)); ok {

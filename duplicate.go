@@ -278,9 +278,9 @@ func (g *dupState) refusedAsDuplicate(l *link, msg protocol.Message) (refused bo
 		g.refused = true
 		g.faults.record(fe.fault())
 	}
-	for id, ri := range g.book.byID {
-		if st, _ := g.view.State(id); st != 0 && !st.Terminal() && !ri.finished() {
-			open = append(open, id)
+	for _, e := range g.book.all() {
+		if st, _ := g.view.State(e.id); st != 0 && !st.Terminal() && !e.ri.finished() {
+			open = append(open, e.id)
 		}
 	}
 	slices.Sort(open)

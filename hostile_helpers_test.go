@@ -221,7 +221,7 @@ func (w *watched) active() int {
 // never pruned: peer input alone must not grow it.
 func (w *watched) driverRounds() int {
 	k := 0
-	w.call(func() { k = len(w.d.book.byID) })
+	w.call(func() { k = len(w.d.book.all()) })
 	return k
 }
 

@@ -132,8 +132,7 @@ const (
 	// From the API (reply when it is done).
 	inInit     // Start: steering state, the first tick, the journal's rounds
 	inReady    // round is locally ready
-	inWait     // a Wait on round begins (reply: its record)
-	inUnwait   // a Wait on ri ended; flag: it gave up (ctx)
+	inUnwait   // a Wait on ri gave up (its ctx ended)
 	inSnapshot // what the node is doing (reply: snap)
 	inPredUp   // is a predecessor link up? (reply: ok)
 	inSteer    // a steering request (steer.go), answered once carried out
@@ -534,11 +533,9 @@ func (d *driver) react(in *input) {
 		in.answer(reply{})
 	case inReady:
 		in.answer(reply{err: d.ready(in.round)})
-	case inWait:
-		in.answer(reply{ri: d.book.waitOn(in.round, d.lp.closed)})
 	case inUnwait:
 		_, known := d.view.State(in.round)
-		d.book.unwait(in.round, in.ri, in.flag, known)
+		d.book.gaveUp(in.round, in.ri, known)
 	case inSnapshot:
 		st := d.snapshot()
 		in.answer(reply{snap: &st})

@@ -32,6 +32,7 @@ type Node struct {
 	crew      *crew              // every goroutine of the node but the loop (crew.go)
 	lp        *loop              // the loop's inbox and its turn (loop.go)
 	d         *driver            // the loop's side: only the loop's goroutine touches it
+	book      *roundBook         // the rounds' results: Wait reads it under its lock (rounds.go)
 	store     *store             // the state directory (store.go); nil without one
 	feed      *roundFeed         // the rounds learned from the predecessor (follow.go)
 	closeOnce sync.Once
@@ -381,7 +382,7 @@ func Start(cfg Config) (*Node, error) {
 	if d.role.HasSucc() {
 		d.crew.spawn(cn.dialLoop)
 	}
-	n := &Node{cfg: d.cfg, log: d.log, role: d.role, ln: d.ln, cancel: cancel, crew: d.crew, lp: d.lp, d: d, store: d.store, feed: d.feed}
+	n := &Node{cfg: d.cfg, log: d.log, role: d.role, ln: d.ln, cancel: cancel, crew: d.crew, lp: d.lp, d: d, book: d.book, store: d.store, feed: d.feed}
 	return n, nil
 }
 
@@ -453,23 +454,35 @@ func (d *driver) ready(round string) error {
 // A round that ends because the node was closed returns its Result with
 // StatusStopped and the error ErrStopped; so does Wait on a closed node.
 // Waiting on a round that never starts holds nothing once ctx ends.
+//
+// Wait takes no turn of the node's loop: it finds the round's record in
+// the round book (under the book's own lock) and waits on it.
 func (n *Node) Wait(ctx context.Context, round string) (Result, error) {
-	r, _ := n.lp.ask(input{kind: inWait, round: round})
-	ri := r.ri
+	stopped := Result{Round: round, Status: StatusStopped, Err: ErrStopped}
+	ri := n.book.waitOn(round)
 	if ri == nil {
-		return Result{Round: round, Status: StatusStopped, Err: ErrStopped}, ErrStopped
+		return stopped, ErrStopped
 	}
 	select {
 	case <-ri.done:
-		n.lp.submit(input{kind: inUnwait, round: round, ri: ri})
-		if ri.res.Status == StatusStopped {
-			return ri.res, ErrStopped
+	case <-n.lp.loopDone:
+		// The node is closed (its last turn released every result it
+		// settled), or its loop died of a panic (nothing more is).
+		select {
+		case <-ri.done:
+		default:
+			n.book.waitEnded(ri)
+			return stopped, ErrStopped
 		}
-		return ri.res, nil
 	case <-ctx.Done():
-		n.lp.submit(input{kind: inUnwait, round: round, ri: ri, flag: true})
+		n.lp.submit(input{kind: inUnwait, round: round, ri: ri})
 		return Result{Round: round}, ctx.Err()
 	}
+	n.book.waitEnded(ri)
+	if ri.res.Status == StatusStopped {
+		return ri.res, ErrStopped
+	}
+	return ri.res, nil
 }
 
 // Snapshot is what a node is doing at one moment, for progress reports.
@@ -642,6 +655,7 @@ func (n *Node) Close() error {
 // journal is to record a normal end. Loop only.
 func (d *driver) closeLoop() bool {
 	d.lp.closed = true
+	d.book.close()
 	end := d.endedNormally()
 	for _, l := range []*link{d.links.pred, d.links.succ} {
 		if l != nil {
@@ -682,9 +696,9 @@ func (d *driver) journalFailed(err error) {
 	d.st.broken = fmt.Errorf("chainsync: state journal failed, the node stops here: %w", err)
 	d.log.Error("cannot write the state journal; stopping every round (fix the disk, then restart the node: it resumes from the last record written)",
 		"dir", d.cfg.StateDir, "err", err.Error())
-	for id, ri := range d.book.byID {
-		ri.reported = true // the line above
-		d.book.resolve(id, ri, Result{Round: id, Status: StatusFault, Err: d.st.broken})
+	for _, e := range d.book.all() {
+		e.ri.reported = true // the line above
+		d.book.resolve(e.id, e.ri, Result{Round: e.id, Status: StatusFault, Err: d.st.broken})
 	}
 }
 

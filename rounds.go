@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
@@ -99,9 +100,17 @@ func (r RoundStatus) Doing() string {
 // a roundInfo for each round the machine keeps (its waiters and result),
 // created when the round is first asked about or opened and dropped when
 // the machine forgets it (ActForget), plus rounds that only a Wait has
-// asked about; and the last rounds that ended, for Snapshot. The loop's.
+// asked about; and the last rounds that ended, for Snapshot. The loop's,
+// but for the table of records itself: Wait finds (or adds) a round's
+// record and counts itself among its waiters on the application's
+// goroutine, without a turn (a turn would wake the loop goroutine and
+// the caller once each per Wait), so the table is guarded by mu.
 type roundBook struct {
+	// mu guards byID, closed and each record's waiters; never held
+	// while anything else is called.
+	mu     sync.Mutex
 	byID   map[string]*roundInfo
+	closed bool     // the node is closing: a Wait adds no record
 	recent []string // the last keepHistory rounds that ended, oldest first
 
 	lp     *loop        // a result is released at the end of the turn
@@ -112,6 +121,13 @@ type roundBook struct {
 
 // get returns the record of id, creating it.
 func (b *roundBook) get(id string) *roundInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.getLocked(id)
+}
+
+// getLocked is get, with mu held.
+func (b *roundBook) getLocked(id string) *roundInfo {
 	ri := b.byID[id]
 	if ri == nil {
 		now := time.Now()
@@ -122,10 +138,45 @@ func (b *roundBook) get(id string) *roundInfo {
 }
 
 // find returns the record of id, nil if there is none.
-func (b *roundBook) find(id string) *roundInfo { return b.byID[id] }
+func (b *roundBook) find(id string) *roundInfo {
+	b.mu.Lock()
+	ri := b.byID[id]
+	b.mu.Unlock()
+	return ri
+}
 
 // forget drops the record of id (its waiters, if any, hold it).
-func (b *roundBook) forget(id string) { delete(b.byID, id) }
+func (b *roundBook) forget(id string) {
+	b.mu.Lock()
+	delete(b.byID, id)
+	b.mu.Unlock()
+}
+
+// all lists every record, for a loop that ends or reports rounds
+// (which may call back into the application, so not under mu).
+func (b *roundBook) all() []bookEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]bookEntry, 0, len(b.byID))
+	for id, ri := range b.byID {
+		out = append(out, bookEntry{id, ri})
+	}
+	return out
+}
+
+// bookEntry is one record of the book, with its round id.
+type bookEntry struct {
+	id string
+	ri *roundInfo
+}
+
+// close marks the node closing: from now on a Wait on a round the book
+// does not know adds no record (it is answered stopped). Loop only.
+func (b *roundBook) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
 
 // settle sets ri's result, released to Wait once the turn's records are
 // on disk; false if it had one already. The round is listed as ended
@@ -150,33 +201,47 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 	return true
 }
 
-// waitOn is the start of a Wait on round: its record, nil if closed and
-// there is none.
-func (b *roundBook) waitOn(round string, closed bool) *roundInfo {
+// waitOn is the start of a Wait on round: its record, nil if the node
+// is closing and there is none. Any goroutine.
+func (b *roundBook) waitOn(round string) *roundInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	ri := b.byID[round]
-	if ri == nil && closed {
+	if ri == nil && b.closed {
 		return nil
 	}
 	if ri == nil {
-		ri = b.get(round)
+		ri = b.getLocked(round)
 	}
 	ri.waiters++
 	return ri
 }
 
-// unwait is the end of a Wait on ri; gaveUp: its context ended first;
-// known: the machine keeps the round. A round nobody started and nobody
-// waits for any more leaves no trace (a Wait on a mistyped round id must
-// not leak).
-func (b *roundBook) unwait(round string, ri *roundInfo, gaveUp, known bool) {
+// waitEnded is the end of a Wait on ri that saw its result. Any
+// goroutine.
+func (b *roundBook) waitEnded(ri *roundInfo) {
+	b.mu.Lock()
 	ri.waiters--
-	if gaveUp && !known && ri.waiters == 0 && !ri.finished() && b.byID[round] == ri {
+	b.mu.Unlock()
+}
+
+// gaveUp is the end of a Wait on ri whose context ended first; known:
+// the machine keeps the round. A round nobody started and nobody waits
+// for any more leaves no trace (a Wait on a mistyped round id must not
+// leak). Loop only.
+func (b *roundBook) gaveUp(round string, ri *roundInfo, known bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ri.waiters--
+	if !known && ri.waiters == 0 && !ri.finished() && b.byID[round] == ri {
 		delete(b.byID, round)
 	}
 }
 
 // allOver reports whether the book has rounds and every one has ended.
 func (b *roundBook) allOver() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, ri := range b.byID {
 		if !ri.finished() {
 			return false
@@ -189,7 +254,7 @@ func (b *roundBook) allOver() bool {
 func (b *roundBook) finished() []RoundResult {
 	var out []RoundResult
 	for _, id := range b.recent {
-		ri := b.byID[id]
+		ri := b.find(id)
 		if ri == nil || !ri.finished() {
 			continue // the id was used again since
 		}
@@ -323,7 +388,7 @@ func (lk *links) peerRestarted(side protocol.Side, msg protocol.Message) {
 
 // stopAll ends every unfinished round stopped (Close). Loop only.
 func (b *roundBook) stopAll() {
-	for id, ri := range b.byID {
-		b.resolve(id, ri, Result{Round: id, Status: StatusStopped, Err: ErrStopped})
+	for _, e := range b.all() {
+		b.resolve(e.id, e.ri, Result{Round: e.id, Status: StatusStopped, Err: ErrStopped})
 	}
 }
