@@ -3,6 +3,7 @@ package chainsync
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -205,7 +206,12 @@ type loop struct {
 	// loop goroutine that an input waits.
 	token    sync.Mutex
 	wake     chan struct{}
-	turnFn   func() // the driver's turn, run with the token held
+	turnFn   func() // a turn (turn), run with the token held
+	callerFn func() // the loop goroutine's turn (callerTurn)
+	// reactFn and endFn are the driver's react and endTurn: what a turn
+	// does with each input it takes, and how it ends.
+	reactFn  func(*input)
+	endFn    func()
 	stop     chan struct{}
 	loopDone chan struct{}
 	// loopG is the id of the goroutine holding the token, known only to
@@ -412,12 +418,12 @@ func (d *driver) run() {
 		select {
 		case <-lp.wake:
 			lp.token.Lock()
-			lp.runHeld(d.turn)
+			lp.runHeld(lp.callerFn)
 		case <-tick:
 			lp.token.Lock()
 			lp.runHeld(func() {
 				d.onTick()
-				d.turn()
+				lp.turn()
 			})
 		case <-lp.stop:
 			lp.token.Lock()
@@ -433,21 +439,60 @@ func (d *driver) run() {
 }
 
 // turn takes the inputs waiting (up to maxTurn), reacts to each, and
-// carries out what their steps asked for (endTurn). Token holder only.
-func (d *driver) turn() {
-	lp := d.lp
+// carries out what their steps asked for (the driver's endTurn). Token
+// holder only.
+func (lp *loop) turn() {
+	lp.takeAll()
+	lp.endFn()
+}
+
+// maxYields bounds how often one turn of the loop goroutine lets the
+// callers it answered go on before it ends (callerTurn).
+const maxYields = 8
+
+// callerTurn is the loop goroutine's turn. Once it has answered an API
+// call (Ready, a steering request), it lets the caller go on before it
+// writes anything: a caller that calls again at once (Ready for the
+// next round, as an application that keeps rounds in flight does) posts
+// into this same turn, and the lines of both leave in one write per link
+// instead of one each. A yield that brings no input ends the turn, so a
+// lone call waits for one yield, no more. Token holder only.
+func (lp *loop) callerTurn() {
+	for y := 0; ; y++ {
+		if !lp.takeAll() || y == maxYields {
+			break
+		}
+		runtime.Gosched()
+		if !lp.waiting() {
+			break
+		}
+	}
+	lp.endFn()
+}
+
+// takeAll takes the inputs waiting (up to maxTurn) and reacts to each;
+// true if one of them asked for a reply. Token holder only.
+func (lp *loop) takeAll() (answered bool) {
 	for n := 0; n < maxTurn; {
 		lp.taken = lp.take(lp.taken[:0], maxTurn-n)
 		if len(lp.taken) == 0 {
 			break
 		}
 		for i := range lp.taken {
-			d.react(&lp.taken[i])
+			answered = answered || lp.taken[i].reply != nil
+			lp.reactFn(&lp.taken[i])
 		}
 		n += len(lp.taken)
 	}
 	clear(lp.taken)
-	d.endTurn()
+	return answered
+}
+
+// waiting reports whether an input waits in the inbox.
+func (lp *loop) waiting() bool {
+	lp.qmu.Lock()
+	defer lp.qmu.Unlock()
+	return len(lp.queue) > 0
 }
 
 // react is the one place that lists what a node reacts to. Loop only.

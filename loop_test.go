@@ -541,3 +541,56 @@ func TestTokenLeftoversTaken(t *testing.T) {
 		t.Fatalf("%d of %d inputs taken", taken.Load(), n)
 	}
 }
+
+// The loop goroutine's turn lets a caller it answered go on before the
+// turn ends (callerTurn): a caller that asks again at once (Ready in a
+// loop, for rounds in flight) joins the same turn, so its lines leave
+// in the same write. Without the yield every ask is a turn of its own
+// (checked below with the yield left out).
+func TestCallerTurnJoinsNextCall(t *testing.T) {
+	for _, yield := range []bool{true, false} {
+		turns, asks := callerTurns(t, yield)
+		t.Logf("yield=%v: %d asks in %d turns", yield, asks, turns)
+		switch {
+		case yield && turns > asks*3/4:
+			t.Errorf("%d asks made in a loop took %d turns, want at most %d: a caller answered does not join the turn", asks, turns, asks*3/4)
+		case !yield && turns != asks:
+			t.Errorf("seeded bug (no yield): %d asks took %d turns, want one each: the check cannot tell", asks, turns)
+		}
+	}
+}
+
+// callerTurns runs asks asks one after another through a loop whose
+// goroutine's turn yields (or, !yield, does not), and counts its turns.
+func callerTurns(t *testing.T, yield bool) (turns, asks int) {
+	lp := newLoop(&Config{Name: "T"})
+	lp.reactFn = func(in *input) { in.answer(reply{}) }
+	lp.endFn = func() { turns++ }
+	lp.turnFn = lp.turn
+	lp.callerFn = lp.callerTurn
+	if !yield {
+		lp.callerFn = lp.turn
+	}
+	go func() {
+		for {
+			select {
+			case <-lp.wake:
+				lp.token.Lock()
+				lp.runHeld(lp.callerFn)
+			case <-lp.stop:
+				lp.token.Lock()
+				lp.runHeld(lp.end)
+				return
+			}
+		}
+	}()
+	asks = 200
+	for range asks {
+		if _, ok := lp.ask(input{kind: inProbe}); !ok {
+			t.Fatal("the loop ended")
+		}
+	}
+	close(lp.stop)
+	<-lp.loopDone
+	return turns, asks
+}

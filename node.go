@@ -370,7 +370,8 @@ func Start(cfg Config) (*Node, error) {
 	if d.st.timing {
 		d.clock = newClock(&cfg)
 	}
-	d.lp.turnFn = d.turn // what a goroutine that posts runs (loop.go)
+	d.lp.reactFn, d.lp.endFn = d.react, d.endTurn
+	d.lp.turnFn, d.lp.callerFn = d.lp.turn, d.lp.callerTurn // what a goroutine that posts runs, and the loop goroutine (loop.go)
 	d.lp.launchFn = func(t taskStart) { d.tasks.launch(t) }
 	goSafe(d.run)
 	d.resumeFrom = st
