@@ -301,7 +301,7 @@ func (cn *connector) readLoop(l *link) {
 			if msg, err = l.r.ReadMessage(); err != nil {
 				break
 			}
-			l.heard()
+			// Heard with the first line: these came with it.
 			if h, ok := l.r.Hello(); ok {
 				hc := h
 				hello = &hc

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
 	"strconv"
@@ -209,13 +210,18 @@ func parseNotice(line, raw []byte) (protocol.Message, error) {
 	return protocol.Message{Cmd: protocol.FaultNotice, Note: &n}, nil
 }
 
-// maxInterned bounds the Reader's table of round-id strings.
-const maxInterned = 1024
+// interned is how many round-id strings a Reader keeps: a slot each,
+// chosen by the id's hash, so that a lookup touches one slot and a new
+// id takes the place of the one before in its slot.
+const interned = 256
+
+// internSeed seeds the hash that picks a round id's slot.
+var internSeed = maphash.MakeSeed()
 
 // Reader reads protocol lines from a stream.
 type Reader struct {
 	br     *bufio.Reader
-	intern map[string]string
+	intern *[interned]string
 	// Heartbeats accepts the extension lines (docs/DESIGN.md, "Extension
 	// lines"): HEARTBEAT as a Message with Cmd protocol.Heartbeat, and the
 	// fault notice as one with Cmd protocol.FaultNotice. Off, both are
@@ -278,21 +284,17 @@ func (r *Reader) ReadMessage() (protocol.Message, error) {
 }
 
 // internRound returns a string for id, allocating only the first time an id
-// is seen, so steady-state decoding allocates nothing.
+// is seen (of the rounds under way, whose ids come again and again), so
+// steady-state decoding allocates nothing.
 func (r *Reader) internRound(id []byte) string {
-	if s, ok := r.intern[string(id)]; ok {
-		return s
+	if r.intern == nil {
+		r.intern = new([interned]string)
 	}
-	switch {
-	case r.intern == nil:
-		// Sized once: a table that grows as it fills rehashes each time.
-		r.intern = make(map[string]string, maxInterned)
-	case len(r.intern) >= maxInterned:
-		clear(r.intern)
+	slot := &r.intern[maphash.Bytes(internSeed, id)%interned]
+	if *slot != string(id) {
+		*slot = string(id)
 	}
-	s := string(id)
-	r.intern[s] = s
-	return s
+	return *slot
 }
 
 // Append appends m's wire form to dst. With colon set, the unnamed round is
