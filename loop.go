@@ -22,8 +22,9 @@ import (
 // them all, react is the one switch over them): the lines a reader
 // read (all the complete lines of one read, in one input), a connection
 // accepted, secured or lost, a task's end, an exit-wave delivery, and the
-// API's calls (Ready, Wait, Snapshot, steering, Close), which wait for
-// the loop's reply; the clock's tick comes on its own channel. Only the
+// API's calls (Ready, Snapshot, steering, Close), which wait for the
+// loop's reply; the clock's tick comes on its own channel. (Wait takes no
+// turn: it reads the round book under the book's own lock, rounds.go.) Only the
 // stepper (step.go) steps the machine, and a step never runs inside
 // another step's actions: a reaction to an action (a fault's notice, the
 // policy's aborts) is a follow-up input (later), stepped after them, in
