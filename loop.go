@@ -180,7 +180,6 @@ type input struct {
 type reply struct {
 	ok   bool
 	err  error
-	ri   *roundInfo
 	conn net.Conn
 	gone <-chan struct{}
 	pc   *pendingConn
