@@ -2,8 +2,10 @@ package chainsync
 
 import (
 	"context"
+	"fmt"
 	"go/ast"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -390,4 +392,62 @@ func TestRetryWhileOldTaskRunsEndsNothingUnderIt(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("B ran c1's task %d times, want once (the retry passes it on)", n)
 	}
+}
+
+// A Snapshot that finds the node in a callback, and then finds the
+// callback over once it holds the callback guard, lets go of the guard
+// before it asks the loop: holding it, it waited for a turn that waited
+// for the guard at the end of its next callback (a deadlock, found when
+// TestStuckPeerStallsNothing hung in CI). 600 rounds run through a
+// 2-node chain whose Trace callbacks yield, while Snapshot is called
+// without pause at both nodes: before the fix, three runs in four
+// deadlocked. Draft: Protocol Operation (the rounds); the rest is this
+// library's.
+func TestSnapshotBetweenCallbacksDeadlocksNothing(t *testing.T) {
+	cfgs := tcpChainConfigs(t, 2)
+	for i := range cfgs {
+		cfgs[i].Trace = func(TraceEvent) { runtime.Gosched() }
+	}
+	nodes := startAll(t, cfgs, []int{1, 0})
+	stop := make(chan struct{})
+	var snaps atomic.Int64
+	for _, nd := range nodes {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					nd.Snapshot()
+					snaps.Add(1)
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	var ran atomic.Int64
+	go func() {
+		defer close(done)
+		for i := range 600 {
+			ran.Store(int64(i))
+			id := fmt.Sprint("r", i)
+			nodes[1].Ready(id)
+			nodes[0].Ready(id)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			res, err := nodes[0].Wait(ctx, id)
+			cancel()
+			if err != nil || res.Status != StatusDone {
+				t.Errorf("round %s: %+v %v", id, res, err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("600 rounds with Snapshot called meanwhile did not end in 60s (%d rounds, %d snapshots): a deadlock", ran.Load(), snaps.Load())
+	}
+	close(stop)
+	t.Logf("%d snapshots during the rounds", snaps.Load())
 }

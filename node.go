@@ -525,10 +525,13 @@ func (n *Node) Snapshot() Snapshot {
 		// The loop is in a callback: parked there until cbMu is
 		// unlocked, so the node is read as if on the loop.
 		n.lp.cbMu.Lock()
-		defer n.lp.cbMu.Unlock()
 		if n.lp.inCallback.Load() {
+			defer n.lp.cbMu.Unlock()
 			return n.d.snapshot()
 		}
+		// The callback ended meanwhile: let the guard go before asking
+		// the loop, whose next callback takes the guard as it ends.
+		n.lp.cbMu.Unlock()
 	}
 	r, ok := n.lp.ask(input{kind: inSnapshot})
 	if !ok {
