@@ -312,7 +312,9 @@ func (cn *connector) readLoop(l *link) {
 			}
 			if msg.Cmd != protocol.Heartbeat {
 				if msgs == nil {
-					msgs = append(make([]protocol.Message, 0, 4), one)
+					// Sized once: this line, the first, and every
+					// other whole line already buffered.
+					msgs = append(make([]protocol.Message, 0, min(2+l.r.Lines(), maxBatch)), one)
 				}
 				msgs = append(msgs, msg)
 			}

@@ -357,3 +357,26 @@ func TestReaderInterning(t *testing.T) {
 		}
 	}
 }
+
+// HasLine and Lines tell what ReadMessage returns without reading from
+// the stream: the whole lines buffered, not a partial one.
+func TestReaderBufferedLines(t *testing.T) {
+	r := wire.NewReader(strings.NewReader("READY:a\nSTART:a\nCOMPLETE:a\nREA"))
+	if r.HasLine() || r.Lines() != 0 {
+		t.Fatalf("before any read: HasLine %v, Lines %d; want false, 0", r.HasLine(), r.Lines())
+	}
+	if _, err := r.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	if !r.HasLine() || r.Lines() != 2 {
+		t.Fatalf("after the first line: HasLine %v, Lines %d; want true, 2", r.HasLine(), r.Lines())
+	}
+	for range 2 {
+		if _, err := r.ReadMessage(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.HasLine() || r.Lines() != 0 {
+		t.Fatalf("with a partial line left: HasLine %v, Lines %d; want false, 0", r.HasLine(), r.Lines())
+	}
+}
