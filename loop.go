@@ -285,10 +285,7 @@ func (lp *loop) put(in input, here bool) bool {
 	// The loop goroutine takes it: after the turn running now, if any
 	// (whoever holds the token drains the inbox in order, so in never
 	// overtakes an input posted before it).
-	select {
-	case lp.wake <- struct{}{}:
-	default:
-	}
+	lp.wakeLoop()
 	return true
 }
 
@@ -328,14 +325,8 @@ func (lp *loop) runHeld(f func()) {
 		lp.token.Unlock()
 		// A turn takes at most maxTurn inputs: what is left, the loop
 		// goroutine takes (its wake-ups may have been folded into one).
-		lp.qmu.Lock()
-		left := len(lp.queue) > 0 && !lp.over
-		lp.qmu.Unlock()
-		if left {
-			select {
-			case lp.wake <- struct{}{}:
-			default:
-			}
+		if lp.waiting() {
+			lp.wakeLoop()
 		}
 		// The turn's lines leave after it, off the token: no socket I/O
 		// under it. Each link's outbox keeps its lines in order whoever
@@ -488,11 +479,21 @@ func (lp *loop) takeAll() (answered bool) {
 	return answered
 }
 
-// waiting reports whether an input waits in the inbox.
+// waiting reports whether an input waits in the inbox of a loop that
+// has not ended.
 func (lp *loop) waiting() bool {
 	lp.qmu.Lock()
 	defer lp.qmu.Unlock()
-	return len(lp.queue) > 0
+	return len(lp.queue) > 0 && !lp.over
+}
+
+// wakeLoop tells the loop goroutine that an input waits (wake-ups fold
+// into one).
+func (lp *loop) wakeLoop() {
+	select {
+	case lp.wake <- struct{}{}:
+	default:
+	}
 }
 
 // react is the one place that lists what a node reacts to. Loop only.

@@ -27,8 +27,9 @@ func Network(addr string) (network, address string, err error) {
 
 // Listen binds the control socket at addr. A unix socket is created
 // with mode 0600, and its file appears only once it takes connections
-// (a stale socket left by a dead node is replaced; a live one is not); path is then its file, for the caller to remove when it
-// closes the listener, and "" for TCP.
+// (a stale socket left by a dead node is replaced; a live one is not);
+// path is then its file, for the caller to remove when it closes the
+// listener, and "" for TCP.
 func Listen(addr string) (ln net.Listener, path string, err error) {
 	network, address, err := Network(addr)
 	if err != nil {
