@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/hot"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -110,8 +111,9 @@ type roundBook struct {
 	// while anything else is called.
 	mu     sync.Mutex
 	byID   map[string]*roundInfo
-	closed bool     // the node is closing: a Wait adds no record
-	recent []string // the last keepHistory rounds that ended, oldest first
+	hot    hot.Cache[*roundInfo] // the records in use now, in front of byID
+	closed bool                  // the node is closing: a Wait adds no record
+	recent []string              // the last keepHistory rounds that ended, oldest first
 
 	lp     *loop        // a result is released at the end of the turn
 	log    *slog.Logger // a round's end, logged
@@ -128,11 +130,12 @@ func (b *roundBook) get(id string) *roundInfo {
 
 // getLocked is get, with mu held.
 func (b *roundBook) getLocked(id string) *roundInfo {
-	ri := b.byID[id]
+	ri := b.hot.Lookup(b.byID, id)
 	if ri == nil {
 		now := time.Now()
 		ri = &roundInfo{done: make(chan struct{}), since: now, opened: now}
 		b.byID[id] = ri
+		b.hot.Put(id, ri)
 	}
 	return ri
 }
@@ -140,7 +143,7 @@ func (b *roundBook) getLocked(id string) *roundInfo {
 // find returns the record of id, nil if there is none.
 func (b *roundBook) find(id string) *roundInfo {
 	b.mu.Lock()
-	ri := b.byID[id]
+	ri := b.hot.Lookup(b.byID, id)
 	b.mu.Unlock()
 	return ri
 }
@@ -149,6 +152,7 @@ func (b *roundBook) find(id string) *roundInfo {
 func (b *roundBook) forget(id string) {
 	b.mu.Lock()
 	delete(b.byID, id)
+	b.hot.Drop(id)
 	b.mu.Unlock()
 }
 
@@ -190,7 +194,9 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 	ri.res = res
 	ri.ended = time.Now()
 	ri.over = true
-	b.recent = slices.DeleteFunc(b.recent, func(r string) bool { return r == id })
+	if i := slices.Index(b.recent, id); i >= 0 { // listed once at most
+		b.recent = slices.Delete(b.recent, i, i+1)
+	}
 	if len(b.recent) == keepHistory {
 		b.recent = append(b.recent[:0], b.recent[1:]...)
 	}
@@ -206,7 +212,7 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 func (b *roundBook) waitOn(round string) *roundInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ri := b.byID[round]
+	ri := b.hot.Lookup(b.byID, round)
 	if ri == nil && b.closed {
 		return nil
 	}
@@ -235,6 +241,7 @@ func (b *roundBook) gaveUp(round string, ri *roundInfo, known bool) {
 	ri.waiters--
 	if !known && ri.waiters == 0 && !ri.finished() && b.byID[round] == ri {
 		delete(b.byID, round)
+		b.hot.Drop(round)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/hot"
 )
 
 // State is a round's state at one node: the draft's five states, plus the
@@ -578,6 +580,7 @@ func (r *round) record() Record {
 type Machine struct {
 	cfg      Config
 	rounds   map[string]*round
+	hot      hot.Cache[*round] // the rounds in use now, in front of rounds
 	active   int
 	finished []string // finished round ids, oldest first
 	q        queue    // the rounds in the order this node learned them
@@ -774,7 +777,7 @@ func New(cfg Config) *Machine {
 
 // State returns the state of round, and false if the round is unknown.
 func (m *Machine) State(round string) (State, bool) {
-	r := m.rounds[round]
+	r := m.hot.Lookup(m.rounds, round)
 	if r == nil {
 		return 0, false
 	}
@@ -868,7 +871,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 	id, one := ev.RoundOf()
 	var before Record
 	if one {
-		before = m.rounds[id].record()
+		before = m.hot.Lookup(m.rounds, id).record()
 	}
 	start := len(out)
 	m.moved.rs = m.moved.rs[:0]
@@ -880,7 +883,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 	// (Config.Ordered), is saved before any of the step's actions.
 	var saves []Action
 	if one {
-		if after := m.rounds[id].record(); after != before {
+		if after := m.hot.Lookup(m.rounds, id).record(); after != before {
 			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
 		}
 	}
@@ -913,6 +916,7 @@ func (m *Machine) Restore(rec Record) error {
 		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: restoredReceipts(rec.Receipt)}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds[r.id] = r
+	m.hot.Put(r.id, r)
 	if r.cancel.What == SteerCancel {
 		from := Side(0)
 		if m.cfg.Role.HasPred() {
@@ -979,7 +983,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		m.undo.why, m.undo.whySet = Failure{}, false
 		return out, err
 	case EvUndoDone:
-		r := m.rounds[ev.Round]
+		r := m.hot.Lookup(m.rounds, ev.Round)
 		out, v, err := m.undo.ended(r, ev.Failed, ev.Why.Code, out)
 		if v == undoOver {
 			out = m.undoEnd(r, out)
@@ -991,7 +995,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		}
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
-		r := m.rounds[ev.Round]
+		r := m.hot.Lookup(m.rounds, ev.Round)
 		if r == nil {
 			return out, ErrBadRound
 		}
@@ -1002,20 +1006,20 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvReport:
 		return m.report(ev.Note, ev.Halt, out)
 	case EvDelivered:
-		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
+		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && r.handingOver(m.cfg.Role) {
 			r.delivered = true
 			return m.finish(r, Done, out), nil
 		}
 		return out, nil // nothing to hand over (a re-send), or handed over already
 	case EvUndelivered:
-		if r := m.rounds[ev.Round]; r != nil && r.handingOver(m.cfg.Role) {
+		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && r.handingOver(m.cfg.Role) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
 	case EvRerun:
 		// The task runs again: a node with a restart grace announces it
 		// again (liveness.go).
-		r := m.rounds[ev.Round]
+		r := m.hot.Lookup(m.rounds, ev.Round)
 		switch {
 		case r == nil || r.state != StateStart:
 			return out, ErrNotRunning
@@ -1047,12 +1051,12 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 	// the retry may be of the attempt before: recv does not take it, and
 	// it is not noted either (noted, a START of the retry coming after it
 	// would look older, as from a successor that restarted).
-	notTaken := m.rounds[msg.Round].ofAttemptBefore(from)
+	notTaken := m.hot.Lookup(m.rounds, msg.Round).ofAttemptBefore(from)
 	out, err := m.recv(from, msg, out)
-	if r := m.rounds[msg.Round]; err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
+	if r := m.hot.Lookup(m.rounds, msg.Round); err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
 		return out, nil
 	}
-	if r := m.rounds[msg.Round]; err == nil && r != nil && msg.Cmd.Valid() && !notTaken {
+	if r := m.hot.Lookup(m.rounds, msg.Round); err == nil && r != nil && msg.Cmd.Valid() && !notTaken {
 		if from == Pred {
 			r.recvPred = max(r.recvPred, msg.Cmd)
 		} else {
@@ -1137,7 +1141,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return m.rcpt.receiptRecv(from, msg, out)
 	}
 	if msg.Cmd.IsUndo() {
-		r := m.rounds[msg.Round]
+		r := m.hot.Lookup(m.rounds, msg.Round)
 		if msg.Cmd != UndoOn && r.ofAttemptBefore(from) {
 			return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
 		}
@@ -1162,7 +1166,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	if err := m.undo.gate(from, msg); err != nil {
 		return out, err
 	}
-	r := m.rounds[msg.Round]
+	r := m.hot.Lookup(m.rounds, msg.Round)
 	var st State
 	if r.ofAttemptBefore(from) {
 		return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
@@ -1270,7 +1274,7 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 	if !ValidRound(id) {
 		return out, ErrBadRound
 	}
-	r := m.rounds[id]
+	r := m.hot.Lookup(m.rounds, id)
 	if r == nil {
 		if m.active >= m.cfg.MaxRounds {
 			return out, ErrTooManyRounds
@@ -1297,7 +1301,7 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 }
 
 func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
-	r := m.rounds[id]
+	r := m.hot.Lookup(m.rounds, id)
 	switch {
 	case r != nil && r.stale:
 		// The task of the attempt before a retry ended: the retry's own
@@ -1441,6 +1445,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
 	m.rounds[id] = r
+	m.hot.Put(id, r)
 	m.active++
 	m.clock.arm(r)
 	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
@@ -1479,6 +1484,7 @@ func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	out = append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
 	for len(m.finished) > m.cfg.KeepFinished {
 		delete(m.rounds, m.finished[0])
+		m.hot.Drop(m.finished[0])
 		out = append(out, Action{Kind: ActForget, Round: m.finished[0]})
 		m.finished = m.finished[1:]
 	}
@@ -1519,7 +1525,7 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
-	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt == 0 {
+	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && n.Attempt == 0 {
 		// The attempt the fault is of: a task's failure is of the
 		// attempt whose task it was.
 		n.Attempt = min(r.retries, MaxNoticeAttempt)
@@ -1564,32 +1570,32 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 		out = m.timedOut(m.live.expire(g), out) // liveness.go
 	}
 	an := Action{Kind: ActNotice, To: from, Msg: msg}
-	if r := m.rounds[msg.Note.Round]; msg.Note.HasRound && r != nil {
+	if r := m.hot.Lookup(m.rounds, msg.Note.Round); msg.Note.HasRound && r != nil {
 		an.Round, an.From, an.Started = r.id, r.state, r.started
 	}
 	out = append(out, an)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
-	if r := m.rounds[n.Round]; n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
+	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
 		// A fault of an attempt before the retry that reopened the
 		// round here (re-sent, or late): it ends nothing now.
 		return out, nil
 	}
-	if r := m.rounds[n.Round]; n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
+	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
 		// A task after this node failed, but this node's task has not
 		// run in the round's retry yet: the failure is of the attempt
 		// before (tasks run in chain order), and ends nothing now.
 		return out, nil
 	}
-	m.undo.noticed(n, m.rounds[n.Round])
+	m.undo.noticed(n, m.hot.Lookup(m.rounds, n.Round))
 	switch {
 	case n.Kind == KindCleared:
 		m.notices.forgetBlaming(n.Blamed) // a fault that is over ends nothing
 	case m.cfg.Policy == PolicyHalt:
 		out = m.abortAll(out)
 	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
-		if r := m.rounds[n.Round]; r != nil && !r.state.Terminal() {
+		if r := m.hot.Lookup(m.rounds, n.Round); r != nil && !r.state.Terminal() {
 			out = m.abortRound(r, out)
 		}
 	}

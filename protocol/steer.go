@@ -505,7 +505,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 // WaitHold if its turn has come and this node is held or paused,
 // WaitApproval if it waits for an approval, WaitNothing otherwise.
 func (m *Machine) Gate(round string) Wait {
-	r := m.rounds[round]
+	r := m.hot.Lookup(m.rounds, round)
 	if r == nil || !m.q.turnCame(r) {
 		return WaitNothing
 	}
@@ -527,7 +527,7 @@ func (m *Machine) Steers() []Steer { return m.steer.lines() }
 
 // Approved reports whether round was approved here (Config.Approve).
 func (m *Machine) Approved(round string) bool {
-	r := m.rounds[round]
+	r := m.hot.Lookup(m.rounds, round)
 	return r != nil && r.approved
 }
 
@@ -551,7 +551,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 				return out, nil
 			}
 		} else {
-			if r := m.rounds[s.Round]; s.What == SteerRetry && r != nil && r.undoUnderWay() {
+			if r := m.hot.Lookup(m.rounds, s.Round); s.What == SteerRetry && r != nil && r.undoUnderWay() {
 				return out, ErrUndoUnderWay
 			}
 			if s.What == SteerRetry && inFlight(m.rounds) {
@@ -564,11 +564,11 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		switch s.What {
 		case SteerCancel:
-			if r := m.rounds[s.Round]; r != nil {
+			if r := m.hot.Lookup(m.rounds, s.Round); r != nil {
 				r.cancel = s // kept for re-sends after a restart
 				m.moved.add(r)
 			}
-			switch r := m.rounds[s.Round]; {
+			switch r := m.hot.Lookup(m.rounds, s.Round); {
 			case r == nil || r.state.Terminal():
 			case r.state == StateStart:
 				// Its task runs here: the round ends when it ends, so
@@ -583,14 +583,14 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		return m.ungate(out), nil
 	case EvApprove:
-		r := m.rounds[ev.Round]
+		r := m.hot.Lookup(m.rounds, ev.Round)
 		if err := beforeTask(r); err != nil {
 			return out, err
 		}
 		r.approved = true
 		return m.ungate(out), nil
 	case EvDeny:
-		r := m.rounds[ev.Round]
+		r := m.hot.Lookup(m.rounds, ev.Round)
 		if err := beforeTask(r); err != nil {
 			return out, err
 		}
@@ -598,7 +598,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		return m.finish(r, TaskFailed, out), nil
 	case EvAlreadyDone:
 		// Before its task's turn, or ended (a later retry passes it on).
-		if r := m.rounds[ev.Round]; r != nil && (r.state.Terminal() || r.state < StateStart) {
+		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && (r.state.Terminal() || r.state < StateStart) {
 			r.taskOK = true
 			return m.ungate(out), nil
 		}
@@ -658,7 +658,7 @@ func (m *Machine) regate() {
 // TaskOK reports whether round, reopened by a retry, had its task
 // succeed here before (it will be passed on without running again).
 func (m *Machine) TaskOK(round string) bool {
-	r := m.rounds[round]
+	r := m.hot.Lookup(m.rounds, round)
 	return r != nil && r.taskOK
 }
 
@@ -692,7 +692,7 @@ func (r *round) taskRan(role Role) bool {
 // (Record.Prior). ActOpened says it is open.
 func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 	id := s.Round
-	r := m.rounds[id]
+	r := m.hot.Lookup(m.rounds, id)
 	switch {
 	case r == nil:
 		return out // never seen here: its READY opens it as a new round
@@ -756,7 +756,7 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 // successor, it is that line coming back: the round takes the
 // successor's messages again.
 func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Action {
-	r := m.rounds[s.Round]
+	r := m.hot.Lookup(m.rounds, s.Round)
 	if from == Succ {
 		if r != nil && r.retry.At == s.At {
 			r.succRetried = true
@@ -771,7 +771,7 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 		out = m.retryRound(s, Pred, out)
 		out = m.ungate(out)
 	}
-	if r := m.rounds[s.Round]; r == nil || r.retry.At >= s.At {
+	if r := m.hot.Lookup(m.rounds, s.Round); r == nil || r.retry.At >= s.At {
 		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
 		if r != nil && taken && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
 			// The predecessor asks again (it restarted, or lost the

@@ -623,7 +623,7 @@ func (r *round) settled(undo bool) bool {
 // Undo returns where round's undo stands here, and what this node knows
 // of its wave (a read-only view for status reports).
 func (m *Machine) Undo(round string) (UndoPhase, Wave, bool) {
-	r := m.rounds[round]
+	r := m.hot.Lookup(m.rounds, round)
 	if r == nil {
 		return 0, Wave{}, false
 	}
