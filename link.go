@@ -55,7 +55,7 @@ type link struct {
 	firstLine string                // the first line queued on it, HEARTBEAT included (wmu)
 	firstAt   time.Time             // when (zero: none yet)
 	lastRecv  atomic.Int64          // UnixNano of the last line read from the peer (0: none yet)
-	lastSent  atomic.Int64          // UnixNano of the last line queued to the peer
+	lastSent  atomic.Int64          // UnixNano of the last write of lines queued to the peer (drain)
 }
 
 // heard records that a line arrived from the peer.
@@ -93,11 +93,9 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	if len(l.out)+len(line) > maxOutbox {
 		return false
 	}
-	now := time.Now()
 	if l.firstAt.IsZero() {
-		l.firstAt, l.firstLine = now, string(line[:len(line)-1])
+		l.firstAt, l.firstLine = time.Now(), string(line[:len(line)-1])
 	}
-	l.lastSent.Store(now.UnixNano())
 	l.out = append(l.out, line...)
 	if exitWave {
 		l.marks = append(l.marks, round)
@@ -176,6 +174,7 @@ func (l *link) drain(block bool) {
 	batch, marks := l.out, l.marks
 	l.out, l.marks = l.spare[:0], nil
 	l.wmu.Unlock()
+	l.lastSent.Store(time.Now().UnixNano()) // once a write, not once a line
 
 	var wrote int
 	var err error

@@ -738,7 +738,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 		d.book.forget(a.Round) // its waiters, if any, hold their record
 	case protocol.ActState:
 		ri := d.book.get(a.Round)
-		ri.since = time.Now()
+		ri.since = d.st.stepTime()
 		if a.State == protocol.StateAborted {
 			ri.abortedIn = a.From
 		}

@@ -19,9 +19,10 @@ type stepper struct {
 	acts    []protocol.Action // scratch: the last step's actions
 	timing  bool              // events carry the time since epoch
 	epoch   time.Time
-	durable bool  // the records are journalled (Config.StateDir)
-	broken  error // the journal failed: the node acts no more
-	lp      *loop // the turn whose batch the records join
+	at      time.Duration // the time the last step's event carried (timing)
+	durable bool          // the records are journalled (Config.StateDir)
+	broken  error         // the journal failed: the node acts no more
+	lp      *loop         // the turn whose batch the records join
 }
 
 // machineView is what the driver may read of the machine: no Step.
@@ -45,6 +46,7 @@ func (s *stepper) step(ev protocol.Event, recs *[]protocol.Record) ([]protocol.A
 	if s.timing && ev.At == 0 {
 		ev.At = time.Since(s.epoch)
 	}
+	s.at = ev.At
 	acts, err := s.m.Step(ev, s.acts[:0])
 	s.acts = acts
 	if err != nil {
@@ -69,6 +71,16 @@ func (s *stepper) restore(recs []protocol.Record) error {
 		}
 	}
 	return nil
+}
+
+// stepTime is when the last step was taken: the time its event carried
+// (one clock reading a step, not one for each action that asks), or now
+// without timing.
+func (s *stepper) stepTime() time.Time {
+	if s.at > 0 {
+		return s.epoch.Add(s.at)
+	}
+	return time.Now()
 }
 
 // now is the machine's time now.
