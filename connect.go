@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -295,9 +296,9 @@ func (cn *connector) readLoop(l *link) {
 		// One line, the usual case, travels in the input itself; more
 		// that came in the same read, in a slice.
 		one := msg
-		var msgs []protocol.Message
-		var hello *wire.Hello // one out of place, after msgs
-		for len(msgs) < maxBatch && l.r.HasLine() {
+		var mb *msgBatch
+		var hello *wire.Hello // one out of place, after mb's
+		for (mb == nil || len(mb.msgs) < maxBatch) && l.r.HasLine() {
 			if msg, err = l.r.ReadMessage(); err != nil {
 				break
 			}
@@ -311,17 +312,20 @@ func (cn *connector) readLoop(l *link) {
 				break
 			}
 			if msg.Cmd != protocol.Heartbeat {
-				if msgs == nil {
-					// Sized once: this line, the first, and every
-					// other whole line already buffered.
-					msgs = append(make([]protocol.Message, 0, min(2+l.r.Lines(), maxBatch)), one)
+				if mb == nil {
+					mb = msgBatches.Get().(*msgBatch)
+					mb.msgs = append(mb.msgs[:0], one)
 				}
-				msgs = append(msgs, msg)
+				mb.msgs = append(mb.msgs, msg)
 			}
 		}
 		// A line that closes l (bad input, a refused first line) closes
 		// its connection too: the next read fails and ends this loop.
-		if !cn.loop.post(input{kind: inLines, l: l, msg: one, msgs: msgs}) {
+		in := input{kind: inLines, l: l, msg: one}
+		if mb != nil {
+			in.msgs, in.batch = mb.msgs, mb
+		}
+		if !cn.loop.post(in) {
 			return
 		}
 		if hello != nil && !cn.loop.post(input{kind: inHello, l: l, hello: hello}) {
@@ -336,6 +340,21 @@ func (cn *connector) readLoop(l *link) {
 
 // maxBatch bounds the lines of one read handed to the loop in one event.
 const maxBatch = 64
+
+// msgBatch holds the lines of one read, handed to the loop in one input
+// and given back to msgBatches once the loop has acted on them (react):
+// a new slice for each read (14 lines, 900 bytes of pointers, at a node
+// of a pipelined chain) cost 6% of the node's CPU.
+type msgBatch struct{ msgs []protocol.Message }
+
+var msgBatches = sync.Pool{New: func() any { return &msgBatch{msgs: make([]protocol.Message, 0, maxBatch)} }}
+
+// release gives b back for another read, holding nothing of its lines.
+func (b *msgBatch) release() {
+	clear(b.msgs)
+	b.msgs = b.msgs[:0]
+	msgBatches.Put(b)
+}
 
 // takePred makes the pending connection l the current predecessor
 // connection, closing the one it replaces. Loop only.

@@ -159,6 +159,7 @@ type input struct {
 	l      *link
 	msg    protocol.Message   // inLines: the one line read (msgs nil)
 	msgs   []protocol.Message // inLines: the lines of one read, if more than one
+	batch  *msgBatch          // inLines: msgs's holder, given back once they are acted on
 	round  string
 	rounds []string
 	err    error
@@ -506,6 +507,7 @@ func (d *driver) react(in *input) {
 			d.linksDown()
 		} else {
 			d.handleAll(l, in.msgs)
+			in.batch.release()
 		}
 	case inHello:
 		up := d.links.helloArrived(l, *in.hello, in.flag)

@@ -258,15 +258,6 @@ func (r *Reader) HasLine() bool {
 	return bytes.IndexByte(b, '\n') >= 0
 }
 
-// Lines reports how many whole lines are buffered: what ReadMessage
-// returns without reading from the stream, at most (a line it refuses
-// may end the stream's use), so a caller can size what it collects them
-// in.
-func (r *Reader) Lines() int {
-	b, _ := r.br.Peek(r.br.Buffered())
-	return bytes.Count(b, []byte{'\n'})
-}
-
 // ReadMessage reads the next line. It returns a *ProtocolError for a
 // malformed line (the stream is then unusable: close it), io.EOF at a clean
 // end of stream, io.ErrUnexpectedEOF for a stream cut inside a line, and
