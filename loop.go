@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
@@ -232,6 +233,7 @@ type loop struct {
 	queued   []input     // follow-ups to react to later in this turn
 	flushing []*link     // links with lines queued in this turn
 	quickRun []string    // scratch for runQuick
+	now      time.Time   // the turn's clock reading, taken on first use (turnTime)
 	starting []taskStart // tasks to start at the end of the turn
 	// launching are the tasks the turn starts, launched by the goroutine
 	// that ran it once its lines are written (runHeld), with launchFn.
@@ -346,12 +348,23 @@ func (lp *loop) runHeld(f func()) {
 	over := lp.over
 	lp.qmu.Unlock()
 	if !over {
+		lp.now = time.Time{}
 		if p := loopCheck.Load(); p != nil {
 			lp.loopG.Store(p.goid())
 		}
 		f()
 	}
 	ok = true
+}
+
+// turnTime is the time of the turn: one clock reading for all that
+// asks in one turn (a round's state changes, for Snapshot). Token holder
+// only.
+func (lp *loop) turnTime() time.Time {
+	if lp.now.IsZero() {
+		lp.now = time.Now()
+	}
+	return lp.now
 }
 
 // end ends the loop: nothing more is taken, and loopDone is closed.

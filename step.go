@@ -74,13 +74,13 @@ func (s *stepper) restore(recs []protocol.Record) error {
 }
 
 // stepTime is when the last step was taken: the time its event carried
-// (one clock reading a step, not one for each action that asks), or now
-// without timing.
+// (one clock reading a step, not one for each action that asks), or
+// without timing the turn's (one reading a turn).
 func (s *stepper) stepTime() time.Time {
 	if s.at > 0 {
 		return s.epoch.Add(s.at)
 	}
-	return time.Now()
+	return s.lp.turnTime()
 }
 
 // now is the machine's time now.
