@@ -419,13 +419,17 @@ func (a *agent) measure(ctx context.Context, rep *Report) error {
 	}
 	warm, ids := a.spec.roundIDs()
 	if !a.head() {
-		a.relayHops()
+		// Every round is opened here before this agent's relay hops
+		// start: the Head's first relay line gets through only once every
+		// hop runs, so no node is still opening rounds while the Head
+		// measures the relay floor (which would lower it).
 		all := append(warm, ids...)
 		for _, id := range all {
 			if err := a.node.Ready(id); err != nil {
 				return err
 			}
 		}
+		a.relayHops()
 		for _, id := range all {
 			res, err := a.node.Wait(ctx, id)
 			if err != nil {
