@@ -294,7 +294,7 @@ func (cn *connector) readLoop(l *link) {
 			continue // it only says the neighbour is alive
 		}
 		// One line, the usual case, travels in the input itself; more
-		// that came in the same read, in a slice.
+		// that came in the same read, in a pooled batch (msgBatch).
 		one := msg
 		var mb *msgBatch
 		var hello *wire.Hello // one out of place, after mb's

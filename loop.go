@@ -160,7 +160,7 @@ type input struct {
 	l      *link
 	msg    protocol.Message   // inLines: the one line read (msgs nil)
 	msgs   []protocol.Message // inLines: the lines of one read, if more than one
-	batch  *msgBatch          // inLines: msgs's holder, given back once they are acted on
+	batch  *msgBatch          // inLines: msgs's holder (pooled), given back once they are acted on
 	round  string
 	rounds []string
 	err    error
