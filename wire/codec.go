@@ -19,6 +19,11 @@ const MaxLine = 256
 // quoteMax is how many offending bytes a ProtocolError keeps.
 const quoteMax = 64
 
+// quotedMax bounds the quoted bytes in a ProtocolError's message, quotes
+// included: a byte that is not printable takes four characters there
+// (\xNN), so 64 of them would take 258.
+const quotedMax = 130
+
 // ProtocolError is a line that breaks the wire grammar.
 type ProtocolError struct {
 	Reason string // what is wrong, e.g. "unknown command"
@@ -33,13 +38,20 @@ type ProtocolError struct {
 	Extension bool
 }
 
-// Error describes the failure in one line for logs.
+// Error describes the failure in one line for logs: the offending bytes
+// escaped, as many as fit in quotedMax characters.
 func (e *ProtocolError) Error() string {
-	s := fmt.Sprintf("chainsync: malformed line: %s: %s", e.Reason, strconv.Quote(string(e.Line)))
+	k := len(e.Line)
+	q := strconv.Quote(string(e.Line))
+	for len(q) > quotedMax {
+		k--
+		q = strconv.Quote(string(e.Line[:k]))
+	}
+	s := fmt.Sprintf("chainsync: malformed line: %s: %s", e.Reason, q)
 	switch {
 	case e.More:
 		s += fmt.Sprintf(" (more than %d bytes, truncated)", MaxLine)
-	case e.Len > len(e.Line):
+	case e.Len > k:
 		s += fmt.Sprintf(" (%d bytes, truncated)", e.Len)
 	}
 	return s

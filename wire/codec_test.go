@@ -160,6 +160,12 @@ func TestProtocolErrorMessage(t *testing.T) {
 	if strings.ContainsAny(s, "\x00\x1b") || strings.Count(s, "A") > 64 {
 		t.Errorf("error %q has raw control bytes or is not truncated", s)
 	}
+	// Bytes that are not printable take four characters each once
+	// escaped: the message still stays short (64 of them took 258).
+	_, err = wire.Parse(bytes.Repeat([]byte{0xff}, 70))
+	if s := err.Error(); len(s) > 200 || !strings.Contains(s, `\xff\xff`) || !strings.Contains(s, "(70 bytes, truncated)") {
+		t.Errorf("error of %d bytes for 70 unprintable bytes: %q", len(s), s)
+	}
 	// A short line is quoted whole, without the truncation note.
 	_, err = wire.Parse([]byte("READY\x00"))
 	if s := err.Error(); !strings.Contains(s, `"READY\x00"`) || strings.Contains(s, "truncated") {
