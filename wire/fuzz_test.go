@@ -46,8 +46,18 @@ func checkError(t *testing.T, err error, line []byte) *wire.ProtocolError {
 	if pe.Reason == "" || len(pe.Line) > 64 || pe.Len < len(pe.Line) || !bytes.HasPrefix(line, pe.Line) {
 		t.Fatalf("%q: bad ProtocolError %+v", line, pe)
 	}
-	if !strings.Contains(pe.Error(), strconv.Quote(string(pe.Line))) {
+	// The message quotes the kept bytes, as many as fit in 130
+	// characters once escaped, and says when it quotes fewer than the
+	// line had.
+	k := len(pe.Line)
+	for len(strconv.Quote(string(pe.Line[:k]))) > 130 {
+		k--
+	}
+	if !strings.Contains(pe.Error(), strconv.Quote(string(pe.Line[:k]))) {
 		t.Fatalf("%q: error %q does not quote the bytes", line, pe.Error())
+	}
+	if k < len(line) && !strings.Contains(pe.Error(), "truncated") {
+		t.Fatalf("%q: error %q quotes %d of %d bytes and does not say it is truncated", line, pe.Error(), k, len(line))
 	}
 	return pe
 }
