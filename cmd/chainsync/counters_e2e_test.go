@@ -72,6 +72,12 @@ func TestCountersAfterRestartE2E(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
+	// B's round is over once its last COMPLETE to A was written, and it
+	// logs so in the turn after that write: the Head's result (and so
+	// open --wait) may come first. Wait for the fifth line, then count.
+	waitFor(t, 10*time.Second, "fifth \"round over\" line of B", func() bool {
+		return procs[1].logCount("round over", "status=done") >= 5
+	})
 	if n := procs[1].logCount("round over", "status=done"); n != 5 {
 		t.Fatalf("B logged %d \"round over ... status=done\" lines before its restart, want 5", n)
 	}
@@ -103,6 +109,9 @@ func TestCountersAfterRestartE2E(t *testing.T) {
 		t.Fatalf("open --id r5 --wait after B's restart: exit %d: %s", code, errOut)
 	}
 	ids = append(ids, "r5")
+	waitFor(t, 10*time.Second, "\"round over\" line of B for r5", func() bool {
+		return procs[1].logCount("round over", "round=r5") >= 1
+	}) // as above: B's end of the round may come after the Head's
 	page = httpGet(t, "http://"+statusAddr+"/metrics")
 	if v, _ := metricValue(page, `chainsync_rounds_total{outcome="done"}`); v != 1 {
 		t.Errorf(`restarted B: chainsync_rounds_total{outcome="done"} = %d after one more round, want 1`, v)
