@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/hot"
 	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/transport"
@@ -244,7 +245,7 @@ func Start(cfg Config) (*Node, error) {
 	d := &driver{
 		cfg:    cfg,
 		role:   cfg.Role(),
-		book:   &roundBook{byID: make(map[string]*roundInfo)},
+		book:   &roundBook{byID: hot.NewTable[*roundInfo]()},
 		crew:   new(crew),
 		faults: new(faultBook),
 		prev:   newPrevHost(&cfg),

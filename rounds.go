@@ -110,8 +110,7 @@ type roundBook struct {
 	// mu guards byID, closed and each record's waiters; never held
 	// while anything else is called.
 	mu     sync.Mutex
-	byID   map[string]*roundInfo
-	hot    hot.Cache[*roundInfo] // the records in use now, in front of byID
+	byID   hot.Table[*roundInfo] // the records in use now are found fastest
 	closed bool                  // the node is closing: a Wait adds no record
 	recent []string              // the last keepHistory rounds that ended, oldest first
 
@@ -130,12 +129,11 @@ func (b *roundBook) get(id string) *roundInfo {
 
 // getLocked is get, with mu held.
 func (b *roundBook) getLocked(id string) *roundInfo {
-	ri := b.hot.Lookup(b.byID, id)
+	ri := b.byID.Get(id)
 	if ri == nil {
 		now := time.Now()
 		ri = &roundInfo{done: make(chan struct{}), since: now, opened: now}
-		b.byID[id] = ri
-		b.hot.Put(id, ri)
+		b.byID.Set(id, ri)
 	}
 	return ri
 }
@@ -143,7 +141,7 @@ func (b *roundBook) getLocked(id string) *roundInfo {
 // find returns the record of id, nil if there is none.
 func (b *roundBook) find(id string) *roundInfo {
 	b.mu.Lock()
-	ri := b.hot.Lookup(b.byID, id)
+	ri := b.byID.Get(id)
 	b.mu.Unlock()
 	return ri
 }
@@ -151,8 +149,7 @@ func (b *roundBook) find(id string) *roundInfo {
 // forget drops the record of id (its waiters, if any, hold it).
 func (b *roundBook) forget(id string) {
 	b.mu.Lock()
-	delete(b.byID, id)
-	b.hot.Drop(id)
+	b.byID.Delete(id)
 	b.mu.Unlock()
 }
 
@@ -161,8 +158,8 @@ func (b *roundBook) forget(id string) {
 func (b *roundBook) all() []bookEntry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]bookEntry, 0, len(b.byID))
-	for id, ri := range b.byID {
+	out := make([]bookEntry, 0, b.byID.Len())
+	for id, ri := range b.byID.All() {
 		out = append(out, bookEntry{id, ri})
 	}
 	return out
@@ -212,7 +209,7 @@ func (b *roundBook) settle(id string, ri *roundInfo, res Result) bool {
 func (b *roundBook) waitOn(round string) *roundInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ri := b.hot.Lookup(b.byID, round)
+	ri := b.byID.Get(round)
 	if ri == nil && b.closed {
 		return nil
 	}
@@ -239,9 +236,8 @@ func (b *roundBook) gaveUp(round string, ri *roundInfo, known bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ri.waiters--
-	if !known && ri.waiters == 0 && !ri.finished() && b.byID[round] == ri {
-		delete(b.byID, round)
-		b.hot.Drop(round)
+	if !known && ri.waiters == 0 && !ri.finished() && b.byID.Get(round) == ri {
+		b.byID.Delete(round)
 	}
 }
 
@@ -249,12 +245,12 @@ func (b *roundBook) gaveUp(round string, ri *roundInfo, known bool) {
 func (b *roundBook) allOver() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, ri := range b.byID {
+	for _, ri := range b.byID.All() {
 		if !ri.finished() {
 			return false
 		}
 	}
-	return len(b.byID) > 0
+	return b.byID.Len() > 0
 }
 
 // finished lists the last rounds that ended, oldest first.

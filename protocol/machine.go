@@ -579,8 +579,7 @@ func (r *round) record() Record {
 // part decided.
 type Machine struct {
 	cfg      Config
-	rounds   map[string]*round
-	hot      hot.Cache[*round] // the rounds in use now, in front of rounds
+	rounds   hot.Table[*round] // by id; the rounds in use now are found fastest
 	active   int
 	finished []string // finished round ids, oldest first
 	q        queue    // the rounds in the order this node learned them
@@ -765,19 +764,19 @@ func New(cfg Config) *Machine {
 	if cfg.Role == 0 {
 		cfg.Role = Single
 	}
-	m := &Machine{cfg: cfg, rounds: make(map[string]*round),
+	m := &Machine{cfg: cfg, rounds: hot.NewTable[*round](),
 		q:     queue{role: cfg.Role, ordered: cfg.Ordered, undo: cfg.Undo},
 		moved: saves{on: cfg.Durable},
 		clock: newClock(&cfg), live: newLiveness(&cfg), undo: newUndoWave(&cfg),
 		steer: steering{role: cfg.Role, ext: cfg.Extensions}}
-	m.rcpt = receiptBook{cfg: &m.cfg, rounds: m.rounds, active: &m.active, moved: &m.moved,
+	m.rcpt = receiptBook{cfg: &m.cfg, rounds: &m.rounds, active: &m.active, moved: &m.moved,
 		advance: m.advance, open: m.open, abortRound: m.abortRound}
 	return m
 }
 
 // State returns the state of round, and false if the round is unknown.
 func (m *Machine) State(round string) (State, bool) {
-	r := m.hot.Lookup(m.rounds, round)
+	r := m.rounds.Get(round)
 	if r == nil {
 		return 0, false
 	}
@@ -796,7 +795,7 @@ type RoundView struct {
 // a read-only view for progress reports.
 func (m *Machine) View() []RoundView {
 	vs := make([]RoundView, 0, m.active)
-	for id, r := range m.rounds {
+	for id, r := range m.rounds.All() {
 		if !r.over {
 			vs = append(vs, RoundView{Round: id, State: r.state, LocalReady: r.localReady})
 		}
@@ -810,7 +809,7 @@ func (m *Machine) View() []RoundView {
 // node learned them, then by id.
 func (m *Machine) unfinished() []*round {
 	rs := make([]*round, 0, m.active)
-	for _, r := range m.rounds {
+	for _, r := range m.rounds.All() {
 		if !r.state.Terminal() {
 			rs = append(rs, r)
 		}
@@ -871,7 +870,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 	id, one := ev.RoundOf()
 	var before Record
 	if one {
-		before = m.hot.Lookup(m.rounds, id).record()
+		before = m.rounds.Get(id).record()
 	}
 	start := len(out)
 	m.moved.rs = m.moved.rs[:0]
@@ -883,7 +882,7 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 	// (Config.Ordered), is saved before any of the step's actions.
 	var saves []Action
 	if one {
-		if after := m.hot.Lookup(m.rounds, id).record(); after != before {
+		if after := m.rounds.Get(id).record(); after != before {
 			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
 		}
 	}
@@ -906,7 +905,7 @@ func (m *Machine) Restore(rec Record) error {
 	if !ValidRound(rec.Round) || rec.State < StateSync || rec.State > StateAborted {
 		return fmt.Errorf("chainsync: cannot restore round %q in state %d", rec.Round, rec.State)
 	}
-	if _, dup := m.rounds[rec.Round]; dup {
+	if m.rounds.Get(rec.Round) != nil {
 		return fmt.Errorf("chainsync: round %q restored twice", rec.Round)
 	}
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
@@ -915,8 +914,7 @@ func (m *Machine) Restore(rec Record) error {
 		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
 		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: restoredReceipts(rec.Receipt)}
 	m.q.seq = max(m.q.seq, r.seq)
-	m.rounds[r.id] = r
-	m.hot.Put(r.id, r)
+	m.rounds.Set(r.id, r)
 	if r.cancel.What == SteerCancel {
 		from := Side(0)
 		if m.cfg.Role.HasPred() {
@@ -947,7 +945,7 @@ func (m *Machine) Restore(rec Record) error {
 
 func (m *Machine) step(ev Event, out []Action) ([]Action, error) {
 	if ev.At > 0 && m.clock.setNow(ev.At) {
-		for _, r := range m.rounds {
+		for _, r := range m.rounds.All() {
 			if !r.over {
 				m.clock.arm(r) // restored before the time was known
 			}
@@ -983,7 +981,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		m.undo.why, m.undo.whySet = Failure{}, false
 		return out, err
 	case EvUndoDone:
-		r := m.hot.Lookup(m.rounds, ev.Round)
+		r := m.rounds.Get(ev.Round)
 		out, v, err := m.undo.ended(r, ev.Failed, ev.Why.Code, out)
 		if v == undoOver {
 			out = m.undoEnd(r, out)
@@ -995,7 +993,7 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 		}
 		return m.linkUp(ev.From, out), nil
 	case EvAbort:
-		r := m.hot.Lookup(m.rounds, ev.Round)
+		r := m.rounds.Get(ev.Round)
 		if r == nil {
 			return out, ErrBadRound
 		}
@@ -1006,20 +1004,20 @@ func (m *Machine) step1(ev Event, out []Action) ([]Action, error) {
 	case EvReport:
 		return m.report(ev.Note, ev.Halt, out)
 	case EvDelivered:
-		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && r.handingOver(m.cfg.Role) {
+		if r := m.rounds.Get(ev.Round); r != nil && r.handingOver(m.cfg.Role) {
 			r.delivered = true
 			return m.finish(r, Done, out), nil
 		}
 		return out, nil // nothing to hand over (a re-send), or handed over already
 	case EvUndelivered:
-		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && r.handingOver(m.cfg.Role) {
+		if r := m.rounds.Get(ev.Round); r != nil && r.handingOver(m.cfg.Role) {
 			return m.finish(r, NotDelivered, out), nil
 		}
 		return out, nil // delivered meanwhile
 	case EvRerun:
 		// The task runs again: a node with a restart grace announces it
 		// again (liveness.go).
-		r := m.hot.Lookup(m.rounds, ev.Round)
+		r := m.rounds.Get(ev.Round)
 		switch {
 		case r == nil || r.state != StateStart:
 			return out, ErrNotRunning
@@ -1051,12 +1049,12 @@ func (m *Machine) recvNoted(from Side, msg Message, out []Action) ([]Action, err
 	// the retry may be of the attempt before: recv does not take it, and
 	// it is not noted either (noted, a START of the retry coming after it
 	// would look older, as from a successor that restarted).
-	notTaken := m.hot.Lookup(m.rounds, msg.Round).ofAttemptBefore(from)
+	notTaken := m.rounds.Get(msg.Round).ofAttemptBefore(from)
 	out, err := m.recv(from, msg, out)
-	if r := m.hot.Lookup(m.rounds, msg.Round); err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
+	if r := m.rounds.Get(msg.Round); err != nil && r != nil && r.retries > 0 && msg.Cmd.Valid() && staleAttempt(err) {
 		return out, nil
 	}
-	if r := m.hot.Lookup(m.rounds, msg.Round); err == nil && r != nil && msg.Cmd.Valid() && !notTaken {
+	if r := m.rounds.Get(msg.Round); err == nil && r != nil && msg.Cmd.Valid() && !notTaken {
 		if from == Pred {
 			r.recvPred = max(r.recvPred, msg.Cmd)
 		} else {
@@ -1141,7 +1139,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 		return m.rcpt.receiptRecv(from, msg, out)
 	}
 	if msg.Cmd.IsUndo() {
-		r := m.hot.Lookup(m.rounds, msg.Round)
+		r := m.rounds.Get(msg.Round)
 		if msg.Cmd != UndoOn && r.ofAttemptBefore(from) {
 			return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
 		}
@@ -1166,7 +1164,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 	if err := m.undo.gate(from, msg); err != nil {
 		return out, err
 	}
-	r := m.hot.Lookup(m.rounds, msg.Round)
+	r := m.rounds.Get(msg.Round)
 	var st State
 	if r.ofAttemptBefore(from) {
 		return out, nil // of the attempt before the retry, maybe: not taken (steer.go)
@@ -1274,7 +1272,7 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 	if !ValidRound(id) {
 		return out, ErrBadRound
 	}
-	r := m.hot.Lookup(m.rounds, id)
+	r := m.rounds.Get(id)
 	if r == nil {
 		if m.active >= m.cfg.MaxRounds {
 			return out, ErrTooManyRounds
@@ -1301,7 +1299,7 @@ func (m *Machine) localReady(id string, out []Action) ([]Action, error) {
 }
 
 func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, error) {
-	r := m.hot.Lookup(m.rounds, id)
+	r := m.rounds.Get(id)
 	switch {
 	case r != nil && r.stale:
 		// The task of the attempt before a retry ended: the retry's own
@@ -1344,12 +1342,12 @@ func (m *Machine) taskDone(id string, failed bool, out []Action) ([]Action, erro
 // this node learned the rounds, so that the READYs and STARTs keep their
 // order; otherwise in round-id order.
 func (m *Machine) linkUp(side Side, out []Action) []Action {
-	out = m.undo.linkUp(side, m.rounds, out) // first: UNDO ON, on a new connection
-	out = m.steer.resends(side, out)         // first: what holds the rounds below
-	out = m.notices.resend(side, out)        // the notices it missed
-	out = m.rcpt.receiptResends(side, out)   // before the COMPLETE a digest must precede
+	out = m.undo.linkUp(side, m.rounds.All(), out) // first: UNDO ON, on a new connection
+	out = m.steer.resends(side, out)               // first: what holds the rounds below
+	out = m.notices.resend(side, out)              // the notices it missed
+	out = m.rcpt.receiptResends(side, out)         // before the COMPLETE a digest must precede
 	rs := make([]*round, 0, m.active)
-	for _, r := range m.rounds {
+	for _, r := range m.rounds.All() {
 		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
 			rs = append(rs, r)
 		}
@@ -1444,8 +1442,7 @@ func (m *Machine) advance(r *round, out []Action) []Action {
 
 func (m *Machine) open(id string, by Side, out []Action) (*round, []Action) {
 	r := &round{id: id, state: StateSync}
-	m.rounds[id] = r
-	m.hot.Put(id, r)
+	m.rounds.Set(id, r)
 	m.active++
 	m.clock.arm(r)
 	return r, append(out, Action{Kind: ActOpened, Round: id, To: by})
@@ -1483,8 +1480,7 @@ func (m *Machine) finish(r *round, o Outcome, out []Action) []Action {
 	m.finished = append(m.finished, r.id)
 	out = append(out, Action{Kind: ActDone, Round: r.id, Outcome: o})
 	for len(m.finished) > m.cfg.KeepFinished {
-		delete(m.rounds, m.finished[0])
-		m.hot.Drop(m.finished[0])
+		m.rounds.Delete(m.finished[0])
 		out = append(out, Action{Kind: ActForget, Round: m.finished[0]})
 		m.finished = m.finished[1:]
 	}
@@ -1525,7 +1521,7 @@ func (m *Machine) report(n Notice, halt bool, out []Action) ([]Action, error) {
 	if !m.cfg.Extensions && !halt {
 		return out, ErrNoExtensions
 	}
-	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && n.Attempt == 0 {
+	if r := m.rounds.Get(n.Round); n.HasRound && r != nil && n.Attempt == 0 {
 		// The attempt the fault is of: a task's failure is of the
 		// attempt whose task it was.
 		n.Attempt = min(r.retries, MaxNoticeAttempt)
@@ -1570,32 +1566,32 @@ func (m *Machine) notice(from Side, msg Message, out []Action) ([]Action, error)
 		out = m.timedOut(m.live.expire(g), out) // liveness.go
 	}
 	an := Action{Kind: ActNotice, To: from, Msg: msg}
-	if r := m.hot.Lookup(m.rounds, msg.Note.Round); msg.Note.HasRound && r != nil {
+	if r := m.rounds.Get(msg.Note.Round); msg.Note.HasRound && r != nil {
 		an.Round, an.From, an.Started = r.id, r.state, r.started
 	}
 	out = append(out, an)
 	// The policy: under halt the chain stops here too; under wait a
 	// round whose task failed somewhere can never complete, so it ends.
 	n := msg.Note
-	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
+	if r := m.rounds.Get(n.Round); n.HasRound && r != nil && n.Attempt < r.retries && n.Kind != KindCleared {
 		// A fault of an attempt before the retry that reopened the
 		// round here (re-sent, or late): it ends nothing now.
 		return out, nil
 	}
-	if r := m.hot.Lookup(m.rounds, n.Round); n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
+	if r := m.rounds.Get(n.Round); n.HasRound && r != nil && r.retries > 0 && from == Succ && r.state < StateComplete && !r.taskOK {
 		// A task after this node failed, but this node's task has not
 		// run in the round's retry yet: the failure is of the attempt
 		// before (tasks run in chain order), and ends nothing now.
 		return out, nil
 	}
-	m.undo.noticed(n, m.hot.Lookup(m.rounds, n.Round))
+	m.undo.noticed(n, m.rounds.Get(n.Round))
 	switch {
 	case n.Kind == KindCleared:
 		m.notices.forgetBlaming(n.Blamed) // a fault that is over ends nothing
 	case m.cfg.Policy == PolicyHalt:
 		out = m.abortAll(out)
 	case n.HasRound && (n.Kind == KindTaskFailed || n.Kind == KindTaskTimeout):
-		if r := m.hot.Lookup(m.rounds, n.Round); r != nil && !r.state.Terminal() {
+		if r := m.rounds.Get(n.Round); r != nil && !r.state.Terminal() {
 			out = m.abortRound(r, out)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/chainsync-go/chainsync/internal/hot"
 )
 
 // Receipts (docs/RECEIPTS.md): with Config.Receipts, every node signs one
@@ -230,7 +232,7 @@ func (rb *receiptBook) receiptsOn() bool { return rb.cfg.Receipts && rb.place() 
 // held returns the receipts this node holds for round: its own first
 // (if signed), then those of the nodes after it, in chain order.
 func (rb *receiptBook) held(round string) []ReceiptNote {
-	r := rb.rounds[round]
+	r := rb.rounds.Get(round)
 	if r == nil || r.rcpt().Envelope == "" {
 		return nil
 	}
@@ -248,8 +250,8 @@ func (rb *receiptBook) toSign(out []Action) []Action {
 	if !rb.receiptsOn() {
 		return out
 	}
-	rs := make([]*round, 0, len(rb.rounds))
-	for _, r := range rb.rounds {
+	rs := make([]*round, 0, rb.rounds.Len())
+	for _, r := range rb.rounds.All() {
 		rs = append(rs, r)
 	}
 	slices.SortFunc(rs, bySeq)
@@ -306,7 +308,7 @@ func (rb *receiptBook) askSign(r *round, out []Action) []Action {
 // (their ActDone among acts), and of a task that ended after its round
 // did, and asks for their receipts.
 func (rb *receiptBook) receiptsStep(ev Event, acts []Action, out []Action) []Action {
-	if r := rb.rounds[ev.Round]; r != nil {
+	if r := rb.rounds.Get(ev.Round); r != nil {
 		switch ev.Kind {
 		case EvTaskDone:
 			r.rcpt().why = Failure{Code: -1}
@@ -329,7 +331,7 @@ func (rb *receiptBook) receiptsStep(ev Event, acts []Action, out []Action) []Act
 	}
 	for i := range acts {
 		if a := acts[i]; a.Kind == ActDone {
-			if r := rb.rounds[a.Round]; r != nil && r.rcpt().Outcome == "" && !r.taskOpen {
+			if r := rb.rounds.Get(a.Round); r != nil && r.rcpt().Outcome == "" && !r.taskOpen {
 				out = rb.settle(r, out)
 			}
 		}
@@ -368,7 +370,7 @@ func (rb *receiptBook) settle(r *round, out []Action) []Action {
 // the step, before anything is sent), its digest goes forward, then the
 // COMPLETE it held back, and it goes backward.
 func (rb *receiptBook) receiptSigned(ev Event, out []Action) ([]Action, error) {
-	r := rb.rounds[ev.Round]
+	r := rb.rounds.Get(ev.Round)
 	n := ev.Msg.Receipt
 	switch {
 	case !rb.receiptsOn():
@@ -455,7 +457,7 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 		return bad("malformed receipt line")
 	}
 	p := rb.place()
-	r := rb.rounds[msg.Round]
+	r := rb.rounds.Get(msg.Round)
 	if msg.Cmd == RDigestLine {
 		switch {
 		case from != Pred:
@@ -504,7 +506,7 @@ func (rb *receiptBook) receiptRecv(from Side, msg Message, out []Action) ([]Acti
 // receiptHanded takes the driver's word that a receipt sent to the
 // predecessor was handed to a live connection.
 func (rb *receiptBook) receiptHanded(ev Event, out []Action) ([]Action, error) {
-	r := rb.rounds[ev.Round]
+	r := rb.rounds.Get(ev.Round)
 	if !rb.receiptsOn() || r == nil || ev.Msg.Receipt == nil {
 		return out, ErrNotAsked
 	}
@@ -527,8 +529,8 @@ func (rb *receiptBook) receiptResends(side Side, out []Action) []Action {
 	if !rb.receiptsOn() {
 		return out
 	}
-	rs := make([]*round, 0, len(rb.rounds))
-	for _, r := range rb.rounds {
+	rs := make([]*round, 0, rb.rounds.Len())
+	for _, r := range rb.rounds.All() {
 		if r.rcpt().Envelope != "" {
 			rs = append(rs, r)
 		}
@@ -596,7 +598,7 @@ var (
 // mark it moved for the step's saves) it does through what New hands it.
 type receiptBook struct {
 	cfg        *Config
-	rounds     map[string]*round
+	rounds     *hot.Table[*round]
 	active     *int   // the machine's count of unfinished rounds
 	moved      *saves // the rounds the step moved (Durable)
 	advance    func(r *round, out []Action) []Action

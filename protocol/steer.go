@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 )
@@ -505,7 +506,7 @@ func (m *Machine) gated(r *round, out []Action) (bool, []Action) {
 // WaitHold if its turn has come and this node is held or paused,
 // WaitApproval if it waits for an approval, WaitNothing otherwise.
 func (m *Machine) Gate(round string) Wait {
-	r := m.hot.Lookup(m.rounds, round)
+	r := m.rounds.Get(round)
 	if r == nil || !m.q.turnCame(r) {
 		return WaitNothing
 	}
@@ -527,7 +528,7 @@ func (m *Machine) Steers() []Steer { return m.steer.lines() }
 
 // Approved reports whether round was approved here (Config.Approve).
 func (m *Machine) Approved(round string) bool {
-	r := m.hot.Lookup(m.rounds, round)
+	r := m.rounds.Get(round)
 	return r != nil && r.approved
 }
 
@@ -551,10 +552,10 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 				return out, nil
 			}
 		} else {
-			if r := m.hot.Lookup(m.rounds, s.Round); s.What == SteerRetry && r != nil && r.undoUnderWay() {
+			if r := m.rounds.Get(s.Round); s.What == SteerRetry && r != nil && r.undoUnderWay() {
 				return out, ErrUndoUnderWay
 			}
-			if s.What == SteerRetry && inFlight(m.rounds) {
+			if s.What == SteerRetry && inFlight(m.rounds.All()) {
 				return out, ErrRoundsInFlight
 			}
 			var err error
@@ -564,11 +565,11 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		switch s.What {
 		case SteerCancel:
-			if r := m.hot.Lookup(m.rounds, s.Round); r != nil {
+			if r := m.rounds.Get(s.Round); r != nil {
 				r.cancel = s // kept for re-sends after a restart
 				m.moved.add(r)
 			}
-			switch r := m.hot.Lookup(m.rounds, s.Round); {
+			switch r := m.rounds.Get(s.Round); {
 			case r == nil || r.state.Terminal():
 			case r.state == StateStart:
 				// Its task runs here: the round ends when it ends, so
@@ -583,14 +584,14 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		}
 		return m.ungate(out), nil
 	case EvApprove:
-		r := m.hot.Lookup(m.rounds, ev.Round)
+		r := m.rounds.Get(ev.Round)
 		if err := beforeTask(r); err != nil {
 			return out, err
 		}
 		r.approved = true
 		return m.ungate(out), nil
 	case EvDeny:
-		r := m.hot.Lookup(m.rounds, ev.Round)
+		r := m.rounds.Get(ev.Round)
 		if err := beforeTask(r); err != nil {
 			return out, err
 		}
@@ -598,7 +599,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		return m.finish(r, TaskFailed, out), nil
 	case EvAlreadyDone:
 		// Before its task's turn, or ended (a later retry passes it on).
-		if r := m.hot.Lookup(m.rounds, ev.Round); r != nil && (r.state.Terminal() || r.state < StateStart) {
+		if r := m.rounds.Get(ev.Round); r != nil && (r.state.Terminal() || r.state < StateStart) {
 			r.taskOK = true
 			return m.ungate(out), nil
 		}
@@ -632,7 +633,7 @@ func (m *Machine) regate() {
 			m.q.taskTurn(nil)
 			now = m.q.taskAt < len(m.q.order) && m.q.turnCame(m.q.order[m.q.taskAt])
 		} else {
-			for _, r := range m.rounds {
+			for _, r := range m.rounds.All() {
 				if !r.state.Terminal() && m.q.turnCame(r) {
 					now = true
 					break
@@ -644,7 +645,7 @@ func (m *Machine) regate() {
 		return
 	}
 	m.clock.suspended = now
-	for _, r := range m.rounds {
+	for _, r := range m.rounds.All() {
 		if !r.over {
 			exitBy := r.exitBy
 			m.clock.arm(r)
@@ -658,7 +659,7 @@ func (m *Machine) regate() {
 // TaskOK reports whether round, reopened by a retry, had its task
 // succeed here before (it will be passed on without running again).
 func (m *Machine) TaskOK(round string) bool {
-	r := m.hot.Lookup(m.rounds, round)
+	r := m.rounds.Get(round)
 	return r != nil && r.taskOK
 }
 
@@ -692,7 +693,7 @@ func (r *round) taskRan(role Role) bool {
 // (Record.Prior). ActOpened says it is open.
 func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 	id := s.Round
-	r := m.hot.Lookup(m.rounds, id)
+	r := m.rounds.Get(id)
 	switch {
 	case r == nil:
 		return out // never seen here: its READY opens it as a new round
@@ -756,7 +757,7 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 // successor, it is that line coming back: the round takes the
 // successor's messages again.
 func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Action {
-	r := m.hot.Lookup(m.rounds, s.Round)
+	r := m.rounds.Get(s.Round)
 	if from == Succ {
 		if r != nil && r.retry.At == s.At {
 			r.succRetried = true
@@ -771,7 +772,7 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 		out = m.retryRound(s, Pred, out)
 		out = m.ungate(out)
 	}
-	if r := m.hot.Lookup(m.rounds, s.Round); r == nil || r.retry.At >= s.At {
+	if r := m.rounds.Get(s.Round); r == nil || r.retry.At >= s.At {
 		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
 		if r != nil && taken && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
 			// The predecessor asks again (it restarted, or lost the
@@ -785,7 +786,7 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 
 // inFlight reports whether one of rounds whose task started here (the
 // one to retry included) is not over here yet.
-func inFlight(rounds map[string]*round) bool {
+func inFlight(rounds iter.Seq2[string, *round]) bool {
 	for _, r := range rounds {
 		if !r.over && (r.state >= StateStart || r.taskOpen || r.stale) {
 			return true

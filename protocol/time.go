@@ -296,7 +296,7 @@ func (m *Machine) timedOut(a Action, out []Action) []Action {
 		if g.Hops == 1 {
 			m.clock.gone(a.To)
 		}
-		if r = m.hot.Lookup(m.rounds, g.Round); !g.HasRound || r != nil && r.state.Terminal() {
+		if r = m.rounds.Get(g.Round); !g.HasRound || r != nil && r.state.Terminal() {
 			r = nil
 		}
 	}

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -391,7 +392,7 @@ func (u *undoWave) send(r *round, c Command, to Side, out []Action) []Action {
 // linkUp: with Config.Undo the first line on a new connection says so,
 // and the undo lines of rounds sent that way are sent again. Called
 // first by Machine.linkUp.
-func (u *undoWave) linkUp(side Side, rounds map[string]*round, out []Action) []Action {
+func (u *undoWave) linkUp(side Side, rounds iter.Seq2[string, *round], out []Action) []Action {
 	if !u.on {
 		return out
 	}
@@ -623,7 +624,7 @@ func (r *round) settled(undo bool) bool {
 // Undo returns where round's undo stands here, and what this node knows
 // of its wave (a read-only view for status reports).
 func (m *Machine) Undo(round string) (UndoPhase, Wave, bool) {
-	r := m.hot.Lookup(m.rounds, round)
+	r := m.rounds.Get(round)
 	if r == nil {
 		return 0, Wave{}, false
 	}
