@@ -68,6 +68,10 @@ func TestServeRoundsFromEndServesOnE2E(t *testing.T) {
 			if !head.running() {
 				t.Fatalf("the Head exited (%d) at the end of --rounds-from; with --serve it serves until stopped", head.code)
 			}
+			// B may still be starting (with no ids there is no round to
+			// wait for): the Head's link to it shows B is up and handling
+			// its signals.
+			head.waitLog(t, 10*time.Second, "the Head's link to B", containsAll("link up", "succ"))
 			head.signal(t, syscall.SIGTERM)
 			if code := head.wait(t, 10*time.Second); code != 130 {
 				t.Errorf("Head exited %d after SIGTERM, want 130", code)
