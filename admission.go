@@ -220,11 +220,15 @@ func (a *admission) watch(l *link, raw net.Conn) net.Conn {
 // the link out of the pending set, so that the read loop's own handling
 // of the error stays silent. Writes do not pass through it.
 type pendingReader struct {
-	a   *admission
-	l   *link
-	r   io.Reader
-	p   *pendingConn // nil: already secured, activity tracked below TLS
-	got int          // bytes read through this reader
+	a *admission
+	l *link
+	r io.Reader
+	p *pendingConn // nil: already secured, activity tracked below TLS
+	// partial: the bytes read so far end inside a line. A pending
+	// connection has sent whole lines only if those lines said no more
+	// than that the peer is alive (its identity line, HEARTBEAT): a
+	// round's line ends the pending state, a bad one the connection.
+	partial bool
 }
 
 // reader returns the pendingReader of l over r; track: r is the raw
@@ -241,11 +245,13 @@ func (a *admission) reader(l *link, r io.Reader, track bool) io.Reader {
 func (r *pendingReader) Read(b []byte) (int, error) {
 	for {
 		k, err := r.r.Read(b)
-		r.got += k
-		if k > 0 && r.p != nil && !r.p.active.Load() {
-			r.p.active.Store(true)
+		if k > 0 {
+			r.partial = b[k-1] != '\n'
+			if r.p != nil && !r.p.active.Load() {
+				r.p.active.Store(true)
+			}
 		}
-		if err != nil && r.got == 0 && r.a.keepIdle(r.l, err) {
+		if err != nil && !r.partial && r.a.keepIdle(r.l, err) {
 			continue
 		}
 		if err != nil {
@@ -256,10 +262,12 @@ func (r *pendingReader) Read(b []byte) (int, error) {
 }
 
 // keepIdle reports whether a pending connection whose time to send a
-// first line ran out, having sent nothing at all, may stay: while no
-// predecessor is connected, an idle predecessor (a Head that is not ready
-// yet has nothing to say) is not a stranger to throw out every
-// PendingTimeout, re-dial and log about. A stranger it might be holds
+// first line ran out, having sent nothing at all or only lines that say
+// it is alive, may stay: while no predecessor is connected, an idle
+// predecessor (a Head that is not ready yet has nothing to say; with
+// heartbeats, it says only that it is alive, and, placed by --chain,
+// who it is, which a node placed by --prev cannot check) is not a
+// stranger to throw out every PendingTimeout, re-dial and log about. A stranger it might be holds
 // only one pending slot, which any new connection takes over (evict).
 func (a *admission) keepIdle(l *link, err error) bool {
 	var ne net.Error

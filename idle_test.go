@@ -1,8 +1,12 @@
 package chainsync
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -78,6 +82,116 @@ func TestIdlePredecessorIsNotThrownOut(t *testing.T) {
 		pred.Send(t, "READY\n")
 		pred.Expect(t, "START\n")
 	})
+}
+
+// The same with heartbeats on (a served chain has them by default): the
+// idle predecessor says it is alive every heartbeat, and a node placed by
+// --prev, which cannot check a predecessor's identity line, takes those
+// lines for what they say and keeps the connection, however many
+// PendingTimeouts pass before its first round's line. A connection that
+// stops inside a line is still thrown out.
+func TestIdlePredecessorWithHeartbeatsIsNotThrownOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pending, hb = 50 * time.Millisecond, 20 * time.Millisecond
+		ln := newPipeListener()
+		tail := startWatched(t, Config{Name: "T", Listener: ln, Prev: "pipe", PendingTimeout: pending, Heartbeat: hb})
+		if err := tail.Ready(""); err != nil {
+			t.Fatal(err)
+		}
+		// A connection that sends half a line and then nothing is closed
+		// after PendingTimeout, though no predecessor is connected.
+		stranger := testnet.NewPeer(t, ln.dial(t))
+		stranger.Send(t, "REA")
+		if took := stranger.AwaitClosed(t, 10*pending); took < pending {
+			t.Fatalf("a connection that stopped inside a line was closed after %v, before PendingTimeout %v", took, pending)
+		}
+		pred := testnet.NewPeer(t, ln.dial(t))
+		pred.Send(t, "HELLO A 1/2 0ea673ba91b2a279 502a4b6705e7c843 A,T hb=20\n")
+		for range 6 * pending / hb {
+			after(hb)
+			pred.Send(t, "HEARTBEAT\n")
+		}
+		synctest.Wait()
+		pred.Send(t, "READY\n")
+		for {
+			line, err := pred.Line(time.Second)
+			if err != nil {
+				t.Fatalf("no START after the idle predecessor's READY: %v", err)
+			}
+			if line == "START\n" {
+				break
+			}
+			if line != "HEARTBEAT\n" {
+				t.Fatalf("got %q, want START (or HEARTBEAT before it)", line)
+			}
+		}
+	})
+}
+
+// The same on loopback TCP, as a served chain placed by --prev runs
+// idle: the Tail reads the Head's heartbeats for five PendingTimeouts,
+// all on the one connection it accepted, and warns of nothing; then a
+// round runs on that link.
+func TestIdleHeartbeatLinkStaysUpTCP(t *testing.T) {
+	const pending, hb = 150 * time.Millisecond, 30 * time.Millisecond
+	cfgs := tcpChainConfigs(t, 2)
+	for i := range cfgs {
+		cfgs[i].PendingTimeout, cfgs[i].Heartbeat = pending, hb
+	}
+	ln, err := net.Listen("tcp", cfgs[1].Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingListener{Listener: ln}
+	cfgs[1].Listener, cfgs[1].Listen = counted, ""
+	tail := startWatched(t, cfgs[1])
+	head := startWatched(t, cfgs[0])
+	const beats = 5 * pending / hb
+	waitCond(t, 10*time.Second, "the Tail to read five PendingTimeouts of heartbeats", func() bool {
+		return counted.heartbeats.Load() >= int64(beats)
+	})
+	if n := counted.accepted.Load(); n != 1 {
+		t.Errorf("the Tail accepted %d connections while its predecessor was idle, want one", n)
+	}
+	if n := tail.logs.count(func(e capturedLog) bool { return e.Level >= slog.LevelWarn }); n != 0 {
+		t.Errorf("the Tail warned %d times while its predecessor was idle, want none:\n%s", n, tail.logs.tail(10))
+	}
+	for _, nd := range []*watched{tail, head} {
+		if err := nd.Ready(""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := head.Wait(context.Background(), ""); err != nil {
+		t.Fatalf("the round after the idle time: %v", err)
+	}
+}
+
+// countingListener counts the connections it accepts and the HEARTBEAT
+// lines read from them (each read's lines counted whole: heartbeats come
+// one to a write).
+type countingListener struct {
+	net.Listener
+	accepted, heartbeats atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+		c = &countingConn{Conn: c, l: l}
+	}
+	return c, err
+}
+
+type countingConn struct {
+	net.Conn
+	l *countingListener
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	k, err := c.Conn.Read(b)
+	c.l.heartbeats.Add(int64(bytes.Count(b[:k], []byte("HEARTBEAT\n"))))
+	return k, err
 }
 
 // Snapshot says when each neighbour last sent a line, so an operator sees
