@@ -504,6 +504,12 @@ func (lk *links) configMismatch(l *link, err error) bool {
 	return true
 }
 
+// restarting reports whether a restart grace is in force for a node on
+// side. Loop only.
+func (lk *links) restarting(side protocol.Side) bool {
+	return slices.ContainsFunc(lk.view.Graces(), func(g protocol.GraceView) bool { return g.Side == side })
+}
+
 // refusedWithin: a successor that closes a new connection this soon after
 // this node's first line, having said nothing on it, refused that line.
 const refusedWithin = time.Second
@@ -511,10 +517,13 @@ const refusedWithin = time.Second
 // refused logs, once, a successor that closed the connection right after
 // this node's first line on it without a word: the way a node without the
 // extension lines says it is configured differently (it cannot send a
-// notice). Loop only.
+// notice). Not while a node on that side may be restarting (its restart
+// grace is in force): a successor on its way down may still take a
+// connection and then reset it, which looks the same. Loop only.
 func (lk *links) refused(l *link, err error) {
 	if l.side != protocol.Succ || lk.refusedOnce || l.heardAt() != 0 || l.firstAt.IsZero() ||
-		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		time.Since(l.firstAt) > refusedWithin || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) ||
+		lk.restarting(l.side) {
 		return
 	}
 	lk.refusedOnce = true

@@ -212,3 +212,50 @@ func TestRefusedAsDuplicateTCP(t *testing.T) {
 		t.Errorf("faults %+v: want one duplicate-node saying B refused this node", dups)
 	}
 }
+
+// docs/PROTOCOL.md, "The identity line" and "Restart grace": a successor
+// that closes a new connection right after this node's first line refuses
+// it, but not while that successor may be restarting: on its way down it
+// may still take a connection and reset it. The node re-dials, and the
+// restarted successor carries the round on; no config-mismatch.
+func TestRestartingSuccessorIsNotARefusalTCP(t *testing.T) {
+	succ := testnet.ListenPeer(t)
+	w := startWatched(t, Config{Name: "A", Next: succ.Addr(), NextName: "B", Heartbeat: time.Second, FaultPolicy: FaultWait})
+	if err := w.Ready("r"); err != nil {
+		t.Fatal(err)
+	}
+	b := succ.Accept(t, 5*time.Second)
+	b.Expect(t, "READY:r\n")
+	b.Send(t, "START:r\n")
+	b.Expect(t, "COMPLETE:r\n")
+	b.Send(t, "GRACE :r B 10000 1\n") // B's task may restart B
+	waitCond(t, 5*time.Second, "B's restart grace at A", func() bool { return len(w.Snapshot().Restarting) == 1 })
+	b.Close()
+	// B on its way down: the connection is taken, its first line read,
+	// and the connection closed.
+	dying := succ.Accept(t, 5*time.Second)
+	if _, err := dying.Line(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dying.Close()
+	// The restarted B.
+	back := succ.Accept(t, 5*time.Second)
+	for {
+		line, err := back.Line(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no COMPLETE:r re-sent to the restarted successor: %v", err)
+		}
+		if line == "COMPLETE:r\n" {
+			break
+		}
+	}
+	back.Send(t, "COMPLETE:r\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if res, err := w.Wait(ctx, "r"); err != nil || res.Status != StatusDone {
+		t.Fatalf("round r ended %v (%v); want done", res.Status, err)
+	}
+	if f := recordedFaults(w.Node, FaultConfigMismatch); len(f) != 0 {
+		t.Errorf("faults %+v: a restarting successor's closed connection taken for a refusal", f)
+	}
+}

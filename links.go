@@ -29,7 +29,8 @@ type links struct {
 	// downs: the ends of current links dropped in the call the loop made
 	// (drop), for the loop to step when it returns (linksDown).
 	downs  []protocol.Event
-	st     *stepper // the machine's time; the journal's state
+	st     *stepper    // the machine's time; the journal's state
+	view   machineView // the machine, read-only: the restart graces in force (refused)
 	lp     *loop
 	faults *faultBook
 	undo   *undoState // a mismatch or refusal of the undo wave (undo.go)

@@ -352,7 +352,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	d.undo = &undoState{loop: d.lp, faults: d.faults, book: d.book, log: d.log, on: cfg.Undo != nil, chain: cfg.Chain,
 		policy: cfg.FaultPolicy, taskTimeout: cfg.TaskTimeout, resumeTask: cfg.ResumeTask}
-	d.links = &links{id: newIdentity(&d.cfg), adm: adm, st: d.st, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
+	d.links = &links{id: newIdentity(&d.cfg), adm: adm, st: d.st, view: d.view, lp: d.lp, faults: d.faults, undo: d.undo, plim: d.plim,
 		cfg: &d.cfg, log: d.log, role: d.role}
 	d.undo.host = d.links
 	d.steer.undo = d.undo
