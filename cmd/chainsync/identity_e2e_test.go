@@ -99,7 +99,14 @@ func TestMisorderedChainHeartbeatsE2E(t *testing.T) {
 			// node that was not told waits until it is stopped.
 			for _, p := range ps {
 				if !poll(5*time.Second, func() bool { return !p.running() }) {
-					p.signal(t, syscall.SIGTERM)
+					// The mismatch shows only B and C up: A, never told,
+					// must handle signals before it gets one.
+					waitFor(t, 10*time.Second, p.name+"'s start or exit", func() bool {
+						return p.logCount("node started") > 0 || !p.running()
+					})
+					if p.running() {
+						p.signal(t, syscall.SIGTERM)
+					}
 				}
 				if code := p.wait(t, 20*time.Second); code == 0 {
 					t.Errorf("%s exited 0 in a mis-wired chain", p.name)
@@ -127,6 +134,11 @@ func TestMisorderedChainDraftWireE2E(t *testing.T) {
 	ps[1].waitLog(t, 10*time.Second, "naming C's connection", containsAll("ERROR", "the address of C in --chain", "its --chain differs"))
 	ps[2].waitLog(t, 10*time.Second, "naming B's connection", containsAll("ERROR", "the address of B in --chain", "its --chain differs"))
 	for _, p := range ps {
+		// B's and C's refusals show only them up: A must handle signals
+		// before it gets one.
+		waitFor(t, 10*time.Second, p.name+"'s start or exit", func() bool {
+			return p.logCount("node started") > 0 || !p.running()
+		})
 		if p.running() {
 			p.signal(t, syscall.SIGTERM)
 		}
