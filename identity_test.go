@@ -189,17 +189,26 @@ func TestDuplicatePredecessorTCP(t *testing.T) {
 	}
 }
 
+// headBeforeFakeSucc starts a Head A with heartbeats and fault policy
+// wait whose successor B is the test, opens round, and returns A, B's
+// listener and B's first connection, its READY read.
+func headBeforeFakeSucc(t *testing.T, round string) (*watched, *testnet.PeerListener, *testnet.Peer) {
+	t.Helper()
+	succ := testnet.ListenPeer(t)
+	w := startWatched(t, Config{Name: "A", Next: succ.Addr(), NextName: "B", Heartbeat: time.Second, FaultPolicy: FaultWait})
+	if err := w.Ready(round); err != nil {
+		t.Fatal(err)
+	}
+	b := succ.Accept(t, 5*time.Second)
+	b.Expect(t, "READY:"+round+"\n")
+	return w, succ, b
+}
+
 // docs/PROTOCOL.md, "Bad input": the newcomer that is refused reports
 // duplicate-node itself and ends the rounds it opened, whatever its
 // fault policy: none of their tasks can run anywhere.
 func TestRefusedAsDuplicateTCP(t *testing.T) {
-	succ := testnet.ListenPeer(t)
-	w := startWatched(t, Config{Name: "A", Next: succ.Addr(), NextName: "B", Heartbeat: time.Second, FaultPolicy: FaultWait})
-	if err := w.Ready("two-1"); err != nil {
-		t.Fatal(err)
-	}
-	b := succ.Accept(t, 5*time.Second)
-	b.Expect(t, "READY:two-1\n")
+	w, _, b := headBeforeFakeSucc(t, "two-1")
 	b.Send(t, "FAULT - duplicate-node B A\n")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -219,13 +228,7 @@ func TestRefusedAsDuplicateTCP(t *testing.T) {
 // may still take a connection and reset it. The node re-dials, and the
 // restarted successor carries the round on; no config-mismatch.
 func TestRestartingSuccessorIsNotARefusalTCP(t *testing.T) {
-	succ := testnet.ListenPeer(t)
-	w := startWatched(t, Config{Name: "A", Next: succ.Addr(), NextName: "B", Heartbeat: time.Second, FaultPolicy: FaultWait})
-	if err := w.Ready("r"); err != nil {
-		t.Fatal(err)
-	}
-	b := succ.Accept(t, 5*time.Second)
-	b.Expect(t, "READY:r\n")
+	w, succ, b := headBeforeFakeSucc(t, "r")
 	b.Send(t, "START:r\n")
 	b.Expect(t, "COMPLETE:r\n")
 	b.Send(t, "GRACE :r B 10000 1\n") // B's task may restart B
