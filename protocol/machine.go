@@ -1346,10 +1346,20 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 	out = m.steer.resends(side, out)               // first: what holds the rounds below
 	out = m.notices.resend(side, out)              // the notices it missed
 	out = m.rcpt.receiptResends(side, out)         // before the COMPLETE a digest must precede
-	rs := make([]*round, 0, m.active)
+	// Only the rounds with something to send again on side, in the order
+	// opened: a node that has opened thousands of rounds ahead and sent
+	// nothing of them yet sorts none.
+	var rs []*round
+	retries := side == Succ && m.cfg.Extensions
 	for _, r := range m.rounds.All() {
 		if !r.state.Terminal() || side == Pred && r.handingOver(m.cfg.Role) {
-			rs = append(rs, r)
+			last, lost := r.lastSucc, r.lostSucc
+			if side == Pred {
+				last, lost = r.lastPred, r.lostPred
+			}
+			if last != 0 && !lost || retries && r.retry.What == SteerRetry {
+				rs = append(rs, r)
+			}
 		}
 	}
 	slices.SortFunc(rs, func(a, b *round) int {
