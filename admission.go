@@ -261,6 +261,22 @@ func (r *pendingReader) Read(b []byte) (int, error) {
 	}
 }
 
+// alive is the peer address of the pending connection heard from last
+// (it has sent whole lines that say it is alive, and no round's line),
+// or "" if none has sent a line. Loop only.
+func (a *admission) alive() string {
+	var last *link
+	for l := range a.pending {
+		if h := l.heardAt(); h != 0 && (last == nil || h > last.heardAt()) {
+			last = l
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return last.peer
+}
+
 // keepIdle reports whether a pending connection whose time to send a
 // first line ran out, having sent nothing at all or only lines that say
 // it is alive, may stay: while no predecessor is connected, an idle

@@ -156,6 +156,10 @@ func TestIdleHeartbeatLinkStaysUpTCP(t *testing.T) {
 	if n := tail.logs.count(func(e capturedLog) bool { return e.Level >= slog.LevelWarn }); n != 0 {
 		t.Errorf("the Tail warned %d times while its predecessor was idle, want none:\n%s", n, tail.logs.tail(10))
 	}
+	// Snapshot says so: no predecessor link yet, but one waits, alive.
+	if s := tail.Snapshot(); s.PredUp || s.PredWaiting == "" {
+		t.Errorf("Tail's snapshot while its predecessor is idle: PredUp %v, PredWaiting %q; want false and the Head's address", s.PredUp, s.PredWaiting)
+	}
 	for _, nd := range []*watched{tail, head} {
 		if err := nd.Ready(""); err != nil {
 			t.Fatal(err)
@@ -163,6 +167,9 @@ func TestIdleHeartbeatLinkStaysUpTCP(t *testing.T) {
 	}
 	if _, err := head.Wait(context.Background(), ""); err != nil {
 		t.Fatalf("the round after the idle time: %v", err)
+	}
+	if s := tail.Snapshot(); !s.PredUp || s.PredWaiting != "" {
+		t.Errorf("Tail's snapshot after the round: PredUp %v, PredWaiting %q; want true and empty", s.PredUp, s.PredWaiting)
 	}
 }
 

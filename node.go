@@ -512,6 +512,12 @@ type Snapshot struct {
 	// neighbour has not been heard from for two heartbeat intervals: it
 	// may be stopped, hung or gone without closing the connection.
 	PredSilent, SuccSilent bool
+	// PredWaiting, while no predecessor link is up, is the address of a
+	// would-be predecessor that is connected and has said it is alive
+	// (heartbeats, its identity line) but has sent no round's line yet:
+	// an idle Head or middle node before its first round, which becomes
+	// the predecessor link with that line. Empty if there is none.
+	PredWaiting string
 	// JournalSyncs is how many fsyncs the state journal made since Start
 	// (0 without Config.StateDir). A node syncs once for everything a
 	// batch of events produced, so this grows slower than the records.
@@ -572,6 +578,9 @@ func (d *driver) snapshot() Snapshot {
 	}
 	if l := d.links.succ; l != nil && l.heardAt() != 0 {
 		st.SuccHeard = time.Unix(0, l.heardAt())
+	}
+	if d.links.pred == nil {
+		st.PredWaiting = d.links.adm.alive()
 	}
 	for _, v := range d.view.View() {
 		rs := RoundStatus{Round: v.Round, State: v.State, Ready: v.LocalReady,

@@ -89,3 +89,42 @@ func TestServeRoundsFromEndServesOnE2E(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleServedChainStatusE2E: a served chain placed by --prev whose
+// Head has opened no round yet keeps its links (the Head's heartbeats
+// say it is alive), and chainsync status at B says its predecessor is
+// connected and waiting, not DOWN; the first round then runs.
+//
+// Draft: Protocol Operation (the Head opens each round); docs/DESIGN.md,
+// "Roles and connections" (a pending predecessor); docs/OPERATIONS.md,
+// "/status" (waiting).
+func TestIdleServedChainStatusE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	saddr := freeAddrs(t, 1)[0]
+	names, addrs, _ := serveChain(t, dir, 2, func(int) []string { return []string{"--status-addr", saddr} })
+	ids := filepath.Join(dir, "ids")
+	if err := os.WriteFile(ids, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run"}, placeArgs("prevnext", names, addrs, 0)...)
+	args = append(args, "--serve", "--control", "unix:"+filepath.Join(dir, "ctl"), "--", "sh", "-c", taskScript)
+	head := startProc(t, "A", []string{"DIR=" + dir}, args...)
+	head.waitLog(t, 10*time.Second, "the Head's link to B", containsAll("link up", "succ"))
+	var out string
+	waitFor(t, 10*time.Second, "chainsync status saying B's predecessor waits", func() bool {
+		out, _, _ = runCLI(t, "status", saddr)
+		return strings.Contains(out, "links: pred waiting (")
+	})
+	if !strings.Contains(out, "connected, no round yet)") {
+		t.Errorf("chainsync status at B:\n%s\nwant its predecessor shown as connected, no round yet", out)
+	}
+	if out, _, code := runCLI(t, "open", "--control", "unix:"+filepath.Join(dir, "ctl"), "--id", "r1", "--wait"); code != 0 {
+		t.Fatalf("chainsync open r1 exited %d:\n%s", code, out)
+	}
+	checkTasks(t, dir, names, []string{"r1"}, nil)
+	out, _, _ = runCLI(t, "status", saddr)
+	if !strings.Contains(out, "links: pred up") {
+		t.Errorf("chainsync status at B after a round:\n%s\nwant its predecessor link up", out)
+	}
+}

@@ -221,13 +221,22 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// linkText says how one link is: "up (A)", "DOWN (A)" or "-".
+// linkText says how one link is: "up (A)", "DOWN (A)", "waiting (A;
+// 127.0.0.1:5000 connected, no round yet)" or "-".
 func linkText(l status.Link) string {
 	if !l.Exists {
 		return "-"
 	}
 	s := "up"
 	switch {
+	case !l.Up && l.Waiting != "":
+		// Connected and alive: it becomes the link with its first
+		// round's line, so nothing is wrong.
+		who := l.Waiting + " connected, no round yet"
+		if l.Peer != "" {
+			who = l.Peer + "; " + who
+		}
+		return "waiting (" + who + ")"
 	case !l.Up:
 		s = "DOWN"
 	case l.Silent:

@@ -69,3 +69,24 @@ func TestStatusPauseNamesResume(t *testing.T) {
 		t.Errorf("node printed:\n%s", out.String())
 	}
 }
+
+// A predecessor that is connected and alive but has opened no round yet
+// is not a link that is down: status says it waits, and from where
+// (docs/OPERATIONS.md, "/status": waiting).
+func TestLinkTextWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		l    status.Link
+		want string
+	}{
+		{status.Link{Exists: true, Up: true, Peer: "A"}, "up (A)"},
+		{status.Link{Exists: true, Peer: "A"}, "DOWN (A)"},
+		{status.Link{Exists: true, Peer: "A", Waiting: "127.0.0.1:50527"}, "waiting (A; 127.0.0.1:50527 connected, no round yet)"},
+		{status.Link{Exists: true, Peer: "", Waiting: "127.0.0.1:50527"}, "waiting (127.0.0.1:50527 connected, no round yet)"},
+		{status.Link{Exists: true, Up: true, Silent: true, Peer: "A"}, "SILENT (A)"},
+		{status.Link{}, "-"},
+	} {
+		if got := linkText(tc.l); got != tc.want {
+			t.Errorf("linkText(%+v) = %q, want %q", tc.l, got, tc.want)
+		}
+	}
+}

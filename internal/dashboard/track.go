@@ -429,6 +429,8 @@ func (t *tracker) box(nodes []status.Node, i int, control bool) Box {
 func linkBox(l status.Link) LinkBox {
 	b := LinkBox{Exists: l.Exists, Peer: l.Peer, State: "up"}
 	switch {
+	case !l.Up && l.Waiting != "":
+		b.State = "waiting" // connected and alive, no round yet
 	case !l.Up:
 		b.State = "down"
 	case l.Silent:

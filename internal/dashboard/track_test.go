@@ -229,3 +229,22 @@ func TestGridFollowsARetry(t *testing.T) {
 		t.Fatalf("C's cell after the retry: %+v", c)
 	}
 }
+
+// A link box says up, down, silent, or waiting: a predecessor connected
+// and alive that has opened no round yet is not shown as down
+// (docs/OPERATIONS.md, "/status": waiting).
+func TestLinkBoxStates(t *testing.T) {
+	for _, tc := range []struct {
+		l    status.Link
+		want string
+	}{
+		{status.Link{Exists: true, Up: true}, "up"},
+		{status.Link{Exists: true}, "down"},
+		{status.Link{Exists: true, Up: true, Silent: true}, "silent"},
+		{status.Link{Exists: true, Waiting: "127.0.0.1:50527"}, "waiting"},
+	} {
+		if got := linkBox(tc.l).State; got != tc.want {
+			t.Errorf("linkBox(%+v).State = %q, want %q", tc.l, got, tc.want)
+		}
+	}
+}

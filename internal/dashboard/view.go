@@ -51,7 +51,7 @@ type Box struct {
 // LinkBox is one of a node's links.
 type LinkBox struct {
 	Exists bool   `json:"exists"` // the node's role has this neighbour
-	State  string `json:"state"`  // up, down or silent
+	State  string `json:"state"`  // up, down, silent, or waiting (a predecessor connected, no round yet)
 	Peer   string `json:"peer,omitempty"`
 }
 

@@ -78,6 +78,10 @@ type Link struct {
 	// (a protocol message or a heartbeat); absent if it has sent none
 	// since the link came up.
 	LastHeard *time.Time `json:"last_heard,omitempty"`
+	// Waiting, on the predecessor's side while the link is down, is the
+	// address of a connection that has said it is alive but has sent no
+	// round's line yet (an idle predecessor before its first round).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Round is one unfinished round at a node.
@@ -133,7 +137,7 @@ func FromSnapshot(s chainsync.Snapshot, version string, now time.Time) Doc {
 	d := Doc{
 		Name: s.Name, Role: s.Role.String(), Version: version, Time: now,
 		Links: Links{
-			Pred: Link{Exists: s.Role.HasPred(), Up: s.PredUp, Peer: s.PredPeer},
+			Pred: Link{Exists: s.Role.HasPred(), Up: s.PredUp, Peer: s.PredPeer, Waiting: s.PredWaiting},
 			Succ: Link{Exists: s.Role.HasSucc(), Up: s.SuccUp, Peer: s.SuccPeer},
 		},
 		Rounds:   []Round{},
