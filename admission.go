@@ -283,8 +283,9 @@ func (a *admission) alive() string {
 // predecessor (a Head that is not ready yet has nothing to say; with
 // heartbeats, it says only that it is alive, and, placed by --chain,
 // who it is, which a node placed by --prev cannot check) is not a
-// stranger to throw out every PendingTimeout, re-dial and log about. A stranger it might be holds
-// only one pending slot, which any new connection takes over (evict).
+// stranger to throw out every PendingTimeout, re-dial and log about. A
+// stranger it might be holds only one pending slot, which any new
+// connection takes over (evict).
 func (a *admission) keepIdle(l *link, err error) bool {
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
