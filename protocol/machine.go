@@ -550,11 +550,43 @@ type round struct {
 	// the last task of the round that ended here, so that the failure
 	// the driver then reports is told as of that attempt.
 	doneAttempt int
-	undo        UndoRecord // the undo wave (undo.go)
-	prior       UndoRecord
-	retry       Steer     // Record.Retry
-	cancel      Steer     // Record.Cancel
-	rc          *receipts // nil until used (rcpt): a chain without receipts has none
+	// more: what only a round that was retried, cancelled or undone
+	// needs; nil until it is (own). Read it through ext.
+	more *roundMore
+	rc   *receipts // nil until used (rcpt): a chain without receipts has none
+}
+
+// roundMore is the part of a round that most rounds never use: its undo
+// wave, the undo of this node's work before its latest retry, and the
+// retry and cancel lines that reached it. Kept apart, a round's record
+// is a quarter of the size: a node allocates one per round it learns,
+// and keeps thousands (KeepFinished).
+type roundMore struct {
+	undo   UndoRecord // the undo wave (undo.go)
+	prior  UndoRecord
+	retry  Steer // Record.Retry
+	cancel Steer // Record.Cancel
+}
+
+// noMore is what ext gives for a round without its roundMore: shared by
+// every such round, so it is never written (own is for writing).
+var noMore roundMore
+
+// ext is r's roundMore, for reading only: a shared zero one if r has
+// none yet.
+func (r *round) ext() *roundMore {
+	if r.more == nil {
+		return &noMore
+	}
+	return r.more
+}
+
+// own is r's roundMore, made on first use, for writing.
+func (r *round) own() *roundMore {
+	if r.more == nil {
+		r.more = new(roundMore)
+	}
+	return r.more
 }
 
 func (r *round) record() Record {
@@ -564,7 +596,7 @@ func (r *round) record() Record {
 	return Record{Round: r.id, State: r.state, LocalReady: r.localReady, PredReady: r.predReady,
 		StartRecv: r.startRecv, CompleteRecv: r.completeRecv, ExitRecv: r.exitRecv,
 		LastPred: r.lastPred, LastSucc: r.lastSucc, RecvPred: r.recvPred, RecvSucc: r.recvSucc, Seq: r.seq,
-		Delivered: r.delivered, Ran: r.ran, Undo: r.undo, Retries: r.retries, Prior: r.prior, Retry: r.retry, Cancel: r.cancel, Started: r.started, Cancelled: r.cancelled, Receipt: r.receiptRecord()}
+		Delivered: r.delivered, Ran: r.ran, Undo: r.ext().undo, Retries: r.retries, Prior: r.ext().prior, Retry: r.ext().retry, Cancel: r.ext().cancel, Started: r.started, Cancelled: r.cancelled, Receipt: r.receiptRecord()}
 }
 
 // Machine is one node's ChainSync state machine for any number of rounds.
@@ -729,7 +761,7 @@ func (q *queue) requeue(r *round) []*round {
 		// After the rounds started or ended here, and the rounds an
 		// earlier retry reopened (whatever order the lines came in).
 		o := q.order[at]
-		if o.state < StateStart && (o.retry.What != SteerRetry || o.retry.At >= r.retry.At) {
+		if o.state < StateStart && (o.ext().retry.What != SteerRetry || o.ext().retry.At >= r.ext().retry.At) {
 			break
 		}
 		at++
@@ -911,18 +943,21 @@ func (m *Machine) Restore(rec Record) error {
 	r := &round{id: rec.Round, state: rec.State, localReady: rec.LocalReady, predReady: rec.PredReady,
 		startRecv: rec.StartRecv, completeRecv: rec.CompleteRecv, exitRecv: rec.ExitRecv,
 		lastPred: rec.LastPred, lastSucc: rec.LastSucc, recvPred: rec.RecvPred, recvSucc: rec.RecvSucc, seq: rec.Seq,
-		delivered: rec.Delivered, ran: rec.Ran, undo: rec.Undo, retries: rec.Retries, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel, started: rec.Started, cancelled: rec.Cancelled,
+		delivered: rec.Delivered, ran: rec.Ran, retries: rec.Retries, started: rec.Started, cancelled: rec.Cancelled,
 		succRetried: rec.Retry.What == 0 || !m.cfg.Role.HasSucc(), rc: restoredReceipts(rec.Receipt)}
+	if more := (roundMore{undo: rec.Undo, prior: rec.Prior, retry: rec.Retry, cancel: rec.Cancel}); more != (roundMore{}) {
+		r.more = &more
+	}
 	m.q.seq = max(m.q.seq, r.seq)
 	m.rounds.Set(r.id, r)
-	if r.cancel.What == SteerCancel {
+	if r.ext().cancel.What == SteerCancel {
 		from := Side(0)
 		if m.cfg.Role.HasPred() {
 			from = Pred // a cancel comes from the Head's side
 		}
-		m.steer.event(r.cancel, from)
+		m.steer.event(r.ext().cancel, from)
 	}
-	if r.state.Terminal() && r.undo.Held != 0 {
+	if r.state.Terminal() && r.ext().undo.Held != 0 {
 		m.active++ // ended here, its undo wave's outcome still to come
 		return nil
 	}
@@ -1152,7 +1187,7 @@ func (m *Machine) recv(from Side, msg Message, out []Action) ([]Action, error) {
 			if !r.state.Terminal() {
 				out = m.abortRound(r, out) // held until the outcome
 			}
-			out = append(out, Action{Kind: ActRunUndo, Round: r.id, Wave: r.undo.Wave})
+			out = append(out, Action{Kind: ActRunUndo, Round: r.id, Wave: r.ext().undo.Wave})
 		case undoOver:
 			out = m.undoEnd(r, out)
 		}
@@ -1357,7 +1392,7 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 			if side == Pred {
 				last, lost = r.lastPred, r.lostPred
 			}
-			if last != 0 && !lost || retries && r.retry.What == SteerRetry {
+			if last != 0 && !lost || retries && r.ext().retry.What == SteerRetry {
 				rs = append(rs, r)
 			}
 		}
@@ -1376,7 +1411,7 @@ func (m *Machine) linkUp(side Side, out []Action) []Action {
 		if side == Pred {
 			last, lost = r.lastPred, r.lostPred
 		}
-		if s := r.retry; side == Succ && s.What == SteerRetry && m.cfg.Extensions {
+		if s := r.ext().retry; side == Succ && s.What == SteerRetry && m.cfg.Extensions {
 			// The line that reopened it first: the successor may have
 			// missed it (steer.go).
 			out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: true})

@@ -345,9 +345,9 @@ func (rb *receiptBook) settle(r *round, out []Action) []Action {
 	rc := r.rcpt()
 	rc.Status = -1
 	switch {
-	case r.undo.Phase == PhaseDone:
+	case r.ext().undo.Phase == PhaseDone:
 		rc.Outcome = ReceiptUndone
-	case r.undo.Phase == PhaseFailed:
+	case r.ext().undo.Phase == PhaseFailed:
 		rc.Outcome, rc.Status = ReceiptUndoFailed, -1
 	case rc.denied:
 		rc.Outcome = ReceiptDenied

@@ -566,7 +566,7 @@ func (m *Machine) steerStep(ev Event, out []Action) ([]Action, error) {
 		switch s.What {
 		case SteerCancel:
 			if r := m.rounds.Get(s.Round); r != nil {
-				r.cancel = s // kept for re-sends after a restart
+				r.own().cancel = s // kept for re-sends after a restart
 				m.moved.add(r)
 			}
 			switch r := m.rounds.Get(s.Round); {
@@ -666,7 +666,7 @@ func (m *Machine) TaskOK(round string) bool {
 // undoUnderWay reports whether r's undo wave has begun and its outcome
 // is not known here yet.
 func (r *round) undoUnderWay() bool {
-	return r.undo.Phase != PhaseNone && !r.undo.Ended
+	return r.ext().undo.Phase != PhaseNone && !r.ext().undo.Ended
 }
 
 // taskRan reports whether r's task succeeded here (at a node in role):
@@ -697,7 +697,7 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 	switch {
 	case r == nil:
 		return out // never seen here: its READY opens it as a new round
-	case r.retry.At >= s.At:
+	case r.ext().retry.At >= s.At:
 		return out // this retry reopened it already (a re-send)
 	}
 	switch {
@@ -712,11 +712,11 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 		m.active-- // counted again below, as the retry's
 	case !r.state.Terminal():
 		out = m.abortRound(r, out)
-	case r.undo.Held != 0:
+	case r.ext().undo.Held != 0:
 		// Its undo wave's outcome is still to come here: the retry
 		// ends the wait (a retry at the Head waits for the outcome).
-		o := r.undo.Held
-		r.undo.Held, r.undo.Ended = 0, true
+		o := r.ext().undo.Held
+		r.own().undo.Held, r.own().undo.Ended = 0, true
 		out = m.finish(r, o, out)
 	default:
 		// Done here, its final COMPLETE not handed over: it is.
@@ -725,17 +725,17 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 	}
 	// Work that the undo wave undid (or tried to) is not done: the task
 	// runs again. Work the wave left (it stopped before this node) is.
-	undone := r.undo.Phase == PhaseDone || r.undo.Phase == PhaseFailed || r.undo.Phase == PhaseRunning
+	undone := r.ext().undo.Phase == PhaseDone || r.ext().undo.Phase == PhaseFailed || r.ext().undo.Phase == PhaseRunning
 	ok := r.taskRan(m.cfg.Role) && !undone
-	prior := r.prior
+	prior := r.ext().prior
 	if undone {
-		prior = r.undo
+		prior = r.ext().undo
 	}
 	// A task of the attempt before that still runs here holds the
 	// retry's own until it ends (taskDone).
 	stale := r.stale || r.taskOpen
-	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1, prior: prior,
-		retry: s, stale: stale, succRetried: !m.cfg.Role.HasSucc()}
+	*r = round{id: id, state: StateSync, localReady: r.localReady, seq: r.seq, taskOK: ok, retries: r.retries + 1,
+		more: &roundMore{prior: prior, retry: s}, stale: stale, succRetried: !m.cfg.Role.HasSucc()}
 	m.active++
 	if k := slices.Index(m.finished, id); k >= 0 {
 		m.finished = slices.Delete(m.finished, k, k+1)
@@ -759,7 +759,7 @@ func (m *Machine) retryRound(s Steer, by Side, out []Action) []Action {
 func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Action {
 	r := m.rounds.Get(s.Round)
 	if from == Succ {
-		if r != nil && r.retry.At == s.At {
+		if r != nil && r.ext().retry.At == s.At {
 			r.succRetried = true
 		}
 		return out
@@ -767,14 +767,14 @@ func (m *Machine) retryLine(from Side, s Steer, fresh bool, out []Action) []Acti
 	// Taken before: this node reopened the round for this retry already
 	// (the line is a re-send, or this node restarted and no longer knows
 	// the line, though its record does).
-	taken := r != nil && r.retry.At >= s.At
+	taken := r != nil && r.ext().retry.At >= s.At
 	if fresh {
 		out = m.retryRound(s, Pred, out)
 		out = m.ungate(out)
 	}
-	if r := m.rounds.Get(s.Round); r == nil || r.retry.At >= s.At {
+	if r := m.rounds.Get(s.Round); r == nil || r.ext().retry.At >= s.At {
 		out = append(out, Action{Kind: ActSend, To: Pred, Msg: Message{Cmd: SteerLine, Steer: &s}, Resend: !fresh})
-		if r != nil && taken && r.retry.At == s.At && r.lastPred != 0 && !r.lostPred {
+		if r != nil && taken && r.ext().retry.At == s.At && r.lastPred != 0 && !r.lostPred {
 			// The predecessor asks again (it restarted, or lost the
 			// echo): what was sent it since may have been dropped, as
 			// of the attempt before the echo it had not yet.

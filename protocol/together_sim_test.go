@@ -340,6 +340,11 @@ func TestSimulateFeaturesTogether(t *testing.T) {
 			}
 		}
 	}
+	// Retries, cancels and undo waves on every seed: none wrote through
+	// a round's read-only view of them.
+	if !protocol.SharedRoundMoreIsZero() {
+		t.Fatal("a round's retry, cancel or undo state was written through ext (the shared zero one), not own")
+	}
 }
 
 // TestSimulateFeaturesTogetherFound runs the calm seeds beyond the

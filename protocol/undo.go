@@ -364,11 +364,11 @@ const (
 
 // msg is the undo line c of r to side to.
 func (u *undoWave) msg(r *round, c Command, to Side) Message {
-	w := r.undo.Wave
+	w := r.ext().undo.Wave
 	switch {
 	case c == UndoLine:
 		w.Stop, w.StopCode, w.Kept, w.KeptN = "", -1, "", 0
-	case r.undo.Phase == PhaseFailed && to == Pred:
+	case r.ext().undo.Phase == PhaseFailed && to == Pred:
 		w.Kept, w.KeptN = "", 0 // the nodes before it add themselves
 	}
 	w.Fit(c, r.id)
@@ -382,9 +382,9 @@ func (u *undoWave) send(r *round, c Command, to Side, out []Action) []Action {
 		return out
 	}
 	if to == Pred {
-		r.undo.SentPred = c
+		r.own().undo.SentPred = c
 	} else {
-		r.undo.SentSucc = c
+		r.own().undo.SentSucc = c
 	}
 	return append(out, Action{Kind: ActSend, To: to, Msg: u.msg(r, c, to)})
 }
@@ -400,15 +400,15 @@ func (u *undoWave) linkUp(side Side, rounds iter.Seq2[string, *round], out []Act
 	out = append(out, Action{Kind: ActSend, To: side, Msg: Message{Cmd: UndoOn}})
 	var rs []*round
 	for _, r := range rounds {
-		if side == Pred && r.undo.SentPred != 0 || side == Succ && r.undo.SentSucc != 0 {
+		if side == Pred && r.ext().undo.SentPred != 0 || side == Succ && r.ext().undo.SentSucc != 0 {
 			rs = append(rs, r)
 		}
 	}
 	slices.SortFunc(rs, func(a, b *round) int { return strings.Compare(a.id, b.id) })
 	for _, r := range rs {
-		c := r.undo.SentSucc
+		c := r.ext().undo.SentSucc
 		if side == Pred {
-			c = r.undo.SentPred
+			c = r.ext().undo.SentPred
 		}
 		out = append(out, Action{Kind: ActSend, To: side, Msg: u.msg(r, c, side), Resend: true})
 	}
@@ -461,14 +461,14 @@ func (u *undoWave) recv(from Side, msg Message, r *round, out []Action) ([]Actio
 		case !r.ran || r.state == StateDone:
 			return bad("UNDO for a round whose task did not succeed here, or that is done here")
 		}
-		switch r.undo.Phase {
+		switch r.ext().undo.Phase {
 		case PhaseRunning, PhaseDone, PhaseFailed, PhaseKept:
 			return out, undoNothing, nil // a re-send
 		}
-		if r.undo.Ended {
+		if r.ext().undo.Ended {
 			return out, undoNothing, nil
 		}
-		r.undo.Phase, r.undo.Wave = PhaseRunning, *msg.Undo
+		r.own().undo.Phase, r.own().undo.Wave = PhaseRunning, *msg.Undo
 		return out, undoRun, nil
 	}
 	// UNDONE: pass it on, once.
@@ -479,16 +479,16 @@ func (u *undoWave) recv(from Side, msg Message, r *round, out []Action) ([]Actio
 		}
 		return out, undoNothing, nil
 	}
-	if r.undo.Ended {
+	if r.ext().undo.Ended {
 		return out, undoNothing, nil
 	}
-	r.undo.Wave = *msg.Undo
+	r.own().undo.Wave = *msg.Undo
 	switch {
-	case r.undo.Phase == PhaseAwait || r.undo.Phase == PhaseNone && r.ran && from == Succ:
-		r.undo.Phase = PhaseKept
-		r.undo.Wave.Kept, r.undo.Wave.KeptN = addName(r.undo.Wave.Kept, r.undo.Wave.KeptN, u.self)
-	case r.undo.Phase == PhaseNone:
-		r.undo.Phase = PhaseNothing
+	case r.ext().undo.Phase == PhaseAwait || r.ext().undo.Phase == PhaseNone && r.ran && from == Succ:
+		r.own().undo.Phase = PhaseKept
+		r.own().undo.Wave.Kept, r.own().undo.Wave.KeptN = addName(r.own().undo.Wave.Kept, r.own().undo.Wave.KeptN, u.self)
+	case r.ext().undo.Phase == PhaseNone:
+		r.own().undo.Phase = PhaseNothing
 	}
 	return u.send(r, UndoEnd, to, out), undoOver, nil
 }
@@ -496,12 +496,12 @@ func (u *undoWave) recv(from Side, msg Message, r *round, out []Action) ([]Actio
 // ended takes the end of this node's undo of r (nil: unknown): undoOver
 // if the wave's outcome is known here now.
 func (u *undoWave) ended(r *round, failed bool, code int, out []Action) ([]Action, undoVerdict, error) {
-	if r == nil || r.undo.Phase != PhaseRunning {
+	if r == nil || r.ext().undo.Phase != PhaseRunning {
 		return out, undoNothing, ErrNoUndo
 	}
-	w := &r.undo.Wave
+	w := &r.own().undo.Wave
 	if failed {
-		r.undo.Phase = PhaseFailed
+		r.own().undo.Phase = PhaseFailed
 		w.Stop, w.StopCode, w.Kept, w.KeptN = u.self, code, "", -1
 		if !u.role.HasPred() {
 			w.KeptN = 0
@@ -509,7 +509,7 @@ func (u *undoWave) ended(r *round, failed bool, code int, out []Action) ([]Actio
 		out = u.send(r, UndoEnd, Succ, out)
 		return u.send(r, UndoEnd, Pred, out), undoOver, nil
 	}
-	r.undo.Phase = PhaseDone
+	r.own().undo.Phase = PhaseDone
 	w.Undone, w.UndoneN = addName(w.Undone, w.UndoneN, u.self)
 	if u.role.HasPred() {
 		return u.send(r, UndoLine, Pred, out), undoNothing, nil
@@ -522,17 +522,17 @@ func (u *undoWave) ended(r *round, failed bool, code int, out []Action) ([]Actio
 // An undo that failed is a fault everywhere: under PolicyHalt it ends
 // every other unfinished round here too.
 func (m *Machine) undoEnd(r *round, out []Action) []Action {
-	r.undo.Ended = true
-	out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.undo.Wave})
+	r.own().undo.Ended = true
+	out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.ext().undo.Wave})
 	switch {
 	case !r.state.Terminal():
 		out = m.abortRound(r, out)
-	case r.undo.Held != 0:
-		o := r.undo.Held
-		r.undo.Held = 0
+	case r.ext().undo.Held != 0:
+		o := r.ext().undo.Held
+		r.own().undo.Held = 0
 		out = m.finish(r, o, out)
 	}
-	if r.undo.Wave.Stop != "" && m.cfg.Policy == PolicyHalt {
+	if r.ext().undo.Wave.Stop != "" && m.cfg.Policy == PolicyHalt {
 		out = m.abortAll(out)
 	}
 	return out
@@ -554,14 +554,14 @@ func (u *undoWave) finish(r *round, op *Outcome, out []Action) ([]Action, bool) 
 		return out, false
 	}
 	defer func() {
-		if *op == NoExitWave && r.undo.Phase != PhaseNone {
+		if *op == NoExitWave && r.ext().undo.Phase != PhaseNone {
 			*op = Aborted
-			if r.undo.Held == NoExitWave {
-				r.undo.Held = Aborted
+			if r.ext().undo.Held == NoExitWave {
+				r.own().undo.Held = Aborted
 			}
 		}
 	}()
-	if o == TaskFailed && r.undo.Phase == PhaseNone {
+	if o == TaskFailed && r.ext().undo.Phase == PhaseNone {
 		why := u.why
 		if why.Kind == "" {
 			why = Failure{Kind: KindTaskFailed, Code: -1}
@@ -569,21 +569,21 @@ func (u *undoWave) finish(r *round, op *Outcome, out []Action) ([]Action, bool) 
 				why.Kind = "denied" // not a task's end: a denial
 			}
 		}
-		r.undo.Phase = PhaseNothing
-		r.undo.Wave = Wave{Failed: u.self, Kind: why.Kind, Code: why.Code, StopCode: -1}
+		r.own().undo.Phase = PhaseNothing
+		r.own().undo.Wave = Wave{Failed: u.self, Kind: why.Kind, Code: why.Code, StopCode: -1}
 		if u.role.HasPred() {
 			out = u.send(r, UndoLine, Pred, out)
 		} else {
-			r.undo.Wave.KeptN = 0
+			r.own().undo.Wave.KeptN = 0
 			out = u.send(r, UndoEnd, Succ, out)
-			r.undo.Ended = true
-			out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.undo.Wave})
+			r.own().undo.Ended = true
+			out = append(out, Action{Kind: ActUndone, Round: r.id, Wave: r.ext().undo.Wave})
 		}
 	}
-	if r.undo.Phase == PhaseNone || r.undo.Ended {
+	if r.ext().undo.Phase == PhaseNone || r.ext().undo.Ended {
 		return out, false
 	}
-	r.undo.Held = o
+	r.own().undo.Held = o
 	return out, true
 }
 
@@ -595,14 +595,14 @@ func (u *undoWave) noticed(n *Notice, r *round) {
 	if !u.on || !n.HasRound || n.Kind != KindTaskFailed && n.Kind != KindTaskTimeout && n.Kind != "denied" {
 		return
 	}
-	if r == nil || r.state.Terminal() || r.undo.Phase != PhaseNone {
+	if r == nil || r.state.Terminal() || r.ext().undo.Phase != PhaseNone {
 		return
 	}
-	r.undo.Phase = PhaseNothing
+	r.own().undo.Phase = PhaseNothing
 	if r.ran {
-		r.undo.Phase = PhaseAwait
+		r.own().undo.Phase = PhaseAwait
 	}
-	r.undo.Wave = Wave{Failed: n.Origin, Kind: n.Kind, Code: -1, StopCode: -1}
+	r.own().undo.Wave = Wave{Failed: n.Origin, Kind: n.Kind, Code: -1, StopCode: -1}
 }
 
 // settled reports whether r lets a later round's task run here
@@ -618,7 +618,7 @@ func (r *round) settled(undo bool) bool {
 	case !r.state.Terminal():
 		return false
 	}
-	return r.undo.Phase != PhaseAwait && r.undo.Phase != PhaseRunning
+	return r.ext().undo.Phase != PhaseAwait && r.ext().undo.Phase != PhaseRunning
 }
 
 // Undo returns where round's undo stands here, and what this node knows
@@ -628,5 +628,5 @@ func (m *Machine) Undo(round string) (UndoPhase, Wave, bool) {
 	if r == nil {
 		return 0, Wave{}, false
 	}
-	return r.undo.Phase, r.undo.Wave, true
+	return r.ext().undo.Phase, r.ext().undo.Wave, true
 }

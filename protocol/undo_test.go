@@ -137,6 +137,9 @@ func TestUndoWaveSimulate(t *testing.T) {
 				t.Fatalf("seed %d: node %d has %d rounds unfinished", seed, i, nd.M.Active())
 			}
 		}
+		if !protocol.SharedRoundMoreIsZero() {
+			t.Fatalf("seed %d: a round's undo state was written through ext (the shared zero one), not own", seed)
+		}
 	}
 }
 
