@@ -101,14 +101,15 @@ func TestServeRoundsFromEndServesOnE2E(t *testing.T) {
 func TestIdleServedChainStatusE2E(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	saddr := freeAddrs(t, 1)[0]
+	sa := freeAddrs(t, 2)
+	haddr, saddr := sa[0], sa[1]
 	names, addrs, _ := serveChain(t, dir, 2, func(int) []string { return []string{"--status-addr", saddr} })
 	ids := filepath.Join(dir, "ids")
 	if err := os.WriteFile(ids, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"run"}, placeArgs("prevnext", names, addrs, 0)...)
-	args = append(args, "--serve", "--control", "unix:"+filepath.Join(dir, "ctl"), "--", "sh", "-c", taskScript)
+	args = append(args, "--serve", "--status-addr", haddr, "--control", "unix:"+filepath.Join(dir, "ctl"), "--", "sh", "-c", taskScript)
 	head := startProc(t, "A", []string{"DIR=" + dir}, args...)
 	head.waitLog(t, 10*time.Second, "the Head's link to B", containsAll("link up", "succ"))
 	var out string
@@ -118,6 +119,12 @@ func TestIdleServedChainStatusE2E(t *testing.T) {
 	})
 	if !strings.Contains(out, "connected, no round yet)") {
 		t.Errorf("chainsync status at B:\n%s\nwant its predecessor shown as connected, no round yet", out)
+	}
+	// The whole chain, Head first: nodes placed by --prev and --next know
+	// their neighbours by address, which contradicts no name.
+	out, stderr, code := runCLI(t, "status", haddr+","+saddr)
+	if code != 0 || !strings.Contains(out, "waiting (") {
+		t.Errorf("chainsync status A,B exited %d:\n%s%s\nwant 0, B's predecessor waiting", code, out, stderr)
 	}
 	if out, _, code := runCLI(t, "open", "--control", "unix:"+filepath.Join(dir, "ctl"), "--id", "r1", "--wait"); code != 0 {
 		t.Fatalf("chainsync open r1 exited %d:\n%s", code, out)

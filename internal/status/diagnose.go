@@ -3,6 +3,7 @@ package status
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -395,10 +396,14 @@ func CheckOrder(nodes []Node) error {
 		if i == 0 || nodes[i-1].Doc == nil {
 			continue
 		}
+		// A neighbour is named only where the chain names it (--chain,
+		// or the library's PrevName and NextName); placed by --prev and
+		// --next, a node knows its neighbours' addresses, not their
+		// names, and an address contradicts no name.
 		p := nodes[i-1].Doc
-		if s := p.Links.Succ.Peer; s != "" && d.Name != "" && s != d.Name {
+		if s := p.Links.Succ.Peer; s != "" && !isAddr(s) && d.Name != "" && s != d.Name {
 			why = append(why, fmt.Sprintf("%s's successor is %s, but %s is given after it", QuoteName(nodes[i-1].Label()), QuoteName(s), QuoteName(d.Name)))
-		} else if q := d.Links.Pred.Peer; q != "" && p.Name != "" && q != p.Name {
+		} else if q := d.Links.Pred.Peer; q != "" && !isAddr(q) && p.Name != "" && q != p.Name {
 			why = append(why, fmt.Sprintf("%s's predecessor is %s, but %s is given before it", QuoteName(d.Name), QuoteName(q), QuoteName(p.Name)))
 		}
 	}
@@ -410,6 +415,21 @@ func CheckOrder(nodes []Node) error {
 		msg += "; in chain order: " + order
 	}
 	return errors.New(msg)
+}
+
+// isAddr reports whether peer, as a status document gives a neighbour,
+// is its address (HOST:PORT), not its name.
+func isAddr(peer string) bool {
+	_, port, err := net.SplitHostPort(peer)
+	if err != nil || port == "" {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // chainOrder is the addresses of the nodes that answered, each once, in

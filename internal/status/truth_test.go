@@ -161,6 +161,16 @@ func TestCheckOrder(t *testing.T) {
 			t.Errorf("a chain in order refused: %v", err)
 		}
 	}
+	// Placed by --prev and --next, a node knows its neighbours by address,
+	// not by name: an address contradicts no name.
+	byAddr := chainDocs([]string{"-", "-", "-"}, nil, nil)
+	byAddr[0].Doc.Links.Succ.Peer = "127.0.0.1:24001"
+	byAddr[1].Doc.Links.Pred.Peer = "127.0.0.1:47886"
+	byAddr[1].Doc.Links.Succ.Peer = "[::1]:24002"
+	byAddr[2].Doc.Links.Pred.Peer = "[::1]:51000"
+	if err := status.CheckOrder(byAddr); err != nil {
+		t.Errorf("a chain placed by addresses refused: %v", err)
+	}
 	withSilent := pick(0, 1, 2)
 	withSilent[1] = status.Node{Addr: withSilent[1].Addr, Err: errString("refused")}
 	if err := status.CheckOrder(withSilent); err != nil {
