@@ -221,8 +221,8 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// linkText says how one link is: "up (A)", "DOWN (A)", "waiting (A;
-// 127.0.0.1:5000 connected, no round yet)" or "-".
+// linkText says how one link is: "up (A)", "DOWN (A)", "waiting for a
+// round (A)" (connected and alive, no round yet) or "-".
 func linkText(l status.Link) string {
 	if !l.Exists {
 		return "-"
@@ -232,11 +232,7 @@ func linkText(l status.Link) string {
 	case !l.Up && l.Waiting != "":
 		// Connected and alive: it becomes the link with its first
 		// round's line, so nothing is wrong.
-		who := l.Waiting + " connected, no round yet"
-		if l.Peer != "" {
-			who = l.Peer + "; " + who
-		}
-		return "waiting (" + who + ")"
+		s = "waiting for a round"
 	case !l.Up:
 		s = "DOWN"
 	case l.Silent:

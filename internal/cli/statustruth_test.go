@@ -71,7 +71,7 @@ func TestStatusPauseNamesResume(t *testing.T) {
 }
 
 // A predecessor that is connected and alive but has opened no round yet
-// is not a link that is down: status says it waits, and from where
+// is not a link that is down: status says it waits for a round
 // (docs/OPERATIONS.md, "/status": waiting).
 func TestLinkTextWaiting(t *testing.T) {
 	for _, tc := range []struct {
@@ -80,8 +80,8 @@ func TestLinkTextWaiting(t *testing.T) {
 	}{
 		{status.Link{Exists: true, Up: true, Peer: "A"}, "up (A)"},
 		{status.Link{Exists: true, Peer: "A"}, "DOWN (A)"},
-		{status.Link{Exists: true, Peer: "A", Waiting: "127.0.0.1:50527"}, "waiting (A; 127.0.0.1:50527 connected, no round yet)"},
-		{status.Link{Exists: true, Peer: "", Waiting: "127.0.0.1:50527"}, "waiting (127.0.0.1:50527 connected, no round yet)"},
+		{status.Link{Exists: true, Peer: "A", Waiting: "127.0.0.1:50527"}, "waiting for a round (A)"},
+		{status.Link{Exists: true, Peer: "", Waiting: "127.0.0.1:50527"}, "waiting for a round"},
 		{status.Link{Exists: true, Up: true, Silent: true, Peer: "A"}, "SILENT (A)"},
 		{status.Link{}, "-"},
 	} {
