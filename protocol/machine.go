@@ -559,8 +559,8 @@ type round struct {
 // roundMore is the part of a round that most rounds never use: its undo
 // wave, the undo of this node's work before its latest retry, and the
 // retry and cancel lines that reached it. Kept apart, a round's record
-// is a quarter of the size: a node allocates one per round it learns,
-// and keeps thousands (KeepFinished).
+// is a fifth of the size (96 bytes, not 512): a node allocates one per
+// round it learns, and keeps thousands (KeepFinished).
 type roundMore struct {
 	undo   UndoRecord // the undo wave (undo.go)
 	prior  UndoRecord
