@@ -104,10 +104,6 @@ func TestIdleServedChainStatusE2E(t *testing.T) {
 	sa := freeAddrs(t, 2)
 	haddr, saddr := sa[0], sa[1]
 	names, addrs, _ := serveChain(t, dir, 2, func(int) []string { return []string{"--status-addr", saddr} })
-	ids := filepath.Join(dir, "ids")
-	if err := os.WriteFile(ids, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	args := append([]string{"run"}, placeArgs("prevnext", names, addrs, 0)...)
 	args = append(args, "--serve", "--status-addr", haddr, "--control", "unix:"+filepath.Join(dir, "ctl"), "--", "sh", "-c", taskScript)
 	head := startProc(t, "A", []string{"DIR=" + dir}, args...)
