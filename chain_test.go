@@ -92,11 +92,7 @@ func freeAddrs(t testing.TB, n int) []string {
 // of its own (simChain): no ports, no sockets, and tests that use it may
 // run in parallel or in a synctest bubble.
 func chainConfigs(t testing.TB, n int) []Config {
-	cfgs := simChain(t, testnet.NewNetwork(), n)
-	for i := range cfgs {
-		cfgs[i].ownTaskGoroutines = false // outside a bubble, the shared workers
-	}
-	return cfgs
+	return simChain(t, testnet.NewNetwork(), n)
 }
 
 // tcpChainConfigs returns configs for an n-node chain on loopback TCP,

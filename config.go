@@ -252,11 +252,6 @@ type Config struct {
 	// peers may cause per kind and interval (0: admitBurst).
 	peerLogBurst int
 
-	// ownTaskGoroutines, for tests in a testing/synctest bubble: each
-	// task runs on a goroutine of its own, not on the process's shared
-	// workers, which live outside any one bubble.
-	ownTaskGoroutines bool
-
 	// listen, for tests on a simulated network: binds Listen when the
 	// node starts, instead of a TCP listener.
 	listen func(ctx context.Context, addr string) (net.Listener, error)

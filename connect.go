@@ -47,6 +47,7 @@ type connector struct {
 // questions, and (for a link's flush on the loop) follow-ups.
 type connLoop interface {
 	asker
+	postWith(in input, s *seat) bool
 	later(in input)
 }
 
@@ -164,7 +165,13 @@ func (lk *links) dialed(l *link) bool {
 
 // servePred secures a pending connection and reads from it.
 func (cn *connector) servePred(l *link, adm *admission) {
-	defer cn.loop.post(input{kind: inServeEnd, l: l})
+	end := func() { cn.loop.post(input{kind: inServeEnd, l: l}) }
+	reading := false
+	defer func() {
+		if !reading {
+			end()
+		}
+	}()
 	start := time.Now()
 	deadline := start.Add(cn.cfg.PendingTimeout)
 	track := true // plain TCP: the reader sees the peer's first bytes
@@ -191,25 +198,55 @@ func (cn *connector) servePred(l *link, adm *admission) {
 	}
 	_ = l.c.SetReadDeadline(deadline)
 	l.r = wire.NewReader(adm.reader(l, l.c, track))
-	cn.readLoop(l)
+	reading = true
+	if !cn.readLoop(l, end) {
+		end()
+	}
 }
 
 // dialLoop keeps a connection to the successor, re-dialing whenever it is
 // lost. After a link that worked, the backoff starts again from its
 // minimum, so the first retry after a loss is attempt 1.
 func (cn *connector) dialLoop() {
-	b := transport.Backoff{Min: cn.cfg.BackoffMin, Max: cn.cfg.BackoffMax}
-	attempts := 0
-	onRetry := func(err error, attempt int, next time.Duration) {
-		attempts++
-		if attempts == 1 || attempts%20 == 0 {
-			cn.log.Info("successor not reachable yet; retrying", "next", cn.cfg.Next, "attempt", attempts,
+	ds := &dialState{b: transport.Backoff{Min: cn.cfg.BackoffMin, Max: cn.cfg.BackoffMax}, dial: cn.dialFunc()}
+	ds.onRetry = func(err error, attempt int, next time.Duration) {
+		ds.attempts++
+		if ds.attempts == 1 || ds.attempts%20 == 0 {
+			cn.log.Info("successor not reachable yet; retrying", "next", cn.cfg.Next, "attempt", ds.attempts,
 				"retry_in", next.Round(time.Millisecond), "err", err)
 		}
 	}
-	dial := cn.dialFunc() // Config.Dial, or from this node's own address (identity.go)
+	cn.dialFrom(ds, nil, time.Time{})
+}
+
+// dialState is what the dial loop keeps from one connection to the next.
+type dialState struct {
+	b        transport.Backoff
+	attempts int
+	onRetry  func(err error, attempt int, next time.Duration)
+	dial     transport.DialFunc
+}
+
+// dialFrom is the dial loop, from the end of the reading of l (nil: from
+// the first dial), which came up at up. It returns when the node closes,
+// or when a task run on its goroutine handed the reading of l on
+// (inline.go): the reader that took over goes on from there.
+func (cn *connector) dialFrom(ds *dialState, l *link, up time.Time) {
+	b, dial, onRetry := &ds.b, ds.dial, ds.onRetry
 	for {
-		c, err := secure.Dial(cn.ctx, cn.cfg.Secure, dial, cn.cfg.Next, &b, cn.cfg.PendingTimeout, onRetry)
+		if l != nil {
+			if l.heardAt() != 0 || time.Since(up) > 5*time.Second {
+				// A link that worked: come back fast after a transient drop,
+				// and count the attempts from one again.
+				b.Reset()
+				ds.attempts = 0
+			}
+			if !cn.sleep(b.Next()) {
+				return
+			}
+			l = nil
+		}
+		c, err := secure.Dial(cn.ctx, cn.cfg.Secure, dial, cn.cfg.Next, b, cn.cfg.PendingTimeout, onRetry)
 		if err != nil {
 			if cn.ctx.Err() != nil {
 				return // closing
@@ -223,21 +260,15 @@ func (cn *connector) dialLoop() {
 			}
 			continue
 		}
-		l := cn.newLink(c, protocol.Succ)
+		l = cn.newLink(c, protocol.Succ)
 		l.r = wire.NewReader(c)
 		if r, _ := cn.loop.ask(input{kind: inDialed, l: l}); !r.ok {
 			c.Close()
 			return
 		}
-		up := time.Now()
-		cn.readLoop(l)
-		if l.heardAt() != 0 || time.Since(up) > 5*time.Second {
-			// A link that worked: come back fast after a transient drop,
-			// and count the attempts from one again.
-			b.Reset()
-			attempts = 0
-		}
-		if !cn.sleep(b.Next()) {
+		up = time.Now()
+		lk, at := l, up
+		if cn.readLoop(l, func() { cn.dialFrom(ds, lk, at) }) {
 			return
 		}
 	}
@@ -256,16 +287,32 @@ func (cn *connector) sleep(d time.Duration) bool {
 
 // readLoop reads l until it fails or is closed. All the complete lines of
 // one read go to the loop in one event, so that the lines they cause
-// leave in one write per link.
-func (cn *connector) readLoop(l *link) {
+// leave in one write per link. It reports whether the reading was handed
+// on to another goroutine (inline.go), which then runs then once the
+// reading is over; else the caller goes on itself.
+func (cn *connector) readLoop(l *link, then func()) (handed bool) {
 	l.r.Heartbeats = extensionsOn(&cn.cfg)
 	l.r.Receipts = cn.cfg.Receipts
-	first := true // the next line is the first on l
+	return cn.readOn(l, true, then)
+}
+
+// readOn reads l (first: nothing was read yet) until it fails or is
+// closed (false), or until a task this goroutine ran outlasted
+// inlineGrace and the reading was handed on to a new reader, which runs
+// then once the reading is over (true).
+func (cn *connector) readOn(l *link, first bool, then func()) bool {
+	s := &seat{takeOver: func() bool {
+		return cn.crew.spawn(func() {
+			if !cn.readOn(l, false, then) {
+				then()
+			}
+		})
+	}}
 	for {
 		msg, err := l.r.ReadMessage()
 		if err != nil {
 			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
-			return
+			return false
 		}
 		l.heard()
 		if h, ok := l.r.Hello(); ok {
@@ -274,19 +321,19 @@ func (cn *connector) readLoop(l *link) {
 			first = false
 			hello := h // only this copy escapes: no allocation for other lines
 			if !cn.loop.post(input{kind: inHello, l: l, hello: &hello, flag: isFirst}) {
-				return
+				return false
 			}
 			continue
 		}
 		if msg, err = l.receiptMessage(msg); err != nil { // receipts.go
 			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
-			return
+			return false
 		}
 		if first && msg.Cmd == protocol.Heartbeat && l.side == protocol.Pred {
 			// A would-be predecessor that says only that it is alive may
 			// claim a live one's place (duplicate.go).
 			if !cn.loop.post(input{kind: inAlive, l: l}) {
-				return
+				return false
 			}
 		}
 		first = false
@@ -325,15 +372,22 @@ func (cn *connector) readLoop(l *link) {
 		if mb != nil {
 			in.msgs, in.batch = mb.msgs, mb
 		}
-		if !cn.loop.post(in) {
-			return
+		if hello != nil || err != nil {
+			// Lines read after these wait for them: no task runs here.
+			if !cn.loop.post(in) {
+				return false
+			}
+		} else if ok := cn.loop.postWith(in, s); s.handedOn() {
+			return true
+		} else if !ok {
+			return false
 		}
 		if hello != nil && !cn.loop.post(input{kind: inHello, l: l, hello: hello}) {
-			return
+			return false
 		}
 		if err != nil {
 			cn.loop.post(input{kind: inReadEnd, l: l, err: err})
-			return
+			return false
 		}
 	}
 }

@@ -48,7 +48,9 @@
 // machine, the store persists the turn's records with one fsync, then
 // waiters are answered and tasks started, and after the turn each link's
 // lines are written once, acting on the machine's actions and never
-// asking it back.
+// asking it back. The tasks a turn started run on the goroutine that ran
+// it, off the turn, and their ends are stepped together in one more turn;
+// a task that runs long hands that goroutine's other work on.
 //
 // The files: node.go the API (Start, Ready, Wait, Snapshot, Close), the
 // driver (the loop's side: its parts, the one place that steps, the
@@ -61,7 +63,9 @@
 // rounds.go the round book (waiters and results, dropped when the machine
 // forgets the round); follow.go the rounds handed to a following
 // application; result.go and undelivered.go results and their errors;
-// task.go the task runner and its shared workers; undo.go the undo wave's
+// task.go the task runner and the queue of tasks that wait for a slot;
+// inline.go tasks run on the goroutine whose turn started them, and the
+// hand-on of what waits when one runs long; undo.go the undo wave's
 // part; link.go a link with its outbox and writer, writenow_unix.go and
 // writenow_other.go its non-blocking write; links.go the links, the
 // loop's side of the connections; connect.go the connector (accepting,

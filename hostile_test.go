@@ -1305,7 +1305,7 @@ func TestHostilePromotionWriteFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		tail := startWatched(t, Config{Name: "T", Listener: ln, Prev: predHost + ":7000", ConnectTimeout: connectTO,
-			PendingTimeout: hostilePending, ownTaskGoroutines: true})
+			PendingTimeout: hostilePending})
 		for _, r := range []string{"a", "b"} {
 			if err := tail.Ready(r); err != nil {
 				t.Fatal(err)

@@ -43,7 +43,9 @@ import (
 //     Wait, requests are answered, tasks start (quick tasks run here, on
 //     the loop, and their ends are stepped into the same turn);
 //  3. flush: after the turn, off the token, each link's lines leave in
-//     one write (runHeld).
+//     one write (runHeld); if the turn started tasks, the goroutine that
+//     ran it runs them first, and their lines leave with the turn's
+//     (inline.go).
 //
 // So every record a step made is on disk before any line that step sends
 // leaves, any task it starts runs and any result it reports is seen. The
@@ -65,7 +67,7 @@ type effKind uint8
 
 const (
 	effSend   effKind = iota + 1 // queue the line buf[off:end] on l
-	effTask                      // start task on a task worker (task.go)
+	effTask                      // start task, after the turn (task.go, inline.go)
 	effQuick                     // run round's quick task on the loop
 	effDone                      // release ri's result to Wait
 	effAnswer                    // answer a request (steer.go) once its records are on disk
@@ -238,7 +240,13 @@ type loop struct {
 	// launching are the tasks the turn starts, launched by the goroutine
 	// that ran it once its lines are written (runHeld), with launchFn.
 	launching []taskStart
-	launchFn  func(taskStart)
+	launchFn  func(taskStart) bool
+	inlineFn  func(taskStart) (taskStart, bool)
+
+	// linesFirst: a turn's lines leave before the tasks it started run on
+	// the goroutine that ran it (Config.RestartGrace: the task may end
+	// the process).
+	linesFirst bool
 
 	name    string           // Config.Name, for the trace and loopCheck
 	traceFn func(TraceEvent) // Config.Trace
@@ -249,24 +257,29 @@ type loop struct {
 
 func newLoop(cfg *Config) *loop {
 	return &loop{wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace}
+		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace, linesFirst: cfg.RestartGrace > 0}
 }
 
 // post hands in to the loop from one of the node's own goroutines (a
-// reader, a writer, a task worker, the acceptor): if no turn is running
+// reader, a writer, a task's goroutine, the acceptor): if no turn is running
 // it runs one right here, on the poster's goroutine, with the token held,
 // which saves waking the loop goroutine for it; else the loop goroutine
 // is told. false if the loop has ended (the node is closed). Never
 // called on the loop itself (see later).
-func (lp *loop) post(in input) bool { return lp.put(in, true) }
+func (lp *loop) post(in input) bool { return lp.put(in, true, nil) }
+
+// postWith is post for a link's reader or a task's goroutine, which
+// lends its seat to the turn: the tasks the turn starts run on it
+// (inline.go).
+func (lp *loop) postWith(in input, s *seat) bool { return lp.put(in, true, s) }
 
 // submit hands in to the loop goroutine: for the API's callers, whose
 // goroutines are the application's and run no turn.
-func (lp *loop) submit(in input) bool { return lp.put(in, false) }
+func (lp *loop) submit(in input) bool { return lp.put(in, false, nil) }
 
 // put queues in; with here it runs a turn on the caller's goroutine if
 // the token is free (or, the inbox being full, once it is).
-func (lp *loop) put(in input, here bool) bool {
+func (lp *loop) put(in input, here bool, s *seat) bool {
 	lp.qmu.Lock()
 	if lp.over {
 		lp.qmu.Unlock()
@@ -279,10 +292,12 @@ func (lp *loop) put(in input, here bool) bool {
 	case !here:
 	case full:
 		lp.token.Lock() // backpressure: wait for the turn running now
-		lp.runHeld(lp.turnFn)
+		lp.runHeldBy(lp.turnFn, s)
+		lp.drain(s)
 		return true
 	case lp.token.TryLock():
-		lp.runHeld(lp.turnFn)
+		lp.runHeldBy(lp.turnFn, s)
+		lp.drain(s)
 		return true
 	}
 	// The loop goroutine takes it: after the turn running now, if any
@@ -309,7 +324,13 @@ func (lp *loop) take(dst []input, k int) []input {
 // releases it; nothing if the loop has ended. A panic in f ends the
 // loop (Close still releases everything) and goes on to the goroutine's
 // panic handler.
-func (lp *loop) runHeld(f func()) {
+func (lp *loop) runHeld(f func()) { lp.runHeldBy(f, nil) }
+
+// runHeldBy is runHeld on a goroutine that lends its seat s to the turn
+// (a link's reader, a task's goroutine, the loop goroutine; nil: none):
+// the tasks the turn starts run on it once the turn is over, and the
+// turn's lines leave with those of the tasks' ends (inline.go).
+func (lp *loop) runHeldBy(f func(), s *seat) {
 	ok := false
 	var flush [4]*link
 	var launch [2]taskStart
@@ -331,6 +352,20 @@ func (lp *loop) runHeld(f func()) {
 		if lp.waiting() {
 			lp.wakeLoop()
 		}
+		if s != nil && len(tasks) > 0 {
+			// The tasks run first, on this goroutine (inline.go); the
+			// turn's lines leave with those of their ends. Not on a node
+			// whose task may be its restart: its GRACE lines must be out
+			// before the task begins.
+			if lp.linesFirst {
+				for _, l := range out {
+					l.flush()
+				}
+				out = nil
+			}
+			lp.seatTasks(s, tasks, out)
+			return
+		}
 		// The turn's lines leave after it, off the token: no socket I/O
 		// under it. Each link's outbox keeps its lines in order whoever
 		// writes them, and a write the socket does not take at once goes
@@ -338,8 +373,8 @@ func (lp *loop) runHeld(f func()) {
 		for _, l := range out {
 			l.flush()
 		}
-		// Then the tasks it started: their workers wake once the lines
-		// are out, on this thread when this goroutine next waits.
+		// Then the tasks it started, on goroutines of their own, which
+		// wake once the lines are out.
 		for _, t := range tasks {
 			lp.launchFn(t)
 		}
@@ -355,6 +390,21 @@ func (lp *loop) runHeld(f func()) {
 		f()
 	}
 	ok = true
+}
+
+// hold queues in without a turn and without waking the loop goroutine:
+// the start or end of a task that runs on the goroutine whose turn
+// started it, which has them taken once it is done with its tasks, or
+// hands them to the loop goroutine (inline.go). false if the loop has
+// ended.
+func (lp *loop) hold(in input) bool {
+	lp.qmu.Lock()
+	defer lp.qmu.Unlock()
+	if lp.over {
+		return false
+	}
+	lp.queue = append(lp.queue, in)
+	return true
 }
 
 // turnTime is the time of the turn: one clock reading for all that
@@ -417,20 +467,21 @@ func (lp *loop) later(in input) { lp.queued = append(lp.queued, in) }
 // the last turn, or when a turn elsewhere ended the loop (a panic).
 func (d *driver) run() {
 	lp := d.lp
-	defer d.clock.stop()
-	tick := d.clock.C()
+	s := &seat{takeOver: func() bool {
+		goSafe(d.run)
+		return true
+	}}
+	tick, tickFn := d.clock.C(), d.tickTurn
 	for {
 		select {
 		case <-lp.wake:
 			lp.token.Lock()
-			lp.runHeld(lp.callerFn)
+			lp.runHeldBy(lp.callerFn, s)
 		case <-tick:
 			lp.token.Lock()
-			lp.runHeld(func() {
-				d.onTick()
-				lp.turn()
-			})
+			lp.runHeldBy(tickFn, s)
 		case <-lp.stop:
+			defer d.clock.stop()
 			lp.token.Lock()
 			lp.runHeld(func() {
 				d.endTurn()
@@ -438,9 +489,19 @@ func (d *driver) run() {
 			})
 			return
 		case <-lp.loopDone:
+			d.clock.stop()
 			return // a turn ended it (a panic)
 		}
+		if lp.drain(s); s.handedOn() {
+			return // a task outlasted inlineGrace: a new loop goroutine took over
+		}
 	}
+}
+
+// tickTurn is the loop goroutine's turn on the clock's tick.
+func (d *driver) tickTurn() {
+	d.onTick()
+	d.lp.turn()
 }
 
 // turn takes the inputs waiting (up to maxTurn), reacts to each, and

@@ -91,7 +91,7 @@ func TestResumedAfterHaltReportsNoNewFault(t *testing.T) {
 		const timeout = 2 * time.Second
 		nw := testnet.NewNetwork()
 		cfg := simChain(t, nw, 3)[1] // B; C never comes
-		cfg.StateDir, cfg.ConnectTimeout, cfg.Follow, cfg.ownTaskGoroutines = t.TempDir(), timeout, true, true
+		cfg.StateDir, cfg.ConnectTimeout, cfg.Follow = t.TempDir(), timeout, true
 		first := startWatched(t, cfg)
 		c, err := nw.Dialer(simHost(0))(context.Background(), cfg.Listen)
 		if err != nil {
@@ -137,7 +137,7 @@ func TestRerunAfterHaltIsRefused(t *testing.T) {
 		const timeout = 2 * time.Second
 		nw := testnet.NewNetwork()
 		cfg := simChain(t, nw, 3)[1]
-		cfg.StateDir, cfg.ConnectTimeout, cfg.ownTaskGoroutines = t.TempDir(), timeout, true
+		cfg.StateDir, cfg.ConnectTimeout = t.TempDir(), timeout
 		cfg.Rounds = []string{"r1"}
 		first := startWatched(t, cfg)
 		c, err := nw.Dialer(simHost(0))(context.Background(), cfg.Listen)

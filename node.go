@@ -373,7 +373,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	d.lp.reactFn, d.lp.endFn = d.react, d.endTurn
 	d.lp.turnFn, d.lp.callerFn = d.lp.turn, d.lp.callerTurn // what a goroutine that posts runs, and the loop goroutine (loop.go)
-	d.lp.launchFn = func(t taskStart) { d.tasks.launch(t) }
+	d.lp.launchFn, d.lp.inlineFn = d.tasks.launch, d.tasks.runInline
 	goSafe(d.run)
 	d.resumeFrom = st
 	d.lp.ask(input{kind: inInit})

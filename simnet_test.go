@@ -34,7 +34,7 @@ func simChain(t testing.TB, nw *testnet.Network, n int) []Config {
 	for i := range cfgs {
 		cfgs[i] = Config{
 			Name: fmt.Sprintf("N%d", i), BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
-			Dial: nw.Dialer(simHost(i)), ownTaskGoroutines: true,
+			Dial: nw.Dialer(simHost(i)),
 		}
 		if i > 0 {
 			cfgs[i].Listen = simHost(i) + ":7000"

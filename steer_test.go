@@ -84,9 +84,6 @@ func TestHoldThenApproveSimulated(t *testing.T) {
 		var sc steerChain
 		cfgs := sc.configs(t, 4, 300*time.Millisecond)
 		cfgs[2].Approve = true
-		for i := range cfgs {
-			cfgs[i].ownTaskGoroutines = true
-		}
 		nodes := startAll(t, cfgs, []int{3, 2, 1, 0})
 		if err := nodes[1].Hold(Request{By: "ann", Reason: "change window"}); err != nil {
 			t.Fatal(err)

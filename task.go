@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +19,9 @@ type taskStart struct {
 	verifyOnly bool // the task was taken as done on resume: only Verify runs
 	// undo: not the task but the undo of round (undo.go)
 	undo *UndoInfo
+	// queued: it waited for a slot, so its start is told to the loop
+	// when it begins.
+	queued bool
 }
 
 // startTask arranges for round's task to run. Loop only.
@@ -51,20 +53,28 @@ func (r *taskRunner) taskStarted(round string) {
 }
 
 // taskRunner runs a node's tasks and undos off the loop, at most
-// MaxParallelTasks at a time (its slots), on the process's task workers;
-// it tells the loop of their starts and ends through the node's inbox. It
-// holds nothing of the node but what its tasks need.
+// MaxParallelTasks at a time (its slots), on the goroutine whose turn
+// started them (inline.go), or else on goroutines of their own; it tells
+// the loop of their starts and ends through the node's inbox. It holds
+// nothing of the node but what its tasks need.
+//
+// A task started while every slot is taken waits in the runner's queue,
+// not on a goroutine of its own: a task that ends passes its slot to the
+// first one waiting, and its goroutine runs that one next (pass), so a
+// node that runs one task at a time goes from one to the next without
+// waking another goroutine.
 type taskRunner struct {
 	task    func(ctx context.Context, round string) error
 	verify  func(ctx context.Context, round string) error
 	undo    func(ctx context.Context, round string, info UndoInfo) error
 	timeout time.Duration   // Config.TaskTimeout
 	ctx     context.Context // the node's: ends when it is closed
-	slots   chan struct{}   // semaphore: MaxParallelTasks
-	crew    *crew           // counts the running tasks
-	inbox   inbox           // the node's loop
-	own     bool            // a goroutine per task, not the shared workers
-	quick   bool            // tasks run on the loop (Config.QuickTask)
+	smu     sync.Mutex
+	free    int         // slots free (smu)
+	queue   []taskStart // tasks waiting for a slot, first started first (smu)
+	crew    *crew       // counts the running tasks
+	inbox   inbox       // the node's loop
+	quick   bool        // tasks run on the loop (Config.QuickTask)
 
 	// The loop's side (loop only): the turn a start joins, the rounds'
 	// records, and the fault record (a task's end goes back to the loop to step).
@@ -75,47 +85,112 @@ type taskRunner struct {
 	policy FaultPolicy // Config.FaultPolicy, for a failure's words
 }
 
-// inbox is how a part reaches its node's loop: an input, false if the
-// loop has ended.
+// inbox is how a part reaches its node's loop: an input (post; hold
+// queues it for the turn that the goroutine running the tasks has once
+// it is done with them, inline.go), false if the loop has ended.
 type inbox interface {
 	post(in input) bool
+	hold(in input) bool
 }
 
 // newTaskRunner returns cfg's task runner.
 func newTaskRunner(cfg *Config, ctx context.Context, c *crew, in inbox) *taskRunner {
 	return &taskRunner{task: cfg.Task, verify: cfg.Verify, undo: cfg.Undo, timeout: cfg.TaskTimeout, ctx: ctx,
-		slots: make(chan struct{}, cfg.MaxParallelTasks), crew: c, inbox: in, own: cfg.ownTaskGoroutines,
+		free: cfg.MaxParallelTasks, crew: c, inbox: in,
 		quick: cfg.QuickTask && cfg.Verify == nil && cfg.TaskTimeout == 0}
 }
 
-// take takes a free slot, if there is one now.
+// take takes a free slot, if there is one now and no task waits for
+// one.
 func (r *taskRunner) take() bool {
-	select {
-	case r.slots <- struct{}{}:
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if r.free > 0 && len(r.queue) == 0 {
+		r.free--
 		return true
-	default:
-		return false
+	}
+	return false
+}
+
+// pass releases a slot the caller held: to the first task waiting for
+// one, which the caller starts (ok), or back to the free ones. Once the
+// node is closed no waiting task gets it: none starts.
+func (r *taskRunner) pass() (next taskStart, ok bool) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if len(r.queue) > 0 && r.ctx.Err() == nil {
+		next = r.queue[0]
+		k := copy(r.queue, r.queue[1:])
+		r.queue[k] = taskStart{}
+		r.queue = r.queue[:k]
+		next.slot, next.queued = true, true
+		return next, true
+	}
+	r.free++
+	return taskStart{}, false
+}
+
+// give releases a slot the caller held; a task waiting for one starts on
+// a goroutine of its own.
+func (r *taskRunner) give() {
+	if t, ok := r.pass(); ok {
+		r.launch(t)
 	}
 }
 
-// give gives a slot back.
-func (r *taskRunner) give() { <-r.slots }
+// wait has t, a task without a slot, wait for one; if one is free and no
+// task waits before it, t takes it and starts now (ok).
+func (r *taskRunner) wait(t taskStart) (taskStart, bool) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	if r.free > 0 && len(r.queue) == 0 {
+		r.free--
+		t.slot, t.queued = true, true
+		return t, true
+	}
+	r.queue = append(r.queue, t)
+	return t, false
+}
 
-// launch starts t on a task worker; false (its slot given back) once the
-// node's Close waits: the task does not start.
+// drop releases a slot the caller held, once the node's Close waits:
+// nothing more starts.
+func (r *taskRunner) drop() {
+	r.smu.Lock()
+	r.free++
+	r.smu.Unlock()
+}
+
+// launch starts t on a goroutine of its own (which then runs the tasks
+// its slot passes to, and those its turns start), or has it wait for a
+// slot; false (its slot given back) once the node's Close waits: the task
+// does not start.
 func (r *taskRunner) launch(t taskStart) bool {
-	if !r.crew.add() {
-		if t.slot {
-			r.give()
+	if !t.slot {
+		var now bool
+		if t, now = r.wait(t); !now {
+			return true // it starts when a slot is passed to it
 		}
+	}
+	if !r.crew.add() {
+		r.drop()
 		return false
 	}
-	if r.own {
-		goSafe(func() { r.run(t) })
-	} else {
-		taskWorkers.run(r, t)
-	}
+	goSafe(func() { r.run(t, new(seat)) })
 	return true
+}
+
+// runInline runs t, which holds a slot, on the caller, the goroutine
+// whose turn started it (inline.go); its start and end are held in the
+// inbox for that goroutine's next turn. If a task waited for its slot,
+// it is next (ok): the caller runs it or hands it on.
+func (r *taskRunner) runInline(t taskStart) (next taskStart, ok bool) {
+	if !r.crew.add() {
+		r.drop()
+		return taskStart{}, false
+	}
+	defer r.crew.done()
+	r.runOne(t)
+	return r.pass()
 }
 
 // runHere runs round's task on the caller's goroutine (the loop: a quick
@@ -125,26 +200,30 @@ func (r *taskRunner) runHere(round string) error {
 	return r.task(r.ctx, round)
 }
 
-// run runs t, a task or an undo, on a task worker; slot says it already
-// holds a task slot.
-func (r *taskRunner) run(t taskStart) {
+// run runs t, a task or an undo that holds a slot, on its own goroutine with
+// seat s, then each task its slot is passed to, and the tasks the turns
+// that take their ends start (inline.go).
+func (r *taskRunner) run(t taskStart, s *seat) {
 	defer r.crew.done()
+	r.lp.seatTasks(s, []taskStart{t}, nil)
+	r.lp.drain(s)
+}
+
+// runOne runs t, a task or an undo, in the slot it holds, and queues its
+// end (and, if it waited for its slot, its start) for the turn the
+// goroutine running it has next (inline.go). The caller passes the slot
+// on.
+func (r *taskRunner) runOne(t taskStart) {
+	if r.ctx.Err() != nil { // closed before it could start
+		return
+	}
 	if t.undo != nil {
-		r.runUndo(t.round, *t.undo)
+		r.runUndo(&t)
 		return
 	}
 	round := t.round
-	if t.slot && r.ctx.Err() != nil { // closed before the task could start
-		r.give()
-		return
-	}
-	if !t.slot {
-		select {
-		case r.slots <- struct{}{}:
-		case <-r.ctx.Done():
-			return
-		}
-		r.inbox.post(input{kind: inTaskStarted, round: round})
+	if t.queued {
+		r.inbox.hold(input{kind: inTaskStarted, round: round})
 	}
 	ctx, cancel := r.bounded()
 	var err error
@@ -156,8 +235,7 @@ func (r *taskRunner) run(t taskStart) {
 	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
 	cancel()
-	r.give()
-	r.inbox.post(input{kind: inTaskEnd, round: round, err: err, flag: timedOut})
+	r.inbox.hold(input{kind: inTaskEnd, round: round, err: err, flag: timedOut})
 }
 
 // bounded is the context of one task: the node's, within TaskTimeout.
@@ -168,24 +246,18 @@ func (r *taskRunner) bounded() (context.Context, context.CancelFunc) {
 	return r.ctx, func() {}
 }
 
-// runUndo runs Config.Undo, bounded by TaskTimeout, one task (or undo) at
-// a time, and reports its end. An undo the node's Close interrupted is
-// not reported: it is resumed after a restart.
-func (r *taskRunner) runUndo(round string, info UndoInfo) {
-	select {
-	case r.slots <- struct{}{}:
-	case <-r.ctx.Done():
-		return
-	}
+// runUndo runs Config.Undo, bounded by TaskTimeout, in a task slot (one
+// task or undo at a time), and reports its end. An undo the node's Close
+// interrupted is not reported: it is resumed after a restart.
+func (r *taskRunner) runUndo(t *taskStart) {
 	ctx, cancel := r.bounded()
-	err := r.undo(ctx, round, info)
+	err := r.undo(ctx, t.round, *t.undo)
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
 	cancel()
-	r.give()
 	if r.ctx.Err() != nil && !timedOut {
 		return
 	}
-	r.inbox.post(input{kind: inUndoEnd, round: round, err: err, flag: timedOut})
+	r.inbox.hold(input{kind: inUndoEnd, round: t.round, err: err, flag: timedOut})
 }
 
 // failedHere is what a failed task's fault adds: this node sends no
@@ -224,135 +296,4 @@ func (r *taskRunner) taskFinished(round string, err error, timedOut bool) protoc
 		ev = protocol.TaskFailedWhy(round, taskFailure(err, timedOut)) // for the undo wave (undo.go)
 	}
 	return ev
-}
-
-// Task goroutines are reused: a fresh goroutine per task paid for a new
-// stack (and its growth) on every task, and every hop of a round waits for
-// one task. So tasks run on workers that outlive them: a worker
-// that has run a task waits for another one, of any node of the process,
-// and exits when none came for workerIdle or when the node whose task it
-// ran last is closed. A process with nodes but no running tasks therefore
-// keeps no goroutine for them after a while, and a closed node none at
-// all; a chain of 10,000 nodes in one process shares the few workers that
-// its tasks running at once need.
-//
-// A waiting worker has no timer of its own: one sweep for the whole pool,
-// armed while workers wait (at most once per workerIdle), sends away those
-// that waited longer than workerIdle, so handing a task over touches no
-// timer.
-
-// workerIdle is how long a task worker waits for another task.
-const workerIdle = 2 * time.Second
-
-// maxIdleWorkers bounds the workers kept waiting; one more exits instead.
-const maxIdleWorkers = 64
-
-// taskWorkers is the process's pool of task workers.
-var taskWorkers workerPool
-
-type workerPool struct {
-	mu    sync.Mutex
-	idle  []*taskWorker // waiting workers, the one waiting longest first
-	sweep *time.Timer   // runs sweepIdle; nil until first needed
-	armed bool          // sweep is pending
-}
-
-// taskWorker is a goroutine that runs tasks handed to it on job.
-type taskWorker struct {
-	job   chan taskJob // capacity 1: handing a job over never blocks
-	since time.Time    // when it began to wait (p.mu)
-}
-
-// taskJob is a task to run; a job without a runner tells the worker to
-// exit.
-type taskJob struct {
-	r *taskRunner
-	t taskStart
-}
-
-// run runs r's task t on the worker that waited least, or on a new one.
-func (p *workerPool) run(r *taskRunner, t taskStart) {
-	p.mu.Lock()
-	if k := len(p.idle); k > 0 {
-		w := p.idle[k-1]
-		p.idle[k-1] = nil
-		p.idle = p.idle[:k-1]
-		p.mu.Unlock()
-		w.job <- taskJob{r, t}
-		return
-	}
-	p.mu.Unlock()
-	w := &taskWorker{job: make(chan taskJob, 1)}
-	goSafe(func() { w.loop(p, taskJob{r, t}) })
-}
-
-// loop runs j, then every job handed to w, until the sweep sends it away
-// or the node of its last job is closed.
-func (w *taskWorker) loop(p *workerPool, j taskJob) {
-	for j.r != nil {
-		j.r.run(j.t)
-		done := j.r.ctx.Done()
-		j = taskJob{}
-		if !p.wait(w) {
-			return
-		}
-		select {
-		case j = <-w.job:
-		case <-done:
-			if p.leave(w) {
-				return
-			}
-			j = <-w.job // taken off the list by run or the sweep: its job is on the way
-		}
-	}
-}
-
-// wait puts w on the idle list; false: the list is full, w exits.
-func (p *workerPool) wait(w *taskWorker) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.idle) >= maxIdleWorkers {
-		return false
-	}
-	w.since = time.Now()
-	p.idle = append(p.idle, w)
-	if !p.armed {
-		p.armed = true
-		if p.sweep == nil {
-			p.sweep = time.AfterFunc(workerIdle, func() { safely(p.sweepIdle) })
-		} else {
-			p.sweep.Reset(workerIdle)
-		}
-	}
-	return true
-}
-
-// leave takes w off the idle list, if it is still there.
-func (p *workerPool) leave(w *taskWorker) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if i := slices.Index(p.idle, w); i >= 0 {
-		p.idle = slices.Delete(p.idle, i, i+1)
-		return true
-	}
-	return false
-}
-
-// sweepIdle sends away the workers that have waited workerIdle, and comes
-// back for the others when the longest waiting of them is due.
-func (p *workerPool) sweepIdle() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	k := 0
-	for k < len(p.idle) && now.Sub(p.idle[k].since) >= workerIdle {
-		p.idle[k].job <- taskJob{}
-		k++
-	}
-	p.idle = slices.Delete(p.idle, 0, k)
-	if len(p.idle) == 0 {
-		p.armed = false
-		return
-	}
-	p.sweep.Reset(workerIdle - now.Sub(p.idle[0].since))
 }

@@ -3,32 +3,27 @@ package chainsync
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/protocol"
 )
 
-// taskWorkerCount counts the goroutines that are task workers.
-func taskWorkerCount() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "chainsync.(*taskWorker).loop")
-}
-
-// Tasks on goroutines (the default) run on reused workers: many rounds in
-// a row take a few goroutines, not one per task, and once the nodes are
-// closed no worker is left (the draft's "Phase 3 -- Execution Trigger
-// Propagation": each node runs its task once the COMPLETE from its
-// predecessor arrives, one task per node per round).
-func TestTaskWorkersReusedAndGone(t *testing.T) {
+// Tasks run where their turn ran (inline.go): on the reader that read
+// the COMPLETE that started them, not on a goroutine of their own: many
+// rounds in a row take a few goroutines, not one per task, and once the
+// nodes are closed none is left (the draft's "Phase 3 -- Execution
+// Trigger Propagation": each node runs its task once the COMPLETE from
+// its predecessor arrives, one task per node per round).
+func TestTasksRunOnTheirReader(t *testing.T) {
+	checkNoLeaks(t)
 	const n, rounds = 3, 20
 	var (
 		mu  sync.Mutex
 		ran = map[uint64]int{} // goroutine id -> tasks run on it
 	)
-	cfgs := chainConfigs(t, n)
+	cfgs := tcpChainConfigs(t, n)
 	for i := range cfgs {
 		cfgs[i].MaxRounds = 1 << 10
 		cfgs[i].Task = func(context.Context, string) error {
@@ -38,8 +33,7 @@ func TestTaskWorkersReusedAndGone(t *testing.T) {
 			return nil
 		}
 	}
-	order := []int{2, 1, 0}
-	nodes := startAll(t, cfgs, order)
+	nodes := startAll(t, cfgs, []int{2, 1, 0})
 	for r := range rounds {
 		id := fmt.Sprint("r", r)
 		for i := n - 1; i >= 0; i-- {
@@ -56,44 +50,80 @@ func TestTaskWorkersReusedAndGone(t *testing.T) {
 	if total != n*rounds {
 		t.Fatalf("%d task runs, want %d", total, n*rounds)
 	}
-	// One worker would do, one at a time; a worker that has not yet put
-	// itself back when the next task starts makes another. Half the tasks
-	// is a bound no run near reuse comes close to.
-	if goroutines > total/2 {
-		t.Errorf("%d tasks ran on %d goroutines: workers are not reused", total, goroutines)
+	// A node's tasks run on its predecessor link's reader (the Head's on
+	// its successor link's), or on its loop goroutine: a few goroutines
+	// per node, however many rounds.
+	if goroutines > 3*n {
+		t.Errorf("%d tasks ran on %d goroutines: not on their readers", total, goroutines)
 	}
-	if taskWorkerCount() == 0 {
-		t.Errorf("no task worker waits after the rounds")
-	}
-	for _, nd := range nodes {
-		nd.Close()
-	}
-	// A worker whose last task was one of these nodes' exits when that
-	// node closes; any other (an earlier test's) within workerIdle.
-	t0 := time.Now()
-	if !poll(3*workerIdle, 5*time.Millisecond, func() bool { return taskWorkerCount() == 0 }) {
-		t.Fatalf("%d task workers left %v after the nodes closed", taskWorkerCount(), time.Since(t0))
-	}
-	t.Logf("%d tasks on %d goroutines; no worker left %v after Close", total, goroutines, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d tasks on %d goroutines", total, goroutines)
 }
 
-// A task worker that waits workerIdle for another task exits, while its
-// node stays open: a process whose nodes run no tasks keeps no goroutine
-// for them.
-func TestTaskWorkerExitsWhenIdle(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the workers' idle time")
+// A task that outlasts inlineGrace on the reader that started it does not
+// stop the link's reading: the next round's COMPLETE is read and its task
+// starts beside the first (MaxParallelTasks 2), while the first still
+// runs (the draft's "Phase 3 -- Execution Trigger Propagation").
+func TestLongTaskHandsReadingOn(t *testing.T) {
+	checkNoLeaks(t)
+	release := make(chan struct{})
+	started := make(chan string, 2)
+	cfgs := tcpChainConfigs(t, 2)
+	cfgs[1].MaxParallelTasks = 2
+	cfgs[1].Task = func(ctx context.Context, round string) error {
+		started <- round
+		if round == "r1" {
+			select { // runs until r2's task has started beside it
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
 	}
-	cfgs := chainConfigs(t, 1)
+	nodes := startAll(t, cfgs, []int{1, 0})
+	ready := func(id string) {
+		for i := 1; i >= 0; i-- {
+			if err := nodes[i].Ready(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ready("r1")
+	if got := recvWithin(t, started, 10*time.Second, "r1's task to start"); got != "r1" {
+		t.Fatalf("first task started: %s, want r1", got)
+	}
+	ready("r2") // its lines come while the reader that read r1's is in r1's task
+	if got := recvWithin(t, started, 10*time.Second, "r2's task to start while r1's runs"); got != "r2" {
+		t.Fatalf("second task started: %s, want r2", got)
+	}
+	close(release)
+	waitDone(t, nodes, "r1", "")
+	waitDone(t, nodes, "r2", "")
+}
+
+// A task that the loop goroutine started (a one-node chain's, on Ready)
+// and that outlasts inlineGrace does not stop the node's loop: Snapshot
+// answers while it runs, and Close ends it.
+func TestLongTaskOnTheLoopHandsTheLoopOn(t *testing.T) {
+	checkNoLeaks(t)
+	started := make(chan struct{})
+	cfgs := tcpChainConfigs(t, 1)
+	cfgs[0].Task = func(ctx context.Context, round string) error {
+		close(started)
+		<-ctx.Done() // until the node is closed
+		return ctx.Err()
+	}
 	nodes := startAll(t, cfgs, []int{0})
-	nodes[0].Ready("r")
-	waitDone(t, nodes, "r", "")
-	if taskWorkerCount() == 0 {
-		t.Fatalf("no task worker waits after the round")
+	if err := nodes[0].Ready("r"); err != nil {
+		t.Fatal(err)
 	}
-	t0 := time.Now()
-	if !poll(5*workerIdle, 20*time.Millisecond, func() bool { return taskWorkerCount() == 0 }) {
-		t.Fatalf("%d task workers left %v after the round, the node open", taskWorkerCount(), time.Since(t0))
+	recvWithin(t, started, 10*time.Second, "the task to start")
+	snap := make(chan Snapshot, 1)
+	go func() { snap <- nodes[0].Snapshot() }()
+	s := recvWithin(t, snap, 10*time.Second, "Snapshot while the task runs")
+	if len(s.Rounds) != 1 || s.Rounds[0].State != protocol.StateStart {
+		t.Errorf("Snapshot while the task runs: rounds %+v, want r in START", s.Rounds)
 	}
-	t.Logf("the worker left %v after the round (workerIdle %v)", time.Since(t0).Round(time.Millisecond), workerIdle)
+	closed := make(chan error, 1)
+	go func() { closed <- nodes[0].Close() }()
+	recvWithin(t, closed, 10*time.Second, "Close while the task runs")
 }

@@ -1,0 +1,105 @@
+package chainsync
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A goroutine that runs the tasks of its turn (inline.go) holds their
+// ends for one turn. When a task outlasts inlineGrace, what waits is
+// handed on: the ends held so far to the loop goroutine, the tasks not
+// begun to goroutines of their own, the turn's lines written; the long
+// task goes on where it is (the draft's "Phase 3 -- Execution Trigger
+// Propagation": a quick task's COMPLETE must not wait for a long one).
+func TestSeatHandsOnWhatWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lp := newLoop(&Config{Name: "N"})
+		release := make(chan struct{})
+		var (
+			mu            sync.Mutex // ran and launched
+			ran, launched []string
+		)
+		lp.inlineFn = func(ts taskStart) (taskStart, bool) {
+			mu.Lock()
+			ran = append(ran, ts.round)
+			mu.Unlock()
+			if ts.round == "long" {
+				<-release
+			}
+			lp.hold(input{kind: inTaskEnd, round: ts.round})
+			return taskStart{}, false
+		}
+		lp.launchFn = func(ts taskStart) bool {
+			mu.Lock()
+			launched = append(launched, ts.round)
+			mu.Unlock()
+			return true
+		}
+		var turns atomic.Int32
+		lp.turnFn = func() { turns.Add(1); lp.turn() }
+		lp.reactFn = func(*input) {}
+		lp.endFn = func() {}
+
+		s := &seat{}
+		lp.seatTasks(s, []taskStart{{round: "quick", slot: true}, {round: "long", slot: true}, {round: "later", slot: true}}, nil)
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			lp.drain(s)
+			close(done)
+		}()
+		<-lp.wake // handOn: the loop goroutine is to take the quick task's end
+		if waited := time.Since(start); waited != inlineGrace {
+			t.Errorf("handed on after %v, want inlineGrace (%v)", waited, inlineGrace)
+		}
+		mu.Lock()
+		if !slices.Equal(ran, []string{"quick", "long"}) || !slices.Equal(launched, []string{"later"}) {
+			t.Errorf("ran inline %v, handed on %v; want [quick long] and [later]", ran, launched)
+		}
+		mu.Unlock()
+		if !lp.waiting() {
+			t.Errorf("the quick task's end is not in the inbox for the loop goroutine")
+		}
+		if k := turns.Load(); k != 0 {
+			t.Errorf("%d turns before the long task ended, want none (the loop goroutine takes the ends)", k)
+		}
+		close(release)
+		<-done
+		mu.Lock()
+		if !slices.Equal(ran, []string{"quick", "long"}) {
+			t.Errorf("ran inline %v after the hand-on, want only [quick long]", ran)
+		}
+		mu.Unlock()
+	})
+}
+
+// Quick tasks on their goroutine end in one turn: their ends are held
+// until the last has run, then taken together (one turn, one write per
+// link), and a turn's lines wait for them.
+func TestSeatQuickTasksEndInOneTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lp := newLoop(&Config{Name: "N"})
+		lp.inlineFn = func(ts taskStart) (taskStart, bool) {
+			lp.hold(input{kind: inTaskEnd, round: ts.round})
+			return taskStart{}, false
+		}
+		lp.launchFn = func(ts taskStart) bool {
+			t.Errorf("task %s handed to a goroutine of its own", ts.round)
+			return true
+		}
+		var turns [][]string
+		lp.reactFn = func(in *input) { turns[len(turns)-1] = append(turns[len(turns)-1], in.round) }
+		lp.turnFn = func() { turns = append(turns, nil); lp.turn() }
+		lp.endFn = func() {}
+		s := &seat{}
+		lp.seatTasks(s, []taskStart{{round: "a", slot: true}, {round: "b", slot: true}, {round: "c", slot: true}}, nil)
+		lp.drain(s)
+		if len(turns) != 1 || !slices.Equal(turns[0], []string{"a", "b", "c"}) {
+			t.Errorf("turns took %v, want one turn with [a b c]", turns)
+		}
+	})
+}
