@@ -77,18 +77,21 @@ type Config struct {
 	// Task runs this node's work for a round, once per round, when the
 	// chain reaches this node. A non-nil error halts the chain here: no
 	// COMPLETE is sent on. It must return soon after ctx is cancelled (the
-	// node is closing). Nil means an empty task.
+	// node is closing). Nil means an empty task. It runs off the node's
+	// loop, on the goroutine that read what made it runnable, once that
+	// input has been acted on; a task that runs longer than a fraction of
+	// a millisecond hands that goroutine's other work to a new one, so a
+	// task may block as long as it needs.
 	Task func(ctx context.Context, round string) error
 
 	// QuickTask says Task returns within microseconds, never blocks and
 	// never calls the Node (an in-process hand-off, a counter): the node
-	// then runs it at once, on the goroutine that made it runnable (once
-	// the step that started it is carried out, on the node's loop),
-	// instead of handing it to a task worker. That saves a thread wake-up
-	// per task, and with many rounds in flight the lines that tasks' ends
-	// cause leave together. A task that blocks would stall the whole node,
-	// so leave it false for anything else. It is ignored with Verify or
-	// TaskTimeout.
+	// then runs it inside the node's loop, in the turn that started it
+	// (once that turn's records are on disk), and steps its end in the
+	// same turn, instead of after the turn with its end stepped in one
+	// more. That saves a turn per batch of tasks. A task that blocks would
+	// stall the whole node, so leave it false for anything else. It is
+	// ignored with Verify or TaskTimeout.
 	QuickTask bool
 
 	// Rounds, if non-nil, is the set of round ids this node takes part in;

@@ -471,7 +471,11 @@ func (d *driver) run() {
 		goSafe(d.run)
 		return true
 	}}
-	tick, tickFn := d.clock.C(), d.tickTurn
+	tick := d.clock.C()
+	tickFn := func() { // the turn on the clock's tick
+		d.onTick()
+		lp.turn()
+	}
 	for {
 		select {
 		case <-lp.wake:
@@ -496,12 +500,6 @@ func (d *driver) run() {
 			return // a task outlasted inlineGrace: a new loop goroutine took over
 		}
 	}
-}
-
-// tickTurn is the loop goroutine's turn on the clock's tick.
-func (d *driver) tickTurn() {
-	d.onTick()
-	d.lp.turn()
 }
 
 // turn takes the inputs waiting (up to maxTurn), reacts to each, and

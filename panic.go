@@ -10,7 +10,7 @@ var panicHandler atomic.Pointer[func(v any, stack []byte)]
 
 // SetPanicHandler makes h the handler of a panic in any of the library's
 // own goroutines (readers, writers, the dialer, the acceptor, a node's
-// loop, task workers): h gets the panic's value and stack, on that
+// loop, tasks' goroutines): h gets the panic's value and stack, on that
 // goroutine, instead of the runtime crashing the process with exit status
 // 2. A panic is a bug in this library; a command that keeps exit status 2
 // for usage errors reports it and exits otherwise (chainsync exits 1).

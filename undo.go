@@ -100,14 +100,14 @@ func (u *undoState) undoAct(a *protocol.Action) *FaultError {
 	return nil
 }
 
-// startUndo runs this node's undo of round on a goroutine of its own,
+// startUndo runs this node's undo of round as it runs a task (inline.go),
 // once the turn's records (its start) are on disk. Loop only.
 func (u *undoState) startUndo(round string, w protocol.Wave) {
 	info := UndoInfo{FailedNode: w.Failed, Fault: w.Kind}
 	u.log.Warn("undo started: the round failed at "+w.Failed+" ("+w.Kind+"); this node's task had succeeded, so it runs its undo", "round", round)
 	u.loop.trace(TraceEvent{Kind: TraceUndoStart, Round: round})
 	// Like a task, it starts once the turn's records (the undo's start)
-	// are on disk (loop.go), on a task worker (taskRunner.run).
+	// are on disk (loop.go), in a task slot (task.go).
 	u.loop.queueTask(taskStart{round: round, undo: &info})
 }
 

@@ -43,7 +43,7 @@ Examples:
   chainsync bench --n 4 --concurrent 64 --rounds 20000
   chainsync bench --n 2,4,16,64 --json > bench.json --svg bench.svg
   chainsync bench --n 4 --task-sleep 1ms
-  chainsync bench --n 16 --quick-task              tasks inline, no goroutine hand-off
+  chainsync bench --n 16 --quick-task              tasks inside the node's loop
   chainsync bench --n 4 --concurrent 64 --rounds 5000 --state-dir /var/tmp/cs
                                                    durable rounds: journals fsynced
   chainsync bench --n 16 --rounds 2000 --cpuprofile cpu.out
@@ -79,7 +79,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.concurrent, "concurrent", 1, "rounds in flight at once, `K` (pipelined throughput when above 1)")
 	fs.DurationVar(&o.taskSleep, "task-sleep", 0, "each node's task sleeps `D` (0: empty tasks); the relay sleeps the same at each node")
 	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to `K` tasks at once (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
-	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inline on the goroutine that made them runnable (the library's Config.QuickTask), not on a goroutine of their own")
+	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inside the node's loop, in the turn that started them (the library's Config.QuickTask), not after it")
 	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
 	fs.BoolVar(&o.json, "json", false, "write the results as JSON on stdout instead of a table")
