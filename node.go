@@ -242,6 +242,9 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
+	if startingNode != nil {
+		startingNode(&cfg)
+	}
 	d := &driver{
 		cfg:    cfg,
 		role:   cfg.Role(),
