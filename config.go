@@ -255,12 +255,6 @@ type Config struct {
 	// peers may cause per kind and interval (0: admitBurst).
 	peerLogBurst int
 
-	// exactSeats, for tests in a testing/synctest bubble: every batch of
-	// tasks is timed by its seat's own timer, on the bubble's clock, and
-	// none by the process's watchdog (inline.go), whose goroutine lives
-	// outside any one bubble.
-	exactSeats bool
-
 	// listen, for tests on a simulated network: binds Listen when the
 	// node starts, instead of a TCP listener.
 	listen func(ctx context.Context, addr string) (net.Listener, error)

@@ -56,18 +56,7 @@ type seat struct {
 	out     []*link     // links whose lines wait for the tasks' ends
 	spare   []*link     // out's other buffer
 	timer   *time.Timer // fires after inlineGrace (handOn)
-	timed   bool        // the timer runs for this batch
-	num     uint64      // the batch running now (or last), counted from 1
 	took    bool        // a new goroutine took over the reader's or loop's work
-
-	// The watchdog's (watch.mu): where the seat is in its list, and when
-	// and which batch it watches.
-	widx  int
-	since int64
-	wnum  uint64
-
-	watched bool // the seat's goroutine only: in the watchdog's list
-
 }
 
 // seatTasks gives s the tasks a turn on its goroutine started, to run
@@ -106,19 +95,12 @@ func (lp *loop) drain(s *seat) {
 			return
 		}
 		s.running, s.handed = true, false
-		s.num++
-		// A lone task, with nothing held behind it, is the watchdog's;
-		// else the seat times it itself, to the microsecond.
-		lone := len(s.tasks)-s.i == 1 && len(s.out) == 0 && !lp.exactSeats
-		if !lone {
-			s.arm()
+		if s.timer == nil {
+			s.timer = time.AfterFunc(inlineGrace, func() { safely(s.handOn) })
+		} else {
+			s.timer.Reset(inlineGrace)
 		}
-		num := s.num
 		s.mu.Unlock()
-		if lone {
-			s.watched = true
-			watch.add(s, num)
-		}
 		for {
 			t, ok := s.next()
 			if !ok {
@@ -130,18 +112,11 @@ func (lp *loop) drain(s *seat) {
 		}
 		s.mu.Lock()
 		s.running = false
-		handed, timed := s.handed, s.timed
-		s.timed = false
+		handed := s.handed
 		clear(s.tasks)
 		s.tasks, s.i = s.tasks[:0], 0
 		s.mu.Unlock()
-		if timed {
-			s.timer.Stop()
-		}
-		if s.watched {
-			s.watched = false
-			watch.remove(s)
-		}
+		s.timer.Stop()
 		if handed || !lp.token.TryLock() {
 			// The loop goroutine takes what was held (and is the one to
 			// start what their steps start).
@@ -167,20 +142,6 @@ func (s *seat) flush() {
 	s.mu.Unlock()
 }
 
-// arm starts the seat's timer for the batch running now, if it is not
-// running already. s.mu held.
-func (s *seat) arm() {
-	if s.timed {
-		return
-	}
-	s.timed = true
-	if s.timer == nil {
-		s.timer = time.AfterFunc(inlineGrace, func() { safely(func() { s.handOn(0) }) })
-	} else {
-		s.timer.Reset(inlineGrace)
-	}
-}
-
 // next is the next task to run, if the goroutine still runs them.
 func (s *seat) next() (taskStart, bool) {
 	s.mu.Lock()
@@ -199,7 +160,6 @@ func (s *seat) push(t taskStart) {
 	s.mu.Lock()
 	if !s.handed {
 		s.tasks = append(s.tasks, t)
-		s.arm() // the end of the task before it is held behind it
 		s.mu.Unlock()
 		return
 	}
@@ -211,11 +171,9 @@ func (s *seat) push(t taskStart) {
 // inlineGrace: the ends held so far to the loop goroutine, the tasks not
 // begun to goroutines of their own, the lines to their links, and the
 // goroutine's other work to a new goroutine.
-// num, if not 0, is the batch the watchdog found running long: nothing
-// happens if the seat is in another one by now.
-func (s *seat) handOn(num uint64) {
+func (s *seat) handOn() {
 	s.mu.Lock()
-	if !s.running || s.handed || (num != 0 && num != s.num) {
+	if !s.running || s.handed {
 		s.mu.Unlock()
 		return
 	}
@@ -240,98 +198,4 @@ func (s *seat) handedOn() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.took
-}
-
-// watchEvery is how often the watchdog looks at the lone tasks it
-// watches, and watchIdle how many looks that find none it takes before
-// its goroutine ends (a new one starts with the next lone task).
-const (
-	watchEvery = 2 * time.Millisecond
-	watchIdle  = 50
-)
-
-// watchdog hands on, for the whole process, the batches of a lone task
-// (one task, nothing held behind it: no other task, no line, no end) that
-// outlast inlineGrace. Such a batch holds back only its goroutine's other
-// work (a reader's reading, the loop goroutine's API calls), which can
-// wait a few milliseconds more; timing it with the seat's own timer cost
-// more than the rest of the hop: arming a timer wakes an idle thread when
-// the process has two (docs/BENCHMARKS.md). So one goroutine looks at
-// them every watchEvery while there are any, and hands on those that
-// have run inlineGrace: a lone task holds its goroutine's other work back
-// for at most inlineGrace plus watchEvery.
-type watchdog struct {
-	mu    sync.Mutex
-	seats []*seat // in a watched batch
-	on    bool    // the watchdog's goroutine runs
-	due   []*seat // scratch (the goroutine's)
-	nums  []uint64
-}
-
-// watch is the process's watchdog.
-var watch watchdog
-
-// add watches s's batch num, which begins now.
-func (w *watchdog) add(s *seat, num uint64) {
-	now := time.Now().UnixNano()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.widx, s.since, s.wnum = len(w.seats), now, num
-	w.seats = append(w.seats, s)
-	if !w.on {
-		w.on = true
-		if watchStarting != nil {
-			watchStarting()
-		}
-		goSafe(w.run)
-	}
-}
-
-// watchStarting, if set, is called as the watchdog's goroutine starts,
-// and startingNode as a node starts, with its configuration (this
-// package's tests: a node started inside a testing/synctest bubble gets
-// exactSeats, and the watchdog never starts inside one).
-var (
-	watchStarting func()
-	startingNode  func(*Config)
-)
-
-// remove stops watching s.
-func (w *watchdog) remove(s *seat) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	last := len(w.seats) - 1
-	w.seats[s.widx] = w.seats[last]
-	w.seats[s.widx].widx = s.widx
-	w.seats[last] = nil
-	w.seats = w.seats[:last]
-}
-
-// run is the watchdog's goroutine.
-func (w *watchdog) run() {
-	t := time.NewTicker(watchEvery)
-	defer t.Stop()
-	for idle := 0; ; {
-		<-t.C
-		now := time.Now().UnixNano()
-		w.mu.Lock()
-		if len(w.seats) > 0 {
-			idle = 0
-		} else if idle++; idle == watchIdle {
-			w.on = false
-			w.mu.Unlock()
-			return
-		}
-		for _, s := range w.seats {
-			if now-s.since >= int64(inlineGrace) {
-				w.due, w.nums = append(w.due, s), append(w.nums, s.wnum)
-			}
-		}
-		w.mu.Unlock()
-		for i, s := range w.due {
-			s.handOn(w.nums[i])
-		}
-		clear(w.due)
-		w.due, w.nums = w.due[:0], w.nums[:0]
-	}
 }

@@ -9,26 +9,6 @@ import (
 	"time"
 )
 
-// The process's watchdog must never start inside a testing/synctest
-// bubble: it would run on one bubble's clock for every node of the
-// process, and the goroutines it starts would join that bubble. So a
-// node started in a bubble gets exactSeats, and the watchdog's start
-// checks that no bubble's node reached it. A bubble's clock starts at
-// midnight UTC on January 1, 2000.
-func init() {
-	inBubble := func() bool { return time.Now().Year() == 2000 }
-	startingNode = func(cfg *Config) {
-		if inBubble() {
-			cfg.exactSeats = true
-		}
-	}
-	watchStarting = func() {
-		if inBubble() {
-			panic("the tasks' watchdog started inside a testing/synctest bubble")
-		}
-	}
-}
-
 // A goroutine that runs the tasks of its turn (inline.go) holds their
 // ends for one turn. When a task outlasts inlineGrace, what waits is
 // handed on: the ends held so far to the loop goroutine, the tasks not

@@ -247,9 +247,6 @@ type loop struct {
 	// the goroutine that ran it (Config.RestartGrace: the task may end
 	// the process).
 	linesFirst bool
-	// exactSeats: every batch of tasks is timed by its seat's own timer,
-	// none by the process's watchdog (Config.exactSeats).
-	exactSeats bool
 
 	name    string           // Config.Name, for the trace and loopCheck
 	traceFn func(TraceEvent) // Config.Trace
@@ -260,8 +257,7 @@ type loop struct {
 
 func newLoop(cfg *Config) *loop {
 	return &loop{wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace, linesFirst: cfg.RestartGrace > 0,
-		exactSeats: cfg.exactSeats}
+		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace, linesFirst: cfg.RestartGrace > 0}
 }
 
 // post hands in to the loop from one of the node's own goroutines (a

@@ -242,9 +242,6 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.withDefaults()
-	if startingNode != nil {
-		startingNode(&cfg)
-	}
 	d := &driver{
 		cfg:    cfg,
 		role:   cfg.Role(),
