@@ -54,7 +54,6 @@ type seat struct {
 	tasks   []taskStart // the tasks to run; the next to begin: tasks[i]
 	i       int
 	out     []*link     // links whose lines wait for the tasks' ends
-	spare   []*link     // out's other buffer
 	timer   *time.Timer // fires after inlineGrace (handOn)
 	took    bool        // a new goroutine took over the reader's or loop's work
 }
@@ -127,18 +126,22 @@ func (lp *loop) drain(s *seat) {
 	}
 }
 
-// flush writes the lines that waited for the tasks.
+// flush writes the lines that waited for the tasks. The seat's goroutine
+// and handOn may flush at once: each writes the links it took, and the
+// list is reused only if no other was begun meanwhile.
 func (s *seat) flush() {
 	s.mu.Lock()
 	out := s.out
-	s.out = s.spare[:0]
+	s.out = nil
 	s.mu.Unlock()
 	for _, l := range out {
 		l.flush()
 	}
 	clear(out)
 	s.mu.Lock()
-	s.spare = out[:0]
+	if s.out == nil {
+		s.out = out[:0]
+	}
 	s.mu.Unlock()
 }
 
