@@ -52,8 +52,11 @@ func TestTasksRunOnTheirReader(t *testing.T) {
 	}
 	// A node's tasks run on its predecessor link's reader (the Head's on
 	// its successor link's), or on its loop goroutine: a few goroutines
-	// per node, however many rounds.
-	if goroutines > 3*n {
+	// per node, however many rounds. A task that a loaded machine keeps
+	// from ending within inlineGrace moves its reader's reading to a new
+	// goroutine, so the bound is half the tasks (one goroutine per task
+	// would be all of them).
+	if goroutines > total/2 {
 		t.Errorf("%d tasks ran on %d goroutines: not on their readers", total, goroutines)
 	}
 	t.Logf("%d tasks on %d goroutines", total, goroutines)
