@@ -237,8 +237,10 @@ type loop struct {
 	quickRun []string    // scratch for runQuick
 	now      time.Time   // the turn's clock reading, taken on first use (turnTime)
 	starting []taskStart // tasks to start at the end of the turn
-	// launching are the tasks the turn starts, launched by the goroutine
-	// that ran it once its lines are written (runHeld), with launchFn.
+	// launching are the tasks the turn starts, run by the goroutine that
+	// ran it once the turn is over (its seat: inlineFn, inline.go), or
+	// else launched on goroutines of their own once its lines are
+	// written (runHeld, launchFn).
 	launching []taskStart
 	launchFn  func(taskStart) bool
 	inlineFn  func(taskStart) (taskStart, bool)
