@@ -166,9 +166,9 @@ func (lk *links) dialed(l *link) bool {
 // servePred secures a pending connection and reads from it.
 func (cn *connector) servePred(l *link, adm *admission) {
 	end := func() { cn.loop.post(input{kind: inServeEnd, l: l}) }
-	reading := false
+	handed := false // the reading went on elsewhere: end is the new reader's
 	defer func() {
-		if !reading {
+		if !handed {
 			end()
 		}
 	}()
@@ -198,10 +198,7 @@ func (cn *connector) servePred(l *link, adm *admission) {
 	}
 	_ = l.c.SetReadDeadline(deadline)
 	l.r = wire.NewReader(adm.reader(l, l.c, track))
-	reading = true
-	if !cn.readLoop(l, end) {
-		end()
-	}
+	handed = cn.readLoop(l, end)
 }
 
 // dialLoop keeps a connection to the successor, re-dialing whenever it is
@@ -267,9 +264,8 @@ func (cn *connector) dialFrom(ds *dialState, l *link, up time.Time) {
 			return
 		}
 		up = time.Now()
-		lk, at := l, up
-		if cn.readLoop(l, func() { cn.dialFrom(ds, lk, at) }) {
-			return
+		if cn.readLoop(l, func() { cn.dialFrom(ds, l, up) }) {
+			return // l and up stay as they are: the loop ends here
 		}
 	}
 }

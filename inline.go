@@ -64,17 +64,18 @@ type seat struct {
 // goroutine only, off the token.
 func (lp *loop) seatTasks(s *seat, tasks []taskStart, out []*link) {
 	s.mu.Lock()
+	s.lp = lp
 	s.out = append(s.out, out...)
+	for _, t := range tasks {
+		if t.slot {
+			s.tasks = append(s.tasks, t)
+		}
+	}
 	s.mu.Unlock()
 	for _, t := range tasks {
 		if !t.slot {
 			lp.launchFn(t)
-			continue
 		}
-		s.mu.Lock()
-		s.lp = lp
-		s.tasks = append(s.tasks, t)
-		s.mu.Unlock()
 	}
 }
 

@@ -354,17 +354,12 @@ func (lp *loop) runHeldBy(f func(), s *seat) {
 		if lp.waiting() {
 			lp.wakeLoop()
 		}
-		if s != nil && len(tasks) > 0 {
-			// The tasks run first, on this goroutine (inline.go); the
-			// turn's lines leave with those of their ends. Not on a node
-			// whose task may be its restart: its GRACE lines must be out
-			// before the task begins.
-			if lp.linesFirst {
-				for _, l := range out {
-					l.flush()
-				}
-				out = nil
-			}
+		// The tasks the turn started run on this goroutine (inline.go),
+		// first: the turn's lines leave with those of their ends. Not on
+		// a node whose task may be its restart: its GRACE lines must be
+		// out before the task begins.
+		seated := s != nil && len(tasks) > 0
+		if seated && !lp.linesFirst {
 			lp.seatTasks(s, tasks, out)
 			return
 		}
@@ -375,7 +370,11 @@ func (lp *loop) runHeldBy(f func(), s *seat) {
 		for _, l := range out {
 			l.flush()
 		}
-		// Then the tasks it started, on goroutines of their own, which
+		if seated {
+			lp.seatTasks(s, tasks, nil)
+			return
+		}
+		// Else the tasks it started run on goroutines of their own, which
 		// wake once the lines are out.
 		for _, t := range tasks {
 			lp.launchFn(t)

@@ -105,6 +105,11 @@ func newTaskRunner(cfg *Config, ctx context.Context, c *crew, in inbox) *taskRun
 func (r *taskRunner) take() bool {
 	r.smu.Lock()
 	defer r.smu.Unlock()
+	return r.takeLocked()
+}
+
+// takeLocked is take with smu held.
+func (r *taskRunner) takeLocked() bool {
 	if r.free > 0 && len(r.queue) == 0 {
 		r.free--
 		return true
@@ -143,8 +148,7 @@ func (r *taskRunner) give() {
 func (r *taskRunner) wait(t taskStart) (taskStart, bool) {
 	r.smu.Lock()
 	defer r.smu.Unlock()
-	if r.free > 0 && len(r.queue) == 0 {
-		r.free--
+	if r.takeLocked() {
 		t.slot, t.queued = true, true
 		return t, true
 	}
