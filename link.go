@@ -39,15 +39,18 @@ type link struct {
 	crew         *crew
 	writeTimeout time.Duration
 
-	wmu     sync.Mutex
-	out     []byte   // queued lines, not yet written
-	spare   []byte   // the other buffer, reused
-	marks   []string // rounds whose final exit-wave COMPLETE is in out
-	writing bool     // a write is in progress (flush or the writer)
-	dead    bool     // closed: queue nothing more
-	wake    chan struct{}
-	quit    chan struct{}
-	wdl     time.Time // writer only: when to refresh the write deadline
+	wmu   sync.Mutex
+	out   []byte   // queued lines, not yet written
+	spare []byte   // the other buffer, reused
+	marks []string // rounds whose final exit-wave COMPLETE is in out
+	// markSpare is a marks slice to reuse: one that held a single round,
+	// which drain hands on in the input itself.
+	markSpare []string
+	writing   bool // a write is in progress (flush or the writer)
+	dead      bool // closed: queue nothing more
+	wake      chan struct{}
+	quit      chan struct{}
+	wdl       time.Time // writer only: when to refresh the write deadline
 
 	helloSent bool                  // this node's identity line was queued on it (loop only)
 	rasm      wire.ReceiptAssembler // RECEIPT lines read so far (reader only; receipts.go)
@@ -98,6 +101,9 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 	}
 	l.out = append(l.out, line...)
 	if exitWave {
+		if l.marks == nil {
+			l.marks, l.markSpare = l.markSpare, nil
+		}
 		l.marks = append(l.marks, round)
 	}
 	return true
@@ -200,13 +206,21 @@ func (l *link) drain(block bool) {
 		return
 	}
 	l.spare = batch[:0]
+	in := input{kind: inDelivered, rounds: marks}
+	if len(marks) == 1 {
+		// The usual case: one round (its id may be empty), carried in
+		// the input itself, and the slice is kept for the next.
+		in.round, in.rounds, in.flag = marks[0], nil, true
+		marks[0] = ""
+		l.markSpare = marks[:0]
+	}
 	more := len(l.out) > 0
 	l.wmu.Unlock()
 	if more {
 		l.kick()
 	}
-	if len(marks) > 0 {
-		l.loop.post(input{kind: inDelivered, rounds: marks})
+	if in.flag || in.rounds != nil {
+		l.loop.post(in)
 	}
 }
 

@@ -118,7 +118,7 @@ const (
 	inAlive                         // a HEARTBEAT was the first line of the pending predecessor l (duplicate.go)
 	inReadEnd                       // l's stream ended with err
 	inWriteFailed                   // a write on l failed with err
-	inDelivered                     // the final exit-wave COMPLETE of rounds was written
+	inDelivered                     // the final exit-wave COMPLETE of rounds was written; flag: of round alone
 	inAccepted                      // the acceptor took l: admit it (reply: ok, gone)
 	inStray                         // the acceptor refused l for err (prevhost.go)
 	inWatch                         // l's TLS handshake begins (reply: the conn to run it on)
@@ -226,6 +226,10 @@ type loop struct {
 	// cbMu holds it there until such a Snapshot has read the node.
 	inCallback atomic.Bool
 	cbMu       sync.Mutex
+	// replies are ask's reply channels, reused: each is answered once
+	// per ask (a node's own: a channel made in a testing/synctest bubble
+	// stays in it).
+	replies sync.Pool
 
 	// The turn (the token holder's only).
 	taken    []input     // the inputs the turn took from the inbox
@@ -432,17 +436,24 @@ func (lp *loop) end() {
 // ask hands in to the loop goroutine and waits for its reply; false if
 // the loop has ended without answering.
 func (lp *loop) ask(in input) (reply, bool) {
-	in.reply = make(chan reply, 1)
+	ch, _ := lp.replies.Get().(chan reply)
+	if ch == nil {
+		ch = make(chan reply, 1)
+	}
+	in.reply = ch
 	if !lp.submit(in) {
+		lp.replies.Put(ch) // never handed in
 		return reply{}, false
 	}
 	select {
-	case r := <-in.reply:
+	case r := <-ch:
+		lp.replies.Put(ch) // the loop answers an input once: empty for good
 		return r, true
 	case <-lp.loopDone:
 		// The loop reacted to every input it took before it ended.
 		select {
-		case r := <-in.reply:
+		case r := <-ch:
+			lp.replies.Put(ch)
 			return r, true
 		default:
 			return reply{}, false
@@ -598,7 +609,14 @@ func (d *driver) react(in *input) {
 		d.links.writeFailed(l, in.err)
 		d.linksDown()
 	case inDelivered:
-		d.delivered(in.rounds)
+		if in.flag {
+			d.delivered(in.round)
+		}
+		for _, id := range in.rounds {
+			if !d.delivered(id) {
+				break
+			}
+		}
 	case inAccepted:
 		in.answer(d.links.accepted(l))
 	case inStray:

@@ -278,10 +278,13 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 	}
 	lvl, msg := slog.LevelInfo, "round over"
 	var ue *UndeliveredError
+	if res.Status == StatusUndelivered {
+		ue = undeliveredIn(res.Err) // not for every round: its pointer escapes
+	}
 	var extra []any // built only for a line that is logged
 	switch {
 	case res.Status == StatusDone:
-	case res.Status == StatusUndelivered && errors.As(res.Err, &ue):
+	case ue != nil:
 		// Not a failure here: what is not known, and whom to ask.
 		lvl, msg = slog.LevelWarn, "round over: undelivered: "+ue.Known()
 	case ri.reported:
@@ -350,23 +353,21 @@ func sideWord(side protocol.Side) string {
 	return "predecessor"
 }
 
-// delivered is told by a link's writer that the final COMPLETE of rounds
-// was written to a live connection: it tells the machine, for which
-// those rounds are now over here. Loop only.
-func (d *driver) delivered(rounds []string) {
+// delivered is told by a link's writer that the final COMPLETE of round
+// id was written to a live connection: it tells the machine, for which
+// the round is now over here; false if the node acts no more (closed, or
+// its journal failed). Loop only.
+func (d *driver) delivered(id string) bool {
 	if d.lp.closed || d.st.broken != nil {
-		return
+		return false
 	}
-	for _, id := range rounds {
-		ev := protocol.Delivered(id)
-		if round, node, ok := handedReceipt(id); ok {
-			ev = protocol.ReceiptHanded(round, node) // receipts.go
-			d.rcpt.handed(round, node)
-		}
-		if err := d.step(ev, nil); err != nil {
-			return // the journal failed: the node acts no more
-		}
+	ev := protocol.Delivered(id)
+	if round, node, ok := handedReceipt(id); ok {
+		ev = protocol.ReceiptHanded(round, node) // receipts.go
+		d.rcpt.handed(round, node)
 	}
+	// An error: the journal failed, and the node acts no more.
+	return d.step(ev, nil) == nil
 }
 
 // peerRestarted reports a neighbour that sent msg, older than its last

@@ -107,3 +107,12 @@ func failedAfter(err error) bool {
 	var fe *FaultError
 	return errors.As(err, &fe) && fe.Origin != "" && (fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout)
 }
+
+// undeliveredIn is the UndeliveredError in err's chain, nil if none.
+func undeliveredIn(err error) *UndeliveredError {
+	var ue *UndeliveredError
+	if errors.As(err, &ue) {
+		return ue
+	}
+	return nil
+}
