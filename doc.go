@@ -65,7 +65,8 @@
 // application; result.go and undelivered.go results and their errors;
 // task.go the task runner and the queue of tasks that wait for a slot;
 // inline.go tasks run on the goroutine whose turn started them, and the
-// hand-on of what waits when one runs long; undo.go the undo wave's
+// hand-on of what waits when one runs long (a timer per batch, or the
+// node's watch after a streak of quick tasks); undo.go the undo wave's
 // part; link.go a link with its outbox and writer, writenow_unix.go and
 // writenow_other.go its non-blocking write; links.go the links, the
 // loop's side of the connections; connect.go the connector (accepting,

@@ -1,7 +1,9 @@
 package chainsync
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +32,16 @@ import (
 // reader). The old goroutine ends the task it is in, hands its end on,
 // and returns.
 //
+// Arming that timer for each batch costs a process with more than one
+// thread a wake-up of an idle one (the timer is the earliest of its
+// thread's). So a node whose last quickStreak tasks on seats each ended
+// within quickTaskTime runs its batches without it: its watch looks at
+// them every watchPeriod while they run, and hands on the work of a
+// goroutine whose tasks have run past inlineGrace, as its timer would
+// have; the node then arms the timer for each batch again until the
+// streak is back. A task that runs long after a streak of quick ones thus
+// holds the rest back for up to about watchPeriod, once.
+//
 // On a node with a restart grace (Config.RestartGrace) the turn's lines
 // leave before its tasks begin: the task may be the process's restart,
 // and its GRACE lines must be out first.
@@ -37,6 +49,106 @@ import (
 // inlineGrace is how long a goroutine runs the tasks of its turns before
 // it hands on what waits for it.
 const inlineGrace = 200 * time.Microsecond
+
+// quickStreak, quickTaskTime and watchPeriod: how many tasks in a row
+// must have ended within quickTaskTime before a node's seats run without
+// their timer, and how often the node's watch then looks at them.
+const (
+	quickStreak   = 64
+	quickTaskTime = inlineGrace / 4
+	watchPeriod   = 50 * time.Millisecond
+)
+
+// watch is a node's look at its seats that run tasks without their
+// timer (quickStreak), and the count of quick tasks that decides it.
+type watch struct {
+	quick atomic.Int32 // tasks in a row that ended within quickTaskTime, up to quickStreak
+
+	mu      sync.Mutex
+	running []*seat     // seats in their tasks without their timer
+	timer   *time.Timer // fires after watchPeriod (look)
+	armed   bool        // timer is set
+	used    bool        // a seat began since the last look
+	stopped bool        // the loop has ended: not armed again
+}
+
+// ran counts one task that ran for d on a seat.
+func (w *watch) ran(d time.Duration) {
+	switch {
+	case d >= quickTaskTime:
+		w.quick.Store(0)
+	case w.quick.Load() < quickStreak:
+		w.quick.Add(1)
+	}
+}
+
+// add lists s, which begins its tasks without its timer, and arms the
+// watch if it is not.
+func (w *watch) add(s *seat) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running = append(w.running, s)
+	w.used = true
+	if w.armed || w.stopped {
+		return
+	}
+	w.armed = true
+	if w.timer == nil {
+		w.timer = time.AfterFunc(watchPeriod, func() { safely(w.look) })
+	} else {
+		w.timer.Reset(watchPeriod)
+	}
+}
+
+// remove unlists s, whose tasks are over.
+func (w *watch) remove(s *seat) {
+	w.mu.Lock()
+	if i := slices.Index(w.running, s); i >= 0 {
+		last := len(w.running) - 1
+		w.running[i] = w.running[last]
+		w.running[last] = nil
+		w.running = w.running[:last]
+	}
+	w.mu.Unlock()
+}
+
+// look hands on the work of every listed seat whose tasks have run for
+// inlineGrace or longer, and arms the watch again while seats run.
+func (w *watch) look() {
+	now := time.Now()
+	var late []*seat
+	w.mu.Lock()
+	for _, s := range w.running {
+		s.mu.Lock()
+		if s.running && !s.handed && now.Sub(s.since) >= inlineGrace {
+			late = append(late, s)
+		}
+		s.mu.Unlock()
+	}
+	if w.stopped || !w.used && len(w.running) == 0 {
+		w.armed = false
+	} else {
+		w.used = false
+		w.timer.Reset(watchPeriod)
+	}
+	w.mu.Unlock()
+	if len(late) > 0 {
+		w.quick.Store(0) // a task ran long: bound every batch again
+	}
+	for _, s := range late {
+		s.handOn()
+	}
+}
+
+// stop ends the watch with its loop.
+func (w *watch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.mu.Unlock()
+}
 
 // seat is one goroutine's place for the tasks its turns start: a link's
 // reader's, the loop goroutine's, or a task's own goroutine's.
@@ -55,6 +167,8 @@ type seat struct {
 	i       int
 	out     []*link     // links whose lines wait for the tasks' ends
 	timer   *time.Timer // fires after inlineGrace (handOn)
+	timed   bool        // the timer is set for these tasks (else the watch looks)
+	since   time.Time   // when the goroutine began these tasks (for the watch)
 	took    bool        // a new goroutine took over the reader's or loop's work
 }
 
@@ -95,18 +209,29 @@ func (lp *loop) drain(s *seat) {
 			return
 		}
 		s.running, s.handed = true, false
-		if s.timer == nil {
+		s.timed = lp.watch.quick.Load() < quickStreak
+		switch {
+		case !s.timed:
+			s.since = time.Now()
+		case s.timer == nil:
 			s.timer = time.AfterFunc(inlineGrace, func() { safely(s.handOn) })
-		} else {
+		default:
 			s.timer.Reset(inlineGrace)
 		}
+		timed := s.timed
 		s.mu.Unlock()
+		if !timed {
+			lp.watch.add(s)
+		}
 		for {
 			t, ok := s.next()
 			if !ok {
 				break
 			}
-			if t, ok = lp.inlineFn(t); ok {
+			began := time.Now()
+			t, ok = lp.inlineFn(t)
+			lp.watch.ran(time.Since(began))
+			if ok {
 				s.push(t) // it waited for the slot t had
 			}
 		}
@@ -116,7 +241,11 @@ func (lp *loop) drain(s *seat) {
 		clear(s.tasks)
 		s.tasks, s.i = s.tasks[:0], 0
 		s.mu.Unlock()
-		s.timer.Stop()
+		if timed {
+			s.timer.Stop()
+		} else {
+			lp.watch.remove(s)
+		}
 		if handed || !lp.token.TryLock() {
 			// The loop goroutine takes what was held (and is the one to
 			// start what their steps start).

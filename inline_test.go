@@ -103,3 +103,106 @@ func TestSeatQuickTasksEndInOneTurn(t *testing.T) {
 		}
 	})
 }
+
+// A node whose tasks on seats have all been quick (quickStreak of them,
+// each within quickTaskTime) runs its batches without the seat's timer
+// (arming it wakes an idle thread of the process): its watch looks at
+// them every watchPeriod instead. A task that then runs long has what
+// waits handed on at the watch's look, and the node bounds every batch
+// with the timer again (the draft's "Phase 3 -- Execution Trigger
+// Propagation": a quick task's COMPLETE must not wait for a long one).
+func TestSeatWatchedAfterQuickStreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lp := newLoop(&Config{Name: "N"})
+		defer lp.end()
+		release := make(chan struct{})
+		var (
+			mu            sync.Mutex // ran and launched
+			ran, launched []string
+		)
+		lp.inlineFn = func(ts taskStart) (taskStart, bool) {
+			mu.Lock()
+			ran = append(ran, ts.round)
+			mu.Unlock()
+			if ts.round == "long" || ts.round == "long2" {
+				<-release
+			}
+			lp.hold(input{kind: inTaskEnd, round: ts.round})
+			return taskStart{}, false
+		}
+		lp.launchFn = func(ts taskStart) bool {
+			mu.Lock()
+			launched = append(launched, ts.round)
+			mu.Unlock()
+			return true
+		}
+		lp.turnFn = lp.turn
+		lp.reactFn = func(*input) {}
+		lp.endFn = func() {}
+		batch := func(s *seat, rounds ...string) {
+			var ts []taskStart
+			for _, r := range rounds {
+				ts = append(ts, taskStart{round: r, slot: true})
+			}
+			lp.seatTasks(s, ts, nil)
+		}
+
+		// The streak: quickStreak quick tasks, on a seat with its timer.
+		s := &seat{}
+		for i := range quickStreak {
+			batch(s, "q"+string(rune('a'+i%26)))
+			lp.drain(s)
+		}
+		if q := lp.watch.quick.Load(); q != quickStreak {
+			t.Fatalf("%d quick tasks counted after %d, want %d", q, quickStreak, quickStreak)
+		}
+		// Now a seat's quick batch arms no timer of its own.
+		s2 := &seat{}
+		batch(s2, "quick0")
+		lp.drain(s2)
+		if s2.timer != nil {
+			t.Errorf("a seat armed its timer after a streak of %d quick tasks", quickStreak)
+		}
+
+		// A long task after the streak: handed on at the watch's look.
+		batch(s2, "quick", "long", "later")
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			lp.drain(s2)
+			close(done)
+		}()
+		<-lp.wake
+		if waited := time.Since(start); waited > watchPeriod || waited < inlineGrace {
+			t.Errorf("handed on after %v, want within the watch's period (%v)", waited, watchPeriod)
+		}
+		mu.Lock()
+		if !slices.Contains(launched, "later") || slices.Contains(ran, "later") {
+			t.Errorf("ran inline %v, handed on %v; want later handed on", ran, launched)
+		}
+		mu.Unlock()
+		release <- struct{}{}
+		<-done
+		if q := lp.watch.quick.Load(); q != 0 {
+			t.Errorf("%d quick tasks counted after a long one, want 0", q)
+		}
+
+		// The next batch is bounded by the seat's timer again.
+		for len(lp.wake) > 0 {
+			<-lp.wake
+		}
+		batch(s2, "long2", "after")
+		start = time.Now()
+		done = make(chan struct{})
+		go func() {
+			lp.drain(s2)
+			close(done)
+		}()
+		<-lp.wake
+		if waited := time.Since(start); waited != inlineGrace {
+			t.Errorf("after a long task, handed on after %v, want inlineGrace (%v)", waited, inlineGrace)
+		}
+		close(release)
+		<-done
+	})
+}

@@ -254,6 +254,10 @@ type loop struct {
 	// the process).
 	linesFirst bool
 
+	// watch looks at the seats that run tasks without their timer
+	// (inline.go).
+	watch watch
+
 	name    string           // Config.Name, for the trace and loopCheck
 	traceFn func(TraceEvent) // Config.Trace
 	// observe, if set, sees every trace event first, with its time: the
@@ -430,6 +434,7 @@ func (lp *loop) end() {
 	if !lp.over {
 		lp.over = true
 		close(lp.loopDone)
+		lp.watch.stop()
 	}
 }
 
