@@ -113,18 +113,28 @@ func (w *watch) remove(s *seat) {
 }
 
 // look hands on the work of every listed seat whose tasks have run for
-// inlineGrace or longer, and arms the watch again while seats run.
+// inlineGrace or longer, and arms the watch again while seats run. A seat
+// handed on is no longer listed (its goroutine may never come back to
+// unlist it: a task that panicked under a handler that lets the process
+// live).
 func (w *watch) look() {
 	now := time.Now()
 	var late []*seat
 	w.mu.Lock()
+	kept := w.running[:0]
 	for _, s := range w.running {
 		s.mu.Lock()
-		if s.running && !s.handed && now.Sub(s.since) >= inlineGrace {
+		switch {
+		case !s.running || s.handed:
+		case now.Sub(s.since) >= inlineGrace:
 			late = append(late, s)
+		default:
+			kept = append(kept, s)
 		}
 		s.mu.Unlock()
 	}
+	clear(w.running[len(kept):])
+	w.running = kept
 	if w.stopped || !w.used && len(w.running) == 0 {
 		w.armed = false
 	} else {

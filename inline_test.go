@@ -181,6 +181,11 @@ func TestSeatWatchedAfterQuickStreak(t *testing.T) {
 			t.Errorf("ran inline %v, handed on %v; want later handed on", ran, launched)
 		}
 		mu.Unlock()
+		lp.watch.mu.Lock()
+		if k := len(lp.watch.running); k != 0 {
+			t.Errorf("%d seats still watched after the hand-on, want none (the seat handed on is done with)", k)
+		}
+		lp.watch.mu.Unlock()
 		release <- struct{}{}
 		<-done
 		if q := lp.watch.quick.Load(); q != 0 {
