@@ -17,28 +17,9 @@ import (
 // Propagation": a quick task's COMPLETE must not wait for a long one).
 func TestSeatHandsOnWhatWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lp := newLoop(&Config{Name: "N"})
 		release := make(chan struct{})
-		var (
-			mu            sync.Mutex // ran and launched
-			ran, launched []string
-		)
-		lp.inlineFn = func(ts taskStart) (taskStart, bool) {
-			mu.Lock()
-			ran = append(ran, ts.round)
-			mu.Unlock()
-			if ts.round == "long" {
-				<-release
-			}
-			lp.hold(input{kind: inTaskEnd, round: ts.round})
-			return taskStart{}, false
-		}
-		lp.launchFn = func(ts taskStart) bool {
-			mu.Lock()
-			launched = append(launched, ts.round)
-			mu.Unlock()
-			return true
-		}
+		p := newSeatProbe(release, "long")
+		lp := p.lp
 		var turns atomic.Int32
 		lp.turnFn = func() { turns.Add(1); lp.turn() }
 		lp.reactFn = func(*input) {}
@@ -56,11 +37,9 @@ func TestSeatHandsOnWhatWaits(t *testing.T) {
 		if waited := time.Since(start); waited != inlineGrace {
 			t.Errorf("handed on after %v, want inlineGrace (%v)", waited, inlineGrace)
 		}
-		mu.Lock()
-		if !slices.Equal(ran, []string{"quick", "long"}) || !slices.Equal(launched, []string{"later"}) {
+		if ran, launched := p.lists(); !slices.Equal(ran, []string{"quick", "long"}) || !slices.Equal(launched, []string{"later"}) {
 			t.Errorf("ran inline %v, handed on %v; want [quick long] and [later]", ran, launched)
 		}
-		mu.Unlock()
 		if !lp.waiting() {
 			t.Errorf("the quick task's end is not in the inbox for the loop goroutine")
 		}
@@ -69,12 +48,47 @@ func TestSeatHandsOnWhatWaits(t *testing.T) {
 		}
 		close(release)
 		<-done
-		mu.Lock()
-		if !slices.Equal(ran, []string{"quick", "long"}) {
+		if ran, _ := p.lists(); !slices.Equal(ran, []string{"quick", "long"}) {
 			t.Errorf("ran inline %v after the hand-on, want only [quick long]", ran)
 		}
-		mu.Unlock()
 	})
+}
+
+// seatProbe is a loop whose tasks record where they ran: on the seat
+// (ran) or handed to goroutines of their own (launched); the tasks named
+// long block until release sends or closes.
+type seatProbe struct {
+	lp            *loop
+	mu            sync.Mutex // ran and launched
+	ran, launched []string
+}
+
+func newSeatProbe(release <-chan struct{}, long ...string) *seatProbe {
+	p := &seatProbe{lp: newLoop(&Config{Name: "N"})}
+	p.lp.inlineFn = func(ts taskStart) (taskStart, bool) {
+		p.mu.Lock()
+		p.ran = append(p.ran, ts.round)
+		p.mu.Unlock()
+		if slices.Contains(long, ts.round) {
+			<-release
+		}
+		p.lp.hold(input{kind: inTaskEnd, round: ts.round})
+		return taskStart{}, false
+	}
+	p.lp.launchFn = func(ts taskStart) bool {
+		p.mu.Lock()
+		p.launched = append(p.launched, ts.round)
+		p.mu.Unlock()
+		return true
+	}
+	return p
+}
+
+// lists returns copies of ran and launched.
+func (p *seatProbe) lists() (ran, launched []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.ran), slices.Clone(p.launched)
 }
 
 // Quick tasks on their goroutine end in one turn: their ends are held
@@ -113,29 +127,10 @@ func TestSeatQuickTasksEndInOneTurn(t *testing.T) {
 // Propagation": a quick task's COMPLETE must not wait for a long one).
 func TestSeatWatchedAfterQuickStreak(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lp := newLoop(&Config{Name: "N"})
-		defer lp.end()
 		release := make(chan struct{})
-		var (
-			mu            sync.Mutex // ran and launched
-			ran, launched []string
-		)
-		lp.inlineFn = func(ts taskStart) (taskStart, bool) {
-			mu.Lock()
-			ran = append(ran, ts.round)
-			mu.Unlock()
-			if ts.round == "long" || ts.round == "long2" {
-				<-release
-			}
-			lp.hold(input{kind: inTaskEnd, round: ts.round})
-			return taskStart{}, false
-		}
-		lp.launchFn = func(ts taskStart) bool {
-			mu.Lock()
-			launched = append(launched, ts.round)
-			mu.Unlock()
-			return true
-		}
+		p := newSeatProbe(release, "long", "long2")
+		lp := p.lp
+		defer lp.end()
 		lp.turnFn = lp.turn
 		lp.reactFn = func(*input) {}
 		lp.endFn = func() {}
@@ -176,11 +171,9 @@ func TestSeatWatchedAfterQuickStreak(t *testing.T) {
 		if waited := time.Since(start); waited > watchPeriod || waited < inlineGrace {
 			t.Errorf("handed on after %v, want within the watch's period (%v)", waited, watchPeriod)
 		}
-		mu.Lock()
-		if !slices.Contains(launched, "later") || slices.Contains(ran, "later") {
+		if ran, launched := p.lists(); !slices.Contains(launched, "later") || slices.Contains(ran, "later") {
 			t.Errorf("ran inline %v, handed on %v; want later handed on", ran, launched)
 		}
-		mu.Unlock()
 		lp.watch.mu.Lock()
 		if k := len(lp.watch.running); k != 0 {
 			t.Errorf("%d seats still watched after the hand-on, want none (the seat handed on is done with)", k)
