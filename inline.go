@@ -40,7 +40,10 @@ import (
 // goroutine whose tasks have run past inlineGrace, as its timer would
 // have; the node then arms the timer for each batch again until the
 // streak is back. A task that runs long after a streak of quick ones thus
-// holds the rest back for up to about watchPeriod, once.
+// holds the rest back for up to about watchPeriod, once, or a quarter of
+// the node's heartbeat or phase timeout if that is shorter (a node whose
+// timeouts are so short that the watch would look every few
+// milliseconds keeps the timer for every batch).
 //
 // On a node with a restart grace (Config.RestartGrace) the turn's lines
 // leave before its tasks begin: the task may be the process's restart,
@@ -52,17 +55,42 @@ const inlineGrace = 200 * time.Microsecond
 
 // quickStreak, quickTaskTime and watchPeriod: how many tasks in a row
 // must have ended within quickTaskTime before a node's seats run without
-// their timer, and how often the node's watch then looks at them.
+// their timer, and how often the node's watch then looks at them (at
+// most: watchPeriodFor).
 const (
 	quickStreak   = 64
 	quickTaskTime = inlineGrace / 4
 	watchPeriod   = 50 * time.Millisecond
 )
 
+// minWatchPeriod is the shortest period the watch looks at: below it, a
+// node arms the seat's timer for every batch (looking that often would
+// cost more).
+const minWatchPeriod = 5 * time.Millisecond
+
+// watchPeriodFor is how often the watch of a node with cfg looks:
+// watchPeriod, or a quarter of the node's shortest timeout that a reader
+// held up in a task could make fire, if that is shorter (Heartbeat,
+// whose silence is reported after three of it; PhaseTimeout); 0, the
+// timer for every batch, if that is under minWatchPeriod.
+func watchPeriodFor(cfg *Config) time.Duration {
+	p := watchPeriod
+	for _, d := range []time.Duration{cfg.Heartbeat, cfg.PhaseTimeout} {
+		if d > 0 {
+			p = min(p, d/4)
+		}
+	}
+	if p < minWatchPeriod {
+		return 0
+	}
+	return p
+}
+
 // watch is a node's look at its seats that run tasks without their
 // timer (quickStreak), and the count of quick tasks that decides it.
 type watch struct {
-	quick atomic.Int32 // tasks in a row that ended within quickTaskTime, up to quickStreak
+	quick  atomic.Int32  // tasks in a row that ended within quickTaskTime, up to quickStreak
+	period time.Duration // how often it looks (watchPeriodFor); 0: never used
 
 	mu      sync.Mutex
 	running []*seat     // seats in their tasks without their timer
@@ -94,9 +122,9 @@ func (w *watch) add(s *seat) {
 	}
 	w.armed = true
 	if w.timer == nil {
-		w.timer = time.AfterFunc(watchPeriod, func() { safely(w.look) })
+		w.timer = time.AfterFunc(w.period, func() { safely(w.look) })
 	} else {
-		w.timer.Reset(watchPeriod)
+		w.timer.Reset(w.period)
 	}
 }
 
@@ -139,7 +167,7 @@ func (w *watch) look() {
 		w.armed = false
 	} else {
 		w.used = false
-		w.timer.Reset(watchPeriod)
+		w.timer.Reset(w.period)
 	}
 	w.mu.Unlock()
 	if len(late) > 0 {
@@ -219,7 +247,7 @@ func (lp *loop) drain(s *seat) {
 			return
 		}
 		s.running, s.handed = true, false
-		s.timed = lp.watch.quick.Load() < quickStreak
+		s.timed = lp.watch.period == 0 || lp.watch.quick.Load() < quickStreak
 		switch {
 		case !s.timed:
 			s.since = time.Now()

@@ -204,3 +204,40 @@ func TestSeatWatchedAfterQuickStreak(t *testing.T) {
 		<-done
 	})
 }
+
+// The watch looks at least four times per heartbeat or phase timeout, so
+// that a reader held up in a task after a streak of quick ones cannot
+// make either fire; a node whose timeouts would have it look more often
+// than every 5 ms arms the seat's timer for every batch, streak or not.
+// docs/DESIGN.md "Heartbeats".
+func TestWatchPeriodFollowsTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, watchPeriod},
+		{Config{Heartbeat: time.Second, PhaseTimeout: time.Minute}, watchPeriod},
+		{Config{Heartbeat: 100 * time.Millisecond}, 25 * time.Millisecond},
+		{Config{Heartbeat: time.Second, PhaseTimeout: 40 * time.Millisecond}, 10 * time.Millisecond},
+		{Config{Heartbeat: 10 * time.Millisecond}, 0},
+	} {
+		if got := watchPeriodFor(&c.cfg); got != c.want {
+			t.Errorf("Heartbeat %v, PhaseTimeout %v: the watch looks every %v, want %v", c.cfg.Heartbeat, c.cfg.PhaseTimeout, got, c.want)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		p := newSeatProbe(nil)
+		lp := p.lp
+		lp.watch.period = watchPeriodFor(&Config{Heartbeat: 10 * time.Millisecond})
+		lp.turnFn = lp.turn
+		lp.reactFn = func(*input) {}
+		lp.endFn = func() {}
+		lp.watch.quick.Store(quickStreak)
+		s := &seat{}
+		lp.seatTasks(s, []taskStart{{round: "a", slot: true}}, nil)
+		lp.drain(s)
+		if s.timer == nil {
+			t.Error("a node with a 10 ms heartbeat ran a batch without the seat's timer")
+		}
+	})
+}

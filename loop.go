@@ -267,7 +267,8 @@ type loop struct {
 
 func newLoop(cfg *Config) *loop {
 	return &loop{wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{}),
-		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace, linesFirst: cfg.RestartGrace > 0}
+		cur: new(batch), spare: new(batch), name: cfg.Name, traceFn: cfg.Trace, linesFirst: cfg.RestartGrace > 0,
+		watch: watch{period: watchPeriodFor(cfg)}}
 }
 
 // post hands in to the loop from one of the node's own goroutines (a
