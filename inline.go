@@ -94,7 +94,7 @@ type watch struct {
 
 	mu      sync.Mutex
 	running []*seat     // seats in their tasks without their timer
-	timer   *time.Timer // fires after watchPeriod (look)
+	timer   *time.Timer // fires after period (look)
 	armed   bool        // timer is set
 	used    bool        // a seat began since the last look
 	stopped bool        // the loop has ended: not armed again
