@@ -103,6 +103,62 @@ func TestLongTaskHandsReadingOn(t *testing.T) {
 	waitDone(t, nodes, "r2", "")
 }
 
+// The same after a streak of quick tasks, when the node's seats run
+// without their timer and its watch hands the reading on (inline.go):
+// r2's task still starts beside r1's while r1's runs.
+func TestLongTaskAfterQuickStreakHandsReadingOn(t *testing.T) {
+	checkNoLeaks(t)
+	release := make(chan struct{})
+	started := make(chan string, 2)
+	cfgs := tcpChainConfigs(t, 2)
+	cfgs[1].MaxParallelTasks = 2
+	cfgs[1].Task = func(ctx context.Context, round string) error {
+		if round != "r1" && round != "r2" {
+			return nil // quick
+		}
+		started <- round
+		if round == "r1" {
+			select { // runs until r2's task has started beside it
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	nodes := startAll(t, cfgs, []int{1, 0})
+	ready := func(id string) {
+		for i := 1; i >= 0; i-- {
+			if err := nodes[i].Ready(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Quick rounds until the streak is in force (a task held up by a
+	// loaded machine starts it again).
+	for i := 0; nodes[1].lp.watch.quick.Load() < quickStreak; i++ {
+		if i == 20*quickStreak {
+			t.Fatalf("no streak of %d quick tasks in %d rounds", quickStreak, i)
+		}
+		id := fmt.Sprint("q", i)
+		ready(id)
+		waitDone(t, nodes, id, "")
+	}
+	ready("r1")
+	if got := recvWithin(t, started, 10*time.Second, "r1's task to start"); got != "r1" {
+		t.Fatalf("first task started: %s, want r1", got)
+	}
+	ready("r2") // its lines come while the reader that read r1's is in r1's task
+	if got := recvWithin(t, started, 10*time.Second, "r2's task to start while r1's runs"); got != "r2" {
+		t.Fatalf("second task started: %s, want r2", got)
+	}
+	if q := nodes[1].lp.watch.quick.Load(); q >= quickStreak {
+		t.Errorf("%d quick tasks counted in a row after r1's ran long: the streak should have ended", q)
+	}
+	close(release)
+	waitDone(t, nodes, "r1", "")
+	waitDone(t, nodes, "r2", "")
+}
+
 // A task that the loop goroutine started (a one-node chain's, on Ready)
 // and that outlasts inlineGrace does not stop the node's loop: Snapshot
 // answers while it runs, and Close ends it.
