@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/rawio"
 )
 
 // procCost is what the process has spent so far: CPU time, user and
@@ -47,7 +49,8 @@ func reportCost(b *testing.B, c0 procCost, rounds int) {
 }
 
 // oneWayFloor measures the one-way latency of a raw TCP line ping-pong on
-// loopback: the floor every protocol hop pays at least once.
+// loopback: the floor every protocol hop pays at least once. It reads and
+// writes as the nodes' links do (internal/rawio).
 func oneWayFloor(b *testing.B) time.Duration {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,13 +63,13 @@ func oneWayFloor(b *testing.B) time.Duration {
 			return
 		}
 		defer c.Close()
-		r := bufio.NewReader(c)
+		r := bufio.NewReader(rawio.NewReader(c))
 		for {
 			line, err := r.ReadSlice('\n')
 			if err != nil {
 				return
 			}
-			if _, err := c.Write(line); err != nil {
+			if _, err := rawio.Write(c, line); err != nil {
 				return
 			}
 		}
@@ -76,12 +79,12 @@ func oneWayFloor(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	r := bufio.NewReader(c)
+	r := bufio.NewReader(rawio.NewReader(c))
 	msg := []byte("READY:r1\n")
 	ping := func(k int) time.Duration {
 		t0 := time.Now()
 		for range k {
-			c.Write(msg)
+			rawio.Write(c, msg)
 			if _, err := r.ReadSlice('\n'); err != nil {
 				b.Fatal(err)
 			}
@@ -152,7 +155,8 @@ func benchRound(b *testing.B, n int, quick bool) {
 }
 
 // BenchmarkRelay is a reference, not ChainSync: a line relayed through 60
-// raw TCP hops (goroutines that read a line and write it on), reported
+// raw TCP hops (goroutines that read a line and write it on, as the
+// nodes' links read and write: internal/rawio), reported
 // against the same ping-pong floor. It shows what a chain of hops costs
 // before any protocol work: x-floor here is the best BenchmarkRound could do.
 func BenchmarkRelay(b *testing.B) {
@@ -177,22 +181,22 @@ func BenchmarkRelay(b *testing.B) {
 	}
 	for i := 0; i < hops-1; i++ {
 		go func(in, out net.Conn) {
-			r := bufio.NewReader(in)
+			r := bufio.NewReader(rawio.NewReader(in))
 			for {
 				line, err := r.ReadSlice('\n')
 				if err != nil {
 					return
 				}
-				out.Write(line)
+				rawio.Write(out, line)
 			}
 		}(ins[i], outs[i+1])
 	}
-	last := bufio.NewReader(ins[hops-1])
+	last := bufio.NewReader(rawio.NewReader(ins[hops-1]))
 	msg := []byte("READY:r1\n")
 	var total time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		outs[0].Write(msg)
+		rawio.Write(outs[0], msg)
 		if _, err := last.ReadSlice('\n'); err != nil {
 			b.Fatal(err)
 		}

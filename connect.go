@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/rawio"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 	"github.com/chainsync-go/chainsync/transport"
@@ -197,7 +198,7 @@ func (cn *connector) servePred(l *link, adm *admission) {
 		track = false
 	}
 	_ = l.c.SetReadDeadline(deadline)
-	l.r = wire.NewReader(adm.reader(l, l.c, track))
+	l.r = wire.NewReader(adm.reader(l, rawio.NewReader(l.c), track))
 	handed = cn.readLoop(l, end)
 }
 
@@ -258,7 +259,7 @@ func (cn *connector) dialFrom(ds *dialState, l *link, up time.Time) {
 			continue
 		}
 		l = cn.newLink(c, protocol.Succ)
-		l.r = wire.NewReader(c)
+		l.r = wire.NewReader(rawio.NewReader(c))
 		if r, _ := cn.loop.ask(input{kind: inDialed, l: l}); !r.ok {
 			c.Close()
 			return

@@ -67,8 +67,9 @@
 // inline.go tasks run on the goroutine whose turn started them, and the
 // hand-on of what waits when one runs long (a timer per batch, or the
 // node's watch after a streak of quick tasks); undo.go the undo wave's
-// part; link.go a link with its outbox and writer, writenow_unix.go and
-// writenow_other.go its non-blocking write; links.go the links, the
+// part; link.go a link with its outbox and writer, writenow.go its
+// non-blocking write (internal/rawio: raw system calls on a plain TCP
+// link, and its reads too); links.go the links, the
 // loop's side of the connections; connect.go the connector (accepting,
 // dialing and reading, off the loop) and the links' handlers; admission.go pending connections and the rate limit of
 // what strangers make the node log; prevhost.go the predecessor's host

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync"
+	"github.com/chainsync-go/chainsync/internal/rawio"
 )
 
 // Spec is what one agent (one chain node plus one relay hop) must know.
@@ -236,7 +237,7 @@ func (a *agent) relayHops() {
 	sleep := a.spec.TaskSleep
 	forward := func(in, out net.Conn, tasks bool) {
 		defer a.wg.Done()
-		r := bufio.NewReaderSize(in, 64<<10)
+		r := bufio.NewReaderSize(rawio.NewReader(in), 64<<10)
 		var batch []byte
 		for {
 			line, err := r.ReadSlice('\n')
@@ -254,7 +255,7 @@ func (a *agent) relayHops() {
 				}
 				line, _ = r.ReadSlice('\n')
 			}
-			if _, err := out.Write(batch); err != nil {
+			if _, err := rawio.Write(out, batch); err != nil {
 				return
 			}
 		}
@@ -285,7 +286,7 @@ func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.D
 	c := a.relayNext
 	c.SetReadDeadline(deadline)
 	if a.relayR == nil {
-		a.relayR = bufio.NewReaderSize(c, 64<<10)
+		a.relayR = bufio.NewReaderSize(rawio.NewReader(c), 64<<10)
 	}
 	r := a.relayR
 	starts := make([]time.Time, total)
@@ -300,7 +301,7 @@ func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.D
 		if len(buf) == 0 {
 			return nil
 		}
-		_, err := c.Write(buf)
+		_, err := rawio.Write(c, buf)
 		buf = buf[:0]
 		return err
 	}

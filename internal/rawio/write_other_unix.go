@@ -1,0 +1,35 @@
+//go:build unix && !linux
+
+package rawio
+
+import (
+	"io"
+	"net"
+	"syscall"
+)
+
+// NewReader returns c: outside Linux the standard reads are used.
+func NewReader(c net.Conn) io.Reader { return c }
+
+// write makes write system calls on fd until b is written or the socket
+// takes no more now.
+func write(fd uintptr, b []byte) (int, syscall.Errno) {
+	wrote := 0
+	for wrote < len(b) {
+		n, err := syscall.Write(int(fd), b[wrote:])
+		if n > 0 {
+			wrote += n
+		}
+		switch err {
+		case nil:
+		case syscall.EINTR:
+		default:
+			e, _ := err.(syscall.Errno)
+			if e == 0 {
+				e = syscall.EIO
+			}
+			return wrote, e
+		}
+	}
+	return wrote, 0
+}

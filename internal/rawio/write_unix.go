@@ -1,0 +1,42 @@
+//go:build unix
+
+package rawio
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+)
+
+// WriteNow writes as much of b as c's socket takes without waiting, and
+// returns how much it wrote; an error only if the socket failed (not
+// for a full socket: the rest is for a blocking write). Only a plain TCP
+// connection can: for others it writes nothing.
+func WriteNow(c net.Conn, b []byte) (int, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0, nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0, nil
+	}
+	wrote := 0
+	var werr error
+	cerr := rc.Write(func(fd uintptr) bool {
+		var e syscall.Errno
+		wrote, e = write(fd, b)
+		if e != 0 && e != syscall.EAGAIN {
+			werr = e
+		}
+		return true // never wait here: a blocking write does
+	})
+	if werr == nil && !errors.Is(cerr, os.ErrDeadlineExceeded) {
+		// An expired deadline is that of the last blocking write (which
+		// renews it only when it writes): nothing went wrong here, so
+		// leave the bytes to the next blocking write.
+		werr = cerr
+	}
+	return wrote, werr
+}
