@@ -20,11 +20,12 @@ package rawio
 import "net"
 
 // Write writes all of b to c: what c's socket takes now with WriteNow,
-// the rest with c.Write, which waits for room.
+// the rest with c.Write, which waits for room (and reports a failed
+// socket as c.Write does).
 func Write(c net.Conn, b []byte) (int, error) {
 	k, err := WriteNow(c, b)
-	if err != nil || k == len(b) {
-		return k, err
+	if err == nil && k == len(b) {
+		return k, nil
 	}
 	m, err := c.Write(b[k:])
 	return k + m, err

@@ -146,3 +146,15 @@ func TestOtherConnsPassThrough(t *testing.T) {
 		t.Fatalf("WriteNow to a pipe: %d, %v; want 0, nil", k, err)
 	}
 }
+
+// TestWriteFailsAsConnWrite checks that Write to a closed connection
+// fails as the connection's own Write does.
+func TestWriteFailsAsConnWrite(t *testing.T) {
+	a, _ := pair(t)
+	a.Close()
+	_, want := a.Write([]byte("x\n"))
+	_, err := Write(a, []byte("x\n"))
+	if err == nil || want == nil || err.Error() != want.Error() {
+		t.Fatalf("Write to a closed connection: %v; want %v", err, want)
+	}
+}
