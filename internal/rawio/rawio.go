@@ -13,8 +13,10 @@
 // here skip it; the waiting is still done by Go's poller, with the
 // connection's deadlines and Close working as for its own Read.
 //
-// On Linux the calls are raw; elsewhere NewReader returns the connection
-// itself and WriteNow makes a standard non-blocking write (Unix) or none.
+// On Linux the calls are raw (but under the race detector, whose build
+// makes the standard ones, so that it still sees what the kernel reads
+// and writes); elsewhere NewReader returns the connection itself and
+// WriteNow makes a standard non-blocking write (Unix) or none.
 package rawio
 
 import "net"

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"syscall"
-	"unsafe"
 )
 
 // NewReader returns a reader of c whose reads are raw system calls on
@@ -68,10 +67,10 @@ func (r *reader) Read(b []byte) (int, error) {
 // arrived (the poller waits, then calls it again).
 func (r *reader) read(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)))
+		n, e := sysRead(fd, r.buf)
 		switch e {
 		case 0:
-			r.n = int(n)
+			r.n = n
 			return true
 		case syscall.EINTR:
 			continue
@@ -94,10 +93,10 @@ func (r *reader) opError(err error) error {
 func write(fd uintptr, b []byte) (int, syscall.Errno) {
 	wrote := 0
 	for wrote < len(b) {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[wrote])), uintptr(len(b)-wrote))
+		n, e := sysWrite(fd, b[wrote:])
 		switch e {
 		case 0:
-			wrote += int(n)
+			wrote += n
 		case syscall.EINTR:
 		default:
 			return wrote, e
