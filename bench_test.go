@@ -63,13 +63,13 @@ func oneWayFloor(b *testing.B) time.Duration {
 			return
 		}
 		defer c.Close()
-		r := bufio.NewReader(rawio.NewReader(c))
+		r, w := bufio.NewReader(rawio.NewReader(c)), rawio.NewWriter(c)
 		for {
 			line, err := r.ReadSlice('\n')
 			if err != nil {
 				return
 			}
-			if _, err := rawio.Write(c, line); err != nil {
+			if _, err := w.Write(line); err != nil {
 				return
 			}
 		}
@@ -79,12 +79,12 @@ func oneWayFloor(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	r := bufio.NewReader(rawio.NewReader(c))
+	r, w := bufio.NewReader(rawio.NewReader(c)), rawio.NewWriter(c)
 	msg := []byte("READY:r1\n")
 	ping := func(k int) time.Duration {
 		t0 := time.Now()
 		for range k {
-			rawio.Write(c, msg)
+			w.Write(msg)
 			if _, err := r.ReadSlice('\n'); err != nil {
 				b.Fatal(err)
 			}
@@ -181,22 +181,23 @@ func BenchmarkRelay(b *testing.B) {
 	}
 	for i := 0; i < hops-1; i++ {
 		go func(in, out net.Conn) {
-			r := bufio.NewReader(rawio.NewReader(in))
+			r, w := bufio.NewReader(rawio.NewReader(in)), rawio.NewWriter(out)
 			for {
 				line, err := r.ReadSlice('\n')
 				if err != nil {
 					return
 				}
-				rawio.Write(out, line)
+				w.Write(line)
 			}
 		}(ins[i], outs[i+1])
 	}
 	last := bufio.NewReader(rawio.NewReader(ins[hops-1]))
+	first := rawio.NewWriter(outs[0])
 	msg := []byte("READY:r1\n")
 	var total time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		rawio.Write(outs[0], msg)
+		first.Write(msg)
 		if _, err := last.ReadSlice('\n'); err != nil {
 			b.Fatal(err)
 		}

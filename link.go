@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/rawio"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/wire"
 )
@@ -50,7 +51,8 @@ type link struct {
 	dead      bool // closed: queue nothing more
 	wake      chan struct{}
 	quit      chan struct{}
-	wdl       time.Time // writer only: when to refresh the write deadline
+	wdl       time.Time     // writer only: when to refresh the write deadline
+	now       *rawio.Writer // writeNow's, for c (whoever writes, under writing)
 
 	helloSent bool                  // this node's identity line was queued on it (loop only)
 	rasm      wire.ReceiptAssembler // RECEIPT lines read so far (reader only; receipts.go)

@@ -112,6 +112,7 @@ type agent struct {
 
 	relayPred, relayNext net.Conn      // nil at the ends
 	relayR               *bufio.Reader // the Head's reader of relayNext
+	relayW               *rawio.Writer // the Head's writer of relayNext
 
 	mu     sync.Mutex
 	tasks  []TaskRecord
@@ -237,7 +238,7 @@ func (a *agent) relayHops() {
 	sleep := a.spec.TaskSleep
 	forward := func(in, out net.Conn, tasks bool) {
 		defer a.wg.Done()
-		r := bufio.NewReaderSize(rawio.NewReader(in), 64<<10)
+		r, w := bufio.NewReaderSize(rawio.NewReader(in), 64<<10), rawio.NewWriter(out)
 		var batch []byte
 		for {
 			line, err := r.ReadSlice('\n')
@@ -255,7 +256,7 @@ func (a *agent) relayHops() {
 				}
 				line, _ = r.ReadSlice('\n')
 			}
-			if _, err := rawio.Write(out, batch); err != nil {
+			if _, err := w.Write(batch); err != nil {
 				return
 			}
 		}
@@ -287,6 +288,7 @@ func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.D
 	c.SetReadDeadline(deadline)
 	if a.relayR == nil {
 		a.relayR = bufio.NewReaderSize(rawio.NewReader(c), 64<<10)
+		a.relayW = rawio.NewWriter(c)
 	}
 	r := a.relayR
 	starts := make([]time.Time, total)
@@ -301,7 +303,7 @@ func (a *agent) relay(total, k int, deadline time.Time) ([]time.Duration, time.D
 		if len(buf) == 0 {
 			return nil
 		}
-		_, err := rawio.Write(c, buf)
+		_, err := a.relayW.Write(buf)
 		buf = buf[:0]
 		return err
 	}

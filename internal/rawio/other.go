@@ -5,12 +5,16 @@ package rawio
 import (
 	"io"
 	"net"
+	"syscall"
 )
 
 // NewReader returns c: outside Unix the standard reads are used.
 func NewReader(c net.Conn) io.Reader { return c }
 
-// WriteNow writes nothing on systems without a non-blocking write to a
-// socket's descriptor in the standard library: the blocking write is the
-// only one.
-func WriteNow(net.Conn, []byte) (int, error) { return 0, nil }
+// rawConn is nil: outside Unix there is no non-blocking write to a
+// socket's descriptor in the standard library.
+func rawConn(net.Conn) syscall.RawConn { return nil }
+
+// WriteNow writes nothing: the connection's blocking Write is the only
+// write here.
+func (w *Writer) WriteNow([]byte) (int, error) { return 0, nil }

@@ -19,16 +19,36 @@
 // WriteNow makes a standard non-blocking write (Unix) or none.
 package rawio
 
-import "net"
+import (
+	"net"
+	"syscall"
+)
 
-// Write writes all of b to c: what c's socket takes now with WriteNow,
-// the rest with c.Write, which waits for room (and reports a failed
-// socket as c.Write does).
-func Write(c net.Conn, b []byte) (int, error) {
-	k, err := WriteNow(c, b)
+// Writer writes a connection as a link does: WriteNow without waiting,
+// Write all of it. Make one per connection with NewWriter; one goroutine
+// at a time may write with it.
+type Writer struct {
+	c net.Conn
+	// rc is the connection's raw side; nil where WriteNow writes nothing
+	// (not a plain TCP connection, a socket in blocking mode, or not a
+	// Unix system).
+	rc syscall.RawConn
+}
+
+// NewWriter returns the Writer of c.
+func NewWriter(c net.Conn) *Writer { return &Writer{c: c, rc: rawConn(c)} }
+
+// Conn is the connection w writes.
+func (w *Writer) Conn() net.Conn { return w.c }
+
+// Write writes all of b: what the socket takes now with WriteNow, the
+// rest with the connection's Write, which waits for room (and reports a
+// failed socket as the connection's Write does).
+func (w *Writer) Write(b []byte) (int, error) {
+	k, err := w.WriteNow(b)
 	if err == nil && k == len(b) {
 		return k, nil
 	}
-	m, err := c.Write(b[k:])
+	m, err := w.c.Write(b[k:])
 	return k + m, err
 }

@@ -13,22 +13,41 @@ import (
 // stream; a *net.OpError otherwise), and c's read deadline and Close
 // apply. For a connection that is not a *net.TCPConn it returns c.
 func NewReader(c net.Conn) io.Reader {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	rc := rawConn(c)
+	if rc == nil {
 		return c
 	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return c
-	}
-	r := &reader{c: tc, rc: rc}
+	r := &reader{c: c, rc: rc}
 	r.f = r.read
 	return r
 }
 
+// rawConn is the raw side of c if it is a plain TCP connection whose
+// socket is in non-blocking mode (as Go's net package makes them), else
+// nil. A raw call on a blocking socket could wait inside the system call
+// without the scheduler knowing, and hold up the whole process.
+func rawConn(c net.Conn) syscall.RawConn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	nonblocking := false
+	if err := rc.Control(func(fd uintptr) {
+		fl, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_GETFL, 0)
+		nonblocking = e == 0 && fl&syscall.O_NONBLOCK != 0
+	}); err != nil || !nonblocking {
+		return nil
+	}
+	return rc
+}
+
 // reader is a TCP connection read with raw system calls.
 type reader struct {
-	c  *net.TCPConn
+	c  net.Conn
 	rc syscall.RawConn
 	f  func(fd uintptr) bool // r.read, bound once
 

@@ -1,3 +1,5 @@
+//go:build unix
+
 package rawio
 
 import (
@@ -46,14 +48,15 @@ func TestLinesBothWays(t *testing.T) {
 		from, to *net.TCPConn
 	}{{a, b}, {b, a}} {
 		r := bufio.NewReader(NewReader(dir.to))
+		w := NewWriter(dir.from)
 		for i := range 100 {
 			line := strings.Repeat("x", i) + "\n"
 			var err error
 			if i%2 == 0 {
-				_, err = Write(dir.from, []byte(line))
+				_, err = w.Write([]byte(line))
 			} else {
 				var k int
-				k, err = WriteNow(dir.from, []byte(line))
+				k, err = w.WriteNow([]byte(line))
 				if err == nil && k != len(line) {
 					t.Fatalf("WriteNow wrote %d of %d bytes to an empty socket", k, len(line))
 				}
@@ -114,14 +117,15 @@ func TestReadErrorsAsConnRead(t *testing.T) {
 func TestWriteNowStopsAtAFullSocket(t *testing.T) {
 	a, b := pair(t)
 	big := make([]byte, 64<<20)
-	k, err := WriteNow(a, big)
+	w := NewWriter(a)
+	k, err := w.WriteNow(big)
 	if err != nil || k <= 0 || k >= len(big) {
 		t.Fatalf("WriteNow to a peer that does not read: %d of %d bytes, %v; want some, not all", k, len(big), err)
 	}
 	rest := big[k:][:1<<20]
 	done := make(chan error, 1)
 	go func() {
-		_, err := Write(a, rest)
+		_, err := w.Write(rest)
 		done <- err
 	}()
 	got, err := io.ReadFull(NewReader(b), make([]byte, k+len(rest)))
@@ -142,7 +146,7 @@ func TestOtherConnsPassThrough(t *testing.T) {
 	if r := NewReader(c1); r != io.Reader(c1) {
 		t.Fatalf("NewReader of a pipe: %T, want the pipe itself", r)
 	}
-	if k, err := WriteNow(c1, []byte("x\n")); k != 0 || err != nil {
+	if k, err := NewWriter(c1).WriteNow([]byte("x\n")); k != 0 || err != nil {
 		t.Fatalf("WriteNow to a pipe: %d, %v; want 0, nil", k, err)
 	}
 }
@@ -153,7 +157,7 @@ func TestWriteFailsAsConnWrite(t *testing.T) {
 	a, _ := pair(t)
 	a.Close()
 	_, want := a.Write([]byte("x\n"))
-	_, err := Write(a, []byte("x\n"))
+	_, err := NewWriter(a).Write([]byte("x\n"))
 	if err == nil || want == nil || err.Error() != want.Error() {
 		t.Fatalf("Write to a closed connection: %v; want %v", err, want)
 	}

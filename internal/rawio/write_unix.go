@@ -4,27 +4,21 @@ package rawio
 
 import (
 	"errors"
-	"net"
 	"os"
 	"syscall"
 )
 
-// WriteNow writes as much of b as c's socket takes without waiting, and
+// WriteNow writes as much of b as the socket takes without waiting, and
 // returns how much it wrote; an error only if the socket failed (not
 // for a full socket: the rest is for a blocking write). Only a plain TCP
-// connection can: for others it writes nothing.
-func WriteNow(c net.Conn, b []byte) (int, error) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return 0, nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
+// connection in non-blocking mode can: for others it writes nothing.
+func (w *Writer) WriteNow(b []byte) (int, error) {
+	if w.rc == nil || len(b) == 0 {
 		return 0, nil
 	}
 	wrote := 0
 	var werr error
-	cerr := rc.Write(func(fd uintptr) bool {
+	cerr := w.rc.Write(func(fd uintptr) bool {
 		var e syscall.Errno
 		wrote, e = write(fd, b)
 		if e != 0 && e != syscall.EAGAIN {
