@@ -11,7 +11,8 @@ import (
 // c's socket, waiting in Go's poller when nothing has arrived, as c.Read
 // does: its errors are those c.Read returns (io.EOF at the end of the
 // stream; a *net.OpError otherwise), and c's read deadline and Close
-// apply. For a connection that is not a *net.TCPConn it returns c.
+// apply. For a connection that is not a *net.TCPConn, or whose socket is
+// in blocking mode, it returns c.
 func NewReader(c net.Conn) io.Reader {
 	rc := rawConn(c)
 	if rc == nil {
