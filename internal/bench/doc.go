@@ -8,7 +8,8 @@
 // connection per adjacent pair, the lower index dials), and a relay "round"
 // is a line sent twice there and back, 4(n-1) one-way hops, the messages a
 // fault-free ChainSync round sends. The relay does nothing but read a line
-// and write it on, so its latency is the floor any protocol over those
+// and write it on, with the same raw system calls as the nodes' links
+// (internal/rawio), so its latency is the floor any protocol over those
 // links can reach; the Head agent alternates relay rounds and chain rounds
 // so that both see the same machine at the same moment.
 //
