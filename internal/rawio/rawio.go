@@ -33,6 +33,13 @@ type Writer struct {
 	// (not a plain TCP connection, a socket in blocking mode, or not a
 	// Unix system).
 	rc syscall.RawConn
+
+	// One WriteNow's bytes and outcome, for f (w.writeFd, bound once: no
+	// allocation per write).
+	f     func(fd uintptr) bool
+	buf   []byte
+	wrote int
+	errno syscall.Errno
 }
 
 // NewWriter returns the Writer of c.

@@ -16,16 +16,17 @@ func (w *Writer) WriteNow(b []byte) (int, error) {
 	if w.rc == nil || len(b) == 0 {
 		return 0, nil
 	}
-	wrote := 0
+	if w.f == nil {
+		w.f = w.writeFd
+	}
+	w.buf, w.wrote, w.errno = b, 0, 0
+	cerr := w.rc.Write(w.f) // never waits: writeFd says it is done
+	wrote, e := w.wrote, w.errno
+	w.buf = nil
 	var werr error
-	cerr := w.rc.Write(func(fd uintptr) bool {
-		var e syscall.Errno
-		wrote, e = write(fd, b)
-		if e != 0 && e != syscall.EAGAIN {
-			werr = e
-		}
-		return true // never wait here: a blocking write does
-	})
+	if e != 0 && e != syscall.EAGAIN {
+		werr = e
+	}
 	if werr == nil && !errors.Is(cerr, os.ErrDeadlineExceeded) {
 		// An expired deadline is that of the last blocking write (which
 		// renews it only when it writes): nothing went wrong here, so
@@ -33,4 +34,10 @@ func (w *Writer) WriteNow(b []byte) (int, error) {
 		werr = cerr
 	}
 	return wrote, werr
+}
+
+// writeFd writes w.buf on fd as far as the socket takes it now.
+func (w *Writer) writeFd(fd uintptr) bool {
+	w.wrote, w.errno = write(fd, w.buf)
+	return true // never wait here: a blocking write does
 }
