@@ -28,12 +28,8 @@ func NewReader(c net.Conn) io.Reader {
 // nil. A raw call on a blocking socket could wait inside the system call
 // without the scheduler knowing, and hold up the whole process.
 func rawConn(c net.Conn) syscall.RawConn {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
+	rc := tcpRaw(c)
+	if rc == nil {
 		return nil
 	}
 	nonblocking := false

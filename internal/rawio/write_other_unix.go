@@ -13,17 +13,7 @@ func NewReader(c net.Conn) io.Reader { return c }
 
 // rawConn is the raw side of c if it is a plain TCP connection (its
 // writes are standard system calls here), else nil.
-func rawConn(c net.Conn) syscall.RawConn {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
+func rawConn(c net.Conn) syscall.RawConn { return tcpRaw(c) }
 
 // write makes write system calls on fd until b is written or the socket
 // takes no more now.

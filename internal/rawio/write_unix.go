@@ -4,9 +4,23 @@ package rawio
 
 import (
 	"errors"
+	"net"
 	"os"
 	"syscall"
 )
+
+// tcpRaw is the raw side of c if it is a plain TCP connection, else nil.
+func tcpRaw(c net.Conn) syscall.RawConn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
 
 // WriteNow writes as much of b as the socket takes without waiting, and
 // returns how much it wrote; an error only if the socket failed (not
