@@ -204,6 +204,10 @@ func (c *activeConn) Read(b []byte) (int, error) {
 	return k, err
 }
 
+// NetConn returns the connection c wraps (rawio looks under a TLS link
+// at its socket through it).
+func (c *activeConn) NetConn() net.Conn { return c.Conn }
+
 // watch returns raw wrapped so that l's first bytes mark it active. Loop
 // only.
 func (a *admission) watch(l *link, raw net.Conn) net.Conn {

@@ -114,10 +114,27 @@ func (l *link) enqueue(line []byte, exitWave bool, round string) bool {
 // closeConn closes l's connection on a goroutine of its own: a TLS close
 // writes close_notify, and the loop never waits on a socket.
 func (l *link) closeConn() {
-	if !l.crew.spawn(func() { l.c.Close() }) {
-		l.c.Close() // Close is waiting: it waits for this too
+	if !l.crew.spawn(func() { closeQuick(l.c) }) {
+		closeQuick(l.c) // Close is waiting: it waits for this too
 	}
 }
+
+// closeQuick closes c without waiting for a peer that stopped reading: a
+// TLS connection whose socket has no room left for its closing alert
+// has the connection under it closed first, so that its close_notify
+// fails at once instead of waiting up to five seconds (crypto/tls's
+// bound on it; Close waits for every link's close).
+func closeQuick(c net.Conn) {
+	if w := rawio.NewWriter(c); w.OverTLS() && !w.TakesNow(closeAlertRoom) {
+		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+			_ = u.NetConn().Close()
+		}
+	}
+	_ = c.Close()
+}
+
+// closeAlertRoom is room enough for a TLS close_notify record.
+const closeAlertRoom = 64
 
 // shut closes l; what is still queued on it (a fault notice) is written
 // first, waiting at most shutWait for the peer, by a goroutine of its own,
@@ -141,9 +158,9 @@ func (l *link) shut() {
 	if !l.crew.spawn(func() {
 		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
 		_, _ = l.c.Write(rest)
-		l.c.Close()
+		closeQuick(l.c)
 	}) {
-		l.c.Close()
+		closeQuick(l.c)
 	}
 }
 
@@ -235,11 +252,17 @@ func (l *link) kick() {
 
 // writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
 func (l *link) writeBlocking(b []byte) (int, error) {
-	// Refresh the deadline only when half of it is used up: setting it
-	// costs more than the write on the fast path.
+	l.renewWriteDeadline()
+	return l.c.Write(b)
+}
+
+// renewWriteDeadline sets the write deadline WriteTimeout from now once
+// half of it is used up (setting it costs more than a write on the fast
+// path), so that a write never starts with less than half of it left.
+// Under writing.
+func (l *link) renewWriteDeadline() {
 	if now := time.Now(); now.After(l.wdl) {
 		l.wdl = now.Add(l.writeTimeout / 2)
 		_ = l.c.SetWriteDeadline(now.Add(l.writeTimeout))
 	}
-	return l.c.Write(b)
 }

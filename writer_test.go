@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/chainsync-go/chainsync/protocol"
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // smallBufListener listens on loopback with a small, fixed send buffer,
@@ -52,22 +54,63 @@ func smallBufListener(t *testing.T) net.Listener {
 // keeps reading and acting on the predecessor's lines, the predecessor is
 // cut off once a write has waited WriteTimeout, and Close returns at once.
 func TestStuckPeerStallsNothing(t *testing.T) {
+	stuckPeer(t, nil, func(addr string) (net.Conn, error) {
+		// A plain connection, not a testnet.Peer: it never reads.
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			_ = c.(*net.TCPConn).SetReadBuffer(4096)
+		}
+		return c, err
+	})
+}
+
+// TestStuckTLSPeerStallsNothing is TestStuckPeerStallsNothing over TLS
+// (a pre-shared key; the draft's Security Considerations). A TLS link
+// writes its lines from the goroutine that ran the turn while the socket
+// under it has room for them (writenow.go): once the predecessor stops
+// reading, that check must hand every write to the link's writer, or
+// the goroutine that reads the predecessor would wait in a write and the
+// Tail would stop acting on its lines.
+func TestStuckTLSPeerStallsNothing(t *testing.T) {
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := secure.WritePSKFile(psk, false); err != nil {
+		t.Fatal(err)
+	}
+	tailSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"})
+	predSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
+	stuckPeer(t, tailSec, func(addr string) (net.Conn, error) {
+		raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return predSec.Client(ctx, raw, addr) // reads the handshake, then nothing
+	})
+}
+
+// stuckPeer runs TestStuckPeerStallsNothing on a Tail secured with sec
+// (nil: plain TCP), whose predecessor dial connects.
+func stuckPeer(t *testing.T, sec *secure.Config, dial func(addr string) (net.Conn, error)) {
 	const rounds = 1000
 	const writeTimeout = time.Second
-	tail := startWatched(t, Config{Name: "T", Listener: smallBufListener(t), MaxRounds: rounds + 100, WriteTimeout: writeTimeout})
+	cfg := Config{Name: "T", Listener: smallBufListener(t), MaxRounds: rounds + 100, WriteTimeout: writeTimeout}
+	if sec != nil {
+		cfg.Secure = sec
+	}
+	tail := startWatched(t, cfg)
 	id := func(i int) string { return fmt.Sprintf("r%05d-%s", i, strings.Repeat("x", 110)) }
 	for i := range rounds + 50 {
 		if err := tail.Ready(id(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A plain connection, not a testnet.Peer: it never reads.
-	pred, err := net.DialTimeout("tcp", tail.Addr().String(), 5*time.Second)
+	pred, err := dial(tail.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pred.Close()
-	_ = pred.(*net.TCPConn).SetReadBuffer(4096)
 	var lines strings.Builder
 	for i := range rounds {
 		lines.WriteString(wireLine("READY", id(i)))

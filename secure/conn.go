@@ -41,6 +41,10 @@ func (r *recorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// NetConn returns the connection r records, for a caller that looks
+// under a link's TLS connection at its socket (how much room it has).
+func (r *recorder) NetConn() net.Conn { return r.Conn }
+
 func (r *recorder) snapshot() ([]byte, []uint16) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -18,3 +18,10 @@ func rawConn(net.Conn) syscall.RawConn { return nil }
 // WriteNow writes nothing: the connection's blocking Write is the only
 // write here.
 func (w *Writer) WriteNow([]byte) (int, error) { return 0, nil }
+
+// tlsUnder is nil: outside Unix TakesNow cannot tell a socket's room.
+func tlsUnder(net.Conn) syscall.RawConn { return nil }
+
+// TakesNow is false: outside Unix a TLS link's lines all go through its
+// writer.
+func (w *Writer) TakesNow(int) bool { return false }

@@ -17,6 +17,13 @@
 // makes the standard ones, so that it still sees what the kernel reads
 // and writes); elsewhere NewReader returns the connection itself and
 // WriteNow makes a standard non-blocking write (Unix) or none.
+//
+// A TLS connection is written through crypto/tls, whose Write waits when
+// the socket under it is full. For it, a Writer tells whether that
+// socket would take a write of some size at once (TakesNow, Linux only),
+// so that a link can write its lines from the goroutine that queued
+// them, without waiting, and hand them to its writer only when the peer
+// is slow.
 package rawio
 
 import (
@@ -33,6 +40,9 @@ type Writer struct {
 	// (not a plain TCP connection, a socket in blocking mode, or not a
 	// Unix system).
 	rc syscall.RawConn
+	// under is the raw side of the TCP socket under a TLS connection
+	// (TakesNow); nil for any other connection.
+	under syscall.RawConn
 
 	// One WriteNow's bytes and outcome, for f (w.writeFd, bound once: no
 	// allocation per write).
@@ -40,10 +50,28 @@ type Writer struct {
 	buf   []byte
 	wrote int
 	errno syscall.Errno
+
+	// One TakesNow's size and answer, for room (w.roomFd, bound once).
+	room  func(fd uintptr)
+	need  int
+	takes bool
 }
 
 // NewWriter returns the Writer of c.
-func NewWriter(c net.Conn) *Writer { return &Writer{c: c, rc: rawConn(c)} }
+func NewWriter(c net.Conn) *Writer {
+	w := &Writer{c: c, rc: rawConn(c)}
+	if w.rc == nil {
+		w.under = tlsUnder(c)
+	}
+	return w
+}
+
+// OverTLS reports whether w writes a TLS connection over a TCP socket
+// whose room TakesNow can tell (WriteNow writes nothing to it).
+func (w *Writer) OverTLS() bool { return w.under != nil }
+
+// maxTakes is the most TakesNow vouches for: one TLS record's worth.
+const maxTakes = 16 << 10
 
 // Conn is the connection w writes.
 func (w *Writer) Conn() net.Conn { return w.c }

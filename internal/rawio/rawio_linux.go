@@ -1,10 +1,12 @@
 package rawio
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // NewReader returns a reader of c whose reads are raw system calls on
@@ -119,4 +121,70 @@ func write(fd uintptr, b []byte) (int, syscall.Errno) {
 		}
 	}
 	return wrote, 0
+}
+
+// tlsUnder is the raw side of the TCP socket under c, if c is a TLS
+// connection (a *tls.Conn, or a type that embeds one) over a TCP
+// connection, directly or through wrappers that name the connection
+// they wrap (a NetConn method, as *tls.Conn has); else nil.
+func tlsUnder(c net.Conn) syscall.RawConn {
+	if _, ok := c.(interface {
+		ConnectionState() tls.ConnectionState
+	}); !ok {
+		return nil
+	}
+	for range 4 {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		if c = u.NetConn(); c == nil {
+			return nil
+		}
+		if rc := tcpRaw(c); rc != nil {
+			return rc
+		}
+	}
+	return nil
+}
+
+// TakesNow reports whether the TCP socket under w's TLS connection
+// would take n more bytes of its records at once, so that the
+// connection's Write would not wait for the peer; false for any other
+// connection, or more than maxTakes bytes. It asks the kernel how much
+// the socket holds against its send buffer (SO_MEMINFO): Linux accepts
+// a write while the bytes it holds, counted with their buffers'
+// overhead, are below the buffer's size, so the answer is yes only with
+// twice n and 8 KiB to spare (TLS adds a header and a tag to each
+// record, and the kernel a buffer's overhead to each write).
+func (w *Writer) TakesNow(n int) bool {
+	if w.under == nil || n > maxTakes {
+		return false
+	}
+	if w.room == nil {
+		w.room = w.roomFd
+	}
+	w.need, w.takes = n, false
+	if err := w.under.Control(w.room); err != nil {
+		return false
+	}
+	return w.takes
+}
+
+// SO_MEMINFO and the two of its values roomFd reads (linux/sock_diag.h).
+const (
+	soMeminfo       = 55
+	meminfoSndbuf   = 3
+	meminfoQueued   = 5
+	meminfoVarCount = 9
+)
+
+// roomFd sets w.takes to whether the socket fd has room for w.need bytes.
+func (w *Writer) roomFd(fd uintptr) {
+	var mi [meminfoVarCount]uint32
+	size := uint32(unsafe.Sizeof(mi))
+	_, _, e := syscall.RawSyscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_SOCKET, soMeminfo,
+		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&size)), 0)
+	w.takes = e == 0 && size >= 4*(meminfoQueued+1) &&
+		int64(mi[meminfoQueued])+2*int64(w.need)+8<<10 <= int64(mi[meminfoSndbuf])
 }

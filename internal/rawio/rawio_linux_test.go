@@ -2,9 +2,17 @@ package rawio
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"math/big"
+	"net"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestBlockingSocketPassesThrough checks that a TCP connection whose
@@ -32,5 +40,104 @@ func TestBlockingSocketPassesThrough(t *testing.T) {
 	line, err := bufio.NewReader(NewReader(b)).ReadString('\n')
 	if err != nil || line != "x\n" {
 		t.Fatalf("read %q, %v", line, err)
+	}
+}
+
+// wrapped is a connection that wraps another and names it, as the
+// secure package's handshake recorder does under its TLS connections.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.Conn }
+
+// tlsConn embeds a TLS connection, as the secure package's links do.
+type tlsConn struct{ *tls.Conn }
+
+// tlsPair returns the client end of a TLS connection over loopback TCP
+// (through a wrapped, as the nodes' links are), the TCP connection under
+// it, and the server's TCP end, which the test reads or not as it needs.
+func tlsPair(t *testing.T) (client net.Conn, under, server *net.TCPConn) {
+	t.Helper()
+	a, b := pair(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	done := make(chan error, 1)
+	go func() { done <- srv.Handshake() }()
+	cl := tls.Client(wrapped{a}, &tls.Config{InsecureSkipVerify: true})
+	if err := cl.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return tlsConn{cl}, a, b
+}
+
+// TestTakesNowTellsAFullSocket checks TakesNow, which lets a TLS link
+// write its lines without waiting on a peer that does not read (the
+// draft's section 3 transport; its Security Considerations' TLS): yes on
+// an empty socket; no once the socket under the TLS connection is full,
+// and for more than one record's worth; yes again once the peer has
+// read; and never for a connection that is not TLS.
+func TestTakesNowTellsAFullSocket(t *testing.T) {
+	c, under, server := tlsPair(t)
+	w := NewWriter(c)
+	if !w.OverTLS() {
+		t.Fatal("OverTLS false for a TLS connection over TCP")
+	}
+	if !w.TakesNow(100) {
+		t.Fatal("TakesNow(100) false on an empty socket")
+	}
+	// With room for it, still no for more than one record's worth.
+	if err := under.SetWriteBuffer(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if !w.TakesNow(maxTakes) {
+		t.Fatalf("TakesNow(%d) false on an empty socket with a 4 MiB buffer", maxTakes)
+	}
+	if w.TakesNow(maxTakes + 1) {
+		t.Fatalf("TakesNow(%d) true: more than one record's worth", maxTakes+1)
+	}
+	if k, err := w.WriteNow([]byte("x\n")); k != 0 || err != nil {
+		t.Fatalf("WriteNow to a TLS connection: %d, %v; want 0, nil (it writes through crypto/tls)", k, err)
+	}
+	// Fill the socket under the TLS connection (its bytes are not TLS
+	// records; the peer does not read them as such).
+	fill := NewWriter(under)
+	chunk := make([]byte, 4096)
+	for i := 0; ; i++ {
+		k, err := fill.WriteNow(chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k < len(chunk) {
+			break
+		}
+		if i > 1<<16 {
+			t.Fatal("the socket took 256 MiB without filling")
+		}
+	}
+	if w.TakesNow(100) {
+		t.Fatal("TakesNow(100) true on a socket that takes nothing more")
+	}
+	// Once the peer has read everything, there is room again.
+	go io.Copy(io.Discard, server)
+	deadline := time.Now().Add(10 * time.Second)
+	for !w.TakesNow(100) {
+		if time.Now().After(deadline) {
+			t.Fatal("TakesNow(100) still false 10s after the peer began reading")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	plain, _ := pair(t)
+	if pw := NewWriter(plain); pw.OverTLS() || pw.TakesNow(1) {
+		t.Fatal("a plain TCP connection counted as TLS")
 	}
 }

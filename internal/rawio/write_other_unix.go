@@ -37,3 +37,10 @@ func write(fd uintptr, b []byte) (int, syscall.Errno) {
 	}
 	return wrote, 0
 }
+
+// tlsUnder is nil: outside Linux TakesNow cannot tell a socket's room.
+func tlsUnder(net.Conn) syscall.RawConn { return nil }
+
+// TakesNow is false: outside Linux a TLS link's lines all go through its
+// writer.
+func (w *Writer) TakesNow(int) bool { return false }
