@@ -22,7 +22,9 @@ const maxOutbox = 1 << 20
 // The node's loop queues lines with enqueue once the turn's journal
 // records are synced, and after the turn (off the loop's token) flush
 // tries to write the queue at once without blocking, in one system call
-// for everything queued (plain TCP only);
+// for everything queued (a TLS link: in one crypto/tls write, and only if
+// the socket under it has room for all of it, so that the write does not
+// wait; writenow.go);
 // whatever the socket does not take at once goes to the link's writer
 // goroutine, which waits up to WriteTimeout for the peer to read. A peer
 // that stops reading therefore stalls nothing but its own link. wmu
@@ -51,7 +53,7 @@ type link struct {
 	dead      bool // closed: queue nothing more
 	wake      chan struct{}
 	quit      chan struct{}
-	wdl       time.Time     // writer only: when to refresh the write deadline
+	wdl       time.Time     // when to renew the write deadline (whoever writes, under writing)
 	now       *rawio.Writer // writeNow's, for c (whoever writes, under writing)
 
 	helloSent bool                  // this node's identity line was queued on it (loop only)
@@ -199,14 +201,15 @@ func (l *link) drain(block bool) {
 	batch, marks := l.out, l.marks
 	l.out, l.marks = l.spare[:0], nil
 	l.wmu.Unlock()
-	l.lastSent.Store(time.Now().UnixNano()) // once a write, not once a line
+	now := time.Now().UnixNano()
+	since := time.Duration(now - l.lastSent.Swap(now)) // once a write, not once a line
 
 	var wrote int
 	var err error
 	if block {
 		wrote, err = l.writeBlocking(batch)
 	} else {
-		wrote, err = l.writeNow(batch)
+		wrote, err = l.writeNow(batch, since)
 	}
 
 	l.wmu.Lock()

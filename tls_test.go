@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/rawio"
 	"github.com/chainsync-go/chainsync/protocol"
 	"github.com/chainsync-go/chainsync/secure"
 )
@@ -236,5 +237,42 @@ func TestUntrustedSuccessorGetsNoReady(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "successor refused or failed authentication") {
 		t.Errorf("no refusal logged:\n%s", logs.String())
+	}
+}
+
+// TestTLSLinksWriteAtOnce checks that both links of a node secured with
+// TLS (a pre-shared key; the draft's Security Considerations) can be
+// written from the goroutine that ran the turn (writenow.go): the socket
+// under each is found through every wrapper on the way (the handshake's
+// recorder, the admission's activity mark), so that a quiet link sends a
+// round's line without waking its writer.
+func TestTLSLinksWriteAtOnce(t *testing.T) {
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := secure.WritePSKFile(psk, false); err != nil {
+		t.Fatal(err)
+	}
+	cfgs := tcpChainConfigs(t, 3)
+	for i := range cfgs {
+		o := secure.Options{PSKFile: psk, SelfName: cfgs[i].Name}
+		if i > 0 {
+			o.PrevName = cfgs[i-1].Name
+		}
+		if i < len(cfgs)-1 {
+			o.NextName = cfgs[i+1].Name
+		}
+		cfgs[i].Secure = mustLoad(t, o)
+	}
+	nodes := startAll(t, cfgs, []int{0, 1, 2})
+	runChain(t, nodes)
+	var pred, succ bool
+	if !nodes[1].call(func() {
+		lk := nodes[1].d.links
+		pred = lk.pred != nil && rawio.NewWriter(lk.pred.c).OverTLS()
+		succ = lk.succ != nil && rawio.NewWriter(lk.succ.c).OverTLS()
+	}) {
+		t.Fatal("the middle node's loop ended")
+	}
+	if !pred || !succ {
+		t.Fatalf("the middle node's links written at once: predecessor %v, successor %v; want both", pred, succ)
 	}
 }
