@@ -15,6 +15,7 @@ import (
 
 	"github.com/chainsync-go/chainsync"
 	"github.com/chainsync-go/chainsync/internal/rawio"
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // Spec is what one agent (one chain node plus one relay hop) must know.
@@ -33,6 +34,10 @@ type Spec struct {
 	// StateDir, if set, makes the nodes durable: node i keeps its journal
 	// in StateDir/node-i (Config.StateDir), which must not exist yet.
 	StateDir string `json:"state_dir,omitempty"`
+	// PSKFile, if set, secures the nodes' links with TLS and this
+	// pre-shared key (package secure); node i is named "i". The relay
+	// stays plain TCP.
+	PSKFile string `json:"psk_file,omitempty"`
 }
 
 // Addrs are where an agent listens: its chain node for its predecessor,
@@ -186,6 +191,13 @@ func (a *agent) connect(next Addrs) error {
 	if a.chainLn != nil {
 		cfg.Listener = a.chainLn
 	}
+	if a.spec.PSKFile != "" {
+		sec, err := a.secure()
+		if err != nil {
+			return fmt.Errorf("node %d: %w", a.spec.Index, err)
+		}
+		cfg.Secure = sec
+	}
 	if !a.tail() {
 		if next.Chain == "" || next.Relay == "" {
 			return fmt.Errorf("node %d: no successor address", a.spec.Index)
@@ -224,6 +236,20 @@ func (a *agent) connect(next Addrs) error {
 		a.relayPred = c
 	}
 	return nil
+}
+
+// secure loads the TLS settings of the agent's node: the run's
+// pre-shared key, and the names of the node and its neighbours (their
+// indexes).
+func (a *agent) secure() (*secure.Config, error) {
+	o := secure.Options{PSKFile: a.spec.PSKFile, SelfName: strconv.Itoa(a.spec.Index)}
+	if !a.head() {
+		o.PrevName = strconv.Itoa(a.spec.Index - 1)
+	}
+	if !a.tail() {
+		o.NextName = strconv.Itoa(a.spec.Index + 1)
+	}
+	return secure.Load(o)
 }
 
 // relayHops starts the relay goroutines of a non-Head agent: lines from

@@ -9,10 +9,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // TestMain lets this test binary be an agent process for ModeProcs: the
@@ -237,4 +241,81 @@ func TestDurableRun(t *testing.T) {
 			t.Fatalf("%s: the run left %d entries in the state directory", mode, len(left))
 		}
 	}
+}
+
+// TestTLSRun: --tls runs the chain over TLS 1.3 with a pre-shared key
+// made for the run (the draft's Security Considerations), in both modes,
+// with rounds one at a time and in flight; the key is gone afterwards.
+func TestTLSRun(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CHAINSYNC_BENCH_AGENT", "1") // inherited by the agent processes only
+	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "chainsync-bench-tls-*"))
+	for _, mode := range []string{ModeInproc, ModeProcs} {
+		for _, k := range []int{1, 16} {
+			opts := Options{Ns: []int{3}, Mode: mode, Rounds: 30, Warmup: 2, Concurrent: k, TLS: true, Timeout: time.Minute}
+			if mode == ModeProcs {
+				opts.AgentCmd = []string{exe, "-test.run=^$"}
+			}
+			run, err := Execute(context.Background(), opts)
+			if err != nil {
+				t.Fatalf("%s, %d in flight: %v", mode, k, err)
+			}
+			checkSane(t, run, opts)
+			var out bytes.Buffer
+			if err := run.WriteText(&out); err != nil || !run.TLS || !strings.Contains(out.String(), "TLS 1.3") {
+				t.Fatalf("%s: run says TLS %v; the table does not say so: %v\n%s", mode, run.TLS, err, out.String())
+			}
+		}
+	}
+	if after, _ := filepath.Glob(filepath.Join(os.TempDir(), "chainsync-bench-tls-*")); len(after) > len(before) {
+		t.Errorf("the runs left their keys behind: %v", after)
+	}
+}
+
+// TestTLSAgentSpeaksTLS checks that an agent given a pre-shared key
+// secures its node's links: a client that proves the key, named as the
+// node's predecessor, completes a TLS handshake with it (a plain-TCP
+// node would not answer the handshake).
+func TestTLSAgentSpeaksTLS(t *testing.T) {
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := secure.WritePSKFile(psk, false); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{N: 2, Rounds: 1, Concurrent: 1, PSKFile: psk}
+	agents := make([]*agent, 2)
+	for i := range agents {
+		s := spec
+		s.Index = i
+		a, err := newAgent(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.close()
+		agents[i] = a
+	}
+	tail := agents[1].addrs()
+	if err := agents[0].connect(tail); err != nil {
+		t.Fatal(err)
+	}
+	if err := agents[1].connect(Addrs{}); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secure.Load(secure.Options{PSKFile: psk, SelfName: "0", NextName: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.DialTimeout("tcp", tail.Chain, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := sec.Client(ctx, raw, tail.Chain)
+	if err != nil {
+		t.Fatalf("TLS with the run's key to the Tail's node: %v", err)
+	}
+	c.Close()
 }

@@ -45,6 +45,9 @@ func (r *Run) Describe() string {
 	if r.Durable {
 		s += ", durable (every node journals and fsyncs its state)"
 	}
+	if r.TLS {
+		s += ", links over TLS 1.3 (pre-shared key)"
+	}
 	return s
 }
 
@@ -95,6 +98,9 @@ func (r *Run) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "\nchain: latency of one ChainSync round, from the Head's Ready to its result.\n"+
 		"floor: a raw-TCP relay of the same 4(n-1) hops through the same nodes, measured alternately with the chain.\n"+
 		"ratio: chain p50 / floor p50. Verified: %d task runs, each exactly once and after its predecessor's.\n", checked)
+	if err == nil && r.TLS {
+		_, err = fmt.Fprintf(w, "The chain's links are TLS; the floor's relay is plain TCP: the ratio includes what TLS costs.\n")
+	}
 	if err == nil && r.Durable {
 		_, err = fmt.Fprintf(w, "fsyncs/round: fsyncs of all the nodes' state journals per round (warm-up included); per node: the busiest node's.\n"+
 			"The relay floor writes no journal.\n")

@@ -10,11 +10,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/chainsync-go/chainsync/secure"
 )
 
 // Modes of a run.
@@ -39,7 +42,11 @@ type Options struct {
 	// each chain length gets a fresh directory in it for its nodes'
 	// journals, removed after the run.
 	StateDir string
-	Timeout  time.Duration // bound on each chain's run (0: 5 minutes)
+	// TLS secures every node's links with TLS 1.3 and a pre-shared key
+	// made for the run (package secure). The relay floor stays plain
+	// TCP, so the ratio then includes what TLS costs.
+	TLS     bool
+	Timeout time.Duration // bound on each chain's run (0: 5 minutes)
 	// AgentCmd starts one agent process in ModeProcs: the program and its
 	// arguments. The process must call AgentMain with its stdin and stdout.
 	AgentCmd []string
@@ -100,6 +107,7 @@ type Run struct {
 	QuickTask     bool     `json:"quick_task"`
 	ParallelTasks int      `json:"parallel_tasks,omitempty"`
 	Durable       bool     `json:"durable,omitempty"` // every node kept a state journal
+	TLS           bool     `json:"tls,omitempty"`     // the nodes' links were TLS (pre-shared key)
 	Machine       Machine  `json:"machine"`
 	Version       string   `json:"version,omitempty"`
 	Results       []Result `json:"results"`
@@ -139,14 +147,26 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		opts.Timeout = 5 * time.Minute
 	}
 	run := &Run{Mode: opts.Mode, Rounds: opts.Rounds, Warmup: opts.Warmup, Concurrent: opts.Concurrent,
-		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Durable: opts.StateDir != "", Machine: ThisMachine()}
+		TaskSleepMS: float64(opts.TaskSleep) / 1e6, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Durable: opts.StateDir != "", TLS: opts.TLS, Machine: ThisMachine()}
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("--state-dir: %w", err)
 		}
 	}
+	psk := ""
+	if opts.TLS {
+		dir, err := os.MkdirTemp("", "chainsync-bench-tls-")
+		if err != nil {
+			return nil, fmt.Errorf("--tls: a directory for the run's pre-shared key: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		psk = filepath.Join(dir, "psk")
+		if err := secure.WritePSKFile(psk, false); err != nil {
+			return nil, fmt.Errorf("--tls: %w", err)
+		}
+	}
 	for _, n := range opts.Ns {
-		res, err := executeOne(ctx, opts, n)
+		res, err := executeOne(ctx, opts, n, psk)
 		if err != nil {
 			return run, fmt.Errorf("n=%d: %w", n, err)
 		}
@@ -159,9 +179,11 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	return run, nil
 }
 
-func executeOne(ctx context.Context, opts Options, n int) (Result, error) {
+// executeOne runs the chain of n nodes; psk, if set, is the file of
+// the key that secures their links.
+func executeOne(ctx context.Context, opts Options, n int, psk string) (Result, error) {
 	spec := Spec{N: n, Warmup: opts.Warmup, Rounds: opts.Rounds, Concurrent: opts.Concurrent,
-		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Timeout: opts.Timeout}
+		TaskSleep: opts.TaskSleep, QuickTask: opts.QuickTask, ParallelTasks: opts.ParallelTasks, Timeout: opts.Timeout, PSKFile: psk}
 	if opts.StateDir != "" {
 		dir, err := os.MkdirTemp(opts.StateDir, fmt.Sprintf("bench-n%d-", n))
 		if err != nil {

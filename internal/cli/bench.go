@@ -46,6 +46,8 @@ Examples:
   chainsync bench --n 16 --quick-task              tasks inside the node's loop
   chainsync bench --n 4 --concurrent 64 --rounds 5000 --state-dir /var/tmp/cs
                                                    durable rounds: journals fsynced
+  chainsync bench --mode procs --n 16 --tls        links over TLS 1.3 (a pre-shared
+                                                   key made for the run)
   chainsync bench --n 16 --rounds 2000 --cpuprofile cpu.out
                                                    where the time goes: go tool pprof cpu.out
 
@@ -65,6 +67,7 @@ type benchOpts struct {
 	quickTask  bool
 	parallel   int
 	stateDir   string
+	tls        bool
 	timeout    time.Duration
 	json       bool
 	svg        string
@@ -81,6 +84,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to `K` tasks at once (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inside the node's loop, in the turn that started them (the library's Config.QuickTask), not after it")
 	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
+	fs.BoolVar(&o.tls, "tls", false, "secure every node's links with TLS 1.3 and a pre-shared key made for the run (the floor's relay stays plain TCP, so the ratio includes what TLS costs)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
 	fs.BoolVar(&o.json, "json", false, "write the results as JSON on stdout instead of a table")
 	fs.StringVar(&o.svg, "svg", "", "also plot latency against n for chain and floor into `FILE` (SVG)")
@@ -119,7 +123,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	opts := bench.Options{Ns: ns, Mode: o.mode, Rounds: o.rounds, Warmup: o.warmup,
-		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, ParallelTasks: o.parallel, StateDir: o.stateDir, Timeout: o.timeout, Progress: stderr}
+		Concurrent: o.concurrent, TaskSleep: o.taskSleep, QuickTask: o.quickTask, ParallelTasks: o.parallel, StateDir: o.stateDir, TLS: o.tls, Timeout: o.timeout, Progress: stderr}
 	if o.mode == bench.ModeProcs {
 		exe, err := os.Executable()
 		if err != nil {
