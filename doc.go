@@ -69,7 +69,8 @@
 // node's watch after a streak of quick tasks); undo.go the undo wave's
 // part; link.go a link with its outbox and writer, writenow.go its
 // non-blocking write (internal/rawio: raw system calls on a plain TCP
-// link, and its reads too); links.go the links, the
+// link, and its reads too; a quiet TLS link's write when its socket has
+// room for it); links.go the links, the
 // loop's side of the connections; connect.go the connector (accepting,
 // dialing and reading, off the loop) and the links' handlers; admission.go pending connections and the rate limit of
 // what strangers make the node log; prevhost.go the predecessor's host
