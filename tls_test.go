@@ -80,11 +80,18 @@ func TestPinnedChain(t *testing.T) {
 }
 
 func TestPSKChain(t *testing.T) {
+	runChain(t, startAll(t, pskChainConfigs(t, 3), []int{1, 2, 0}))
+}
+
+// pskChainConfigs returns the configurations of an n-node chain on
+// loopback whose links are TLS with one pre-shared key.
+func pskChainConfigs(t *testing.T, n int) []Config {
+	t.Helper()
 	psk := filepath.Join(t.TempDir(), "psk")
 	if err := secure.WritePSKFile(psk, false); err != nil {
 		t.Fatal(err)
 	}
-	cfgs := tcpChainConfigs(t, 3)
+	cfgs := tcpChainConfigs(t, n)
 	for i := range cfgs {
 		o := secure.Options{PSKFile: psk, SelfName: cfgs[i].Name}
 		if i > 0 {
@@ -95,7 +102,7 @@ func TestPSKChain(t *testing.T) {
 		}
 		cfgs[i].Secure = mustLoad(t, o)
 	}
-	runChain(t, startAll(t, cfgs, []int{1, 2, 0}))
+	return cfgs
 }
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -247,22 +254,7 @@ func TestUntrustedSuccessorGetsNoReady(t *testing.T) {
 // recorder, the admission's activity mark), so that a quiet link sends a
 // round's line without waking its writer.
 func TestTLSLinksWriteAtOnce(t *testing.T) {
-	psk := filepath.Join(t.TempDir(), "psk")
-	if err := secure.WritePSKFile(psk, false); err != nil {
-		t.Fatal(err)
-	}
-	cfgs := tcpChainConfigs(t, 3)
-	for i := range cfgs {
-		o := secure.Options{PSKFile: psk, SelfName: cfgs[i].Name}
-		if i > 0 {
-			o.PrevName = cfgs[i-1].Name
-		}
-		if i < len(cfgs)-1 {
-			o.NextName = cfgs[i+1].Name
-		}
-		cfgs[i].Secure = mustLoad(t, o)
-	}
-	nodes := startAll(t, cfgs, []int{0, 1, 2})
+	nodes := startAll(t, pskChainConfigs(t, 3), []int{0, 1, 2})
 	runChain(t, nodes)
 	var pred, succ bool
 	if !nodes[1].call(func() {
