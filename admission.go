@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/rawio"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -208,14 +209,15 @@ func (c *activeConn) Read(b []byte) (int, error) {
 // at its socket through it).
 func (c *activeConn) NetConn() net.Conn { return c.Conn }
 
-// watch returns raw wrapped so that l's first bytes mark it active. Loop
-// only.
+// watch returns raw wrapped so that l's first bytes mark it active,
+// and read and written with raw system calls (rawio.NewConn: under a TLS
+// link, as a plain TCP link is). Loop only.
 func (a *admission) watch(l *link, raw net.Conn) net.Conn {
 	p := a.conns[l]
 	if p == nil {
 		return raw
 	}
-	return &activeConn{Conn: raw, p: p}
+	return &activeConn{Conn: rawio.NewConn(raw), p: p}
 }
 
 // pendingReader is what the wire reader of a predecessor connection reads

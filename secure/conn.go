@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/chainsync-go/chainsync/internal/rawio"
 )
 
 // TLS record content types (RFC 8446 section 5.1) a TLS peer starts with.
@@ -194,7 +196,7 @@ func (c *Config) Client(ctx context.Context, raw net.Conn, addr string) (net.Con
 	if cfg.ServerName == "" {
 		cfg.ServerName = hostOf(peer)
 	}
-	rec := &recorder{Conn: raw}
+	rec := &recorder{Conn: rawio.NewConn(raw)}
 	return c.handshake(ctx, tls.Client(rec, cfg), rec, RoleSuccessor, peer)
 }
 
@@ -220,7 +222,7 @@ func (c *Config) Server(ctx context.Context, raw net.Conn) (net.Conn, error) {
 		raw.Close()
 		return nil, errors.New("secure: PSK mode needs the predecessor's name (Options.PrevName, from --chain) to accept it")
 	}
-	rec := &recorder{Conn: raw}
+	rec := &recorder{Conn: rawio.NewConn(raw)}
 	return c.handshake(ctx, tls.Server(rec, c.server), rec, RolePredecessor, raw.RemoteAddr().String())
 }
 

@@ -25,3 +25,6 @@ func tlsUnder(net.Conn) syscall.RawConn { return nil }
 // TakesNow is false: outside Unix a TLS link's lines all go through its
 // writer.
 func (w *Writer) TakesNow(int) bool { return false }
+
+// NewConn returns c: outside Unix the standard reads and writes are used.
+func NewConn(c net.Conn) net.Conn { return c }

@@ -44,6 +44,37 @@ func rawConn(c net.Conn) syscall.RawConn {
 	return rc
 }
 
+// NewConn returns c read and written with raw system calls, for a
+// protocol layered on it (TLS): Read as NewReader reads, Write as a
+// Writer's Write writes (at once what the socket takes, the rest with
+// c's own Write, which waits for room); everything else is c's (its
+// deadlines, Close, CloseWrite), and NetConn returns c. For a
+// connection that is not a *net.TCPConn, or whose socket is in blocking
+// mode, it returns c.
+func NewConn(c net.Conn) net.Conn {
+	if rawConn(c) == nil {
+		return c
+	}
+	return &conn{TCPConn: c.(*net.TCPConn), r: NewReader(c), w: NewWriter(c)}
+}
+
+// conn is a TCP connection read and written with raw system calls.
+type conn struct {
+	*net.TCPConn
+	r io.Reader
+	w *Writer
+}
+
+// Read reads what has arrived into b, waiting for something if nothing
+// has (NewReader).
+func (c *conn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// Write writes all of b (Writer.Write).
+func (c *conn) Write(b []byte) (int, error) { return c.w.Write(b) }
+
+// NetConn returns the TCP connection c reads and writes.
+func (c *conn) NetConn() net.Conn { return c.TCPConn }
+
 // reader is a TCP connection read with raw system calls.
 type reader struct {
 	c  net.Conn
@@ -133,7 +164,7 @@ func tlsUnder(c net.Conn) syscall.RawConn {
 	}); !ok {
 		return nil
 	}
-	for range 4 {
+	for range 8 {
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
 			return nil

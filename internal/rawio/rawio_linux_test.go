@@ -7,9 +7,11 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"math/big"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,9 +57,15 @@ type tlsConn struct{ *tls.Conn }
 // tlsPair returns the client end of a TLS connection over loopback TCP
 // (through a wrapped, as the nodes' links are), the TCP connection under
 // it, and the server's TCP end, which the test reads or not as it needs.
-func tlsPair(t *testing.T) (client net.Conn, under, server *net.TCPConn) {
+// With raw, both ends of the TLS connection read and write through
+// NewConn, as the secure package's do.
+func tlsPair(t *testing.T, raw bool) (client net.Conn, under, server *net.TCPConn, srv *tls.Conn) {
 	t.Helper()
 	a, b := pair(t)
+	var ca, cb net.Conn = a, b
+	if raw {
+		ca, cb = NewConn(a), NewConn(b)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -67,17 +75,17 @@ func tlsPair(t *testing.T) (client net.Conn, under, server *net.TCPConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	srv = tls.Server(cb, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
 	done := make(chan error, 1)
 	go func() { done <- srv.Handshake() }()
-	cl := tls.Client(wrapped{a}, &tls.Config{InsecureSkipVerify: true})
+	cl := tls.Client(wrapped{ca}, &tls.Config{InsecureSkipVerify: true})
 	if err := cl.Handshake(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	return tlsConn{cl}, a, b
+	return tlsConn{cl}, a, b, srv
 }
 
 // TestTakesNowTellsAFullSocket checks TakesNow, which lets a TLS link
@@ -87,7 +95,7 @@ func tlsPair(t *testing.T) (client net.Conn, under, server *net.TCPConn) {
 // and for more than one record's worth; yes again once the peer has
 // read; and never for a connection that is not TLS.
 func TestTakesNowTellsAFullSocket(t *testing.T) {
-	c, under, server := tlsPair(t)
+	c, under, server, _ := tlsPair(t, false)
 	w := NewWriter(c)
 	if !w.OverTLS() {
 		t.Fatal("OverTLS false for a TLS connection over TCP")
@@ -139,5 +147,57 @@ func TestTakesNowTellsAFullSocket(t *testing.T) {
 	plain, _ := pair(t)
 	if pw := NewWriter(plain); pw.OverTLS() || pw.TakesNow(1) {
 		t.Fatal("a plain TCP connection counted as TLS")
+	}
+}
+
+// TestConnUnderTLS checks NewConn, on which a TLS link reads and writes
+// with raw system calls as a plain TCP link does (the draft's section 3
+// transport; its Security Considerations' TLS): lines cross a TLS
+// connection both ways; its deadlines and Close are the TCP
+// connection's, and fail as they do; TakesNow still finds the socket
+// under it; and a socket in blocking mode is left as it is.
+func TestConnUnderTLS(t *testing.T) {
+	c, under, _, srv := tlsPair(t, true)
+	for i := range 50 {
+		line := strings.Repeat("y", i) + "\n"
+		if _, err := c.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(line))
+		if _, err := io.ReadFull(srv, got); err != nil || string(got) != line {
+			t.Fatalf("line %d: the server read %q, %v", i, got, err)
+		}
+		if _, err := srv.Write(got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != line {
+			t.Fatalf("line %d: the client read %q, %v", i, got, err)
+		}
+	}
+	w := NewWriter(c)
+	if !w.OverTLS() || !w.TakesNow(100) {
+		t.Fatalf("through NewConn: OverTLS %v, TakesNow(100) %v; want both", w.OverTLS(), w.TakesNow(100))
+	}
+	nc := NewConn(under)
+	if u, ok := nc.(interface{ NetConn() net.Conn }); !ok || u.NetConn() != net.Conn(under) {
+		t.Fatalf("NewConn's NetConn does not return the TCP connection")
+	}
+	// A read past its deadline fails as the connection's own does.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	var ne net.Error
+	if _, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a read past its deadline: %v; want a timeout", err)
+	}
+	// Under a blocking socket, NewConn is the connection itself.
+	a, _ := pair(t)
+	rc, err := a.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Control(func(fd uintptr) { err = syscall.SetNonblock(int(fd), false) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := NewConn(a); got != net.Conn(a) {
+		t.Fatalf("NewConn of a blocking socket: %T, want the connection itself", got)
 	}
 }

@@ -44,3 +44,6 @@ func tlsUnder(net.Conn) syscall.RawConn { return nil }
 // TakesNow is false: outside Linux a TLS link's lines all go through its
 // writer.
 func (w *Writer) TakesNow(int) bool { return false }
+
+// NewConn returns c: outside Linux the standard reads and writes are used.
+func NewConn(c net.Conn) net.Conn { return c }
