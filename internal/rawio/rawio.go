@@ -18,12 +18,12 @@
 // and writes); elsewhere NewReader returns the connection itself and
 // WriteNow makes a standard non-blocking write (Unix) or none.
 //
-// A TLS connection is written through crypto/tls, whose Write waits when
-// the socket under it is full. For it, a Writer tells whether that
-// socket would take a write of some size at once (TakesNow, Linux only),
-// so that a link can write its lines from the goroutine that queued
-// them, without waiting, and hand them to its writer only when the peer
-// is slow.
+// A TLS connection reads and writes the socket under it the same way
+// when that socket is wrapped with NewConn. Its own Write waits when the
+// socket is full; for it, a Writer tells whether the socket would take
+// a write of some size at once (TakesNow, Linux only), so that a link
+// can write its lines from the goroutine that queued them, without
+// waiting, and hand them to its writer only when the peer is slow.
 package rawio
 
 import (
