@@ -236,3 +236,87 @@ func TestWaitUnknownRound(t *testing.T) {
 		t.Errorf("Wait after Close: %v, want ErrStopped", err)
 	}
 }
+
+// nopInbox takes a link's inputs and drops them (a link under test has
+// no node).
+type nopInbox struct{}
+
+func (nopInbox) post(input) bool { return true }
+func (nopInbox) hold(input) bool { return true }
+
+// TestTLSFlushNeverWaits: a TLS link whose peer does not read. Each
+// flush comes after a quiet spell, so it writes at once (writenow.go)
+// while the socket under the TLS connection has room, and once it has
+// none, hands the lines to the link's writer instead: no flush may wait
+// in a write, which would hold the goroutine that ran the turn (a reader
+// of the other link, with its tasks) for the write timeout.
+func TestTLSFlushNeverWaits(t *testing.T) {
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := secure.WritePSKFile(psk, false); err != nil {
+		t.Fatal(err)
+	}
+	srvSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"})
+	cliSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
+	ln := smallBufListener(t)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, _ := srvSec.Server(ctx, raw) // then never reads
+		accepted <- c
+	}()
+	raw, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.(*net.TCPConn).SetWriteBuffer(32 << 10) // room for some lines at once, and fills soon
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := cliSec.Client(ctx, raw, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("the server's handshake failed")
+	}
+	defer peer.Close()
+
+	const writeTimeout = 3 * time.Second
+	l := &link{c: c, side: protocol.Succ, loop: nopInbox{}, crew: &crew{}, writeTimeout: writeTimeout,
+		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	pad := strings.Repeat("x", 100)
+	direct := 0
+	for i := 0; ; i++ {
+		if i == 100_000 {
+			t.Fatal("100,000 lines written at once to a peer that does not read")
+		}
+		l.lastSent.Store(0) // quiet for long: the flush may write at once
+		if !l.enqueue([]byte(wireLine("START", fmt.Sprintf("r%06d-%s", i, pad))), false, "") {
+			t.Fatal("the outbox is full")
+		}
+		start := time.Now()
+		l.flush()
+		if d := time.Since(start); d > writeTimeout/2 {
+			t.Fatalf("line %d: a flush took %v: it waited in a write on a full socket", i, d)
+		}
+		l.wmu.Lock()
+		handed := len(l.out) > 0
+		l.wmu.Unlock()
+		if handed {
+			if direct == 0 {
+				t.Fatal("the first flush already handed its line to the writer: nothing was written at once")
+			}
+			t.Logf("%d lines written at once; the socket then had no room and the next went to the writer", direct)
+			return
+		}
+		direct++
+	}
+}
