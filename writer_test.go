@@ -244,7 +244,8 @@ type nopInbox struct{}
 func (nopInbox) post(input) bool { return true }
 func (nopInbox) hold(input) bool { return true }
 
-// TestTLSFlushNeverWaits: a TLS link whose peer does not read. Each
+// TestTLSFlushNeverWaits: a TLS link (the draft's Security
+// Considerations) whose peer does not read. Each
 // flush comes after a quiet spell, so it writes at once (writenow.go)
 // while the socket under the TLS connection has room, and once it has
 // none, hands the lines to the link's writer instead: no flush may wait

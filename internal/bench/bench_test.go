@@ -276,7 +276,8 @@ func TestTLSRun(t *testing.T) {
 }
 
 // TestTLSAgentSpeaksTLS checks that an agent given a pre-shared key
-// secures its node's links: a client that proves the key, named as the
+// secures its node's links (the draft's Security Considerations: TLS
+// 1.3, pre-shared keys): a client that proves the key, named as the
 // node's predecessor, completes a TLS handshake with it (a plain-TCP
 // node would not answer the handshake).
 func TestTLSAgentSpeaksTLS(t *testing.T) {
