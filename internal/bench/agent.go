@@ -35,8 +35,8 @@ type Spec struct {
 	// in StateDir/node-i (Config.StateDir), which must not exist yet.
 	StateDir string `json:"state_dir,omitempty"`
 	// PSKFile, if set, secures the nodes' links with TLS and this
-	// pre-shared key (package secure); node i is named "i". The relay
-	// stays plain TCP.
+	// pre-shared key (package secure), and the relay's links too (the
+	// floor is then a relay over TLS); node i is named "i".
 	PSKFile string `json:"psk_file,omitempty"`
 }
 
@@ -118,6 +118,9 @@ type agent struct {
 	relayPred, relayNext net.Conn      // nil at the ends
 	relayR               *bufio.Reader // the Head's reader of relayNext
 	relayW               *rawio.Writer // the Head's writer of relayNext
+	// relayTLS, with a pre-shared key, is the TLS handshake of relayNext
+	// under way (its result); relayUp waits for it.
+	relayTLS chan relayConn
 
 	mu     sync.Mutex
 	tasks  []TaskRecord
@@ -191,9 +194,10 @@ func (a *agent) connect(next Addrs) error {
 	if a.chainLn != nil {
 		cfg.Listener = a.chainLn
 	}
+	var sec *secure.Config
 	if a.spec.PSKFile != "" {
-		sec, err := a.secure()
-		if err != nil {
+		var err error
+		if sec, err = a.secure(); err != nil {
 			return fmt.Errorf("node %d: %w", a.spec.Index, err)
 		}
 		cfg.Secure = sec
@@ -223,6 +227,18 @@ func (a *agent) connect(next Addrs) error {
 			return fmt.Errorf("node %d: relay dial %s: %w", a.spec.Index, next.Relay, err)
 		}
 		a.relayNext = c
+		if sec != nil {
+			// The successor's agent may not accept it yet (in one
+			// process the agents connect one after another): relayUp
+			// waits for the handshake.
+			a.relayTLS = make(chan relayConn, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), relayHandshake)
+				defer cancel()
+				tc, err := sec.Client(ctx, c, next.Relay)
+				a.relayTLS <- relayConn{tc, err}
+			}()
+		}
 	}
 	if a.relayLn != nil {
 		if tl, ok := a.relayLn.(*net.TCPListener); ok {
@@ -234,7 +250,40 @@ func (a *agent) connect(next Addrs) error {
 			return fmt.Errorf("node %d: relay accept: %w", a.spec.Index, err)
 		}
 		a.relayPred = c
+		if sec != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), relayHandshake)
+			defer cancel()
+			tc, err := sec.Server(ctx, c)
+			if err != nil {
+				return fmt.Errorf("node %d: relay TLS handshake with the predecessor: %w", a.spec.Index, err)
+			}
+			a.relayPred = tc
+		}
 	}
+	return nil
+}
+
+// relayConn is a relay connection's TLS handshake's result.
+type relayConn struct {
+	c   net.Conn
+	err error
+}
+
+// relayHandshake bounds a relay link's TLS handshake.
+const relayHandshake = 30 * time.Second
+
+// relayUp waits until the relay link to the successor is up: at once
+// over plain TCP; over TLS, once its handshake is over.
+func (a *agent) relayUp() error {
+	if a.relayTLS == nil {
+		return nil
+	}
+	r := <-a.relayTLS
+	a.relayTLS = nil
+	if r.err != nil {
+		return fmt.Errorf("node %d: relay TLS handshake with the successor: %w", a.spec.Index, r.err)
+	}
+	a.relayNext = r.c
 	return nil
 }
 
@@ -447,6 +496,9 @@ func (a *agent) measure(ctx context.Context, rep *Report) error {
 		deadline = time.Now().Add(time.Hour)
 	}
 	warm, ids := a.spec.roundIDs()
+	if err := a.relayUp(); err != nil {
+		return err
+	}
 	if !a.head() {
 		// Every round is opened here before this agent's relay hops
 		// start: the Head's first relay line gets through only once every

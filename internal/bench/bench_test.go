@@ -8,6 +8,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net"
 	"os"
@@ -265,7 +266,7 @@ func TestTLSRun(t *testing.T) {
 			}
 			checkSane(t, run, opts)
 			var out bytes.Buffer
-			if err := run.WriteText(&out); err != nil || !run.TLS || !strings.Contains(out.String(), "TLS 1.3") {
+			if err := run.WriteText(&out); err != nil || !run.TLS || !strings.Contains(out.String(), "relay over TLS 1.3") {
 				t.Fatalf("%s: run says TLS %v; the table does not say so: %v\n%s", mode, run.TLS, err, out.String())
 			}
 		}
@@ -279,7 +280,8 @@ func TestTLSRun(t *testing.T) {
 // secures its node's links (the draft's Security Considerations: TLS
 // 1.3, pre-shared keys): a client that proves the key, named as the
 // node's predecessor, completes a TLS handshake with it (a plain-TCP
-// node would not answer the handshake).
+// node would not answer the handshake); and that the relay links are
+// TLS too.
 func TestTLSAgentSpeaksTLS(t *testing.T) {
 	psk := filepath.Join(t.TempDir(), "psk")
 	if err := secure.WritePSKFile(psk, false); err != nil {
@@ -319,4 +321,13 @@ func TestTLSAgentSpeaksTLS(t *testing.T) {
 		t.Fatalf("TLS with the run's key to the Tail's node: %v", err)
 	}
 	c.Close()
+	// The relay floor runs over TLS too.
+	if err := agents[0].relayUp(); err != nil {
+		t.Fatal(err)
+	}
+	for name, rc := range map[string]net.Conn{"the Head's relay to the Tail": agents[0].relayNext, "the Tail's relay from the Head": agents[1].relayPred} {
+		if _, ok := rc.(interface{ ConnectionState() tls.ConnectionState }); !ok {
+			t.Errorf("%s is a %T, not a TLS connection", name, rc)
+		}
+	}
 }

@@ -95,12 +95,13 @@ func (r *Run) WriteText(w io.Writer) error {
 	for _, x := range r.Results {
 		checked += x.TasksChecked
 	}
-	_, err := fmt.Fprintf(w, "\nchain: latency of one ChainSync round, from the Head's Ready to its result.\n"+
-		"floor: a raw-TCP relay of the same 4(n-1) hops through the same nodes, measured alternately with the chain.\n"+
-		"ratio: chain p50 / floor p50. Verified: %d task runs, each exactly once and after its predecessor's.\n", checked)
-	if err == nil && r.TLS {
-		_, err = fmt.Fprintf(w, "The chain's links are TLS; the floor's relay is plain TCP: the ratio includes what TLS costs.\n")
+	relay := "a raw-TCP relay"
+	if r.TLS {
+		relay = "a relay over TLS 1.3, as the chain's links are,"
 	}
+	_, err := fmt.Fprintf(w, "\nchain: latency of one ChainSync round, from the Head's Ready to its result.\n"+
+		"floor: %s of the same 4(n-1) hops through the same nodes, measured alternately with the chain.\n"+
+		"ratio: chain p50 / floor p50. Verified: %d task runs, each exactly once and after its predecessor's.\n", relay, checked)
 	if err == nil && r.Durable {
 		_, err = fmt.Fprintf(w, "fsyncs/round: fsyncs of all the nodes' state journals per round (warm-up included); per node: the busiest node's.\n"+
 			"The relay floor writes no journal.\n")

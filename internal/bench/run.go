@@ -43,8 +43,8 @@ type Options struct {
 	// journals, removed after the run.
 	StateDir string
 	// TLS secures every node's links with TLS 1.3 and a pre-shared key
-	// made for the run (package secure). The relay floor stays plain
-	// TCP, so the ratio then includes what TLS costs.
+	// made for the run (package secure), and the relay floor's links
+	// too, so that the floor is still what the same links allow.
 	TLS     bool
 	Timeout time.Duration // bound on each chain's run (0: 5 minutes)
 	// AgentCmd starts one agent process in ModeProcs: the program and its

@@ -84,7 +84,7 @@ func (o *benchOpts) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.parallel, "parallel-tasks", 0, "each node runs up to `K` tasks at once (the library's Config.MaxParallelTasks; default one at a time, in the order the rounds were opened)")
 	fs.BoolVar(&o.quickTask, "quick-task", false, "run the empty tasks inside the node's loop, in the turn that started them (the library's Config.QuickTask), not after it")
 	fs.StringVar(&o.stateDir, "state-dir", "", "make every node durable: each keeps its state journal (fsynced before it acts) in a fresh directory under `DIR`, removed afterwards; the table adds fsyncs per round. Put DIR on the disk to measure")
-	fs.BoolVar(&o.tls, "tls", false, "secure every node's links with TLS 1.3 and a pre-shared key made for the run (the floor's relay stays plain TCP, so the ratio includes what TLS costs)")
+	fs.BoolVar(&o.tls, "tls", false, "secure every node's links, and the floor relay's, with TLS 1.3 and a pre-shared key made for the run")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a chain length after `D`")
 	fs.BoolVar(&o.json, "json", false, "write the results as JSON on stdout instead of a table")
 	fs.StringVar(&o.svg, "svg", "", "also plot latency against n for chain and floor into `FILE` (SVG)")
