@@ -72,12 +72,7 @@ func TestStuckPeerStallsNothing(t *testing.T) {
 // the goroutine that reads the predecessor would wait in a write and the
 // Tail would stop acting on its lines.
 func TestStuckTLSPeerStallsNothing(t *testing.T) {
-	psk := filepath.Join(t.TempDir(), "psk")
-	if err := secure.WritePSKFile(psk, false); err != nil {
-		t.Fatal(err)
-	}
-	tailSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"})
-	predSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
+	tailSec, predSec := pskPair(t)
 	stuckPeer(t, tailSec, func(addr string) (net.Conn, error) {
 		raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err != nil {
@@ -252,12 +247,7 @@ func (nopInbox) hold(input) bool { return true }
 // in a write, which would hold the goroutine that ran the turn (a reader
 // of the other link, with its tasks) for the write timeout.
 func TestTLSFlushNeverWaits(t *testing.T) {
-	psk := filepath.Join(t.TempDir(), "psk")
-	if err := secure.WritePSKFile(psk, false); err != nil {
-		t.Fatal(err)
-	}
-	srvSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"})
-	cliSec := mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
+	srvSec, cliSec := pskPair(t)
 	ln := smallBufListener(t)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
@@ -320,4 +310,16 @@ func TestTLSFlushNeverWaits(t *testing.T) {
 		}
 		direct++
 	}
+}
+
+// pskPair returns the TLS settings of a node T and of its predecessor P,
+// with one pre-shared key.
+func pskPair(t *testing.T) (tail, pred *secure.Config) {
+	t.Helper()
+	psk := filepath.Join(t.TempDir(), "psk")
+	if err := secure.WritePSKFile(psk, false); err != nil {
+		t.Fatal(err)
+	}
+	return mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"}),
+		mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
 }

@@ -33,6 +33,9 @@ func TestBlockingSocketPassesThrough(t *testing.T) {
 	if r := NewReader(a); r != io.Reader(a) {
 		t.Fatalf("NewReader of a blocking socket: %T, want the connection itself", r)
 	}
+	if c := NewConn(a); c != net.Conn(a) {
+		t.Fatalf("NewConn of a blocking socket: %T, want the connection itself", c)
+	}
 	if k, err := NewWriter(a).WriteNow([]byte("x\n")); k != 0 || err != nil {
 		t.Fatalf("WriteNow to a blocking socket: %d, %v; want 0, nil", k, err)
 	}
@@ -154,8 +157,9 @@ func TestTakesNowTellsAFullSocket(t *testing.T) {
 // with raw system calls as a plain TCP link does (the draft's section 3
 // transport; its Security Considerations' TLS): lines cross a TLS
 // connection both ways; its deadlines and Close are the TCP
-// connection's, and fail as they do; TakesNow still finds the socket
-// under it; and a socket in blocking mode is left as it is.
+// connection's, and fail as they do; and TakesNow still finds the
+// socket under it (a socket in blocking mode is left as it is:
+// TestBlockingSocketPassesThrough).
 func TestConnUnderTLS(t *testing.T) {
 	c, under, _, srv := tlsPair(t, true)
 	for i := range 50 {
@@ -187,17 +191,5 @@ func TestConnUnderTLS(t *testing.T) {
 	var ne net.Error
 	if _, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("a read past its deadline: %v; want a timeout", err)
-	}
-	// Under a blocking socket, NewConn is the connection itself.
-	a, _ := pair(t)
-	rc, err := a.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Control(func(fd uintptr) { err = syscall.SetNonblock(int(fd), false) }); err != nil {
-		t.Fatal(err)
-	}
-	if got := NewConn(a); got != net.Conn(a) {
-		t.Fatalf("NewConn of a blocking socket: %T, want the connection itself", got)
 	}
 }
