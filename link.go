@@ -255,17 +255,12 @@ func (l *link) kick() {
 
 // writeBlocking writes all of b, waiting up to WriteTimeout for the peer.
 func (l *link) writeBlocking(b []byte) (int, error) {
-	l.renewWriteDeadline()
-	return l.c.Write(b)
-}
-
-// renewWriteDeadline sets the write deadline WriteTimeout from now once
-// half of it is used up (setting it costs more than a write on the fast
-// path), so that a write never starts with less than half of it left.
-// Under writing.
-func (l *link) renewWriteDeadline() {
+	// Renew the deadline only when half of it is used up (setting it
+	// costs more than a write on the fast path): a write never starts
+	// with less than half of it left.
 	if now := time.Now(); now.After(l.wdl) {
 		l.wdl = now.Add(l.writeTimeout / 2)
 		_ = l.c.SetWriteDeadline(now.Add(l.writeTimeout))
 	}
+	return l.c.Write(b)
 }

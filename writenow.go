@@ -19,11 +19,13 @@ func (l *link) writeNow(b []byte, since time.Duration) (int, error) {
 	if !l.now.OverTLS() {
 		return l.now.WriteNow(b)
 	}
-	if len(b) == 0 || since < tlsQuiet || !l.now.TakesNow(len(b)) {
+	if since < tlsQuiet || !l.now.TakesNow(len(b)) {
 		return 0, nil
 	}
-	l.renewWriteDeadline() // an expired one would fail the write, and a TLS connection with it
-	return l.c.Write(b)
+	// The writer's write, deadline renewed (an expired one would fail
+	// the write, and the TLS connection with it); with room for b it
+	// does not wait.
+	return l.writeBlocking(b)
 }
 
 // tlsQuiet is how long a TLS link must have been quiet for a write from
