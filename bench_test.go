@@ -37,11 +37,17 @@ func readProcCost() procCost {
 	return c
 }
 
-// reportCost reports what the process spent since c0, per round: CPU time
-// (user and system, milliseconds) and goroutines created. Unlike the
-// latency, CPU time per round changes little with the machine's load.
-func reportCost(b *testing.B, c0 procCost, rounds int) {
-	c := readProcCost()
+// minus is c less d.
+func (c procCost) minus(d procCost) procCost {
+	return procCost{user: c.user - d.user, sys: c.sys - d.sys, goroutines: c.goroutines - d.goroutines}
+}
+
+// reportCost reports what the process spent since c0, less what the
+// floor's blocks spent meanwhile (other), per round: CPU time (user and
+// system, milliseconds) and goroutines created. Unlike the latency, CPU
+// time per round changes little with the machine's load.
+func reportCost(b *testing.B, c0, other procCost, rounds int) {
+	c := readProcCost().minus(other)
 	per := func(d time.Duration) float64 { return float64(d) / float64(rounds) / 1e6 }
 	b.ReportMetric(per(c.user-c0.user), "user-ms/round")
 	b.ReportMetric(per(c.sys-c0.sys), "sys-ms/round")
@@ -124,6 +130,7 @@ type floor struct {
 	pp         *pingPong
 	hops       int
 	spent      time.Duration // in the floor's hops
+	cost       procCost      // what the process spent in them
 	done, iter int           // the floor's hops so far; iterations seen
 }
 
@@ -132,7 +139,10 @@ type floor struct {
 func (f *floor) add() {
 	if f.iter%floorEvery == 0 {
 		k := max(floorEvery*f.hops, minFloorBlock)
+		c0 := readProcCost()
 		f.spent += f.pp.hops(k)
+		c := readProcCost().minus(c0)
+		f.cost.user, f.cost.sys = f.cost.user+c.user, f.cost.sys+c.sys
 		f.done += k
 	}
 	f.iter++
@@ -200,7 +210,7 @@ func benchRound(b *testing.B, n int, quick bool) {
 		fl.add()
 		total += run(fmt.Sprint("r", i))
 	}
-	reportCost(b, c0, b.N)
+	reportCost(b, c0, fl.cost, b.N)
 	per := total / time.Duration(b.N)
 	b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/round")
 	fl.report(b, total, b.N)
