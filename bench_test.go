@@ -221,7 +221,8 @@ func benchRound(b *testing.B, n int, quick bool) {
 // nodes' links read and write: internal/rawio), reported against the
 // same ping-pong floor, measured in turns with it. It shows what a chain
 // of hops costs before any protocol work: x-floor here is the best
-// BenchmarkRound could do.
+// BenchmarkRound could do, and its CPU time per round what a round's
+// hops cost before the nodes do anything.
 func BenchmarkRelay(b *testing.B) {
 	const hops = 60 // 4(n-1) for n=16
 	pp := newPingPong(b)
@@ -259,6 +260,7 @@ func BenchmarkRelay(b *testing.B) {
 	msg := []byte("READY:r1\n")
 	fl := floor{pp: pp, hops: hops}
 	var total time.Duration
+	c0 := readProcCost()
 	for b.Loop() {
 		fl.add()
 		t0 := time.Now()
@@ -268,6 +270,7 @@ func BenchmarkRelay(b *testing.B) {
 		}
 		total += time.Since(t0)
 	}
+	reportCost(b, c0, fl.cost, b.N)
 	fl.report(b, total, b.N)
 }
 
