@@ -55,7 +55,7 @@ func (s *stepper) step(ev protocol.Event, recs *[]protocol.Record) ([]protocol.A
 	if s.durable {
 		for _, a := range acts {
 			if a.Kind == protocol.ActSave {
-				*recs = append(*recs, a.Record)
+				*recs = append(*recs, *a.Record)
 			}
 		}
 	}

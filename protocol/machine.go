@@ -330,7 +330,10 @@ type Action struct {
 	State   State   // ActState: the new state
 	Wait    Wait    // ActState: what the round waits for on entering State
 	Outcome Outcome // ActDone
-	Record  Record  // ActSave
+	// ActSave: the round's record to write, the step's own (nil for
+	// other kinds: a pointer, so that every action of every step does not
+	// carry a record's 576 bytes for the one kind that has one).
+	Record *Record
 	// ActTimeout: which timeout; To is the neighbour it is about (for a
 	// phase timeout, the side the round waits on, 0 for this node), From
 	// and Wait the round's state and what it waited for, After how long.
@@ -915,12 +918,13 @@ func (m *Machine) Step(ev Event, out []Action) ([]Action, error) {
 	var saves []Action
 	if one {
 		if after := m.rounds.Get(id).record(); after != before {
-			saves = append(saves, Action{Kind: ActSave, Round: id, Record: after})
+			saves = append(saves, Action{Kind: ActSave, Round: id, Record: &after})
 		}
 	}
 	for _, r := range m.moved.rs {
 		if !one || r.id != id {
-			saves = append(saves, Action{Kind: ActSave, Round: r.id, Record: r.record()})
+			rec := r.record()
+			saves = append(saves, Action{Kind: ActSave, Round: r.id, Record: &rec})
 		}
 	}
 	return slices.Insert(out, start, saves...), nil

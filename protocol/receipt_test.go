@@ -103,7 +103,7 @@ func (c *rchain) try(i int, ev protocol.Event) error {
 		k := key(i, a.Round)
 		switch a.Kind {
 		case protocol.ActSave:
-			c.journal[i][a.Round] = a.Record
+			c.journal[i][a.Round] = *a.Record
 		case protocol.ActSend:
 			if n := a.Msg.Receipt; n != nil && n.Node == c.names[i] {
 				rec := c.journal[i][a.Msg.Round].Receipt

@@ -22,7 +22,7 @@ func describe(acts []protocol.Action, err error) string {
 	for _, a := range acts {
 		fmt.Fprintf(&b, "%s", sim.DescribeAction(a))
 		if a.Kind == protocol.ActSave {
-			fmt.Fprintf(&b, " %+v", a.Record)
+			fmt.Fprintf(&b, " %+v", *a.Record)
 		}
 		b.WriteString("; ")
 	}
@@ -129,7 +129,7 @@ func (sc *saveChecker) check(i int, ev protocol.Event, acts []protocol.Action) e
 			if k != 0 || save != nil {
 				return fmt.Errorf("ActSave at position %d: a step's one save must come first", k)
 			}
-			save = &a.Record
+			save = a.Record
 		case protocol.ActSend:
 			needSave = needSave || !a.Resend
 		case protocol.ActRunTask, protocol.ActState, protocol.ActDone:

@@ -46,7 +46,7 @@ func machineRecords(t testing.TB, rounds ...string) [][]protocol.Record {
 			var recs []protocol.Record
 			for _, a := range acts {
 				if a.Kind == protocol.ActSave {
-					recs = append(recs, a.Record)
+					recs = append(recs, *a.Record)
 				}
 			}
 			if len(recs) == 0 {

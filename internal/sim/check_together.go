@@ -148,7 +148,7 @@ func (t *Table) action(i int, a protocol.Action, saves *[]protocol.Record) error
 			return fmt.Errorf("the round ended here while this node's task of it runs")
 		}
 	case protocol.ActSave:
-		*saves = append(*saves, a.Record)
+		*saves = append(*saves, *a.Record)
 	}
 	return nil
 }

@@ -323,7 +323,7 @@ func (n *Network) step(i int, ev protocol.Event, out []protocol.Action) ([]proto
 					reports = append(reports, n.notice(i, a))
 				}
 			case protocol.ActSave:
-				n.Nodes[i].save(a.Record)
+				n.Nodes[i].save(*a.Record)
 			case protocol.ActSend:
 				if serr := n.send(i, a.To, a.Msg); serr != nil {
 					err = serr
