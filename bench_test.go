@@ -69,6 +69,8 @@ type pingPong struct {
 	w *rawio.Writer
 }
 
+// newPingPong connects a ping-pong on loopback, closed when b ends, and
+// warms it up.
 func newPingPong(b *testing.B) *pingPong {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -157,12 +159,12 @@ func (f *floor) report(b *testing.B, spent time.Duration, rounds int) {
 }
 
 // BenchmarkRound measures one round's latency on an n-node chain in one
-// process over real loopback TCP, with empty tasks. x-floor is that latency
-// divided by that of 4(n-1) one-way raw TCP hops (pingPong), measured
-// in turns with the rounds; the
-// CPU time and goroutines the process spent per round are reported too. The
-// task=goroutine cases run each task on a goroutine of its own (the
-// default, for tasks that may block); task=quick sets Config.QuickTask.
+// process over real loopback TCP, with empty tasks. x-floor is that
+// latency divided by that of 4(n-1) one-way raw TCP hops (pingPong),
+// measured in turns with the rounds; the CPU time and goroutines the
+// process spent per round are reported too. The task=goroutine cases run
+// each task on a goroutine of its own (the default, for tasks that may
+// block); task=quick sets Config.QuickTask.
 func BenchmarkRound(b *testing.B) {
 	for _, quick := range []bool{false, true} {
 		mode := "task=goroutine"
