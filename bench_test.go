@@ -69,39 +69,50 @@ type pingPong struct {
 	w *rawio.Writer
 }
 
-// newPingPong connects a ping-pong on loopback, closed when b ends, and
-// warms it up.
+// newPingPong connects a ping-pong on loopback and warms it up.
 func newPingPong(b *testing.B) *pingPong {
+	c, echo := loopbackPair(b)
+	go relayLines(echo, echo)
+	p := &pingPong{b: b, r: bufio.NewReader(rawio.NewReader(c)), w: rawio.NewWriter(c)}
+	p.hops(4000) // warm up
+	return p
+}
+
+// loopbackPair returns the two ends of a TCP connection on loopback,
+// closed when b ends.
+func loopbackPair(b *testing.B) (dialed, accepted net.Conn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() {
-		c, err := ln.Accept()
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); ch <- c }()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	accepted = <-ch
+	if accepted == nil {
+		b.Fatal("loopback accept failed")
+	}
+	b.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed, accepted
+}
+
+// relayLines writes each line read from in on to out, as the nodes'
+// links read and write (internal/rawio), until either fails.
+func relayLines(in, out net.Conn) {
+	r, w := bufio.NewReader(rawio.NewReader(in)), rawio.NewWriter(out)
+	for {
+		line, err := r.ReadSlice('\n')
 		if err != nil {
 			return
 		}
-		defer c.Close()
-		r, w := bufio.NewReader(rawio.NewReader(c)), rawio.NewWriter(c)
-		for {
-			line, err := r.ReadSlice('\n')
-			if err != nil {
-				return
-			}
-			if _, err := w.Write(line); err != nil {
-				return
-			}
+		if _, err := w.Write(line); err != nil {
+			return
 		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		ln.Close()
-		b.Fatal(err)
 	}
-	b.Cleanup(func() { c.Close(); ln.Close() })
-	p := &pingPong{b: b, r: bufio.NewReader(rawio.NewReader(c)), w: rawio.NewWriter(c)}
-	p.hops(4000) // warm up
-	return p
 }
 
 // hops sends a line back and forth until it has made k one-way hops (k
@@ -231,31 +242,10 @@ func BenchmarkRelay(b *testing.B) {
 	ins := make([]net.Conn, hops)  // where hop i reads
 	outs := make([]net.Conn, hops) // where hop i-1 writes
 	for i := range hops {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		accepted := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); accepted <- c }()
-		if outs[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
-			b.Fatal(err)
-		}
-		ins[i] = <-accepted
-		ln.Close()
-		defer outs[i].Close()
-		defer ins[i].Close()
+		outs[i], ins[i] = loopbackPair(b)
 	}
 	for i := 0; i < hops-1; i++ {
-		go func(in, out net.Conn) {
-			r, w := bufio.NewReader(rawio.NewReader(in)), rawio.NewWriter(out)
-			for {
-				line, err := r.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				w.Write(line)
-			}
-		}(ins[i], outs[i+1])
+		go relayLines(ins[i], outs[i+1])
 	}
 	last := bufio.NewReader(rawio.NewReader(ins[hops-1]))
 	first := rawio.NewWriter(outs[0])
