@@ -152,7 +152,7 @@ func main() {
 				if err != nil {
 					fatalf("%s n=%d: %v", name, n, err)
 				}
-				st := stats(lat)
+				st := bench.Summarise(lat)
 				rep.Rows = append(rep.Rows, row{N: n, System: name, Stats: st, Against: "ChainSync, one process", Ratio: st.Median / csIn.Median})
 			}
 		}
@@ -170,7 +170,7 @@ func main() {
 			if err != nil {
 				fatalf("Python reference n=%d: %v", n, err)
 			}
-			st := stats(lat)
+			st := bench.Summarise(lat)
 			rep.Rows = append(rep.Rows, row{N: n, System: "Python reference, process per node", Stats: st, Against: "ChainSync, process per node", Ratio: st.Median / csPr.Median})
 		}
 	}
@@ -210,22 +210,6 @@ func fatalf(format string, a ...any) {
 }
 
 func progress(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
-
-func stats(ds []time.Duration) bench.Stats {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	rank := func(p float64) time.Duration {
-		i := int(p*float64(len(s))+0.999999) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	return bench.Stats{Median: us(rank(0.5)), P90: us(rank(0.9)), P99: us(rank(0.99)),
-		Mean: us(sum / time.Duration(len(s))), Min: us(s[0]), Max: us(s[len(s)-1])}
-}
 
 // versions names the modules this binary was built with.
 func versions() map[string]string {

@@ -142,7 +142,7 @@ func TestSummarise(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		ds = append(ds, time.Duration(i)*time.Microsecond)
 	}
-	s := summarise(ds)
+	s := Summarise(ds)
 	if s.Median != 50 || s.P90 != 90 || s.P99 != 99 || s.Min != 1 || s.Max != 100 || s.Mean != 50.5 {
 		t.Errorf("summarise 1..100µs: %+v", s)
 	}

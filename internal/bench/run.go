@@ -458,7 +458,7 @@ func analyse(spec Spec, reps []Report, setup time.Duration) (Result, error) {
 	}
 	res := Result{
 		N: spec.N, Hops: 4 * (spec.N - 1), Rounds: spec.Rounds, Concurrent: spec.Concurrent,
-		Chain: summarise(head.Chain), Floor: summarise(head.Relay),
+		Chain: Summarise(head.Chain), Floor: Summarise(head.Relay),
 		SetupMS: float64(setup) / 1e6, TasksChecked: checked,
 	}
 	if res.Floor.Median > 0 {
@@ -525,7 +525,9 @@ func verify(spec Spec, reps []Report) (int, error) {
 	return checked, nil
 }
 
-func summarise(ds []time.Duration) Stats {
+// Summarise is the median, percentiles (nearest rank), mean and extremes
+// of ds, in microseconds; zero for none.
+func Summarise(ds []time.Duration) Stats {
 	if len(ds) == 0 {
 		return Stats{}
 	}
