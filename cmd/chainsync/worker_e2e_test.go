@@ -314,12 +314,12 @@ func TestWorkerExitsMidRequestE2E(t *testing.T) {
 		return shWorker(dir)
 	})
 	procs[0].wait(t, time.Minute)
-	procs[2].waitLog(t, 20*time.Second, "naming the worker's exit status", containsAll("r3", "exited with status 3"))
+	procs[2].waitLog(t, 20*time.Second, "naming the worker's exit status", containsAll("r3", "worker exited with status 3"))
 	procs[0].waitLog(t, 20*time.Second, "saying r3 failed at C", containsAll("round failed", "round=r3", "node=C"))
 	procs[2].waitLog(t, 20*time.Second, "C starting its worker again", containsAll("worker started again"))
 	waitFor(t, 20*time.Second, "D running r4", func() bool { return hasRun(t, dir, "D", "r4") })
 	out, _, code := runCLI(t, "status", saddr)
-	if code != 0 || !strings.Contains(out, "worker env: pid ") || !strings.Contains(out, "2 starts") || !strings.Contains(out, "exited with status 3") {
+	if code != 0 || !strings.Contains(out, "worker env: pid ") || !strings.Contains(out, "2 starts") || !strings.Contains(out, "worker exited with status 3") {
 		t.Errorf("chainsync status of C: exit %d\n%s\nwant its worker up, started twice, the first one's exit named", code, out)
 	}
 	stopServed(t, procs)

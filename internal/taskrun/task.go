@@ -416,7 +416,8 @@ func (t *Runner) RunPiped(ctx context.Context, grace time.Duration, stdin, stdou
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Errorf("%s was killed by signal %d (%v)", t.cmd[0], int(ws.Signal()), ws.Signal())
+			return &SignalError{msg: fmt.Sprintf("%s was killed by signal %d (%v)", t.cmd[0], int(ws.Signal()), ws.Signal()),
+				sig: int(ws.Signal()), name: ws.Signal().String()}
 		}
 		return &StatusError{msg: fmt.Sprintf("%s exited with status %d", t.cmd[0], ee.ExitCode()), code: ee.ExitCode()}
 	}
@@ -491,3 +492,19 @@ func (e *StatusError) Error() string { return e.msg }
 
 // ExitCode returns the command's exit status.
 func (e *StatusError) ExitCode() int { return e.code }
+
+// SignalError is a task (or worker) that a signal killed: "sh was killed
+// by signal 9 (killed)".
+type SignalError struct {
+	msg  string
+	sig  int
+	name string
+}
+
+func (e *SignalError) Error() string { return e.msg }
+
+// Signal returns the signal's number.
+func (e *SignalError) Signal() int { return e.sig }
+
+// SignalName returns the signal's name ("killed").
+func (e *SignalError) SignalName() string { return e.name }

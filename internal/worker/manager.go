@@ -455,7 +455,7 @@ type proc struct {
 	stdin    *os.File
 	wmu      sync.Mutex // one line at a time on stdin
 	stop     context.CancelFunc
-	answered atomic.Int64 // requests answered ok
+	answered atomic.Int64 // requests answered ok (hello not counted)
 	junk     int          // lines that were not responses (read only)
 
 	mu      sync.Mutex
@@ -557,8 +557,8 @@ func (p *proc) handle(line []byte) {
 		if a.err == "" {
 			a.err = "the worker answered ok:false without an error"
 		}
-	} else {
-		p.answered.Add(1)
+	} else if *r.ID != 0 {
+		p.answered.Add(1) // a request's answer: hello's is not one
 	}
 	ch <- a
 }
@@ -598,10 +598,7 @@ func (p *proc) life(spawned <-chan error, read <-chan error, out *os.File) {
 	out.Close()
 	p.stdin.Close()
 	p.stop()
-	how := "worker " + p.m.cfg.Command + " exited with status 0"
-	if exit != nil {
-		how = "worker " + exit.Error()
-	}
+	how := exitWords(exit, p.m.cfg.Command)
 	p.mu.Lock()
 	switch {
 	case p.killed != "":
@@ -699,4 +696,26 @@ func parseOK(line []byte) (id uint64, ok bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// exitWords says how the worker command ended, as the round it failed
+// reports it: "worker exited with status 3 (sh)", "worker killed by
+// signal 9 (killed; sh)" (from Config.Spawn's error: an ExitCode or a
+// Signal and SignalName method, as internal/taskrun's errors have), or
+// the error of a run that did not end so.
+func exitWords(exit error, command string) string {
+	var st interface{ ExitCode() int }
+	var sig interface {
+		Signal() int
+		SignalName() string
+	}
+	switch {
+	case exit == nil:
+		return "worker exited with status 0 (" + command + ")"
+	case errors.As(exit, &st):
+		return fmt.Sprintf("worker exited with status %d (%s)", st.ExitCode(), command)
+	case errors.As(exit, &sig):
+		return fmt.Sprintf("worker killed by signal %d (%s; %s)", sig.Signal(), sig.SignalName(), command)
+	}
+	return "worker " + exit.Error()
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chainsync-go/chainsync/internal/taskrun"
 	"github.com/chainsync-go/chainsync/worker"
 )
 
@@ -236,6 +237,27 @@ func TestWorkerDies(t *testing.T) {
 	}
 }
 
+// TestBackoffGrowsWhileNoRequestIsAnswered: a worker that answers hello
+// and then dies on every request is started again after a pause that
+// doubles each time (docs/WORKERS.md); answering hello is not answering
+// a request.
+func TestBackoffGrowsWhileNoRequestIsAnswered(t *testing.T) {
+	m, lb := start(t, "ok", Config{})
+	for range 3 {
+		if err := m.Run(context.Background(), "die"); err == nil {
+			t.Fatal("a request held by a dying worker succeeded")
+		}
+	}
+	if err := m.Run(context.Background(), "r1"); err != nil {
+		t.Fatalf("the next request: %v", err)
+	}
+	for _, in := range []string{"in=1ms", "in=2ms", "in=4ms"} {
+		if !strings.Contains(lb.String(), "worker ended; starting it again (chainsync status shows it)") || !strings.Contains(lb.String(), in) {
+			t.Fatalf("no restart logged %s: the pause does not double while no request is answered", in)
+		}
+	}
+}
+
 // TestStdoutClosed: a worker that closes its standard output holding a
 // request fails it and is stopped, then started again.
 func TestStdoutClosed(t *testing.T) {
@@ -345,5 +367,28 @@ func TestStatusText(t *testing.T) {
 		if got := c.s.Text(); got != c.want {
 			t.Errorf("Text() = %q, want %q", got, c.want)
 		}
+	}
+}
+
+// TestExitWordsNameHowTheWorkerEnded: a worker that exits or is killed
+// fails its request in the words docs/WORKERS.md gives ("worker exited
+// with status 3", "worker killed by signal 9"), from the task runner's
+// own errors.
+func TestExitWordsNameHowTheWorkerEnded(t *testing.T) {
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"sh", "-c", "exit 3"}, "worker exited with status 3 (sh)"},
+		{[]string{"sh", "-c", "kill -9 $$"}, "worker killed by signal 9 (killed; sh)"},
+		{[]string{"true"}, "worker exited with status 0 (true)"},
+	} {
+		err := taskrun.New(taskrun.Config{Cmd: c.cmd}).Run(context.Background(), time.Second)
+		if got := exitWords(err, c.cmd[0]); got != c.want {
+			t.Errorf("%v: %q (from %v), want %q", c.cmd, got, err, c.want)
+		}
+	}
+	if got := exitWords(errors.New("exec: \"nope\": not found"), "nope"); got != `worker exec: "nope": not found` {
+		t.Errorf("a start that failed: %q", got)
 	}
 }
