@@ -504,3 +504,32 @@ func TestServePipelineHungNodeE2E(t *testing.T) {
 		}
 	}
 }
+
+// TestServeHaltTaskFailedWithRoundsInFlightE2E: under --fault-policy halt
+// (the default), a served node whose own task fails exits 3 even when
+// later rounds were in flight and ended as faults (exit 4) with it: the
+// failed round's own result decides, whichever result the node reads
+// first. The Head opens r1, fail-B, r3, r4, r5 from --rounds-from.
+//
+// docs/OPERATIONS.md, exit status; draft, Error Handling.
+func TestServeHaltTaskFailedWithRoundsInFlightE2E(t *testing.T) {
+	dir := t.TempDir()
+	names, addrs, procs := serveChain(t, dir, 4, nil)
+	ids := filepath.Join(dir, "ids")
+	if err := os.WriteFile(ids, []byte("r1\nfail-B\nr3\nr4\nr5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := headArgs(dir, names, addrs, "--rounds-from", ids, "--serve", "--", "sh", "-c", taskScript)
+	procs[0] = startProc(t, "A", []string{"DIR=" + dir}, args...)
+	if got := procs[1].wait(t, 30*time.Second); got != 3 {
+		t.Errorf("B, whose task failed, exited %d, want 3\n%s", got, procs[1].out.String())
+	}
+	for _, p := range []*proc{procs[0], procs[2], procs[3]} {
+		if got := p.wait(t, 15*time.Second); got != 4 {
+			t.Errorf("%s exited %d, want 4 (the chain halted)", p.name, got)
+		}
+	}
+	if lines := readLines(t, filepath.Join(dir, "tasks")); slices.Contains(lines, "start C fail-B") {
+		t.Errorf("C ran the task of the failed round: %q", lines)
+	}
+}

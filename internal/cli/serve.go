@@ -428,6 +428,11 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 		delete(watched, id)
 		wmu.Unlock()
 	}
+	pending := func() int {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return len(watched)
+	}
 
 	var op *opener
 	// eof is closed at the end of --rounds-from. The reader closes its own
@@ -529,13 +534,40 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 			}
 		}
 		if halting && len(node.Snapshot().Rounds) == 0 {
-			return code
+			// Every round is over here, but the results of some may not
+			// have been read yet: the round whose task failed here (exit
+			// 3) outranks the rounds the halt ended with it (exit 4),
+			// whichever of them came first.
+			return lastResults(results, pending, forget, code, func(oc outcome) int { return served(oc, op != nil, halt, log) })
 		}
 		if ended && op.inFlight() == 0 {
 			log.Info("--rounds-from ended and every round it opened is over; exiting")
 			return code
 		}
 	}
+}
+
+// lastResultsWait bounds how long a halting node waits for the results of
+// rounds that are over but not yet read (a round it never heard of has
+// none to give).
+const lastResultsWait = 500 * time.Millisecond
+
+// lastResults reads the results still coming once every round is over
+// at a halting node, until none is pending or lastResultsWait has
+// passed, and returns code made worse by each (take says its exit code).
+func lastResults(results <-chan outcome, pending func() int, forget func(string), code int, take func(outcome) int) int {
+	t := time.NewTimer(lastResultsWait)
+	defer t.Stop()
+	for pending() > 0 {
+		select {
+		case oc := <-results:
+			forget(oc.Round)
+			code = worse(code, take(oc))
+		case <-t.C:
+			return code
+		}
+	}
+	return code
 }
 
 // checkServe checks the flags of a served node; hasPred says whether the
