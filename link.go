@@ -125,18 +125,60 @@ func (l *link) closeConn() {
 // TLS connection whose socket has no room left for its closing alert
 // has the connection under it closed first, so that its close_notify
 // fails at once instead of waiting up to five seconds (crypto/tls's
-// bound on it; Close waits for every link's close).
+// bound on it; Close waits for every link's close). Otherwise it ends
+// its side first and reads what the peer still sends, for at most
+// lingerWait (linger): a socket closed with bytes unread resets the
+// connection, and the reset can cost the peer the last lines written to
+// it before it read them (a halting node's fault notice).
 func closeQuick(c net.Conn) {
-	if w := rawio.NewWriter(c); w.OverTLS() && !w.TakesNow(closeAlertRoom) {
-		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
-			_ = u.NetConn().Close()
+	raw := c
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+		raw = u.NetConn()
+	}
+	if w := rawio.NewWriter(c); w.OverTLS() {
+		if !w.TakesNow(closeAlertRoom) {
+			_ = raw.Close()
+			_ = c.Close()
+			return
+		}
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite() // its close_notify
 		}
 	}
+	linger(raw)
 	_ = c.Close()
 }
 
 // closeAlertRoom is room enough for a TLS close_notify record.
 const closeAlertRoom = 64
+
+// lingerWait and lingerMax bound what linger reads: a peer that neither
+// closes nor stops writing is cut off.
+const (
+	lingerWait = 300 * time.Millisecond
+	lingerMax  = 64 << 10
+)
+
+// linger ends the writing side of the TCP connection c (its last bytes
+// go out, then its end) and reads and drops what the peer sends until it
+// closes its side, for at most lingerWait and lingerMax bytes.
+func linger(c net.Conn) {
+	tc, ok := c.(interface{ CloseWrite() error })
+	if !ok || tc.CloseWrite() != nil {
+		return
+	}
+	if c.SetReadDeadline(time.Now().Add(lingerWait)) != nil {
+		return
+	}
+	var buf [4096]byte
+	for n := 0; n < lingerMax; {
+		k, err := c.Read(buf[:])
+		if err != nil {
+			return
+		}
+		n += k
+	}
+}
 
 // shut closes l; what is still queued on it (a fault notice) is written
 // first, waiting at most shutWait for the peer, by a goroutine of its own,
