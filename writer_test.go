@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -322,4 +323,77 @@ func pskPair(t *testing.T) (tail, pred *secure.Config) {
 	}
 	return mustLoad(t, secure.Options{PSKFile: psk, SelfName: "T", PrevName: "P"}),
 		mustLoad(t, secure.Options{PSKFile: psk, SelfName: "P", NextName: "T"})
+}
+
+// TestCloseDoesNotResetThePeer: a link closed while the peer's lines sit
+// unread in its socket ends its side and drains them first, so the peer
+// reads the last line written to it (a halting node's fault notice) and
+// then the end of the stream, not a reset that can cost it that line.
+// The draft's Error Handling: every node hears of a halt.
+func TestCloseDoesNotResetThePeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); accepted <- c }()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c := <-accepted
+	if c == nil {
+		t.Fatal("accept failed")
+	}
+	if _, err := peer.Write([]byte("COMPLETE:r3\nCOMPLETE:r4\n")); err != nil { // unread by c
+		t.Fatal(err)
+	}
+	waitUnread(t, c, len("COMPLETE:r3\nCOMPLETE:r4\n"))
+	if _, err := c.Write([]byte("FAULT:halt\n")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { closeQuick(c); close(closed) }()
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []byte
+	buf := make([]byte, 64)
+	for {
+		n, err := peer.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("the peer read %q, then %v: want the line, then the end of the stream", got, err)
+			}
+			break
+		}
+	}
+	if string(got) != "FAULT:halt\n" {
+		t.Fatalf("the peer read %q", got)
+	}
+	peer.Close() // as a node does at the end of the stream: the linger ends
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("closeQuick did not return")
+	}
+}
+
+// waitUnread waits until c's socket holds n bytes unread (peeked, not
+// taken).
+func waitUnread(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, n)
+	got := 0
+	if err := rc.Read(func(fd uintptr) bool {
+		got, _, _ = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK)
+		return got >= n
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
