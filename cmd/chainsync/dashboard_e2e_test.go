@@ -31,10 +31,10 @@ func TestDashboardOffLoopbackNeedsTLS(t *testing.T) {
 			t.Fatalf("--listen %s: the error does not name the fix:\n%s", listen, e)
 		}
 	}
-	// --control with several nodes needs --node: which one it is.
-	p := startProc(t, "dashboard", nil, "dashboard", "--control", "unix:/nonexistent.sock", "127.0.0.1:9,127.0.0.1:10")
-	if code := p.wait(t, 20*time.Second); code != 2 || !strings.Contains(p.err.String(), "--node NAME") {
-		t.Fatalf("--control without --node: exit %d\n%s", code, p.err.String())
+	// --node without --control steers nothing: a usage error.
+	p := startProc(t, "dashboard", nil, "dashboard", "--node", "C", "127.0.0.1:9,127.0.0.1:10")
+	if code := p.wait(t, 20*time.Second); code != 2 || !strings.Contains(p.err.String(), "give --control too") {
+		t.Fatalf("--node without --control: exit %d\n%s", code, p.err.String())
 	}
 }
 
@@ -98,7 +98,9 @@ func TestApproveReasonE2E(t *testing.T) {
 // who paused and why on every node, a round cannot be opened while
 // paused (the page is told why), resume, and a cancel or retry the Head
 // refuses comes back with the Head's reason. Every request carries the
-// page's token from its own origin, as the page's script sends it.
+// page's token from its own origin, as the page's script sends it. The
+// dashboard is given the Head's --control alone, with every node's
+// address: it asks the socket which node it is (no --node).
 func TestDashboardSteersTheHeadE2E(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -108,7 +110,7 @@ func TestDashboardSteersTheHeadE2E(t *testing.T) {
 		return []string{"--status-addr", statuses[strings.Index("ABC", n)]}
 	})
 	dash := startProc(t, "dashboard", nil, "dashboard", "--listen", "127.0.0.1:0", "--control", controlOf(dir, "A"),
-		"--node", "A", "--user", "ann", strings.Join(statuses, ","))
+		"--user", "ann", strings.Join(statuses, ","))
 	var url string
 	waitFor(t, 20*time.Second, "the dashboard's URL", func() bool {
 		out := dash.out.String()

@@ -100,6 +100,15 @@ func (cs *controlServer) serve(c net.Conn) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 		return
 	}
+	if req.Op == control.OpName { // which node this socket is (chainsync dashboard)
+		name := cs.node.Snapshot().Name
+		if name == "" {
+			_ = enc.Encode(control.Reply{Error: "this node has no name (--name)"})
+			return
+		}
+		_ = enc.Encode(control.Reply{Message: name})
+		return
+	}
 	if req.Op != control.OpOpen && req.Op != control.OpRetry && req.Op != control.OpWait {
 		_ = enc.Encode(cs.steer(req, c.RemoteAddr().String()))
 		return

@@ -20,7 +20,7 @@ import (
 	"github.com/chainsync-go/chainsync/secure"
 )
 
-const dashboardUsage = `Usage: chainsync dashboard [--listen ADDR] [--control ADDR --node NAME] ADDR[,ADDR...]
+const dashboardUsage = `Usage: chainsync dashboard [--listen ADDR] [--control ADDR [--node NAME]] ADDR[,ADDR...]
 
 Serves one web page that shows the chain live: a box per node (its role,
 its links up, down or silent, a restart and the grace left, holds, pauses
@@ -38,10 +38,11 @@ http://HOST:PORT is read over plain HTTP whatever they say. The dashboard
 asks each node at most once a second, however many pages are open.
 
 The page is read-only, unless --control names the control socket of one
-node (your organisation's, the one this dashboard runs beside) and --node
-says which of the chain's nodes it is: then the page has buttons for what
-that node takes (hold, release, approve, deny; at the Head also pause,
-resume, cancel, open and retry). Each asks for a reason, and is sent as
+node (your organisation's, the one this dashboard runs beside; the
+dashboard asks it which node it is, or --node NAME says): then the page
+has buttons for what that node takes (hold, release, approve, deny; at
+the Head also pause, resume, cancel, open and retry). Each asks for a
+reason, and is sent as
 --user, recorded as chainsync hold, approve ... --by record it ("approved
 at C by ann", with the reason). A request the node refuses shows its
 reason on the page.
@@ -59,7 +60,7 @@ every user of this machine.
 Examples:
   chainsync dashboard 127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003
   # organisation C's view, with buttons for its own node
-  chainsync dashboard --control unix:/run/c.sock --node C --user ann \
+  chainsync dashboard --control unix:/run/c.sock --user ann \
     --tls-cert c.pem --tls-key c-key.pem --tls-ca ca.pem 10.0.0.1:9000,10.0.0.2:9000,10.0.0.3:9000,10.0.0.4:9000
 
 Exit status: 0 stopped (Ctrl-C, SIGTERM); 1 cannot listen; 2 usage error.
@@ -77,7 +78,7 @@ type dashboardOpts struct {
 func (o *dashboardOpts) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", dashboard.DefaultListen, "serve the page at `ADDR` (HOST:PORT; :PORT is loopback); off loopback it needs --tls-cert, --tls-key and --tls-ca or --page-pin")
 	fs.StringVar(&o.control, "control", "", "steer the node whose --control is `ADDR` (unix:PATH or HOST:PORT); without it the page is read-only")
-	fs.StringVar(&o.node, "node", "", "which node --control belongs to: its `NAME` (or its status ADDR); needed with several ADDRs")
+	fs.StringVar(&o.node, "node", "", "which node --control belongs to: its `NAME` (or its status ADDR); by default the dashboard asks the socket")
 	fs.StringVar(&o.user, "user", "", "who steers, a `NAME` recorded with each request (default: the login name)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "how long to wait for each node's answer (a node slower than a second keeps its last answer on the page meanwhile)")
 	fs.StringVar(&o.https.CertFile, "tls-cert", "", "this dashboard's certificate (PEM `FILE`): shown to the nodes (HTTPS status) and to browsers off loopback")
@@ -129,10 +130,7 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 		if _, _, err := control.Network(o.control); err != nil {
 			return bad("%v", err)
 		}
-		if o.node == "" && len(addrs) > 1 {
-			return bad("--control needs --node NAME: which of the chain's nodes has this control socket")
-		}
-		if o.node == "" {
+		if o.node == "" && len(addrs) == 1 {
 			o.node = addrs[0]
 		}
 		steer = controlSteerer{addr: o.control}
@@ -187,6 +185,9 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return &d, nil
 	}, o.timeout, o.node, o.user)
+	if steer != nil && o.node == "" {
+		poller.AskControl(steer.(controlSteerer).name) // which node it is, asked of its socket
+	}
 	srv.Handler = dashboard.NewServer(poller, steer, o.user, loopback).Handler()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // event streams end on stop
 	done := make(chan struct{})
@@ -203,7 +204,10 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	mode := "read-only"
-	if steer != nil {
+	switch {
+	case steer != nil && o.node == "":
+		mode = "steering the node of --control " + o.control + " as " + o.user
+	case steer != nil:
 		mode = "steering " + o.node + " as " + o.user
 	}
 	fmt.Fprintf(stdout, "chainsync dashboard: %s (%s; Ctrl-C stops it)\n", dashboard.URL(ln.Addr(), pageTLS), mode)
@@ -227,6 +231,31 @@ func dashboardMain(args []string, stdout, stderr io.Writer) int {
 // controlSteerer sends the page's steering requests to a node's control
 // socket, as chainsync hold, approve, open ... do.
 type controlSteerer struct{ addr string }
+
+// name asks the node of the control socket its name.
+func (c controlSteerer) name(ctx context.Context) (string, error) {
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	conn, err := control.Dial(c.addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
+	if err := conn.Send(control.Request{Op: control.OpName}); err != nil {
+		return "", err
+	}
+	rep, err := conn.Receive()
+	switch {
+	case err != nil:
+		return "", err
+	case rep.Error != "" || rep.Message == "":
+		return "", fmt.Errorf("--control %s did not say its node's name: %s", c.addr, rep.Error)
+	}
+	return rep.Message, nil
+}
 
 func (c controlSteerer) Steer(ctx context.Context, req dashboard.Request) (string, error) {
 	creq := control.Request{Op: req.Op, Round: req.Round, HasRound: req.HasRound, Reason: req.Reason, By: req.By}

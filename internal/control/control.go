@@ -40,10 +40,11 @@ const (
 	OpPause   = "pause"   // at the Head: open no round, hold every node
 	OpResume  = "resume"  // at the Head: undo pause
 	OpCancel  = "cancel"  // at the Head: end Round everywhere
+	OpName    = "name"    // say this node's name (Reply.Message); changes nothing
 )
 
 // Ops are the ops a node takes, in the order the docs list them.
-var Ops = []string{OpOpen, OpRetry, OpWait, OpHold, OpRelease, OpApprove, OpDeny, OpPause, OpResume, OpCancel}
+var Ops = []string{OpOpen, OpRetry, OpWait, OpHold, OpRelease, OpApprove, OpDeny, OpPause, OpResume, OpCancel, OpName}
 
 // Request is the one line a client sends.
 type Request struct {

@@ -32,6 +32,7 @@ type Poller struct {
 	fetch   Fetcher
 	timeout time.Duration
 	tr      *tracker
+	ask     func(context.Context) (string, error) // AskControl
 
 	mu      sync.Mutex
 	view    []byte           // the JSON of the last View; nil before the first poll
@@ -69,8 +70,30 @@ func (p *Poller) Run(ctx context.Context) {
 	}
 	busy := make([]bool, n)
 	answers := make(chan answer, n)
+	named := make(chan string, 1) // AskControl's answer ("": none yet)
+	asking := false
 	for {
 		start := time.Now()
+		select {
+		case name := <-named:
+			asking = false
+			if name != "" {
+				p.tr.control = name
+			}
+		default:
+		}
+		if p.ask != nil && p.tr.control == "" && !asking {
+			asking = true
+			go func() {
+				actx, cancel := context.WithTimeout(ctx, p.timeout)
+				defer cancel()
+				name, err := p.ask(actx)
+				if err != nil {
+					name = ""
+				}
+				named <- name
+			}()
+		}
 		for i := range n {
 			if busy[i] {
 				continue
@@ -134,6 +157,11 @@ func (p *Poller) Latest() ([]byte, <-chan struct{}) {
 	defer p.mu.Unlock()
 	return p.view, p.changed
 }
+
+// AskControl has the Poller learn the name of the node it steers from
+// ask (what the node's control socket says), while it does not know it:
+// for a dashboard given --control without --node. Call it before Run.
+func (p *Poller) AskControl(ask func(context.Context) (string, error)) { p.ask = ask }
 
 // Panel returns what the steered node takes, as of the last poll; nil
 // for a read-only dashboard or before the first poll.

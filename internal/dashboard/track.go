@@ -61,7 +61,7 @@ type cellRec struct {
 	lastDoc                           time.Time // the document that last showed it in flight
 	status, err, undo                 string    // how it ended there (status.Finished)
 	fault                             string    // the kind of this node's own fault in the round
-	note                              []string  // "approved by ann (looks fine)"
+	note                              []string  // "approved at C by ann (looks fine)"
 	retried                           time.Time // the node's clock when a retry of the round was seen here
 }
 
@@ -149,7 +149,7 @@ func (t *tracker) update(nodes []status.Node, now time.Time) View {
 				if r := t.rounds[*s.Round]; r != nil {
 					if i, ok := index[s.Node]; ok {
 						c := r.cell(nodes[i].Addr)
-						note := s.What + " by " + orSomeone(s.By)
+						note := s.What + " at " + nodes[i].Label() + " by " + orSomeone(s.By)
 						if s.Reason != "" {
 							note += " (" + s.Reason + ")"
 						}
@@ -580,7 +580,7 @@ func (t *tracker) row(r *roundRec, nodes []status.Node, head bool) Row {
 			texts = append(texts, c.undo)
 		}
 		for _, note := range c.note {
-			texts = append(texts, note+" at "+n.Label())
+			texts = append(texts, note)
 		}
 	}
 	row.Text = append(row.Text, texts...)

@@ -117,7 +117,7 @@ func TestGridShowsWhoApproved(t *testing.T) {
 	nodes[2].Doc.Steering = []status.Steer{{Node: "C", Here: true, What: "approved", Round: &id, Since: t0, By: "ann",
 		Reason: "<b>ok</b>", Text: "approved at C (round r1) at 10:00 (<b>ok</b>), by ann"}}
 	v := tr.update(nodes, t0)
-	if c := v.Grid.Rows[0].Cells[2]; c.Note != "approved by ann (<b>ok</b>)" {
+	if c := v.Grid.Rows[0].Cells[2]; c.Note != "approved at C by ann (<b>ok</b>)" {
 		t.Fatalf("C's cell note %q", c.Note)
 	}
 	if !slices.Contains(v.Events, "approved at C (round r1) at 10:00 (<b>ok</b>), by ann") {

@@ -160,7 +160,7 @@ type Cell struct {
 	// (in flight there) or unknown (never seen).
 	Outcome string `json:"outcome"`
 	Task    string `json:"task,omitempty"` // how long its task ran: "2.0s", "< 1.0s"
-	Note    string `json:"note,omitempty"` // "approved by ann (looks fine)"
+	Note    string `json:"note,omitempty"` // "approved at C by ann (looks fine)"
 }
 
 // SteerPanel is what the node the dashboard steers takes.

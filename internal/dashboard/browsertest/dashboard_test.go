@@ -415,7 +415,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Phase 4, the exit wave: D's task ends, COMPLETE D->C->B->A.
 	latency("the exit wave (COMPLETE D->C->B->A)", fileTime(t, filepath.Join(dir, "end-D-w1"), 20*time.Second),
 		`document.querySelectorAll('#grid tr.detail tr[data-wave="4"]').length === 3`)
-	note := `approved by ann (` + reason + `)`
+	note := `approved at C by ann (` + reason + `)`
 	waitPage(t, ctx, "who approved, in the grid, as text",
 		fmt.Sprintf(`(() => { const n = document.querySelector('#grid tr.row[data-round="w1"] td:nth-child(4) .note');
 		  return n !== null && n.textContent === %q && n.children.length === 0; })()`, note), 10*time.Second)

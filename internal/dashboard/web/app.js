@@ -181,7 +181,7 @@ function drawFlights(v) {
     const h = el("h3", "", "round " + f.label);
     d.append(h);
     let w = f.words;
-    if (f.for) w += " (for " + f.for + ")";
+    if (f.for) w += " for " + f.for;
     d.append(el("p", "words", w));
     const st = el("p", "states");
     f.states.forEach((s, i) => st.append(el("span", "state", names[i] + ": " + (s || "-")), " "));
