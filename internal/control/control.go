@@ -82,6 +82,9 @@ type Outcome struct {
 	Undo   string `json:"undo,omitempty"`   // how the undo wave ended (--undo)
 }
 
+// requestFields are the JSON names of Request's fields, as sent.
+var requestFields = []string{"op", "id", "wait", "no_wait", "round", "has_round", "reason", "by"}
+
 // MaxLine bounds a request line.
 const MaxLine = 1024
 
@@ -90,6 +93,9 @@ const MaxLine = 1024
 // (null, {}, an object without op, an unknown op or field, a second
 // value after it) is an error that says what is wrong.
 func ParseRequest(line []byte) (Request, error) {
+	if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '{' && !bytes.Equal(t, []byte("null")) {
+		return Request{}, errors.New("bad request: not a JSON object: want one object with an op")
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	var req *Request
@@ -101,6 +107,16 @@ func ParseRequest(line []byte) (Request, error) {
 	}
 	if dec.More() {
 		return Request{}, errors.New("bad request: more than one JSON value on the line")
+	}
+	// encoding/json matches a field's name in any case: only the names
+	// as documented are taken ({"OP":"hold"} is not a request).
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(line, &keys) == nil {
+		for k := range keys {
+			if !slices.Contains(requestFields, k) {
+				return Request{}, fmt.Errorf("bad request: unknown field %q", k)
+			}
+		}
 	}
 	if req.Op == "" {
 		return Request{}, fmt.Errorf("bad request: no op: want one of %s", strings.Join(Ops, ", "))

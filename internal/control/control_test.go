@@ -28,6 +28,10 @@ func TestParseRequestStrict(t *testing.T) {
 		{`{"op":"open"`, "bad request"},
 		{``, "bad request"},
 		{`{"op":1}`, "bad request"},
+		{`{"OP":"hold"}`, `unknown field "OP"`},
+		{`{"Op":"pause"}`, `unknown field "Op"`},
+		{`{"op":"hold","Reason":"x"}`, `unknown field "Reason"`},
+		{`[]`, "not a JSON object"},
 	} {
 		req, err := ParseRequest([]byte(tc.line))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -214,7 +214,7 @@ var outcomeLabels = []struct {
 	s     chainsync.Status
 	label string
 }{
-	{chainsync.StatusDone, "done"}, {chainsync.StatusTaskFailed, "task_failed"},
+	{chainsync.StatusDone, "done"}, {chainsync.StatusTaskFailed, "task-failed"},
 	{chainsync.StatusFault, "fault"}, {chainsync.StatusStopped, "stopped"},
 	{chainsync.StatusUndelivered, "undelivered"}, {chainsync.StatusCancelled, "cancelled"},
 }

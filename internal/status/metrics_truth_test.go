@@ -31,7 +31,7 @@ func wantLines(t *testing.T, what, got string, want ...string) {
 }
 
 // A round that failed because C's task failed is counted at the Head as
-// outcome="task_failed", as chainsync open --wait reports it (exit 3);
+// outcome="task-failed", as chainsync open --wait reports it (exit 3);
 // a fault elsewhere that is no task's failure stays a fault.
 func TestMetricsTaskFailedElsewhere(t *testing.T) {
 	m := NewMetrics(protocol.Head, "v", "go")
@@ -41,7 +41,7 @@ func TestMetricsTaskFailedElsewhere(t *testing.T) {
 	m.Observe(chainsync.TraceEvent{Kind: chainsync.TraceRoundDone, Round: "r1", Status: chainsync.StatusFault, Err: halted(chainsync.FaultTaskFailed)})
 	m.Observe(chainsync.TraceEvent{Kind: chainsync.TraceRoundDone, Round: "r2", Status: chainsync.StatusFault, Err: halted(chainsync.FaultTaskTimeout)})
 	m.Observe(chainsync.TraceEvent{Kind: chainsync.TraceRoundDone, Round: "r3", Status: chainsync.StatusFault, Err: halted(chainsync.FaultPeerSilent)})
-	wantLines(t, "rounds failed at C", scrape(t, m), `chainsync_rounds_total{outcome="task_failed"} 2`, `chainsync_rounds_total{outcome="fault"} 1`)
+	wantLines(t, "rounds failed at C", scrape(t, m), `chainsync_rounds_total{outcome="task-failed"} 2`, `chainsync_rounds_total{outcome="fault"} 1`)
 }
 
 // A link that is up but whose neighbour is silent is not up; the status

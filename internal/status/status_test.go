@@ -200,7 +200,7 @@ func TestMetricsRealChain(t *testing.T) {
 			want   float64
 		}{
 			{"chainsync_rounds_total", []string{"outcome", "done"}, 1},
-			{"chainsync_rounds_total", []string{"outcome", "task_failed"}, 0},
+			{"chainsync_rounds_total", []string{"outcome", "task-failed"}, 0},
 			{"chainsync_rounds_total", []string{"outcome", "fault"}, 0},
 			{"chainsync_rounds_total", []string{"outcome", "stopped"}, 0},
 			{"chainsync_rounds_in_progress", nil, 0},
@@ -249,7 +249,7 @@ func checkLinks(t *testing.T, i, n int, e exposition) {
 	}
 }
 
-// Draft section "Error Handling": a failed task counts as a task_failed
+// Draft section "Error Handling": a failed task counts as a task-failed
 // round and a task-failed fault at that node; rounds cut short by closing
 // the node count as stopped.
 func TestMetricsFaultsAndStops(t *testing.T) {
@@ -270,8 +270,8 @@ func TestMetricsFaultsAndStops(t *testing.T) {
 	}
 	s.nodes[1].Snapshot() // every trace event of the round observed (see TestMetricsRealChain)
 	e := scrape(t, s)[1]
-	if v := e.get("chainsync_rounds_total", "outcome", "task_failed"); v != 1 {
-		t.Errorf("B: rounds_total{task_failed} %v, want 1", v)
+	if v := e.get("chainsync_rounds_total", "outcome", "task-failed"); v != 1 {
+		t.Errorf("B: rounds_total{task-failed} %v, want 1", v)
 	}
 	if v := e.get("chainsync_faults_total", "kind", "task-failed"); v != 1 {
 		t.Errorf("B: faults_total{task-failed} %v, want 1", v)
