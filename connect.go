@@ -533,7 +533,7 @@ func (lk *links) configMismatch(l *link, err error) bool {
 	if errors.As(err, &pe) && pe.Extension {
 		cmd, _, _ := strings.Cut(string(pe.Line), " ")
 		cmd = strings.TrimSuffix(cmd, "\r")
-		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none",
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s, an extension line (it runs with --heartbeat or --receipts); this node runs without --heartbeat and without --receipts: set the same --heartbeat and --receipts on every node of the chain",
 			peer, cmd))
 		return true
 	}
@@ -544,7 +544,7 @@ func (lk *links) configMismatch(l *link, err error) bool {
 	notRun := lk.cfg.Rounds != nil && !slices.Contains(lk.cfg.Rounds, v.Msg.Round)
 	switch {
 	case v.Mismatch && v.Msg.Cmd == protocol.FaultNotice:
-		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat); this node runs without --heartbeat: set the same --heartbeat on every node of the chain, or on none", peer))
+		lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends fault notices, an extension line (it runs with --heartbeat or --receipts); this node runs without --heartbeat and without --receipts: set the same --heartbeat and --receipts on every node of the chain", peer))
 	case v.Mismatch || v.State == 0 && notRun && v.Msg.Cmd == protocol.Ready && v.From == protocol.Pred:
 		lk.mismatch(l, "round", v.Msg.Round, fmt.Sprintf("%s opens round %s; this node runs %s", peer, roundName(v.Msg.Round), runsText(lk.cfg.Rounds)))
 	case v.State == 0 && notRun && v.Msg.Cmd == protocol.Start && v.From == protocol.Succ:

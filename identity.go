@@ -238,23 +238,42 @@ func (fb *faultBook) mismatchedOn(side protocol.Side) bool {
 	return false
 }
 
-// heartbeatRefused: with heartbeats, a successor that closed the
-// connection right after this node's first line (its identity line, or
-// a protocol line) without a word runs without the extension lines, so
-// without --heartbeat: a config-mismatch, which under FaultHalt ends this
+// heartbeatRefused: with heartbeats or receipts, a successor that closed
+// the connection right after this node's first line (its identity line,
+// or a protocol line) without a word runs without the extension lines,
+// so without them: a config-mismatch, which under FaultHalt ends this
 // node's rounds rather than re-dialing a successor that will refuse every
 // connection alike. It reports whether it did. Loop only.
 func (lk *links) heartbeatRefused(l *link) bool {
-	if lk.cfg.Heartbeat <= 0 {
+	if lk.cfg.Heartbeat <= 0 && !lk.cfg.Receipts {
 		return false
 	}
 	who := lk.peerName(l.side)
+	why := fmt.Sprintf("so without --heartbeat; this node's --heartbeat is %v: set the same --heartbeat on every node of the chain, or on none", lk.cfg.Heartbeat)
+	if lk.cfg.Heartbeat <= 0 {
+		why = "so without --receipts; this node runs with --receipts: set --receipts on every node of the chain, or on none"
+	}
 	fe := &FaultError{Kind: FaultConfigMismatch, Side: l.side, Peer: who,
-		Reason: fmt.Sprintf("%s closed the connection right after this node's first line (%s) without a word: it runs without the extension lines, so without --heartbeat; this node's --heartbeat is %v: set the same --heartbeat on every node of the chain, or on none; compare both nodes' flags (chainsync check compares them)",
-			who, l.firstLine, lk.cfg.Heartbeat)}
+		Reason: fmt.Sprintf("%s closed the connection right after this node's first line (%s) without a word: it runs without the extension lines, %s; compare both nodes' flags (chainsync check compares them)",
+			who, l.firstLine, why)}
 	f := fe.fault()
 	lk.faults.record(f)
 	lk.faults.announceLater(f, true, fe)
+	return true
+}
+
+// receiptsUnsaid: with receipts on, a predecessor connection whose first
+// line is msg, not its identity line (HELLO), runs without the extension
+// lines, so without --receipts (a node with them always says who it is
+// first): a config-mismatch before any task runs, not a round whose
+// receipts cannot be chained. It reports whether it was. Loop only.
+func (lk *links) receiptsUnsaid(l *link, msg protocol.Message) bool {
+	if !lk.cfg.Receipts || lk.id == nil || l.side != protocol.Pred {
+		return false
+	}
+	lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s as its first line, not its identity line (HELLO): it runs without the extension lines, so without --receipts; this node runs with --receipts: set --receipts on every node of the chain, or on none",
+		lk.peerName(l.side), msg.Cmd))
+	lk.drop(l, errMismatch)
 	return true
 }
 

@@ -144,6 +144,7 @@ const (
 	inPaused   // is the chain paused here? (reply: ok, ch)
 	inClose    // Close begins: no more new work; links shut
 	inStopAll  // Close: every unfinished round ends stopped (reply: snap)
+	inKeep     // write the receipts held for round to ReceiptsDir now (receipts.go)
 	inProbe    // run fn on the loop (this package's tests)
 	// Follow-ups: queued by the loop itself (later), taken after the
 	// current input's actions, in the same turn.
@@ -697,6 +698,11 @@ func (d *driver) react(in *input) {
 		d.book.stopAll()
 		st := d.snapshot()
 		in.answer(reply{snap: &st})
+	case inKeep:
+		if d.rcpt != nil {
+			d.rcpt.keep(in.round)
+		}
+		in.answer(reply{})
 	case inProbe:
 		in.fn()
 		in.answer(reply{})
@@ -910,6 +916,9 @@ func (d *driver) handle(l *link, msg protocol.Message) bool {
 	}
 	// A pending predecessor connection. With the extension lines on it is
 	// held while the current one is alive (duplicate.go).
+	if d.links.receiptsUnsaid(l, msg) { // identity.go
+		return false
+	}
 	if d.links.dup.holdPred(l, msg) {
 		return true
 	}

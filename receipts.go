@@ -152,6 +152,22 @@ func (n *Node) WaitReceipts(ctx context.Context, round string) error {
 	}
 }
 
+// KeepReceipts writes the receipts this node holds for round to
+// Config.ReceiptsDir now, however many of the chain's have come: for a
+// round whose receipts did not all come back before the node stops (a
+// node was lost), so that what came is kept; the verifier names what is
+// missing. A later arrival of them all writes the bundle again, whole.
+// Nothing without ReceiptsDir.
+func (n *Node) KeepReceipts(round string) error {
+	if rc := n.d.rcpt; rc == nil || rc.dir == "" {
+		return nil
+	}
+	if _, ok := n.lp.ask(input{kind: inKeep, round: round}); !ok {
+		return ErrStopped
+	}
+	return nil
+}
+
 // checkReceipts checks the receipt fields of c (Validate).
 func (c *Config) checkReceipts(bad func(field, value, format string, a ...any) error) error {
 	if !c.Receipts {
@@ -345,6 +361,9 @@ func (rc *receipts) keep(round string) {
 
 // write writes notes, round's receipts, as its bundle in ReceiptsDir.
 func (rc *receipts) write(round string, notes []protocol.ReceiptNote) {
+	if len(notes) == 0 {
+		return // none held (KeepReceipts): no empty bundle
+	}
 	envs := make([]receipt.Envelope, 0, len(notes))
 	for _, n := range notes {
 		e, err := receipt.Unmarshal([]byte(n.Envelope))

@@ -343,3 +343,123 @@ func TestReceiptsRunUsageE2E(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiptsNodeLostE2E: D is killed while its task runs, so the round
+// ends early and D's receipt never comes: once --linger has passed, every
+// other node still writes the receipts it holds (the Head's: A's, B's
+// and C's), and verify exits 1 naming D's receipt as missing.
+// docs/RECEIPTS.md; the draft's Error Handling.
+func TestReceiptsNodeLostE2E(t *testing.T) {
+	t.Parallel()
+	certs := certsDir(t)
+	procs, dirs, _ := receiptNodes(t, func(n string) (string, []string) {
+		task := "true"
+		if n == "D" {
+			task = "sleep 60"
+		}
+		return task, []string{"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"),
+			"--tls-ca", filepath.Join(certs, "ca.pem"), "--phase-timeout", "3s", "--linger", "3s"}
+	})
+	procs["D"].waitLog(t, 20*time.Second, "D's task starts", containsAll("task started"))
+	procs["D"].signal(t, syscall.SIGKILL)
+	procs["D"].wait(t, 10*time.Second)
+	for _, n := range []string{"A", "B", "C"} {
+		if code := procs[n].wait(t, 60*time.Second); code != 4 {
+			t.Errorf("%s exited %d, want 4 (D was lost)\n%s", n, code, procs[n].err.String())
+		}
+	}
+	data, rs := bundleOf(t, dirs["A"])
+	if len(rs) != 3 || rs[0].Node != "A" || rs[2].Node != "C" {
+		t.Fatalf("the Head kept %d receipts, want A's, B's and C's:\n%s", len(rs), data)
+	}
+	code, stdout, stderr := runBin(t, "receipts", "verify", filepath.Join(dirs["A"], "round-r1.jsonl"), "--tls-ca", filepath.Join(certs, "ca.pem"))
+	if code != 1 || !strings.Contains(stdout+stderr, "D's receipt is missing") {
+		t.Fatalf("verify of a bundle without D's receipt: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestReceiptsServedHaltE2E: on a served chain, C's task fails under
+// --fault-policy halt (the default) and every node stops: before it
+// exits, each waits for the receipts that travel back with the fault
+// notice, so the Head still ends the round holding every node's receipt
+// (a bundle that verifies: A and B ran, C failed, D not reached).
+func TestReceiptsServedHaltE2E(t *testing.T) {
+	t.Parallel()
+	certs, work := certsDir(t), t.TempDir()
+	ids := filepath.Join(work, "ids")
+	if err := os.WriteFile(ids, []byte("r1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chain := chainOf(receiptNames, freeAddrs(t, len(receiptNames)))
+	procs, dirs := map[string]*proc{}, map[string]string{}
+	for i := len(receiptNames) - 1; i >= 0; i-- {
+		n := receiptNames[i]
+		dirs[n] = t.TempDir()
+		args := []string{"run", "--chain", chain, "--name", n, "--receipts", "--receipts-dir", dirs[n],
+			"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"), "--tls-ca", filepath.Join(certs, "ca.pem")}
+		if i == 0 {
+			args = append(args, "--rounds-from", ids, "--serve")
+		} else {
+			args = append(args, "--serve")
+		}
+		task := "true"
+		if n == "C" {
+			task = "exit 7"
+		}
+		procs[n] = startProc(t, n, nil, append(args, "--", "sh", "-c", task)...)
+	}
+	for _, n := range receiptNames {
+		if code := procs[n].wait(t, 30*time.Second); code != 3 && code != 4 {
+			t.Errorf("%s exited %d, want 3 or 4 (the chain halted)", n, code)
+		}
+	}
+	data, rs := bundleOf(t, dirs["A"])
+	if len(rs) != 4 || rs[2].Outcome != receipt.Failed {
+		t.Fatalf("the Head kept %d receipts, want 4 with C's failure:\n%s", len(rs), data)
+	}
+	if code, stdout, stderr := runBin(t, "receipts", "verify", filepath.Join(dirs["A"], "round-r1.jsonl"), "--tls-ca", filepath.Join(certs, "ca.pem")); code != 0 {
+		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestReceiptsMismatchNoHeartbeatE2E: without --heartbeat, --receipts on
+// one node of two is still a config-mismatch before any task, at both
+// nodes (exit 4 within seconds), whichever of them has it; each names
+// --receipts, not --heartbeat alone.
+func TestReceiptsMismatchNoHeartbeatE2E(t *testing.T) {
+	t.Parallel()
+	keys := t.TempDir()
+	if code, _, stderr := runBin(t, "keygen", "--out", filepath.Join(keys, "k.pem")); code != 0 {
+		t.Fatalf("keygen: %s", stderr)
+	}
+	for _, with := range []string{"A", "B"} {
+		t.Run("receipts at "+with, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			addrs := freeAddrs(t, 2)
+			chain := "A=" + addrs[0] + ",B=" + addrs[1]
+			args := func(n string) []string {
+				a := []string{"run", "--chain", chain, "--name", n, "--round", "r1", "--linger", "1s"}
+				if n == with {
+					a = append(a, "--receipts", "--receipt-key", filepath.Join(keys, "k.pem"))
+				}
+				return append(a, "--", "sh", "-c", `touch "$DIR/`+n+`.task"`)
+			}
+			b := startProc(t, "B", []string{"DIR=" + dir}, args("B")...)
+			a := startProc(t, "A", []string{"DIR=" + dir}, args("A")...)
+			for _, p := range []*proc{a, b} {
+				if code := p.wait(t, 20*time.Second); code != 4 {
+					t.Errorf("%s exited %d, want 4\n%s", p.name, code, p.err.String())
+				}
+				if !strings.Contains(p.err.String(), "config-mismatch") || !strings.Contains(p.err.String(), "--receipts") {
+					t.Errorf("%s does not name the mismatch of --receipts:\n%s", p.name, p.err.String())
+				}
+			}
+			for _, n := range []string{"A", "B"} {
+				if exists(filepath.Join(dir, n+".task")) {
+					t.Errorf("%s's task ran despite the mismatch", n)
+				}
+			}
+		})
+	}
+}

@@ -122,6 +122,26 @@ func TestReceiptsVerifyE2E(t *testing.T) {
 		})
 	}
 
+	// A byte of B's envelope made one that is not base64 at all: the
+	// bundle does not parse, and verify still names B, by its line.
+	t.Run("B's payload not base64", func(t *testing.T) {
+		path := writeBundle(t, envs)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.Split(data, []byte{'\n'})
+		i := bytes.Index(lines[1], []byte(`"payload":"`)) + len(`"payload":"`) + 10
+		lines[1][i] = '!'
+		if err := os.WriteFile(path, bytes.Join(lines, []byte{'\n'}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runBin(t, "receipts", "verify", path, "--tls-ca", ca)
+		if code != 1 || !strings.Contains(stderr, "B's receipt is not a valid receipt") || !strings.Contains(stderr, "line 2") {
+			t.Fatalf("exit %d, want 1 naming B:\n%s%s", code, stdout, stderr)
+		}
+	})
+
 	// The undo case: A and B ran and were undone, C failed with its
 	// status, D was not reached; and an approval at C.
 	at := receipttest.T0.Add(90 * time.Second)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -238,10 +239,51 @@ func readBundle(sub, file string, stderr io.Writer) ([]receipt.Envelope, int) {
 		err = errors.New("no receipts in the file")
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "chainsync %s: %s: %v\n", sub, file, err)
+		if who := lineOwner(file, err); who != "" {
+			fmt.Fprintf(stderr, "chainsync %s: %s: %s's receipt is not a valid receipt: %v\n", sub, file, who, err)
+		} else {
+			fmt.Fprintf(stderr, "chainsync %s: %s: %v\n", sub, file, err)
+		}
 		return nil, ExitError
 	}
 	return envs, ExitOK
+}
+
+// lineOwner names the node whose receipt stands on the line of file that
+// err (ParseBundle's) names, from the place in the chain of a receipt on
+// another line (a bundle holds its receipts in chain order); "" if it
+// cannot tell.
+func lineOwner(file string, err error) string {
+	var bad int
+	if _, e := fmt.Sscanf(err.Error(), "line %d:", &bad); e != nil {
+		return ""
+	}
+	data, e := os.ReadFile(file)
+	if e != nil {
+		return ""
+	}
+	n := 0
+	for _, line := range bytes.Split(data, []byte{'\n'}) {
+		n++
+		if len(bytes.TrimSpace(line)) == 0 || n == bad {
+			continue
+		}
+		env, e := receipt.Unmarshal(bytes.TrimSpace(line))
+		if e != nil {
+			continue
+		}
+		st, e := env.Open()
+		if e != nil {
+			continue
+		}
+		if i := slices.Index(st.Predicate.Chain, st.Predicate.Node); i >= 0 {
+			if j := i + bad - n; j >= 0 && j < len(st.Predicate.Chain) {
+				return st.Predicate.Chain[j]
+			}
+		}
+		return ""
+	}
+	return ""
 }
 
 // loadRoots reads the CA certificates of a PEM file.
@@ -427,20 +469,23 @@ func receiptKeyType(pub crypto.PublicKey) bool {
 func waitReceipts(node *chainsync.Node, rounds []string, linger time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), linger)
 	defer cancel()
-	done := make(chan error, 1)
+	done := make(chan int, 1) // how many of rounds have all their receipts
 	bug.Go(func() {
-		for _, r := range rounds {
-			if err := node.WaitReceipts(ctx, r); err != nil {
-				done <- fmt.Errorf("round %s: %w", r, err)
+		for i, r := range rounds {
+			if node.WaitReceipts(ctx, r) != nil {
+				done <- i
 				return
 			}
 		}
-		done <- nil
+		done <- len(rounds)
 	})
 	select {
-	case err := <-done:
-		if err != nil {
-			log.Warn("receipts not all here after --linger; exiting anyway (the bundle holds those that came)", "err", err.Error())
+	case i := <-done:
+		if i < len(rounds) {
+			log.Warn("receipts not all here after --linger; exiting anyway (the bundle holds those that came)", "round", rounds[i])
+			for _, r := range rounds[i:] {
+				_ = node.KeepReceipts(r)
+			}
 		}
 	case s := <-sigs:
 		log.Warn("interrupted while waiting for the receipts", "signal", s.String())

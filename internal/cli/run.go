@@ -563,6 +563,15 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.serving() {
 		code := serveRun(ctx, node, rounds, o, log, sigs, stop)
 		cancel()
+		if o.receipts && (code == ExitTaskFailed || code == ExitFault) {
+			// Halted: the receipts of the rounds that just ended may
+			// still be on their way back (with the fault notice).
+			var ended []string
+			for _, f := range node.Snapshot().Finished {
+				ended = append(ended, f.Round)
+			}
+			waitReceipts(node, ended, o.linger, sigs, log) // receipts.go
+		}
 		node.Close()
 		return code
 	}
