@@ -348,7 +348,10 @@ func (rb *receiptBook) settle(r *round, out []Action) []Action {
 	case r.ext().undo.Phase == PhaseDone:
 		rc.Outcome = ReceiptUndone
 	case r.ext().undo.Phase == PhaseFailed:
-		rc.Outcome, rc.Status = ReceiptUndoFailed, -1
+		rc.Outcome = ReceiptUndoFailed
+		if c := r.ext().undo.Wave.StopCode; c >= 0 { // set by this node's failed undo
+			rc.Status = c // the undo's exit status (none if it timed out)
+		}
 	case rc.denied:
 		rc.Outcome = ReceiptDenied
 	case r.started && rc.why.Kind == KindTaskTimeout:

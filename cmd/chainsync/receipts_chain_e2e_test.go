@@ -463,3 +463,26 @@ func TestReceiptsMismatchNoHeartbeatE2E(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiptsUndoFailedStatusE2E: C's task fails and B's undo exits 5:
+// B's receipt says undo-failed with the undo's exit status (5), as
+// docs/RECEIPTS.md documents the field.
+func TestReceiptsUndoFailedStatusE2E(t *testing.T) {
+	t.Parallel()
+	procs, _, dirs := receiptChain(t, "C", func(n string) []string {
+		if n == "B" {
+			return []string{"--undo", "exit 5"}
+		}
+		return []string{"--undo", "true"}
+	})
+	for _, p := range procs {
+		p.wait(t, 30*time.Second)
+	}
+	data, rs := bundleOf(t, dirs["A"])
+	if len(rs) != 4 || rs[1].Outcome != receipt.UndoFailed {
+		t.Fatalf("the Head's receipts: want B's undo-failed:\n%s", data)
+	}
+	if rs[1].Status == nil || *rs[1].Status != 5 {
+		t.Fatalf("B's undo-failed receipt has status %v, want 5 (the undo's exit status)", rs[1].Status)
+	}
+}
