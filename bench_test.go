@@ -80,7 +80,7 @@ func newPingPong(b *testing.B) *pingPong {
 
 // loopbackPair returns the two ends of a TCP connection on loopback,
 // closed when b ends.
-func loopbackPair(b *testing.B) (dialed, accepted net.Conn) {
+func loopbackPair(b testing.TB) (dialed, accepted net.Conn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -331,22 +331,7 @@ func pskPair(t *testing.T) (tail, pred *secure.Config) {
 // then the end of the stream, not a reset that can cost it that line.
 // The draft's Error Handling: every node hears of a halt.
 func TestCloseDoesNotResetThePeer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); accepted <- c }()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	c := <-accepted
-	if c == nil {
-		t.Fatal("accept failed")
-	}
+	peer, c := loopbackPair(t)
 	if _, err := peer.Write([]byte("COMPLETE:r3\nCOMPLETE:r4\n")); err != nil { // unread by c
 		t.Fatal(err)
 	}
