@@ -579,9 +579,7 @@ func (t *tracker) row(r *roundRec, nodes []status.Node, head bool) Row {
 		if c.undo != "" && !slices.Contains(texts, c.undo) {
 			texts = append(texts, c.undo)
 		}
-		for _, note := range c.note {
-			texts = append(texts, note)
-		}
+		texts = append(texts, c.note...)
 	}
 	row.Text = append(row.Text, texts...)
 	row.Retry = head && (row.Outcome == "failed" || row.Outcome == "cancelled" || row.Outcome == "undone")
