@@ -216,3 +216,30 @@ func TestControlBeyondLoopbackRefusedE2E(t *testing.T) {
 		t.Error("a task ran: B never started, so no round could")
 	}
 }
+
+// TestOpenWaitHeadGoneE2E: the Head dies while open --wait waits for a
+// round held at C: open exits 1 naming the round it opened and how to
+// wait for it again (open --wait-for).
+func TestOpenWaitHeadGoneE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	procs := servedChainTask(t, dir, []string{"A", "B", "C"}, func(n string) []string {
+		if n == "C" {
+			return []string{"--control", controlOf(dir, "C")}
+		}
+		return nil
+	}, `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`)
+	for _, n := range []string{"A", "C"} {
+		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
+	}
+	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
+		t.Fatalf("hold at C: exit %d: %s", code, errOut)
+	}
+	p := startProc(t, "open", nil, "open", "--control", controlOf(dir, "A"), "--id", "g1", "--wait")
+	waitFor(t, 20*time.Second, "B's task for g1", func() bool { return slices.Contains(ranRounds(t, dir, "B"), "g1") })
+	procs["A"].signal(t, syscall.SIGKILL)
+	if code := p.wait(t, 20*time.Second); code != 1 ||
+		!strings.Contains(p.err.String(), "round g1: the Head went away") || !strings.Contains(p.err.String(), "--wait-for g1") {
+		t.Fatalf("open --wait when the Head died: exit %d\n%s", code, p.err.String())
+	}
+}

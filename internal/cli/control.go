@@ -335,9 +335,10 @@ func openMain(args []string, stdout, stderr io.Writer) int {
 	if !o.wait {
 		return ExitOK
 	}
+	id := rep.Round
 	rep, err := c.Receive()
 	if err != nil || rep.Outcome == nil {
-		fmt.Fprintf(stderr, "chainsync open: round %s: the Head went away before the round was over: %v\n", rep.Round, err)
+		fmt.Fprintf(stderr, "chainsync open: round %s: the Head went away before the round was over: %v (chainsync open --wait-for %s waits for it again)\n", id, err, id)
 		return ExitError
 	}
 	oc := rep.Outcome
