@@ -502,9 +502,9 @@ func (d *steering) releaseReq(req Request) error {
 		d.file.Hold = h
 		return err
 	}
-	d.log.Warn("released: tasks start here again", "by", req.By, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	d.log.Warn("released: tasks start here again", "by", req.By, "reason", req.Reason, "held_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "none", Err: steerWhy(req)})
-	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "none", Since: time.Now(), By: req.By})
+	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "none", Since: time.Now(), By: req.By, Reason: req.Reason})
 	d.announceSteer()
 	return nil
 }
@@ -881,9 +881,9 @@ func (d *steering) resumeReq(req Request) error {
 		close(d.resumed)
 		d.resumed = nil
 	}
-	d.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
+	d.log.Warn("resumed: rounds open and tasks start again", "by", req.By, "reason", req.Reason, "paused_since", time.UnixMilli(h.Since).Format(time.RFC3339))
 	d.loop.trace(TraceEvent{Kind: TraceSteer, Steer: "resume", Err: steerWhy(req)})
-	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "resume", Since: time.Now(), By: req.By})
+	d.noteEvent(SteerStatus{Node: d.self, Here: true, What: "resume", Since: time.Now(), By: req.By, Reason: req.Reason})
 	d.announceSteer()
 	return nil
 }

@@ -299,3 +299,33 @@ func TestPauseJournalledAndCancel(t *testing.T) {
 		t.Errorf("a fault after the restart: %+v", f)
 	}
 }
+
+// A release and a resume are recorded with who asked and why, as a hold
+// and a pause are (docs/STEERING.md; chainsync dashboard asks every
+// button for a reason).
+func TestReleaseAndResumeKeepTheirReason(t *testing.T) {
+	nd, err := Start(Config{Name: "solo", Task: func(context.Context, string) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	for _, step := range []func() error{
+		func() error { return nd.Hold(Request{By: "ann", Reason: "window"}) },
+		func() error { return nd.Release(Request{By: "ann", Reason: "window closed"}) },
+		func() error { return nd.Pause(Request{By: "bob", Reason: "incident"}) },
+		func() error { return nd.Resume(Request{By: "bob", Reason: "incident over"}) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"none": "window closed, ann", "resume": "incident over, bob"}
+	for _, s := range nd.Snapshot().Steering {
+		if w, ok := want[s.What]; ok && s.Reason+", "+s.By == w {
+			delete(want, s.What)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not recorded with who and why: %v in %+v", want, nd.Snapshot().Steering)
+	}
+}

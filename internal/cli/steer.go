@@ -57,8 +57,8 @@ says "held at NODE since HH:MM (TEXT)". --on-hold runs at the node. With
 Example:
   chainsync hold --control unix:/run/chainsync/b.sock --reason "change window at 10:00"
 `},
-	{name: "release", summary: "undo hold: the node's tasks start again",
-		usage: `Usage: chainsync release --control ADDR
+	{name: "release", summary: "undo hold: the node's tasks start again", reason: true,
+		usage: `Usage: chainsync release --control ADDR [--reason TEXT]
 
 Releases a node held with chainsync hold: the task whose turn has come
 starts at once.
@@ -103,8 +103,8 @@ anywhere because of the pause. With --state-dir it is journalled.
 Example:
   chainsync pause --control unix:/run/chainsync/head.sock --reason "incident 4711"
 `},
-	{name: "resume", summary: "at the Head: undo pause", headOnly: true,
-		usage: `Usage: chainsync resume --control ADDR
+	{name: "resume", summary: "at the Head: undo pause", reason: true, headOnly: true,
+		usage: `Usage: chainsync resume --control ADDR [--reason TEXT]
 
 Undoes chainsync pause at the Head: rounds open again and every node's
 tasks start, in the order they always run.
