@@ -42,10 +42,9 @@ node (your organisation's, the one this dashboard runs beside; the
 dashboard asks it which node it is, or --node NAME says): then the page
 has buttons for what that node takes (hold, release, approve, deny; at
 the Head also pause, resume, cancel, open and retry). Each asks for a
-reason, and is sent as
---user, recorded as chainsync hold, approve ... --by record it ("approved
-at C by ann", with the reason). A request the node refuses shows its
-reason on the page.
+reason, and is sent as --user, recorded as chainsync hold, approve ...
+--by record it ("approved at C by ann", with the reason). A request the
+node refuses shows its reason on the page.
 
 It listens on loopback (127.0.0.1:3100; --listen :PORT is loopback too).
 To serve it to other machines, --listen on their network needs HTTPS with
