@@ -58,9 +58,7 @@ func TestControlRefusesJunkE2E(t *testing.T) {
 		}
 		return nil
 	})
-	for _, n := range []string{"A", "B"} {
-		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
-	}
+	controlsUp(t, dir, "A", "B")
 	junk := []string{`null`, `{}`, `{"cmd":"hold"}`, `{"op":"nosuch"}`}
 	for _, n := range []string{"A", "B"} {
 		for _, line := range junk {
@@ -104,24 +102,13 @@ echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
 		}
 		return args
 	}, task)
-	for _, n := range []string{"A", "C"} {
-		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
-	}
+	controlsUp(t, dir, "A", "C")
 	head := controlOf(dir, "A")
 	steer := func(args ...string) {
 		t.Helper()
 		if code, _, errOut := steerCmd(t, args...); code != 0 {
 			t.Fatalf("%v exited %d: %s", args, code, errOut)
 		}
-	}
-	// heldAtC opens id with --wait and returns once its task ran at B
-	// and it waits at C's hold.
-	heldAtC := func(id string) *proc {
-		t.Helper()
-		steer("hold", "--control", controlOf(dir, "C"))
-		p := startProc(t, "open "+id, nil, "open", "--control", head, "--id", id, "--wait")
-		waitFor(t, 20*time.Second, "B's task for "+id, func() bool { return slices.Contains(ranRounds(t, dir, "B"), id) })
-		return p
 	}
 	waitFor := func(id string) *proc {
 		t.Helper()
@@ -133,7 +120,7 @@ echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
 		return p
 	}
 
-	lost := heldAtC("r1")
+	lost := heldAtC(t, dir, "r1")
 	lost.signal(t, syscall.SIGKILL)
 	lost.wait(t, 10*time.Second)
 	again := waitFor("r1")
@@ -148,7 +135,7 @@ echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
 		t.Fatalf("open --wait-for r1, done already: exit %d, %q %s", code, out, errOut)
 	}
 
-	waited := heldAtC("r2")
+	waited := heldAtC(t, dir, "r2")
 	pickedUp := waitFor("r2")
 	steer("release", "--control", controlOf(dir, "C"))
 	for _, p := range []*proc{waited, pickedUp} {
@@ -229,17 +216,33 @@ func TestOpenWaitHeadGoneE2E(t *testing.T) {
 		}
 		return nil
 	}, `echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`)
-	for _, n := range []string{"A", "C"} {
-		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
-	}
-	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
-		t.Fatalf("hold at C: exit %d: %s", code, errOut)
-	}
-	p := startProc(t, "open", nil, "open", "--control", controlOf(dir, "A"), "--id", "g1", "--wait")
-	waitFor(t, 20*time.Second, "B's task for g1", func() bool { return slices.Contains(ranRounds(t, dir, "B"), "g1") })
+	controlsUp(t, dir, "A", "C")
+	p := heldAtC(t, dir, "g1")
 	procs["A"].signal(t, syscall.SIGKILL)
 	if code := p.wait(t, 20*time.Second); code != 1 ||
 		!strings.Contains(p.err.String(), "round g1: the Head went away") || !strings.Contains(p.err.String(), "--wait-for g1") {
 		t.Fatalf("open --wait when the Head died: exit %d\n%s", code, p.err.String())
 	}
+}
+
+// controlsUp waits until the control sockets of names (in dir, as
+// controlOf names them) take connections.
+func controlsUp(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
+	}
+}
+
+// heldAtC holds C (its --control in dir), opens id with --wait at the
+// Head A, and returns the open once id's task ran at B: the round waits
+// at C's hold.
+func heldAtC(t *testing.T, dir, id string) *proc {
+	t.Helper()
+	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
+		t.Fatalf("hold at C: exit %d: %s", code, errOut)
+	}
+	p := startProc(t, "open "+id, nil, "open", "--control", controlOf(dir, "A"), "--id", id, "--wait")
+	waitFor(t, 20*time.Second, "B's task for "+id, func() bool { return slices.Contains(ranRounds(t, dir, "B"), id) })
+	return p
 }

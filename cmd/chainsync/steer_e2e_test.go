@@ -363,14 +363,8 @@ func TestCancelE2E(t *testing.T) {
 		}
 		return nil
 	})
-	for _, n := range []string{"A", "C"} {
-		waitFor(t, 10*time.Second, n+"'s control socket", func() bool { return exists(filepath.Join(dir, n+".sock")) })
-	}
-	if code, _, errOut := steerCmd(t, "hold", "--control", controlOf(dir, "C")); code != 0 {
-		t.Fatalf("hold exited %d: %s", code, errOut)
-	}
-	open := startProc(t, "open r1", nil, "open", "--control", controlOf(dir, "A"), "--id", "r1", "--wait")
-	waitFor(t, 20*time.Second, "B's task for r1", func() bool { return slices.Contains(ranRounds(t, dir, "B"), "r1") })
+	controlsUp(t, dir, "A", "C")
+	open := heldAtC(t, dir, "r1")
 	procs["C"].waitLog(t, 10*time.Second, "r1 at C's gate", containsAll("round", "r1"))
 	if code, _, errOut := steerCmd(t, "cancel", "--control", controlOf(dir, "A"), "--round", "r1", "--reason", "stale input"); code != 0 {
 		t.Fatalf("cancel exited %d: %s", code, errOut)
