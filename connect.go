@@ -578,7 +578,7 @@ func (lk *links) refused(l *link, err error) {
 		return
 	}
 	lk.refusedOnce = true
-	if lk.faults.mismatchedOn(l.side) || lk.undo.undoRefused(l) || lk.heartbeatRefused(l) { // identity.go, undo.go
+	if lk.faults.mismatchedOn(l.side) || lk.undo.undoRefused(l) || lk.extensionsRefused(l) { // identity.go, undo.go
 		return
 	}
 	lk.log.Error("the successor closed the connection right after this node's first line ("+l.firstLine+"), without answering: the two nodes are probably configured differently; compare both nodes' flags (--round/--rounds, --heartbeat, --serve), or run chainsync check on both",

@@ -238,13 +238,13 @@ func (fb *faultBook) mismatchedOn(side protocol.Side) bool {
 	return false
 }
 
-// heartbeatRefused: with heartbeats or receipts, a successor that closed
+// extensionsRefused: with heartbeats or receipts, a successor that closed
 // the connection right after this node's first line (its identity line,
 // or a protocol line) without a word runs without the extension lines,
 // so without them: a config-mismatch, which under FaultHalt ends this
 // node's rounds rather than re-dialing a successor that will refuse every
 // connection alike. It reports whether it did. Loop only.
-func (lk *links) heartbeatRefused(l *link) bool {
+func (lk *links) extensionsRefused(l *link) bool {
 	if lk.cfg.Heartbeat <= 0 && !lk.cfg.Receipts {
 		return false
 	}
