@@ -463,7 +463,10 @@ func (lk *links) violation(l *link, err error) {
 
 // readFailed handles the end of l's stream. Loop only.
 func (lk *links) readFailed(l *link, err error) {
-	if lk.lp.closed {
+	if lk.lp.closed || l.dropped {
+		// A dropped link's reader runs on until its read fails; the rest
+		// of what it read (junk after a refused line, or a line cut by
+		// the close) was never taken: it is no second violation.
 		return
 	}
 	var pe *wire.ProtocolError
@@ -483,6 +486,7 @@ func (lk *links) readFailed(l *link, err error) {
 // drop closes l and, if it was a current link, hands back that link's
 // end (downs) for the loop to step. Loop only.
 func (lk *links) drop(l *link, err error) {
+	l.dropped = true
 	if !l.closing {
 		l.shut()
 	}

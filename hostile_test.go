@@ -799,6 +799,35 @@ func TestHostileHalfClosed(t *testing.T) {
 	f.headFinish(t, head)
 }
 
+// TestHostileJunkAfterRefusedLine: a would-be predecessor sends a refused
+// first line and junk after it in the same write. The node reports the
+// connection once and closes it; the junk its reader had already taken
+// is no second violation (a storm over 101 connections once counted 102).
+// docs/DESIGN.md "Bad input": a closed connection is reported once.
+func TestHostileJunkAfterRefusedLine(t *testing.T) {
+	f := newMidFixture(t, "h", func(m, tl *Config, _ *recorder) {
+		m.Rounds = []string{"h"}
+		tl.Rounds = []string{"h"}
+	})
+	head := f.headReady(t)
+	f.tailReady(t, head)
+	before := f.mid.violations()
+	for i := range 2 {
+		m := f.mid.mark()
+		c := testnet.DialPeer(t, f.midAddr(), 5*time.Second)
+		_ = c.TrySend([]byte(fmt.Sprintf("READY:x%d\nJUNK LINE\nREADY\x00\n", i)))
+		f.mid.expectViolation(t, m, protocol.Pred, c.Addr(), "round not configured at this node")
+		c.AwaitClosed(t, closeWithin)
+		c.Close()
+	}
+	// The second connection's report came after everything the first
+	// connection's reader handed the loop: all of it has been judged.
+	if v := f.mid.violations() - before; v != 2 {
+		t.Errorf("%d violations reported for 2 connections, want one each", v)
+	}
+	f.headFinish(t, head)
+}
+
 // TestHostileRoundStorm: 10,000 READY lines with distinct round ids.
 // With Config.Rounds set, each is a violation ("round not configured"): the
 // first line of a connection is reported and the connection closed, so a

@@ -59,6 +59,7 @@ type link struct {
 	helloSent bool                  // this node's identity line was queued on it (loop only)
 	rasm      wire.ReceiptAssembler // RECEIPT lines read so far (reader only; receipts.go)
 	closing   bool                  // its last words are queued: closed after them (loop only)
+	dropped   bool                  // the loop dropped it: how its stream ends says nothing more (loop only)
 	firstLine string                // the first line queued on it, HEARTBEAT included (wmu)
 	firstAt   time.Time             // when (zero: none yet)
 	lastRecv  atomic.Int64          // UnixNano of the last line read from the peer (0: none yet)
