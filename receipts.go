@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -374,11 +375,56 @@ func (rc *receipts) write(round string, notes []protocol.ReceiptNote) {
 		envs = append(envs, e)
 	}
 	path := filepath.Join(rc.dir, bundleName(round))
+	if earlier, ok := rc.keepEarlier(path, attemptOf(envs[0])); ok {
+		rc.log.Info("receipts of the attempt before kept", "round", round, "path", earlier)
+	}
 	if err := receipt.WriteBundle(path, envs); err != nil {
 		rc.log.Error("cannot write the round's receipts", "round", round, "path", path, "err", err.Error())
 		return
 	}
 	rc.log.Info("receipts kept", "round", round, "path", path, "receipts", len(envs))
+}
+
+// keepEarlier moves the bundle at path aside, to its attempt's name
+// (attemptName), when it holds an attempt of the round before attempt:
+// a retried round's bundle does not replace the evidence of the attempt
+// that failed. It reports where the bundle went, if it moved it.
+func (rc *receipts) keepEarlier(path string, attempt int) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false // none yet (or unreadable: WriteBundle says so)
+	}
+	envs, err := receipt.ParseBundle(f)
+	f.Close()
+	if err != nil || len(envs) == 0 {
+		return "", false
+	}
+	old := attemptOf(envs[0])
+	if old <= 0 || old >= attempt {
+		return "", false // the same attempt, held more fully now
+	}
+	to := attemptName(path, old)
+	if err := os.Rename(path, to); err != nil {
+		rc.log.Error("cannot keep the receipts of the attempt before; the retry's replace them", "path", path, "err", err.Error())
+		return "", false
+	}
+	return to, true
+}
+
+// attemptOf is the attempt e's receipt states (0 if it does not open).
+func attemptOf(e receipt.Envelope) int {
+	st, err := e.Open()
+	if err != nil {
+		return 0
+	}
+	return st.Predicate.Attempt
+}
+
+// attemptName is the name a bundle of attempt of a retried round is
+// kept under once a later attempt's takes its place: "round-ID.jsonl"
+// becomes "round-ID@attempt-1.jsonl" ("@" is in no round id).
+func attemptName(path string, attempt int) string {
+	return strings.TrimSuffix(path, ".jsonl") + "@attempt-" + strconv.Itoa(attempt) + ".jsonl"
 }
 
 // bundleName is the file of round's receipts in ReceiptsDir:

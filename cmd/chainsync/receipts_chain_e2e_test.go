@@ -486,3 +486,54 @@ func TestReceiptsUndoFailedStatusE2E(t *testing.T) {
 		t.Fatalf("B's undo-failed receipt has status %v, want 5 (the undo's exit status)", rs[1].Status)
 	}
 }
+
+// TestReceiptsRetryKeepsEachAttemptE2E: on a served chain under
+// --fault-policy wait, C's task fails (attempt 1) and the round is
+// retried (attempt 2). The Head keeps both bundles: the retry's as
+// round-r1.jsonl and the failed attempt's as round-r1@attempt-1.jsonl,
+// each verifying on its own. docs/RECEIPTS.md "Retried rounds".
+func TestReceiptsRetryKeepsEachAttemptE2E(t *testing.T) {
+	t.Parallel()
+	dir, certs := t.TempDir(), certsDir(t)
+	rdir := filepath.Join(dir, "receipts")
+	if err := os.Mkdir(rdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	task := `if [ "$CHAINSYNC_NODE" = C ] && [ ! -e "$DIR/C.failed" ]; then touch "$DIR/C.failed"; exit 1; fi
+echo "$CHAINSYNC_NODE $CHAINSYNC_ROUND" >> "$DIR/$CHAINSYNC_NODE.ran"`
+	servedChainTask(t, dir, receiptNames, func(n string) []string {
+		args := []string{"--fault-policy", "wait", "--state-dir", filepath.Join(dir, n+".state"), "--receipts",
+			"--tls-cert", filepath.Join(certs, n+".pem"), "--tls-key", filepath.Join(certs, n+"-key.pem"),
+			"--tls-ca", filepath.Join(certs, "ca.pem")}
+		if n == "A" {
+			args = append(args, "--receipts-dir", rdir)
+		}
+		return args
+	}, task)
+	waitFor(t, 10*time.Second, "A's control socket", func() bool { return exists(filepath.Join(dir, "A.sock")) })
+	if code, _, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--id", "r1", "--wait"); code != 3 {
+		t.Fatalf("open r1 --wait exited %d, want 3 (C's task failed): %s", code, errOut)
+	}
+	bundle := filepath.Join(rdir, "round-r1.jsonl")
+	waitFor(t, 10*time.Second, "the Head's bundle of attempt 1", func() bool { return exists(bundle) })
+	if code, out, errOut := steerCmd(t, "open", "--control", controlOf(dir, "A"), "--retry", "r1", "--wait"); code != 0 {
+		t.Fatalf("open --retry r1 --wait exited %d (%q): %s", code, out, errOut)
+	}
+	earlier := filepath.Join(rdir, "round-r1@attempt-1.jsonl")
+	waitFor(t, 10*time.Second, "the bundle of attempt 1 kept aside", func() bool { return exists(earlier) })
+	waitFor(t, 10*time.Second, "the Head's bundle of attempt 2", func() bool { return exists(bundle) })
+	for path, want := range map[string]string{
+		earlier: "(attempt 1) of the chain A,B,C,D",
+		bundle:  "(attempt 2) of the chain A,B,C,D",
+	} {
+		code, stdout, stderr := runBin(t, "receipts", "verify", path, "--tls-ca", filepath.Join(certs, "ca.pem"))
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("verify %s: exit %d, want 0 and %q\n%s%s", filepath.Base(path), code, want, stdout, stderr)
+		}
+	}
+	if fi, err := os.Stat(earlier); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the kept bundle's mode is %v, want 0600", fi.Mode().Perm())
+	}
+}
