@@ -808,7 +808,7 @@ func (d *driver) act(a *protocol.Action, cause *FaultError) *FaultError {
 			// with, whichever way it learned it (a notice, the undo wave,
 			// its own task: task-failed or task-timeout). A cancel wrote
 			// its own record.
-			d.st.journalFault(a.Round, string(k))
+			d.st.journalFault(journalFault(a.Round, k, res.Err))
 		}
 		d.book.resolve(a.Round, ri, res)
 	}

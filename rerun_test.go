@@ -59,6 +59,43 @@ func TestResumeAbortedReportsKind(t *testing.T) {
 	}
 }
 
+// docs/FAULTS.md, "Undelivered rounds": a round this node had sent its
+// COMPLETE on for, ended by a fault notice that a task failed further
+// down the chain, is a fault (no task after that node ran), not
+// undelivered; restarted on its journal, the node still knows who found
+// what, and says the same.
+func TestResumeHaltedElsewhereIsNoUndelivered(t *testing.T) {
+	dir := t.TempDir()
+	j, _, err := journal.Open(dir, journal.Header{Role: "head", Name: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := protocol.Record{Round: "r1", State: protocol.StateAborted, LocalReady: true, Started: true, LastSucc: protocol.Complete}
+	if rec.Outcome() != protocol.NoExitWave {
+		t.Fatalf("the record's outcome is %v, want NoExitWave", rec.Outcome())
+	}
+	f := journalFault("r1", FaultChainHalted, &FaultError{Kind: FaultChainHalted, Origin: "C", Cause: FaultTaskFailed})
+	if f.Origin != "C" || f.Cause != string(FaultTaskFailed) {
+		t.Fatalf("journalFault kept %+v, want C and task-failed", f)
+	}
+	if err := j.SaveAll([]journal.Fault{f}, []protocol.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	n, err := Start(Config{Name: "A", Next: "127.0.0.1:1", Chain: []string{"A", "B", "C", "D"}, Rounds: []string{"r1"}, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.Wait(ctx, "r1")
+	var fe *FaultError
+	if err != nil || res.Status != StatusFault || !errors.As(res.Err, &fe) || fe.Origin != "C" || fe.Cause != FaultTaskFailed {
+		t.Fatalf("resumed round: %+v, %v; want a fault C found (task-failed), not undelivered", res, err)
+	}
+}
+
 // docs/DESIGN.md, "Restarts and durable state": a node that ended
 // normally with every round over records it; started again on the same
 // state directory for the same rounds it refuses (ErrAlreadyEnded) and

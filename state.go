@@ -85,10 +85,14 @@ func (d *driver) resume(st *journal.State) {
 			if fe.Kind == "" {
 				fe.Kind, fe.Reason = FaultAborted, "the round was aborted before this node restarted (the journal does not say why)"
 			}
+			if f, ok := st.Found[rec.Round]; ok {
+				fe.Origin, fe.Cause = f.Origin, FaultKind(f.Cause)
+				fe.Reason = fmt.Sprintf("the round was aborted before this node restarted: %s found a %s fault", f.Origin, f.Cause)
+			}
 			d.faults.restored(fe.fault())
 			ri.reported = true
 			res := Result{Round: rec.Round, Status: StatusFault, Err: fe}
-			if rec.Outcome() == protocol.NoExitWave {
+			if rec.Outcome() == protocol.NoExitWave && !failedAfter(fe) {
 				res.Status, res.Err = StatusUndelivered, undelivered(&d.cfg, d.links.peerName(protocol.Succ), rec.Round, fe)
 			}
 			d.book.restored(rec.Round, ri, res, st.TaskTimes[rec.Round].Ended)
@@ -199,6 +203,9 @@ func refuseRerun(cfg *Config, st *journal.State) error {
 		how = "fault"
 		if k := st.Faults[r]; k != "" {
 			how = "fault " + k
+		}
+		if f, ok := st.Found[r]; ok {
+			how += " (" + f.Origin + " found " + f.Cause + ")"
 		}
 	}
 	what := "round " + roundName(r)

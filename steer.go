@@ -10,6 +10,7 @@ import (
 
 	"log/slog"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -808,7 +809,7 @@ func (d *steering) cancelled(round string, ce *CancelledError) {
 		ri.cause, ri.reported = ce, true
 		// Written with the turn's records: a restarted node knows the
 		// round was cancelled, not faulted.
-		d.st.journalFault(round, string(FaultCancelled))
+		d.st.journalFault(journal.Fault{Round: round, Kind: string(FaultCancelled)})
 	}
 	if _, ok := d.waiting[round]; ok {
 		delete(d.waiting, round)

@@ -107,9 +107,9 @@ func (s *stepper) saveSteerFile(data []byte) error {
 // journalFault queues a fault record, round ended by a fault of kind,
 // for the turn's write, with a state directory that has not failed.
 // Loop only.
-func (s *stepper) journalFault(round, kind string) {
+func (s *stepper) journalFault(f journal.Fault) {
 	if s.durable && s.broken == nil {
-		s.lp.cur.faults = append(s.lp.cur.faults, journal.Fault{Round: round, Kind: kind})
+		s.lp.cur.faults = append(s.lp.cur.faults, f)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/chainsync-go/chainsync/internal/journal"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -106,6 +107,19 @@ func undelivered(cfg *Config, succ, id string, cause error) *UndeliveredError {
 func failedAfter(err error) bool {
 	var fe *FaultError
 	return errors.As(err, &fe) && fe.Origin != "" && (fe.Cause == FaultTaskFailed || fe.Cause == FaultTaskTimeout)
+}
+
+// journalFault is the journal's record of round's fault of kind, err:
+// with, for a fault another node found, that node and what it found, so
+// that a node restarted on it (and chainsync journal) knows what failedAfter
+// knew.
+func journalFault(round string, kind FaultKind, err error) journal.Fault {
+	f := journal.Fault{Round: round, Kind: string(kind)}
+	var fe *FaultError
+	if errors.As(err, &fe) && fe.Origin != "" && fe.Cause != "" && protocol.NoticeName(fe.Origin) == fe.Origin {
+		f.Cause, f.Origin = string(fe.Cause), fe.Origin
+	}
+	return f
 }
 
 // undeliveredIn is the UndeliveredError in err's chain, nil if none.

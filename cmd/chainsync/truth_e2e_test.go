@@ -128,6 +128,48 @@ func TestJournalUndoAndFaultExitE2E(t *testing.T) {
 	}
 }
 
+// A, B, C, D with the extension lines (--heartbeat) and without --undo,
+// C's task fails (exit 7): the chain halts, and the fault notice says so.
+// A's and B's journals read that the round failed at C and that no task
+// after C ran (the fault notice said so), not "undelivered", before and
+// after A is started again on its state directory; D's task never ran.
+func TestJournalHaltNamesWhereItFailedE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names, addrs := []string{"A", "B", "C", "D"}, freeAddrs(t, 4)
+	chain := chainOf(names, addrs)
+	args := func(n string) []string {
+		return []string{"run", "--chain", chain, "--name", n, "--round", "h1", "--quiet", "--linger", "1s", "--heartbeat", "200ms",
+			"--state-dir", filepath.Join(dir, n), "--", "sh", "-c", `[ "$CHAINSYNC_NODE" = C ] && exit 7; true`}
+	}
+	procs := map[string]*proc{}
+	for i := len(names) - 1; i >= 0; i-- {
+		procs[names[i]] = startProc(t, names[i], nil, args(names[i])...)
+	}
+	for _, n := range names {
+		procs[n].wait(t, 30*time.Second)
+	}
+	check := func(when string) {
+		for _, n := range []string{"A", "B"} {
+			_, _, r := truthDoc(t, filepath.Join(dir, n), "h1")
+			if r.Outcome != "failed at C (task-failed); no task after C ran" {
+				t.Errorf("%s's journal %s: outcome %q, want the round failed at C", n, when, r.Outcome)
+			}
+		}
+	}
+	check("after the round")
+	// A started again on its state directory: the round ended before,
+	// and the node says how.
+	code, _, errOut := runBin(t, args("A")...)
+	if code != 2 || !strings.Contains(errOut, "fault chain-halted") {
+		t.Errorf("A started again: exit %d: %s; want it refused, naming the fault", code, errOut)
+	}
+	check("after A was started again")
+	if _, _, r := truthDoc(t, filepath.Join(dir, "D"), "h1"); r.Task != "not-started" {
+		t.Errorf("D's journal: task %q, want not-started", r.Task)
+	}
+}
+
 // A single node killed (SIGKILL) while its task runs, restarted with
 // --resume-task rerun on its state directory: its journal shows the
 // first run cut short by the node's death, and the round done.

@@ -188,7 +188,7 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 		doc.Node = holderText(dir, snap)
 	}
 	for _, r := range st.Rounds {
-		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round], st.TaskTimes[r.Round]))
+		doc.Rounds = append(doc.Rounds, describeRound(snap.Header.Role, r, st.Faults[r.Round], st.Found[r.Round], st.TaskTimes[r.Round]))
 	}
 	doc.Steering = journalSteering(dir) // steer.go
 	return doc
@@ -204,7 +204,7 @@ func describeJournal(dir string, snap *journal.Snapshot) journalDoc {
 // predecessor's COMPLETE (the Head: the successor's START) and never
 // started. A journal written before records kept Started says it by a
 // task time record (such a journal has no retries).
-func describeRound(role string, r protocol.Record, fault string, tt journal.TaskTimes) journalRound {
+func describeRound(role string, r protocol.Record, fault string, found journal.Fault, tt journal.TaskTimes) journalRound {
 	hasPred := role == "middle" || role == "tail"
 	hasSucc := role == "head" || role == "middle"
 	jr := journalRound{Round: r.Round, Seq: r.Seq, State: r.State.String(), LocallyReady: r.LocalReady, Fault: fault,
@@ -267,6 +267,9 @@ func describeRound(role string, r protocol.Record, fault string, tt journal.Task
 			jr.Outcome = wave.Outcome() // failed elsewhere, and undone
 		case undoing:
 			jr.Outcome = "failed at " + wave.Failed + " (" + wave.Kind + "); the undo wave's outcome is not recorded here"
+		case found.Cause == string(chainsync.FaultTaskFailed) || found.Cause == string(chainsync.FaultTaskTimeout):
+			// A fault notice said so: no task after that node ran.
+			jr.Outcome = "failed at " + found.Origin + " (" + found.Cause + "); no task after " + found.Origin + " ran"
 		case r.Outcome() == protocol.NoExitWave && hasSucc:
 			jr.Outcome = "undelivered (aborted after this node's COMPLETE went on: the tasks after it may have run)"
 		case fault == "":
@@ -384,6 +387,9 @@ func endStatus(st journal.State) (int, string) {
 			switch k := st.Faults[r.Round]; {
 			case k == string(chainsync.FaultCancelled):
 				c, w = ExitCancelled, "cancelled at the Head"
+			case k != "" && st.Found[r.Round].Origin != "":
+				f := st.Found[r.Round]
+				w += " (" + k + ": " + f.Origin + " found " + f.Cause + ")"
 			case k != "":
 				w += " (" + k + ")"
 			case r.Undo.Wave.Failed != "":

@@ -162,6 +162,11 @@ type State struct {
 	Ended int64
 	// Faults gives the fault kind each aborted round ended with.
 	Faults map[string]string
+	// Found gives, for a round aborted by a fault another node found
+	// (a fault notice), which node found it and what (Fault.Origin,
+	// Fault.Cause): a round ended by a task that failed further down the
+	// chain is known to have run no task after it.
+	Found map[string]Fault
 	// TaskTimes gives when each round's task started and ended at this
 	// node, for the rounds whose journal says so (task time records,
 	// times.go); a restarted node does not need them.
@@ -177,7 +182,7 @@ type Journal struct {
 	lock   *os.File
 	order  []string // round ids, first appearance first
 	last   map[string]protocol.Record
-	faults map[string]string // round -> the kind of fault that aborted it
+	faults map[string]Fault // round -> the fault that aborted it
 	times  map[string]TaskTimes
 	now    func() time.Time // the clock of task time records; nil: time.Now
 	ended  int64            // see State.Ended
@@ -236,7 +241,7 @@ func openWith(dir string, hdr Header, now func() time.Time) (*Journal, *State, e
 		d.Close()
 		return nil, nil, err
 	}
-	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]string{}, times: map[string]TaskTimes{}, now: now}
+	j := &Journal{dir: dir, d: d, hdr: hdr, lock: lock, last: map[string]protocol.Record{}, faults: map[string]Fault{}, times: map[string]TaskTimes{}, now: now}
 	st, err := j.load()
 	if err != nil {
 		lock.Close()
@@ -333,7 +338,7 @@ func (j *Journal) load() (*State, error) {
 	path := filepath.Join(j.dir, "journal")
 	f, err := openIn(j.d, "journal", os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return &State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}}, nil
+		return &State{Faults: map[string]string{}, Found: map[string]Fault{}, TaskTimes: map[string]TaskTimes{}}, nil
 	}
 	if err != nil {
 		return nil, openErr(j.dir, "journal", err)
@@ -347,7 +352,7 @@ func (j *Journal) load() (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v; refusing to guess: move the directory aside to start this node afresh (it may then run its task again)", ErrCorrupt, path, err)
 	}
-	st := &State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}, Dropped: torn}
+	st := &State{Faults: map[string]string{}, Found: map[string]Fault{}, TaskTimes: map[string]TaskTimes{}, Dropped: torn}
 	if len(recs) == 0 {
 		return st, nil // an empty file, or only a torn header: a new journal
 	}
@@ -379,7 +384,7 @@ func (j *Journal) load() (*State, error) {
 		case e.Ended != 0:
 			j.ended = e.Ended
 		case e.FaultKind != "":
-			j.faults[e.Record.Round] = e.FaultKind
+			j.faults[e.Record.Round] = Fault{Round: e.Record.Round, Kind: e.FaultKind, Cause: e.FaultCause, Origin: e.FaultOrigin}
 		default:
 			r, err := rcs.take(pending.take(e.Record), j.last[e.Record.Round].Receipt)
 			if err != nil {
@@ -393,8 +398,11 @@ func (j *Journal) load() (*State, error) {
 		st.Rounds = append(st.Rounds, j.last[id])
 	}
 	st.Ended = j.ended
-	for id, k := range j.faults {
-		st.Faults[id] = k
+	for id, f := range j.faults {
+		st.Faults[id] = f.Kind
+		if f.Origin != "" {
+			st.Found[id] = f
+		}
 	}
 	for id, t := range j.times {
 		st.TaskTimes[id] = t
@@ -422,6 +430,8 @@ type Entry struct {
 	DeliveredUnnamed bool            // a delivery for the unnamed round
 	Ended            int64           // an end record: the node ended normally then (Unix seconds)
 	FaultKind        string          // a fault record: Record.Round was aborted by a fault of this kind
+	FaultCause       string          // and, if another node found it, what it found (a fault kind)
+	FaultOrigin      string          // and which node found it
 	Undo             *UndoEntry      // an undo record for Record.Round (undo.go)
 	TaskTime         *TaskTimeEntry  // a task time record for Record.Round (times.go)
 	Attempt          *AttemptEntry   // an attempt record for Record.Round's next round record (attempt.go)
@@ -535,15 +545,19 @@ func parsePayload(p []byte) (Entry, error) {
 			return Entry{}, fmt.Errorf("bad end record %q", s)
 		}
 		return Entry{Ended: t}, nil
-	case len(f) == 3 && f[0] == "F":
+	case (len(f) == 3 || len(f) == 5) && f[0] == "F":
 		id, err := roundOf(f[1])
 		if err != nil {
 			return Entry{}, err
 		}
-		if !validKind(f[2]) {
-			return Entry{}, fmt.Errorf("bad fault kind in %q", s)
+		e := Entry{Record: protocol.Record{Round: id}, FaultKind: f[2]}
+		if len(f) == 5 {
+			e.FaultCause, e.FaultOrigin = f[3], f[4]
 		}
-		return Entry{Record: protocol.Record{Round: id}, FaultKind: f[2]}, nil
+		if !(Fault{Round: id, Kind: e.FaultKind, Cause: e.FaultCause, Origin: e.FaultOrigin}).valid() {
+			return Entry{}, fmt.Errorf("bad fault record %q", s)
+		}
+		return e, nil
 	case f[0] == "U":
 		return parseUndo(s, f)
 	case f[0] == "T":
@@ -679,7 +693,29 @@ func appendRecordFrame(b []byte, r protocol.Record, prev protocol.ReceiptRecord)
 
 // Fault is a fault record: Round was aborted by a fault of Kind (a-z 0-9
 // -), so that a node restarted after it reports the fault it ended with.
-type Fault struct{ Round, Kind string }
+// For a fault another node found (a fault notice), Origin names that
+// node and Cause what it found (a kind); both or neither are set.
+type Fault struct{ Round, Kind, Cause, Origin string }
+
+// valid reports whether f can be written and read back as it is.
+func (f Fault) valid() bool {
+	if !validKind(f.Kind) || !protocol.ValidRound(f.Round) {
+		return false
+	}
+	if f.Cause == "" && f.Origin == "" {
+		return true
+	}
+	return validKind(f.Cause) && f.Origin != "-" && f.Origin != "" && protocol.NoticeName(f.Origin) == f.Origin
+}
+
+// payload is f's record.
+func (f Fault) payload() []byte {
+	s := "F :" + f.Round + " " + f.Kind
+	if f.Origin != "" {
+		s += " " + f.Cause + " " + f.Origin
+	}
+	return []byte(s)
+}
 
 // Save appends round records in one write, and fsyncs once, before it
 // returns: only then may the node act on them. A node saves everything a
@@ -696,8 +732,8 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 		return errors.New("chainsync: journal closed")
 	}
 	for _, f := range faults {
-		if !validKind(f.Kind) || !protocol.ValidRound(f.Round) {
-			return fmt.Errorf("chainsync: bad fault record %q %q", f.Round, f.Kind)
+		if !f.valid() {
+			return fmt.Errorf("chainsync: bad fault record %q %q %q %q", f.Round, f.Kind, f.Cause, f.Origin)
 		}
 	}
 	j.buf = j.buf[:0]
@@ -710,8 +746,8 @@ func (j *Journal) SaveAll(faults []Fault, recs []protocol.Record) error {
 		return at
 	}
 	for _, f := range faults {
-		j.faults[f.Round] = f.Kind
-		j.buf = appendFrame(j.buf, []byte("F :"+f.Round+" "+f.Kind))
+		j.faults[f.Round] = f
+		j.buf = appendFrame(j.buf, f.payload())
 		frames++
 	}
 	for _, r := range recs {
@@ -832,8 +868,8 @@ func (j *Journal) compact() error {
 		if j.last[id].Delivered {
 			b = appendFrame(b, []byte("D :"+id))
 		}
-		if k := j.faults[id]; k != "" {
-			b = appendFrame(b, []byte("F :"+id+" "+k))
+		if f, ok := j.faults[id]; ok {
+			b = appendFrame(b, f.payload())
 		}
 	}
 	if j.ended != 0 {

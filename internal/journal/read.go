@@ -116,7 +116,7 @@ func Read(dir string) (*Snapshot, error) {
 // until a round record follows it, task time records give the rounds'
 // TaskTimes. It stops at a second header.
 func fold(entries []Entry) (State, error) {
-	st := State{Faults: map[string]string{}, TaskTimes: map[string]TaskTimes{}}
+	st := State{Faults: map[string]string{}, Found: map[string]Fault{}, TaskTimes: map[string]TaskTimes{}}
 	last := map[string]protocol.Record{}
 	var order []string
 	pending := attempts{}
@@ -140,6 +140,10 @@ func fold(entries []Entry) (State, error) {
 			st.Ended = e.Ended
 		case e.FaultKind != "":
 			st.Faults[e.Record.Round] = e.FaultKind
+			delete(st.Found, e.Record.Round)
+			if e.FaultOrigin != "" {
+				st.Found[e.Record.Round] = Fault{Round: e.Record.Round, Kind: e.FaultKind, Cause: e.FaultCause, Origin: e.FaultOrigin}
+			}
 		default:
 			r := pending.take(e.Record)
 			prev, ok := last[r.Round]
