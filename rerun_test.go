@@ -41,13 +41,7 @@ func TestResumeAbortedReportsKind(t *testing.T) {
 				mu.Unlock()
 			}
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res, err := n.Wait(ctx, "r1")
+	res, err := resumedResult(t, n, err, "r1")
 	var fe *FaultError
 	if err != nil || res.Status != StatusFault || !errors.As(res.Err, &fe) || fe.Kind != FaultPeerSilent {
 		t.Fatalf("resumed aborted round: %+v, %v; want a peer-silent fault", res, err)
@@ -83,13 +77,7 @@ func TestResumeHaltedElsewhereIsNoUndelivered(t *testing.T) {
 	}
 	j.Close()
 	n, err := Start(Config{Name: "A", Next: "127.0.0.1:1", Chain: []string{"A", "B", "C", "D"}, Rounds: []string{"r1"}, StateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res, err := n.Wait(ctx, "r1")
+	res, err := resumedResult(t, n, err, "r1")
 	var fe *FaultError
 	if err != nil || res.Status != StatusFault || !errors.As(res.Err, &fe) || fe.Origin != "C" || fe.Cause != FaultTaskFailed {
 		t.Fatalf("resumed round: %+v, %v; want a fault C found (task-failed), not undelivered", res, err)
@@ -128,4 +116,17 @@ func TestRerunRefused(t *testing.T) {
 		t.Fatalf("a new round on the same directory: %v", err)
 	}
 	n2.Close()
+}
+
+// resumedResult is round's result at n, started (with err) on a journal
+// that says the round ended; n is closed when the test ends.
+func resumedResult(t *testing.T, n *Node, err error, round string) (Result, error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return n.Wait(ctx, round)
 }
