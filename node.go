@@ -84,6 +84,9 @@ type faultBook struct {
 	recent     []Fault // at most keepFaults, oldest first
 	live       liveFaults
 	mismatched map[mismatchKey]bool
+	// owed: by side, a fault notice went while that link was down; the
+	// machine sends it when the link is up (Snapshot.NoticesOwed).
+	owed [3]bool
 
 	host  faultHost
 	loop  *loop
@@ -518,6 +521,11 @@ type Snapshot struct {
 	// an idle Head or middle node before its first round, which becomes
 	// the predecessor link with that line. Empty if there is none.
 	PredWaiting string
+	// NoticesOwed are the neighbours (by side) a fault notice is still
+	// owed to: their link was down when it was sent, and it goes when the
+	// link is up again. A process about to exit after a fault waits for
+	// it (bounded), so that a neighbour learns why the chain halted.
+	NoticesOwed []protocol.Side
 	// JournalSyncs is how many fsyncs the state journal made since Start
 	// (0 without Config.StateDir). A node syncs once for everything a
 	// batch of events produced, so this grows slower than the records.
@@ -570,6 +578,11 @@ func (d *driver) snapshot() Snapshot {
 	st := Snapshot{Name: d.cfg.Name, Role: d.role, PredUp: d.links.pred != nil, SuccUp: d.links.succ != nil,
 		PredPeer: d.links.peerName(protocol.Pred), SuccPeer: d.links.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(d.faults.recent)
+	for _, side := range []protocol.Side{protocol.Pred, protocol.Succ} {
+		if d.faults.owed[side] {
+			st.NoticesOwed = append(st.NoticesOwed, side)
+		}
+	}
 	if d.store != nil {
 		st.JournalSyncs = d.store.syncs()
 	}
@@ -673,7 +686,9 @@ func (d *driver) closeLoop() bool {
 	end := d.endedNormally()
 	for _, l := range []*link{d.links.pred, d.links.succ} {
 		if l != nil {
-			l.shut() // what is queued (a fault notice) still goes out
+			// After the lines this turn queued for it (a fault notice
+			// sent as the link came up): they still go out.
+			d.lp.cur.add(effect{kind: effShut, l: l})
 		}
 	}
 	d.links.adm.closeAll()
@@ -835,6 +850,7 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 			d.log.Info("link down; restart grace line goes when it is up", "to", side.String(), "grace", msg.Grace.String())
 			return
 		case protocol.FaultNotice:
+			d.faults.owed[side] = true
 			d.log.Info("link down; fault notice goes when it is up", "to", side.String(), "notice", msg.Note.String())
 			return
 		}
@@ -859,6 +875,9 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 			resend = ri.unsent[side] != msg.Cmd
 			ri.unsent[side] = 0
 		}
+	}
+	if msg.Cmd == protocol.FaultNotice {
+		d.faults.owed[side] = false // this one, and those it missed, go now
 	}
 	d.wbuf = wire.Append(d.wbuf[:0], msg, d.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the

@@ -3,12 +3,14 @@ package chainsync
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/journal"
+	"github.com/chainsync-go/chainsync/internal/testnet"
 	"github.com/chainsync-go/chainsync/protocol"
 )
 
@@ -129,4 +131,44 @@ func resumedResult(t *testing.T, n *Node, err error, round string) (Result, erro
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return n.Wait(ctx, round)
+}
+
+// docs/RESTARTS.md with docs/FAULTS.md ("Fault notices"): a node
+// restarted while its task ran fails the round (ResumeFail) before its
+// links are up; its fault notice is owed to each neighbour
+// (Snapshot.NoticesOwed) until that link comes up, and a Close right
+// after it went still delivers it: the successor reads the notice, then
+// the end of the stream.
+func TestResumeFailNoticeOutlivesClose(t *testing.T) {
+	for i := range 20 { // Close races the link's first write
+		dir := t.TempDir()
+		j, _, err := journal.Open(dir, journal.Header{Role: "middle", Name: "B"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Save([]protocol.Record{{Round: "r1", State: protocol.StateStart, LocalReady: true, PredReady: true, StartRecv: true,
+			LastPred: protocol.Start, LastSucc: protocol.Ready, RecvPred: protocol.Ready, RecvSucc: protocol.Start}}); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		succ := testnet.ListenPeer(t)
+		n, err := Start(Config{Name: "B", Chain: []string{"A", "B", "C"}, Listen: freeAddrs(t, 1)[0], Prev: "127.0.0.1:1", Next: succ.Addr(),
+			Heartbeat: 300 * time.Millisecond, StateDir: dir, Rounds: []string{"r1"}})
+		res, err := resumedResult(t, n, err, "r1")
+		if err != nil || res.Status != StatusTaskFailed {
+			t.Fatalf("run %d: resumed round %+v, %v; want its task failed (ResumeFail)", i, res, err)
+		}
+		waitCond(t, 5*time.Second, "the notice to the successor to go", func() bool {
+			return !slices.Contains(n.Snapshot().NoticesOwed, protocol.Succ)
+		})
+		if !slices.Contains(n.Snapshot().NoticesOwed, protocol.Pred) {
+			t.Errorf("run %d: NoticesOwed %v, want the predecessor's (its link never came up)", i, n.Snapshot().NoticesOwed)
+		}
+		n.Close()
+		p := succ.Accept(t, 5*time.Second)
+		_ = p.ExpectErr("EOF", 5*time.Second)
+		if got := p.Received(); !strings.Contains(got, "FAULT :r1 task-failed B B") {
+			t.Fatalf("run %d: the successor read %q, no fault notice", i, got)
+		}
+	}
 }

@@ -277,6 +277,24 @@ func TestOnFaultHookTimeout(t *testing.T) {
 	t.Logf("exit 3 after %v with a hanging hook and --on-fault-timeout 300ms", took.Round(time.Millisecond))
 }
 
+// TestStopWhileHookRuns: "--on-fault gets a timeout and never blocks
+// shutdown": a node whose round is over and that waits for its fault hook
+// (--on-fault-timeout 1h) stops at SIGTERM like anywhere else: it logs
+// it, kills the hook's process group and exits 130.
+func TestStopWhileHookRuns(t *testing.T) {
+	t.Parallel()
+	mark := fmt.Sprintf("%09d", time.Now().UnixNano()%1e9+11)
+	p := startProc(t, "S", []string{"MARK=" + mark}, "run", "--name", "S",
+		"--on-fault", `sleep "3600.${MARK}3"`, "--on-fault-timeout", "1h", "--", "false")
+	p.waitLog(t, 10*time.Second, "the node waiting for its hook", containsAll("waiting for the hooks still running"))
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 5*time.Second); code != 130 {
+		t.Fatalf("exit %d, want 130 (interrupted)", code)
+	}
+	p.waitLog(t, time.Second, "the stop logged", containsAll("interrupted while the hooks ran"))
+	mxCheckNoOrphans(t, mark)
+}
+
 // TestExitWaveUndelivered: "A node has finished only when its last
 // message of the round (the exit-wave COMPLETE to its predecessor) was
 // handed to a live connection; a node that could not deliver it within its
@@ -483,12 +501,19 @@ if [ "$CHAINSYNC_NODE" = B ]; then sleep 30; fi`
 // with the same state directory: with the default (fail) it exits 3 and C
 // never runs its task; with rerun B runs its task again, after the
 // interrupted run was gone, and the chain completes. (done: the matrix.)
+// With the extension lines (--heartbeat), the restarted B's fault notice
+// reaches A and C, whose links to B were down when B failed the round (A
+// re-dials B, B dials C): both halt (exit 4, "B reported that B's task
+// failed") instead of waiting for ever.
 func TestResumeTaskPolicies(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []string{"", "rerun"} {
+	for _, policy := range []string{"", "rerun", "heartbeat"} {
 		name := policy
-		if name == "" {
+		switch name {
+		case "":
 			name = "default-fail"
+		case "heartbeat":
+			name = "default-fail-heartbeat"
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -501,7 +526,11 @@ date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 			run := func(i int) *proc {
 				args := append([]string{"run"}, placeArgs("prevnext", names, addrs, i)...)
 				args = append(args, "--state-dir", filepath.Join(dir, "state."+names[i]))
-				if policy != "" {
+				switch policy {
+				case "heartbeat":
+					args = append(args, "--heartbeat", "300ms")
+				case "":
+				default:
 					args = append(args, "--resume-task", policy)
 				}
 				return startProc(t, names[i], []string{"DIR=" + dir}, append(args, "--", "sh", "-c", task)...)
@@ -514,6 +543,22 @@ date +%s%N >> "$DIR/$CHAINSYNC_NODE.end"`
 				t.Fatal(err)
 			}
 			procs[1] = run(1)
+			if policy == "heartbeat" {
+				for i, want := range []int{4, 3, 4} {
+					if code := procs[i].wait(t, 15*time.Second); code != want {
+						t.Errorf("%s exited %d, want %d", names[i], code, want)
+					}
+				}
+				for _, i := range []int{0, 2} {
+					if !strings.Contains(procs[i].err.String(), "B reported that B's task failed") {
+						t.Errorf("%s does not say that B's task failed:\n%s", names[i], procs[i].err.String())
+					}
+				}
+				if exists(filepath.Join(dir, "C.start")) {
+					t.Errorf("C ran its task although B's round failed")
+				}
+				return
+			}
 			if policy == "" {
 				if code := procs[1].wait(t, 10*time.Second); code != 3 {
 					t.Fatalf("B exited %d after a restart in its task with --resume-task fail, want 3", code)

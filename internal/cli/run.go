@@ -435,7 +435,7 @@ func runMain(args []string, stderr io.Writer) int {
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // run starts the node, makes it ready per round, and waits for every round.
-func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) int {
+func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *slog.Logger) (code int) {
 	role := cfg.Role()
 	rp, err := taskrun.StartReaper()
 	if err != nil {
@@ -466,7 +466,6 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	// that, with --fault-policy wait, end no round.
 	hooks := taskrun.NewHooks(taskrun.HookConfig{OnFault: o.onFault, OnRecover: o.live.onRecover, OnHold: o.onHold,
 		Timeout: o.onFaultTimeout, Node: o.name, Log: log})
-	defer hooks.Wait() // each hook is bounded by --on-fault-timeout
 	if o.onFault != "" || o.live.onRecover != "" {
 		cfg.Trace = hooks.Observe
 	}
@@ -478,6 +477,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	// Before the signals are let go: a stop while a hook still runs stops
+	// the hook and the node at once (exit 130).
+	defer func() { code = waitHooks(hooks, code, sigs, log) }()
 	sd := openNotify(log)     // before Start: no task may inherit NOTIFY_SOCKET
 	o.launchWorker(sigs, log) // --worker: after openNotify, for the same reason (workercmd.go)
 	obs, err := o.startObservers(&cfg)
@@ -563,6 +565,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.serving() {
 		code := serveRun(ctx, node, rounds, o, log, sigs, stop)
 		cancel()
+		if code == ExitTaskFailed {
+			handNotices(node, o.linger, sigs, log)
+		}
 		if o.receipts && (code == ExitTaskFailed || code == ExitFault) {
 			// Halted: the receipts of the rounds that just ended may
 			// still be on their way back (with the fault notice).
@@ -583,7 +588,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 			results <- res
 		})
 	}
-	code := ExitOK
+	code = ExitOK
 	for range rounds {
 		select {
 		case res := <-results:
@@ -593,6 +598,9 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 	}
 	cancel()
+	if code == ExitTaskFailed {
+		handNotices(node, o.linger, sigs, log)
+	}
 	if o.receipts {
 		waitReceipts(node, rounds, o.linger, sigs, log) // receipts.go
 	}
@@ -614,6 +622,73 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		log.Info("all rounds done", "rounds", len(rounds))
 	}
 	return code
+}
+
+// waitHooks waits for the hooks still running as the node ends (each is
+// bounded by --on-fault-timeout) and returns code; a stop signal
+// meanwhile kills them and makes it ExitInterrupted.
+func waitHooks(hooks *taskrun.Hooks, code int, sigs <-chan os.Signal, log *slog.Logger) int {
+	done := make(chan struct{})
+	bug.Go(func() {
+		hooks.Wait()
+		close(done)
+	})
+	select {
+	case <-done:
+		return code
+	default:
+	}
+	log.Info("waiting for the hooks still running (each at most --on-fault-timeout)")
+	select {
+	case <-done:
+		return code
+	case s := <-sigs:
+		log.Warn("interrupted while the hooks ran; stopping them", "signal", s.String())
+		hooks.Stop()
+		<-done
+		return ExitInterrupted
+	}
+}
+
+// handNotices waits, at most linger, until the node has handed the fault
+// notice of its failed task to both neighbours: one whose link was down
+// when it went (a neighbour restarting, or re-dialing this node after
+// this node restarted) gets it when the link is up again, and only a
+// node still running can send it. Without it that neighbour would wait
+// for the round for ever.
+func handNotices(node *chainsync.Node, linger time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
+	owed := node.Snapshot().NoticesOwed
+	if len(owed) == 0 {
+		return
+	}
+	log.Info("the task failed; handing its fault notice to the neighbours whose link is down before exiting", "to", sidesText(owed), "at_most", linger)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.NewTimer(linger)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-t.C:
+			if owed = node.Snapshot().NoticesOwed; len(owed) == 0 {
+				return
+			}
+		case <-deadline.C:
+			log.Warn("the fault notice did not reach every neighbour within --linger; exiting anyway (they find the fault by their own timeouts, if set)", "to", sidesText(owed), "linger", linger)
+			return
+		case s := <-sigs:
+			log.Warn("interrupted while handing the fault notice on", "signal", s.String())
+			return
+		}
+	}
+}
+
+// sidesText names sides: "pred", "succ" or "pred and succ".
+func sidesText(sides []protocol.Side) string {
+	names := make([]string, len(sides))
+	for i, s := range sides {
+		names[i] = s.String()
+	}
+	return strings.Join(names, " and ")
 }
 
 func lingerDone(ctx context.Context, node *chainsync.Node) <-chan error {
@@ -669,7 +744,7 @@ func becomeReady(ctx context.Context, node *chainsync.Node, round string, o *run
 	err := node.Ready(round)
 	switch {
 	case errors.Is(err, protocol.ErrRoundFinished):
-		log.Info("round already over here before this restart (from --state-dir); nothing to do", "round", round)
+		log.Info("round already over here (its end is in --state-dir); nothing to do", "round", round)
 	case err != nil && ctx.Err() == nil:
 		log.Error("ready failed", "round", round, "err", err.Error())
 	}
