@@ -123,6 +123,7 @@ func (lk *links) helloArrived(l *link, h wire.Hello, first bool) (predUp bool) {
 		lk.drop(l, errMismatch)
 		return false
 	}
+	l.helloHeard = true
 	if l.side != protocol.Pred || l == lk.pred {
 		return false
 	}
@@ -262,17 +263,30 @@ func (lk *links) extensionsRefused(l *link) bool {
 	return true
 }
 
-// receiptsUnsaid: with receipts on, a predecessor connection whose first
-// line is msg, not its identity line (HELLO), runs without the extension
-// lines, so without --receipts (a node with them always says who it is
-// first): a config-mismatch before any task runs, not a round whose
-// receipts cannot be chained. It reports whether it was. Loop only.
-func (lk *links) receiptsUnsaid(l *link, msg protocol.Message) bool {
-	if !lk.cfg.Receipts || lk.id == nil || l.side != protocol.Pred {
+// identityUnsaid: with the extension lines and an identity line, a
+// predecessor connection whose first line is msg, not its identity line
+// (HELLO), comes from a node without the extension lines (a node with
+// them always says who it is first): so without --heartbeat (when msg is
+// one of the draft's lines) or without --receipts. That is a
+// config-mismatch before any task runs, not a link that flaps for ever
+// or a round whose receipts cannot be chained. While a predecessor is up
+// the connection is a stranger's, and its line only bad input. It
+// reports whether it refused l. Loop only.
+func (lk *links) identityUnsaid(l *link, msg protocol.Message) bool {
+	if lk.id == nil || l.side != protocol.Pred || l.helloHeard || lk.pred != nil {
 		return false
 	}
-	lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s as its first line, not its identity line (HELLO): it runs without the extension lines, so without --receipts; this node runs with --receipts: set --receipts on every node of the chain, or on none",
-		lk.peerName(l.side), msg.Cmd))
+	var why string
+	switch {
+	case lk.cfg.Receipts:
+		why = "so without --receipts; this node runs with --receipts: set --receipts on every node of the chain, or on none"
+	case msg.Cmd == protocol.Ready || msg.Cmd == protocol.Start || msg.Cmd == protocol.Complete:
+		why = fmt.Sprintf("so without --heartbeat; this node's --heartbeat is %v: set the same --heartbeat on every node of the chain, or on none", lk.cfg.Heartbeat)
+	default:
+		return false // an extension line: the peer has them
+	}
+	lk.mismatch(l, "extension", "", fmt.Sprintf("%s sends %s as its first line, not its identity line (HELLO): it runs without the extension lines, %s",
+		lk.peerName(l.side), msg.Cmd, why))
 	lk.drop(l, errMismatch)
 	return true
 }

@@ -916,7 +916,7 @@ func (d *driver) handle(l *link, msg protocol.Message) bool {
 	}
 	// A pending predecessor connection. With the extension lines on it is
 	// held while the current one is alive (duplicate.go).
-	if d.links.receiptsUnsaid(l, msg) { // identity.go
+	if d.links.identityUnsaid(l, msg) { // identity.go
 		return false
 	}
 	if d.links.dup.holdPred(l, msg) {

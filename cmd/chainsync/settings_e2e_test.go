@@ -74,7 +74,8 @@ func TestCheckComparesHeartbeatE2E(t *testing.T) {
 // nodes, before any task, and both exit 4 within 10 s (rather than A
 // calling a healthy B silent mid-task). With --heartbeat on A only, A
 // learns of it too from B's refusal and stops instead of re-dialing for
-// ever. docs/PROTOCOL.md, "The identity line" (the draft's "Fault
+// ever; on B only, B refuses A's first line (no identity line) and tells
+// A, and neither runs its task. docs/PROTOCOL.md, "The identity line" (the draft's "Fault
 // Detection": heartbeats are this project's extension).
 func TestHeartbeatMismatchE2E(t *testing.T) {
 	t.Parallel()
@@ -90,6 +91,11 @@ func TestHeartbeatMismatchE2E(t *testing.T) {
 		{"on A only", []string{"--heartbeat", "300ms"}, nil,
 			[]string{"it runs without the extension lines, so without --heartbeat; this node's --heartbeat is 300ms"},
 			[]string{"this node runs without --heartbeat"}},
+		// B learns it from A's first line, READY where its identity line
+		// would be; A from the fault notice B sends back.
+		{"on B only", nil, []string{"--heartbeat", "300ms"},
+			[]string{"B sends FAULT, an extension line", "this node runs without --heartbeat"},
+			[]string{"A sends READY as its first line, not its identity line", "so without --heartbeat; this node's --heartbeat is 300ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
