@@ -29,6 +29,9 @@ func TestFlagErrorsAreShortE2E(t *testing.T) {
 		{args: []string{"run", "--quiet=maybe", "--", "true"}, want: []string{"--quiet", "true or false"}},
 		{args: []string{"run", "--rounds", "many", "--", "true"}, want: []string{"--rounds", "whole number"}},
 		{args: []string{"run", "--", "true"}, env: []string{"CHAINSYNC_HEARTBEAT=5"}, want: []string{"CHAINSYNC_HEARTBEAT", "--heartbeat", "5s"}},
+		// Without --serve too: a Head that may keep no round in flight
+		// would wait for ever on its first line.
+		{args: []string{"run", "--max-open", "0", "--rounds-from", "/dev/null", "--", "true"}, want: []string{"--max-open must be at least 1"}},
 		{args: []string{"check", "--timeout", "30", "--", "true"}, want: []string{"--timeout", "30s"}},
 		{args: []string{"open", "--control"}, want: []string{"--control needs a value"}},
 		{args: []string{"status", "127.0.0.1:9", "--timeout", "2"}, want: []string{"--timeout", "2s"}},

@@ -155,6 +155,33 @@ func TestServeRoundsFromE2E(t *testing.T) {
 	}
 }
 
+// TestServeRoundsFromUsedAgainE2E: "a rerun never silently does
+// nothing". A Head with --state-dir runs a file of two rounds (exit 0);
+// run again on the same file and state directory, both ids are used
+// already: each line is refused at ERROR, nothing runs again, and the
+// Head exits 2, not 0. docs/SERVE.md, "From a file or a pipe".
+func TestServeRoundsFromUsedAgainE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ids := filepath.Join(dir, "ids")
+	if err := os.WriteFile(ids, []byte("u1\nu2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	names, addrs, procs := serveChain(t, dir, 2, nil)
+	args := headArgs(dir, names, addrs, "--state-dir", filepath.Join(dir, "A.state"), "--rounds-from", ids, "--", "sh", "-c", taskScript)
+	if code := startProc(t, "A", []string{"DIR=" + dir}, args...).wait(t, time.Minute); code != 0 {
+		t.Fatalf("the first run exited %d, want 0", code)
+	}
+	again := startProc(t, "A", []string{"DIR=" + dir}, args...)
+	if code := again.wait(t, time.Minute); code != 2 {
+		t.Fatalf("the run again on the same file exited %d, want 2:\n%s", code, again.err.String())
+	}
+	again.waitLog(t, time.Second, "the used ids refused", containsAll("round u1 was used already"))
+	again.waitLog(t, time.Second, "the exit explained", containsAll("some of its lines opened no round", "skipped=2"))
+	checkTasks(t, dir, names, []string{"u1", "u2"}, nil)
+	procs[1].signal(t, syscall.SIGTERM)
+}
+
 // openCmd runs chainsync open and returns its exit code, stdout and stderr.
 func openCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()

@@ -160,7 +160,7 @@ func (o *runOpts) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.worker, "worker", false, "COMMAND is a persistent worker: started once, it takes each round's task as a JSON request on its standard input and answers on its standard output (docs/WORKERS.md); the node is locally ready once it answered hello (within --task-timeout, else 5m: otherwise exit 1); one that ends or hangs is started again")
 	fs.IntVar(&o.parallel, "parallel", 1, "tasks of different rounds that may run at once on this node (1: one at a time, in the order the Head opened the rounds); with --worker, the requests outstanding at once")
 	fs.BoolVar(&o.serve, "serve", false, "stay up after the configured rounds and take part in every round the predecessor opens (CHAINSYNC_ROUND is its id), until SIGINT/SIGTERM (exit 130); set it on every node of a long-lived chain. Implies --heartbeat 2s and --connect-timeout 30s unless they are given")
-	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve)")
+	fs.StringVar(&o.roundsFrom, "rounds-from", "", "Head: open a round for each line of `FILE` (- for standard input): one round id a line, an empty line for a generated id; at its end, finish the open rounds and exit (stay up with --serve); a line that opens no round (an id used already) is logged and makes the exit status 2")
 	fs.DurationVar(&o.every, "every", 0, "Head: open a round with a generated id every `D` (a tick is skipped, and logged, while --max-open rounds are in flight)")
 	fs.StringVar(&o.control, "control", "", "accept chainsync hold, release, approve and deny (at the Head also open, pause, resume and cancel) on `ADDR`: unix:PATH (a socket of mode 0600) or HOST:PORT on loopback (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; the socket has no authentication, so another address needs --insecure-control); at the Head it makes a served Head")
 	fs.BoolVar(&o.insecureControl, "insecure-control", false, "let --control listen on an address other machines can reach (not loopback): anyone who can connect can open, hold, cancel and retry rounds, so only on a network where everyone may")
@@ -273,8 +273,8 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
 	}
-	if o.maxOpen < 0 || o.maxOpen == 0 && o.serve {
-		return cfg, nil, usagef("--max-open must be at least 1 (the rounds a served Head keeps in flight)")
+	if o.maxOpen < 1 {
+		return cfg, nil, usagef("--max-open must be at least 1 (the rounds a Head keeps in flight)")
 	}
 	if o.maxPending < 1 || o.pendingTimeout <= 0 {
 		return cfg, nil, usagef("--max-pending must be at least 1 and --pending-timeout positive")

@@ -125,6 +125,7 @@ type opener struct {
 	results chan outcome              // every round's outcome, for the serve loop
 	lastID  string
 	closed  bool
+	skipped int // --rounds-from lines that opened no round
 }
 
 func newOpener(ctx context.Context, node *chainsync.Node, o *runOpts, log *slog.Logger) *opener {
@@ -331,6 +332,9 @@ func (op *opener) readRounds(ctx context.Context, r io.Reader, name string) {
 				return
 			}
 			op.log.Error("--rounds-from: cannot open this round; skipped", "file", name, "line", line, "err", err.Error())
+			op.mu.Lock()
+			op.skipped++
+			op.mu.Unlock()
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -542,6 +546,14 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 		}
 		if ended && op.inFlight() == 0 {
 			log.Info("--rounds-from ended and every round it opened is over; exiting")
+			op.mu.Lock()
+			skipped := op.skipped
+			op.mu.Unlock()
+			if skipped > 0 && code == ExitOK {
+				// A rerun of a used file must not look like a success.
+				log.Error("--rounds-from: some of its lines opened no round (the errors above say why); exit 2", "skipped", skipped)
+				return ExitUsage
+			}
 			return code
 		}
 	}
