@@ -112,6 +112,21 @@ func (fb *faultBook) noticeLive(note protocol.Notice) bool {
 	return false
 }
 
+// staleToBlamed reports whether note, re-sent on a link that just came
+// up to the neighbour named to, is a notice of to's own silence or
+// unreachability under FaultWait: the link shows to is back, so the
+// notice is over, and passed on from there it would page the nodes
+// beyond for a fault that has cleared (under FaultHalt it still goes: it
+// ended the round). It logs what it drops. Loop only.
+func (fb *faultBook) staleToBlamed(note protocol.Notice, to string) bool {
+	k := FaultKind(note.Kind)
+	if fb.policy != FaultWait || k != FaultPeerSilent && k != FaultPeerUnreachable || note.Blamed != protocol.NoticeName(to) {
+		return false
+	}
+	fb.log.Info("not re-sent: a notice of the fault of the node this link goes to, which is back", "notice", note.String())
+	return true
+}
+
 // back handles the machine's ActBack: the neighbour on side a.To, which
 // this node reported, is heard from again. Loop only.
 func (fb *faultBook) back(a *protocol.Action) {

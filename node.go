@@ -523,7 +523,7 @@ type Snapshot struct {
 	PredWaiting string
 	// NoticesOwed are the neighbours (by side) a fault notice is still
 	// owed to: their link was down when it was sent, and it goes when the
-	// link is up again. A process about to exit after a fault waits for
+	// link is up again. A neighbour that a fault here blames is left out. A process about to exit after a fault waits for
 	// it (bounded), so that a neighbour learns why the chain halted.
 	NoticesOwed []protocol.Side
 	// JournalSyncs is how many fsyncs the state journal made since Start
@@ -579,7 +579,10 @@ func (d *driver) snapshot() Snapshot {
 		PredPeer: d.links.peerName(protocol.Pred), SuccPeer: d.links.peerName(protocol.Succ)}
 	st.Faults = slices.Clone(d.faults.recent)
 	for _, side := range []protocol.Side{protocol.Pred, protocol.Succ} {
-		if d.faults.owed[side] {
+		// Not owed to a neighbour a fault here blames: gone, or refusing
+		// this node, or back with nothing to learn from it.
+		peer := d.links.peerName(side)
+		if d.faults.owed[side] && !slices.ContainsFunc(d.faults.recent, func(f Fault) bool { return f.Peer == peer }) {
 			st.NoticesOwed = append(st.NoticesOwed, side)
 		}
 	}
@@ -878,6 +881,9 @@ func (d *driver) send(side protocol.Side, msg protocol.Message, resend bool) {
 	}
 	if msg.Cmd == protocol.FaultNotice {
 		d.faults.owed[side] = false // this one, and those it missed, go now
+		if resend && d.faults.staleToBlamed(*msg.Note, d.links.peerName(side)) {
+			return
+		}
 	}
 	d.wbuf = wire.Append(d.wbuf[:0], msg, d.cfg.UnnamedColon)
 	// Report before queueing, so that a log or trace never shows the

@@ -78,7 +78,7 @@ func (r RoundStatus) Doing() string {
 	case protocol.WaitLocal:
 		return "waiting to become locally ready"
 	case protocol.WaitReady:
-		return "locally ready; " + waitsFor(w)
+		return waitsFor(w) + " (locally ready)"
 	case protocol.WaitStart:
 		return waitsFor(w) + " (the rest of the chain is not ready yet)"
 	case protocol.WaitComplete:
@@ -86,9 +86,9 @@ func (r RoundStatus) Doing() string {
 	case protocol.WaitTask:
 		return "running its task"
 	case protocol.WaitExit:
-		return "task done; " + waitsFor(w) + " (the exit wave)"
+		return waitsFor(w) + " (the exit wave; its task is done)"
 	case protocol.WaitHandOver:
-		return "done here; handing its final COMPLETE to the predecessor once a link to it is up"
+		return "waiting to hand its final COMPLETE to the predecessor once a link to it is up (done here)"
 	case protocol.WaitApproval:
 		return "waiting for approval at " + r.Gate + " (chainsync approve or deny)"
 	case protocol.WaitHold:
@@ -287,6 +287,12 @@ func (b *roundBook) resolve(id string, ri *roundInfo, res Result) {
 	case ue != nil:
 		// Not a failure here: what is not known, and whom to ask.
 		lvl, msg = slog.LevelWarn, "round over: undelivered: "+ue.Known()
+	case res.Status == StatusCancelled:
+		// People ended it: no fault, and no fault line above.
+		lvl, msg = slog.LevelWarn, "round over: cancelled"
+		if res.Err != nil {
+			extra = []any{"reason", res.Err.Error()}
+		}
 	case ri.reported:
 		// One ERROR line per fault: the fault's own line said it all;
 		// this one only refers to it.

@@ -253,6 +253,56 @@ func TestFaultClearsPagedOnceE2E(t *testing.T) {
 	}
 }
 
+// TestKilledNodeBackPagedOnceE2E: under --fault-policy wait, B is killed
+// (kill -9) before its task and started again on its state directory 6 s
+// later. A and C find it unreachable (--connect-timeout 2s), D hears of it
+// from C. When B is back, the notices its neighbours queued for it while
+// their links were down (A's re-dial can come seconds after B is back)
+// blame B itself and are over: they are not re-sent to B, so neither B
+// nor the nodes beyond it are paged again. On A, C and D --on-fault and
+// --on-recover ran once each; B's --on-fault never ran; the chain
+// completes. docs/FAULTS.md, "A fault clears, and is paged once".
+func TestKilledNodeBackPagedOnceE2E(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	names, addrs := nodeNames(4), freeAddrs(t, 4)
+	procs := make([]*proc, 4)
+	task := `echo "$CHAINSYNC_NODE" >> "$DIR/ran"; if [ "$CHAINSYNC_NODE" = A ]; then : > "$DIR/A.busy"; sleep 1; fi`
+	start := func(i int) *proc {
+		args := append([]string{"run"}, placeArgs("chain", names, addrs, i)...)
+		args = append(args, "--heartbeat", "300ms", "--connect-timeout", "2s", "--fault-policy", "wait",
+			"--state-dir", filepath.Join(dir, "state."+names[i]))
+		args = append(append(args, hookFlags...), "--", "sh", "-c", task)
+		return startProc(t, names[i], []string{"DIR=" + dir}, args...)
+	}
+	for i := 3; i >= 0; i-- {
+		procs[i] = start(i)
+	}
+	waitFile(t, filepath.Join(dir, "A.busy"), 10*time.Second)
+	_ = procs[1].cmd.Process.Kill()
+	procs[1].wait(t, 5*time.Second)
+	procs[2].waitLog(t, 10*time.Second, "C finding B unreachable", containsAll("peer-unreachable", "peer=B"))
+	time.Sleep(6 * time.Second) // A's re-dial back-off grows
+	procs[1] = start(1)
+	for i, p := range procs {
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", names[i], code)
+		}
+	}
+	if ran := readLines(t, filepath.Join(dir, "ran")); strings.Join(ran, "") != "ABCD" {
+		t.Errorf("tasks ran %q, want A B C D once each", ran)
+	}
+	hooks := readLines(t, filepath.Join(dir, "hooks"))
+	for _, n := range []string{"A", "C", "D"} {
+		if f, r := countPrefix(hooks, n+" fault "), countPrefix(hooks, n+" recover "); f != 1 || r != 1 {
+			t.Errorf("%s: --on-fault ran %d times, --on-recover %d times, want once each: %q", n, f, r, hooks)
+		}
+	}
+	if f := countPrefix(hooks, "B fault "); f != 0 {
+		t.Errorf("B: --on-fault ran %d times for its own absence, want never: %q", f, hooks)
+	}
+}
+
 // TestNetnsSwitchRebootWithinGrace is the draft's switch stack with a real
 // reboot, one network namespace per node: B's task takes both of B's
 // interfaces down and SIGKILLs its own node, so neither A nor C sees a FIN

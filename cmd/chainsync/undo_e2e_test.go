@@ -131,9 +131,12 @@ func TestUndoFailedE2E(t *testing.T) {
 
 // TestUndoConfigMismatchE2E: --undo on some nodes only (all with the
 // extension lines) is a config-mismatch before any task runs, reported
-// at every node. docs/UNDO.md, "A chain setting".
+// at every node: the nodes that find it hand their notice to the others
+// before they exit, so the end nodes, whose links to them were not up
+// yet, stop too (exit 4 everywhere within 10 s). docs/UNDO.md, "A chain
+// setting".
 func TestUndoConfigMismatchE2E(t *testing.T) {
-	names := []string{"A", "B", "C"}
+	names := []string{"A", "B", "C", "D"}
 	dir := t.TempDir()
 	addrs := freeAddrs(t, len(names))
 	chain := chainOf(names, addrs)
@@ -165,6 +168,9 @@ func TestUndoConfigMismatchE2E(t *testing.T) {
 		t.Error("no node names --undo in its config-mismatch")
 	}
 	for _, n := range names {
+		if code := procs[n].wait(t, 10*time.Second); code != 4 {
+			t.Errorf("%s exited %d, want 4:\n%s", n, code, procs[n].err.String())
+		}
 		if exists(filepath.Join(dir, n+".task")) {
 			t.Errorf("%s's task ran despite the mismatch", n)
 		}

@@ -273,7 +273,7 @@ func (o *runOpts) config(cmd []string) (chainsync.Config, []string, error) {
 	if o.parallel < 1 {
 		return cfg, nil, usagef("--parallel must be at least 1")
 	}
-	if o.maxOpen < 1 {
+	if o.maxOpen < 0 || o.maxOpen == 0 && o.serving() {
 		return cfg, nil, usagef("--max-open must be at least 1 (the rounds a Head keeps in flight)")
 	}
 	if o.maxPending < 1 || o.pendingTimeout <= 0 {
@@ -565,7 +565,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.serving() {
 		code := serveRun(ctx, node, rounds, o, log, sigs, stop)
 		cancel()
-		if code == ExitTaskFailed {
+		if code == ExitTaskFailed || code == ExitFault {
 			handNotices(node, o.linger, sigs, log)
 		}
 		if o.receipts && (code == ExitTaskFailed || code == ExitFault) {
@@ -598,7 +598,7 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 		}
 	}
 	cancel()
-	if code == ExitTaskFailed {
+	if code == ExitTaskFailed || code == ExitFault {
 		handNotices(node, o.linger, sigs, log)
 	}
 	if o.receipts {
@@ -636,7 +636,7 @@ func waitHooks(hooks *taskrun.Hooks, code int, sigs <-chan os.Signal, log *slog.
 	select {
 	case <-done:
 		return code
-	default:
+	case <-time.After(100 * time.Millisecond):
 	}
 	log.Info("waiting for the hooks still running (each at most --on-fault-timeout)")
 	select {
@@ -650,18 +650,20 @@ func waitHooks(hooks *taskrun.Hooks, code int, sigs <-chan os.Signal, log *slog.
 	}
 }
 
-// handNotices waits, at most linger, until the node has handed the fault
-// notice of its failed task to both neighbours: one whose link was down
-// when it went (a neighbour restarting, or re-dialing this node after
-// this node restarted) gets it when the link is up again, and only a
-// node still running can send it. Without it that neighbour would wait
-// for the round for ever.
+// handNotices waits, at most linger, until the node has handed its fault
+// notices (of its failed task, of a config-mismatch it found, of a halt
+// it passes on) to both neighbours: one whose link was down when they
+// went (a neighbour starting or restarting, or re-dialing this node after
+// this node restarted) gets them when the link is up again, and only a
+// node still running can send them. Without them that neighbour would
+// wait for the round for ever. A notice that blames the neighbour it is
+// for is not waited for (Snapshot.NoticesOwed).
 func handNotices(node *chainsync.Node, linger time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
 	owed := node.Snapshot().NoticesOwed
 	if len(owed) == 0 {
 		return
 	}
-	log.Info("the task failed; handing its fault notice to the neighbours whose link is down before exiting", "to", sidesText(owed), "at_most", linger)
+	log.Info("handing the fault notice to the neighbours whose link is down before exiting", "to", sidesText(owed), "at_most", linger)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	deadline := time.NewTimer(linger)

@@ -77,6 +77,10 @@ type outcome struct {
 	Local chainsync.Status
 }
 
+// causeDenied is the cause an undo wave gives a round whose task was
+// denied (docs/UNDO.md).
+const causeDenied chainsync.FaultKind = "denied"
+
 // outcomeOf describes res, a round's result at this node (name). A round
 // that failed elsewhere ended here by a fault notice, which says where
 // and how.
@@ -103,7 +107,9 @@ func outcomeOf(res chainsync.Result, name string) outcome {
 		case fe.Origin != "":
 			oc.Node = fe.Origin
 		}
-		if fe.Origin != "" && (fe.Cause == chainsync.FaultTaskFailed || fe.Cause == chainsync.FaultTaskTimeout) {
+		// A denial fails the round as a failed task does; with --undo its
+		// wave names it "denied".
+		if fe.Origin != "" && (fe.Cause == chainsync.FaultTaskFailed || fe.Cause == chainsync.FaultTaskTimeout || fe.Cause == causeDenied) {
 			oc.Status = chainsync.StatusTaskFailed.String()
 		}
 	}
@@ -506,7 +512,11 @@ func serveRun(ctx context.Context, node *chainsync.Node, rounds []string, o *run
 	if o.roundsFrom != "" && !o.serve {
 		fileDone = eof
 	}
-	log.Info("serving: taking part in every round until stopped (SIGINT or SIGTERM)")
+	if fileDone != nil {
+		log.Info("opening a round for each line of --rounds-from; exiting once its end is read and its rounds are over")
+	} else {
+		log.Info("serving: taking part in every round until stopped (SIGINT or SIGTERM)")
+	}
 	code := ExitOK
 	ended := false // --rounds-from ended: exit once no round is in flight
 	// halting: under halt a round failed; the node stops once no round is

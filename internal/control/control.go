@@ -129,9 +129,10 @@ func ParseRequest(line []byte) (Request, error) {
 
 // Conn is a client's connection to a node's control socket.
 type Conn struct {
-	addr string
-	c    net.Conn
-	dec  *json.Decoder
+	addr     string
+	c        net.Conn
+	dec      *json.Decoder
+	answered bool // a reply came: it is a control socket
 }
 
 // Dial connects to the control socket at addr (unix:PATH or HOST:PORT),
@@ -163,8 +164,13 @@ func (c *Conn) Send(req Request) error {
 func (c *Conn) Receive() (Reply, error) {
 	var rep Reply
 	if err := c.dec.Decode(&rep); err != nil {
+		var reset *net.OpError
+		if c.answered && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &reset) && reset.Op == "read") {
+			return rep, fmt.Errorf("the connection to %s closed: the node stopped, or was killed", c.addr)
+		}
 		return rep, errors.New(notControl(c.addr, err, c.dec.Buffered()))
 	}
+	c.answered = true
 	return rep, nil
 }
 
