@@ -51,14 +51,10 @@ type link struct {
 	markSpare []string
 	writing   bool // a write is in progress (flush or the writer)
 	dead      bool // closed: queue nothing more
-	// closeAfter: shut came while a write was in progress; that write's
-	// goroutine writes lastOut, the lines queued after it, and closes.
-	closeAfter bool
-	lastOut    []byte
-	wake       chan struct{}
-	quit       chan struct{}
-	wdl        time.Time     // when to renew the write deadline (whoever writes, under writing)
-	now        *rawio.Writer // writeNow's, for c (whoever writes, under writing)
+	wake      chan struct{}
+	quit      chan struct{}
+	wdl       time.Time     // when to renew the write deadline (whoever writes, under writing)
+	now       *rawio.Writer // writeNow's, for c (whoever writes, under writing)
 
 	helloSent  bool                  // this node's identity line was queued on it (loop only)
 	helloHeard bool                  // the peer's identity line was read on it and checked out (loop only)
@@ -188,36 +184,21 @@ func linger(c net.Conn) {
 
 // shut closes l; what is still queued on it (a fault notice) is written
 // first, waiting at most shutWait for the peer, by a goroutine of its own,
-// so that no caller blocks on a socket. Loop only.
+// so that no caller blocks on a socket; when Close is waiting for the
+// node's goroutines (none can start), by the caller, before Close
+// returns. Loop only.
 func (l *link) shut() {
 	l.wmu.Lock()
 	rest := l.out
-	if l.dead || len(rest) > shutMax {
+	if l.dead || l.writing || len(rest) > shutMax {
 		rest = nil // a peer that does not read gets nothing more
 	}
 	l.out = nil
-	if l.writing && !l.dead {
-		// A write is under way (the lines of a turn just ended): its
-		// goroutine ends it, writes rest and closes (drain). Closing now
-		// would cut it off. A write blocked on a peer that does not read
-		// gives up at the deadline.
-		l.dead, l.closeAfter, l.lastOut = true, true, rest
-		close(l.quit)
-		l.wmu.Unlock()
-		_ = l.c.SetWriteDeadline(time.Now().Add(shutWait))
-		return
-	}
 	if !l.dead {
 		l.dead = true
 		close(l.quit)
 	}
 	l.wmu.Unlock()
-	l.lastWrite(rest)
-}
-
-// lastWrite writes rest, for at most shutWait, and closes l's connection,
-// on a goroutine of its own (a shut link's last lines). Loop or drain.
-func (l *link) lastWrite(rest []byte) {
 	if len(rest) == 0 {
 		l.closeConn()
 		return
@@ -228,7 +209,7 @@ func (l *link) lastWrite(rest []byte) {
 		closeQuick(l.c)
 	}
 	if !l.crew.spawn(last) {
-		last() // Close is waiting: the lines go out before it returns
+		last()
 	}
 }
 
@@ -280,21 +261,6 @@ func (l *link) drain(block bool) {
 
 	l.wmu.Lock()
 	l.writing = false
-	if l.closeAfter {
-		// Shut while this write ran: the rest of it and what was queued
-		// after it go out, then the connection closes.
-		rest := l.lastOut
-		if err == nil && wrote < len(batch) {
-			rest = append(batch[wrote:len(batch):len(batch)], rest...)
-		}
-		if err != nil {
-			rest = nil
-		}
-		l.closeAfter, l.lastOut = false, nil
-		l.wmu.Unlock()
-		l.lastWrite(rest)
-		return
-	}
 	if err != nil {
 		l.wmu.Unlock()
 		l.loop.post(input{kind: inWriteFailed, l: l, err: err})

@@ -140,7 +140,7 @@ func resumedResult(t *testing.T, n *Node, err error, round string) (Result, erro
 // after it went still delivers it: the successor reads the notice, then
 // the end of the stream.
 func TestResumeFailNoticeOutlivesClose(t *testing.T) {
-	for i := range 20 { // Close races the link's first write
+	for i := range 10 { // Close races the link's first write
 		dir := t.TempDir()
 		j, _, err := journal.Open(dir, journal.Header{Role: "middle", Name: "B"})
 		if err != nil {
