@@ -359,9 +359,10 @@ var (
 // admitLimiter rate-limits the log lines (and trace events) that peers
 // cause.
 type admitLimiter struct {
-	log   *slog.Logger
-	kick  chan struct{} // an interval began
-	burst int           // events of each kind logged one by one per interval
+	log    *slog.Logger
+	kick   chan struct{} // an interval began
+	burst  int           // events of each kind logged one by one per interval
+	noPred bool          // the node has no predecessor (the Head): its refusals are its successor's
 	// untraced, if set, records in the trace how many events of side were
 	// neither logged nor traced one by one in the interval just ended.
 	untraced func(side protocol.Side, count int, peer, last string, interval time.Duration)
@@ -413,7 +414,7 @@ func (w *admitLimiter) note(kind int, level slog.Level, msg string, args ...any)
 		w.lastPeer, w.lastReason = "", msg
 		for i := 0; i+1 < len(args); i += 2 {
 			switch v, _ := args[i+1].(string); args[i] {
-			case "peer":
+			case "peer", "next":
 				w.lastPeer = v
 			case "reason":
 				w.lastReason = v
@@ -448,7 +449,11 @@ func (w *admitLimiter) flush(interval time.Duration) {
 	if hidden == 0 {
 		return
 	}
-	w.log.Warn("would-be predecessors refused, evicted or closed, and bad input from peers: more than the log shows one by one",
+	msg := "would-be predecessors refused, evicted or closed, and bad input from peers: more than the log shows one by one"
+	if w.noPred {
+		msg = "refusals by the successor and bad input from it: more than the log shows one by one"
+	}
+	w.log.Warn(msg,
 		"interval", interval, "refused", total[kindRefused], "evicted", total[kindEvicted],
 		"timed_out", total[kindTimedOut], "closed_early", total[kindClosed], "bad_input", total[kindBadInput], "accept_failed", total[kindAcceptFailed], "not_logged", hidden,
 		"last_peer", peer, "last", reason)

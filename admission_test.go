@@ -72,6 +72,24 @@ func TestAdmitLimiter(t *testing.T) {
 	}
 }
 
+// At the Head (no predecessor) every refusal is its successor's: the
+// summary says so, not "would-be predecessors", and names the successor's
+// address as the last peer (the dialer logs it as next).
+func TestAdmitLimiterHeadSummary(t *testing.T) {
+	var buf bytes.Buffer
+	w := newAdmitLimiter(slog.New(slog.NewTextHandler(&buf, nil)))
+	w.noPred = true
+	for range admitBurst + 3 {
+		w.note(kindRefused, slog.LevelWarn, "successor refused or failed authentication; nothing sent; retrying", "next", "127.0.0.1:39542", "reason", "bad certificate")
+	}
+	w.flush(time.Second)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	sum := lines[len(lines)-1]
+	if strings.Contains(sum, "predecessor") || !strings.Contains(sum, "refusals by the successor") || !strings.Contains(sum, "last_peer=127.0.0.1:39542") {
+		t.Errorf("the Head's summary: %s", sum)
+	}
+}
+
 // Events the caller would trace are traced only while they are logged; the
 // rest are counted, per side, for one trace record at the interval's end
 // (issue: 2,000 junk connections cost 2,000 trace records).

@@ -295,6 +295,7 @@ func Start(cfg Config) (*Node, error) {
 	d.book.lp, d.book.log, d.book.feed, d.book.follow = d.lp, d.log, d.feed, cfg.Follow
 	d.crew.spawn(func() { d.feed.run(d.ctx.Done()) })
 	d.plim = newAdmitLimiter(d.log)
+	d.plim.noPred = !d.role.HasPred()
 	if cfg.peerLogBurst > 0 {
 		d.plim.burst = cfg.peerLogBurst
 	}
