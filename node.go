@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/chainsync-go/chainsync/internal/hot"
@@ -328,7 +329,11 @@ func Start(cfg Config) (*Node, error) {
 				if d.store != nil {
 					d.store.j.Close()
 				}
-				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w (is another process using the port?)", cfg.Listen, err)
+				hint := ""
+				if errors.Is(err, syscall.EADDRINUSE) {
+					hint = " (is another process using the port?)"
+				}
+				return nil, fmt.Errorf("chainsync: cannot listen for the predecessor on %s: %w%s", cfg.Listen, err, hint)
 			}
 			d.ln = ln
 		}

@@ -3,6 +3,7 @@ package chainsync
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -169,6 +170,27 @@ func TestResumeFailNoticeOutlivesClose(t *testing.T) {
 		_ = p.ExpectErr("EOF", 5*time.Second)
 		if got := p.Received(); !strings.Contains(got, "FAULT :r1 task-failed B B") {
 			t.Fatalf("run %d: the successor read %q, no fault notice", i, got)
+		}
+	}
+}
+
+// docs/OPERATIONS.md: a node that cannot listen says why; "is another
+// process using the port?" only when it is (EADDRINUSE), not for an
+// address this machine does not have.
+func TestListenFailureHint(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for addr, hint := range map[string]bool{taken.Addr().String(): true, "192.0.2.1:7000": false} {
+		n, err := Start(Config{Name: "B", Listen: addr, Prev: "127.0.0.1:1"})
+		if err == nil {
+			n.Close()
+			t.Fatalf("Start listening on %s: no error", addr)
+		}
+		if got := strings.Contains(err.Error(), "is another process using the port?"); got != hint {
+			t.Errorf("listen on %s: %v; want the port hint %v", addr, err, hint)
 		}
 	}
 }

@@ -239,6 +239,37 @@ func TestCheckAgainstRunningNode(t *testing.T) {
 	}
 }
 
+// TestCheckAgainstRunningPredecessor: the other way round: check at B
+// takes the connection of a Head that already runs (and is ready: its
+// READY comes at once) and sends it nothing ("a running node (it spoke
+// first), sent nothing"): the Head sees no bad input, and once the check
+// has ended a real B completes the round with it.
+func TestCheckAgainstRunningPredecessor(t *testing.T) {
+	t.Parallel()
+	addrs := freeAddrs(t, 2)
+	chain := chainFlag(nodeNames(2), addrs)
+	out := filepath.Join(t.TempDir(), "ran")
+	task := []string{"--", "sh", "-c", `echo "$CHAINSYNC_NODE" >> "$OUT"`}
+	a := startProc(t, "A", []string{"OUT=" + out}, append([]string{"run", "--chain", chain, "--name", "A"}, task...)...)
+	a.waitLog(t, 10*time.Second, "A ready", containsAll("locally ready"))
+	c := startProc(t, "B-check", nil, "check", "--chain", chain, "--name", "B", "--timeout", "10s")
+	if l := checkLine(t, c, 0, "predecessor"); !strings.Contains(l, "ok: connected from") || !strings.Contains(l, "a running node (it spoke first), sent nothing") {
+		t.Errorf("check: %q", l)
+	}
+	b := startProc(t, "B", []string{"OUT=" + out}, append([]string{"run", "--chain", chain, "--name", "B"}, task...)...)
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exit %d", p.name, code)
+		}
+	}
+	if strings.Contains(a.err.String(), "bad input") {
+		t.Errorf("the running Head took the check for bad input:\n%s", a.err.String())
+	}
+	if got := strings.Join(readLines(t, out), " "); got != "A B" {
+		t.Errorf("tasks ran %q, want \"A B\"", got)
+	}
+}
+
 // TestCheckLocalSettings: check also finds what run would need on this
 // machine: a --status-addr it cannot bind, a --trace file in a directory
 // that does not exist; exit 1, and nothing is created.

@@ -71,6 +71,7 @@ func TestFaultFreeChainHasNoResendsE2E(t *testing.T) {
 		}
 	}
 	args := []string{"trace", "render"}
+	sent, received := 0, 0
 	for i, p := range procs {
 		if strings.Contains(p.err.String(), "resend=") {
 			t.Errorf("%s logged a re-send on a fault-free chain:\n%s", p.name, p.err.String())
@@ -83,10 +84,15 @@ func TestFaultFreeChainHasNoResendsE2E(t *testing.T) {
 		if strings.Contains(string(b), `"resend"`) {
 			t.Errorf("%s's trace marks a re-send on a fault-free chain:\n%s", names[i], b)
 		}
-		if !strings.Contains(string(b), `"queued":true`) && i < len(names)-1 {
+		if !strings.Contains(string(b), `"kind":"queued"`) && i < len(names)-1 {
 			t.Errorf("%s's trace shows no message queued for a link not yet up:\n%s", names[i], b)
 		}
+		sent += strings.Count(string(b), `"kind":"sent"`)
+		received += strings.Count(string(b), `"kind":"received"`)
 		args = append(args, trace)
+	}
+	if sent != received {
+		t.Errorf("the traces hold %d sent records for %d received: a queued message has one sent record, when it goes out", sent, received)
 	}
 	svgPath := filepath.Join(dir, "ladder.svg")
 	out, stderr, code := runCLI(t, append(args, "-o", svgPath)...)

@@ -67,6 +67,12 @@ func (o *checkOpts) flags(fs *flag.FlagSet) {
 // certificate says so only after the client considers the handshake done.
 const confirmWait = 2 * time.Second
 
+// speakFirstWait is how long the listening side of check waits for a
+// connection to speak before it offers its settings line: a running
+// predecessor that is ready speaks at once; another check waits for the
+// offer.
+const speakFirstWait = 200 * time.Millisecond
+
 // linkCheck is the outcome for one link.
 type linkCheck struct {
 	ok     bool
@@ -268,11 +274,22 @@ func checkPred(ctx context.Context, sec *secure.Config, ln net.Listener, pending
 			return linkCheck{false, refusal(err)}
 		}
 		detail := "connected from " + peer + tlsDetail(sc, "client")
-		// Offer this node's settings; a predecessor running check answers
-		// with its own (a running node does not, and closes).
-		_ = sc.SetDeadline(time.Now().Add(confirmWait))
-		_, _ = io.WriteString(sc, mine.line())
-		theirs, ok := readSettings(sc)
+		// A running predecessor speaks first (its identity line, or its
+		// READY once ready): it is sent nothing, since a line it does not
+		// know would be bad input to it. Else offer this node's settings;
+		// a predecessor running check answers with its own (a running node
+		// does not, and closes).
+		br := bufio.NewReaderSize(sc, 512)
+		_ = sc.SetReadDeadline(time.Now().Add(speakFirstWait))
+		var theirs settings
+		ok := false
+		if _, err := br.Peek(1); err == nil {
+			detail += "; a running node (it spoke first), sent nothing"
+		} else {
+			_ = sc.SetDeadline(time.Now().Add(confirmWait))
+			_, _ = io.WriteString(sc, mine.line())
+			theirs, ok = readSettings(br)
+		}
 		sc.Close()
 		// Never "ok" for a connection from another node's address, nor
 		// from one run would refuse (identity.go).

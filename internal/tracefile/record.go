@@ -27,8 +27,11 @@ import (
 
 // Record kinds: "node" is the header, the others are chainsync.TraceKind.
 const (
-	KindNode      = "node"
-	KindSent      = "sent"
+	KindNode = "node"
+	KindSent = "sent"
+	// KindQueued: a message sent while its link was down; it goes out,
+	// as a sent record of its own, when the link is up.
+	KindQueued    = "queued"
 	KindReceived  = "received"
 	KindState     = "state"
 	KindTaskStart = "task-start"
@@ -139,8 +142,11 @@ func FromEvent(ev chainsync.TraceEvent) Record {
 	switch ev.Kind {
 	case chainsync.TraceSent, chainsync.TraceReceived:
 		r.Kind = KindSent
-		if ev.Kind == chainsync.TraceReceived {
+		switch {
+		case ev.Kind == chainsync.TraceReceived:
 			r.Kind = KindReceived
+		case ev.Queued:
+			r.Kind = KindQueued // one sent record per message on the wire
 		}
 		if ev.Msg.Cmd.Valid() {
 			r.Command = ev.Msg.Cmd.String()
