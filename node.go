@@ -529,8 +529,9 @@ type Snapshot struct {
 	PredWaiting string
 	// NoticesOwed are the neighbours (by side) a fault notice is still
 	// owed to: their link was down when it was sent, and it goes when the
-	// link is up again. A neighbour that a fault here blames is left out. A process about to exit after a fault waits for
-	// it (bounded), so that a neighbour learns why the chain halted.
+	// link is up again. A neighbour that a fault here blames is left out.
+	// A process about to exit after a fault waits for it (bounded), so
+	// that a neighbour learns why the chain halted.
 	NoticesOwed []protocol.Side
 	// JournalSyncs is how many fsyncs the state journal made since Start
 	// (0 without Config.StateDir). A node syncs once for everything a
