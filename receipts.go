@@ -375,7 +375,7 @@ func (rc *receipts) write(round string, notes []protocol.ReceiptNote) {
 		envs = append(envs, e)
 	}
 	path := filepath.Join(rc.dir, bundleName(round))
-	if earlier, ok := rc.keepEarlier(path, attemptOf(envs[0])); ok {
+	if earlier, ok := rc.keepEarlier(path, envs[0]); ok {
 		rc.log.Info("receipts of the attempt before kept", "round", round, "path", earlier)
 	}
 	if err := receipt.WriteBundle(path, envs); err != nil {
@@ -386,10 +386,12 @@ func (rc *receipts) write(round string, notes []protocol.ReceiptNote) {
 }
 
 // keepEarlier moves the bundle at path aside, to its attempt's name
-// (attemptName), when it holds an attempt of the round before attempt:
+// (attemptName), when it holds an attempt of the round before next's:
 // a retried round's bundle does not replace the evidence of the attempt
-// that failed. It reports where the bundle went, if it moved it.
-func (rc *receipts) keepEarlier(path string, attempt int) (string, bool) {
+// that failed. next is a receipt of the bundle about to be written; its
+// attempt is read only when there is a bundle to compare it with. It
+// reports where the bundle went, if it moved it.
+func (rc *receipts) keepEarlier(path string, next receipt.Envelope) (string, bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", false // none yet (or unreadable: WriteBundle says so)
@@ -400,7 +402,7 @@ func (rc *receipts) keepEarlier(path string, attempt int) (string, bool) {
 		return "", false
 	}
 	old := attemptOf(envs[0])
-	if old <= 0 || old >= attempt {
+	if old <= 0 || old >= attemptOf(next) {
 		return "", false // the same attempt, held more fully now
 	}
 	to := attemptName(path, old)

@@ -565,10 +565,11 @@ func run(cfg chainsync.Config, rounds []string, o *runOpts, cmd []string, log *s
 	if o.serving() {
 		code := serveRun(ctx, node, rounds, o, log, sigs, stop)
 		cancel()
-		if code == ExitTaskFailed || code == ExitFault {
+		halted := code == ExitTaskFailed || code == ExitFault
+		if halted {
 			handNotices(node, o.linger, sigs, log)
 		}
-		if o.receipts && (code == ExitTaskFailed || code == ExitFault) {
+		if o.receipts && halted {
 			// Halted: the receipts of the rounds that just ended may
 			// still be on their way back (with the fault notice).
 			var ended []string
